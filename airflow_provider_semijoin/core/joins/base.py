@@ -1,0 +1,270 @@
+"""The engine contract every join algorithm follows (DESIGN.md, "The engine contract").
+
+* A :class:`StreamBuffer` holds arrived stream tuples in arrival order as columns: each tuple's
+  row id and normalised join key (:mod:`..keys`). It records when tuples were taken, so the
+  runner can measure waiting time (arrival -> join) and processing time (join -> output).
+* A :class:`JoinAlgorithm` owns its structures (H_S, queue, disk buffer, ...), sized from a
+  memory budget in bytes. One :meth:`~JoinAlgorithm.step` performs one iteration of the
+  paper's outer loop: take what the buffer offers, at most one disk load, probe; it returns a
+  :class:`JoinOutput`. Once the buffer is closed, steps go on until ``pending`` is 0.
+* Output is columnar: (stream row id, master row) pairs for matches, (stream row id, reason)
+  for unmatched tuples. Every tuple taken from the buffer leaves exactly once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import ConfigError
+from ..keys import KeyType
+from ..reasons import Unmatched
+from ..stores.base import MasterPage, MasterStore
+
+Clock = Callable[[], float]
+
+
+@dataclass
+class StreamChunk:
+    """Stream tuples as columns: ``row_ids`` (int64) and ``keys`` (R's key dtype)."""
+
+    row_ids: np.ndarray
+    keys: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.row_ids)
+
+
+class StreamBuffer:
+    """The stream buffer of the papers: arrived tuples waiting, in arrival order.
+
+    ``append`` adds tuples; ``close`` says no more will come. ``take(n)`` hands out up to ``n``
+    tuples in arrival order and logs ``(row_ids, clock())`` in ``taken`` for the runner.
+    """
+
+    def __init__(self, key_type: KeyType, clock: Clock = time.perf_counter):
+        self.key_type = key_type
+        self.clock = clock
+        self._chunks: deque[StreamChunk] = deque()
+        self._available = 0
+        self.closed = False
+        self.taken: list[tuple[np.ndarray, float]] = []
+
+    @property
+    def available(self) -> int:
+        return self._available
+
+    @property
+    def exhausted(self) -> bool:
+        return self.closed and self._available == 0
+
+    def append(self, row_ids: np.ndarray, keys: np.ndarray) -> None:
+        if self.closed:
+            raise RuntimeError("append to a closed stream buffer")
+        if len(row_ids):
+            self._chunks.append(StreamChunk(np.asarray(row_ids, np.int64), keys.astype(self.key_type.dtype, copy=False)))
+            self._available += len(row_ids)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def take(self, n: int) -> StreamChunk:
+        parts: list[StreamChunk] = []
+        want = min(int(n), self._available)
+        while want > 0:
+            head = self._chunks[0]
+            if len(head) <= want:
+                parts.append(self._chunks.popleft())
+                want -= len(head)
+            else:
+                parts.append(StreamChunk(head.row_ids[:want], head.keys[:want]))
+                self._chunks[0] = StreamChunk(head.row_ids[want:], head.keys[want:])
+                want = 0
+        if not parts:
+            return StreamChunk(np.zeros(0, np.int64), np.zeros(0, self.key_type.dtype))
+        chunk = parts[0] if len(parts) == 1 else StreamChunk(
+            np.concatenate([p.row_ids for p in parts]), np.concatenate([p.keys for p in parts])
+        )
+        self._available -= len(chunk)
+        self.taken.append((chunk.row_ids, self.clock()))
+        return chunk
+
+
+@dataclass
+class JoinOutput:
+    """What one step completed. ``master`` rows align with ``matched_ids``."""
+
+    matched_ids: np.ndarray
+    master: pa.Table
+    unmatched_ids: np.ndarray
+    unmatched_reason: np.ndarray  # int8 Unmatched codes
+
+    @classmethod
+    def empty(cls, schema: pa.Schema) -> "JoinOutput":
+        return cls(np.zeros(0, np.int64), schema.empty_table(), np.zeros(0, np.int64), np.zeros(0, np.int8))
+
+    @property
+    def completed(self) -> int:
+        """Stream tuples this output completes (a tuple with K master rows counts once)."""
+        return len(np.unique(self.matched_ids)) + len(self.unmatched_ids)
+
+    @classmethod
+    def concat(cls, outputs: list["JoinOutput"], schema: pa.Schema) -> "JoinOutput":
+        if not outputs:
+            return cls.empty(schema)
+        if len(outputs) == 1:
+            return outputs[0]
+        return cls(
+            np.concatenate([o.matched_ids for o in outputs]),
+            pa.concat_tables([o.master for o in outputs]),
+            np.concatenate([o.unmatched_ids for o in outputs]),
+            np.concatenate([o.unmatched_reason for o in outputs]),
+        )
+
+
+def probe(page: MasterPage, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Join stream ``keys`` with a page of R (keys sorted), all in numpy.
+
+    Returns ``(probe_idx, master_idx, missing_idx)``: one pair per (stream tuple, master row)
+    match - a key with K rows in R yields K pairs - and the stream positions with no row.
+    """
+    left = np.searchsorted(page.keys, keys, side="left")
+    right = np.searchsorted(page.keys, keys, side="right")
+    counts = right - left
+    missing_idx = np.flatnonzero(counts == 0)
+    probe_idx = np.repeat(np.arange(len(keys)), counts)
+    starts = np.repeat(left - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+    master_idx = starts + np.arange(len(probe_idx))
+    return probe_idx, master_idx, missing_idx
+
+
+def join_page(page: MasterPage, row_ids: np.ndarray, keys: np.ndarray) -> JoinOutput:
+    """Probe a page with stream tuples known to belong to its key range; all of them complete."""
+    probe_idx, master_idx, missing_idx = probe(page, keys)
+    return JoinOutput(
+        row_ids[probe_idx],
+        page.rows.take(master_idx),
+        row_ids[missing_idx],
+        np.full(len(missing_idx), Unmatched.NOT_IN_MASTER, np.int8),
+    )
+
+
+def not_in_master(row_ids: np.ndarray, schema: pa.Schema) -> JoinOutput:
+    """Tuples known to be absent from R without I/O (key outside R's key range)."""
+    out = JoinOutput.empty(schema)
+    out.unmatched_ids = row_ids
+    out.unmatched_reason = np.full(len(row_ids), Unmatched.NOT_IN_MASTER, np.int8)
+    return out
+
+
+@dataclass(frozen=True)
+class Param:
+    """A tunable parameter of an algorithm: its type, default and meaning."""
+
+    type: type
+    default: Any
+    doc: str
+    minimum: float | None = None
+
+    def coerce(self, algorithm: str, name: str, value: Any) -> Any:
+        try:
+            coerced = self.type(value)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"{algorithm}.{name}: {value!r} is not a valid {self.type.__name__} ({self.doc})"
+            ) from None
+        if self.minimum is not None and coerced < self.minimum:
+            raise ConfigError(f"{algorithm}.{name}: {coerced!r} must be >= {self.minimum} ({self.doc})")
+        return coerced
+
+
+@dataclass
+class Counters:
+    tuples_in: int = 0
+    matched_pairs: int = 0
+    unmatched: int = 0
+    loads: int = 0
+    structure_bytes_peak: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class JoinAlgorithm:
+    """Base class: stores the arguments as given, keeps counters, checks the memory budget.
+
+    Subclasses set ``name``, ``paper`` (citation with section) and ``params``, and implement
+    :meth:`_step`, :attr:`pending` and :meth:`structure_bytes`.
+    """
+
+    name: ClassVar[str]
+    paper: ClassVar[str]
+    params: ClassVar[dict[str, Param]] = {}
+
+    def __init__(self, store: MasterStore, memory: int, *, clock: Clock = time.perf_counter, **params):
+        self.store = store
+        self.memory = int(memory)
+        self.clock = clock
+        unknown = sorted(set(params) - set(self.params))
+        if unknown:
+            raise ConfigError(
+                f"{self.name}.{unknown[0]}: not a parameter of {self.name} "
+                f"(parameters: {sorted(self.params)})"
+            )
+        self.settings = {
+            name: spec.coerce(self.name, name, params[name]) if name in params else spec.default
+            for name, spec in self.params.items()
+        }
+        self.counters = Counters()
+        self.schema = store.schema
+
+    # -- contract ---------------------------------------------------------------------------
+    def step(self, buffer: StreamBuffer) -> JoinOutput:
+        """One iteration of the paper's outer loop."""
+        out = self._step(buffer)
+        self.counters.matched_pairs += len(out.matched_ids)
+        self.counters.unmatched += len(out.unmatched_ids)
+        self.counters.structure_bytes_peak = max(self.counters.structure_bytes_peak, self.structure_bytes())
+        return out
+
+    def _step(self, buffer: StreamBuffer) -> JoinOutput:
+        raise NotImplementedError
+
+    @property
+    def pending(self) -> int:
+        """Stream tuples taken from the buffer that have not left yet."""
+        raise NotImplementedError
+
+    def structure_bytes(self) -> int:
+        """Bytes the algorithm's structures hold now (allocated capacity, not just the used part)."""
+        raise NotImplementedError
+
+    def memory_split(self) -> dict:
+        """How the budget was divided between the structures, in bytes."""
+        return {}
+
+    def stats(self) -> dict:
+        c = self.counters
+        return {
+            "algorithm": self.name,
+            "memory_budget_bytes": self.memory,
+            "structure_bytes_peak": c.structure_bytes_peak,
+            "loads": c.loads,
+            "memory_split": self.memory_split(),
+            "settings": dict(self.settings),
+            **c.extra,
+        }
+
+    def _take(self, buffer: StreamBuffer, n: int) -> StreamChunk:
+        chunk = buffer.take(n)
+        self.counters.tuples_in += len(chunk)
+        return chunk
+
+    def _budget_error(self, needed: int, what: str) -> ConfigError:
+        return ConfigError(
+            f"memory: {self.memory} bytes is too small for {self.name}: {what} alone needs "
+            f"{needed} bytes (give --memory at least {needed * 2} bytes)"
+        )

@@ -1,0 +1,224 @@
+"""HYBRIDJOIN and its -L and -PQ variants.
+
+HYBRIDJOIN: M. A. Naeem, G. Dobbie, G. Weber, "HYBRIDJOIN for near-real-time data warehousing",
+sec. 4 (data structures 4.1, algorithm Fig. 5, memory eq. 1). Each iteration loads the w
+stream tuples that fit the free slots of H_S into H_S and Q, reads the oldest join key of Q,
+loads the partition of R holding it through the index, and joins it with *every* tuple in H_S.
+
+Here a partition is a page of the page map (:mod:`..stores.base`): ``page_rows`` consecutive
+distinct keys, read with one index range query. Since the page covers a whole key range, every
+tuple of H_S in that range completes when the page is joined - matched, or ``not_in_master`` -
+so a key absent from R leaves on its first load instead of stalling the queue (the paper does
+not say what happens then). A key outside R's key range leaves on entry, without I/O.
+
+HYBRIDJOIN-L and HYBRIDJOIN-PQ: M. A. Naeem, G. Weber, C. Lutteroth, "A Priority Queue of
+Frequent Pages..." (pq-frequent-pages): sec. 3.1 (early lookup element at about 30% of the
+queue) and sec. 4 (priority queue of frequent pages, pageThreshold, counter ptc, gliding
+average with decay d, removal of pages that stop being frequent).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer, join_page, not_in_master
+from .stream_table import StreamTable
+
+PAGE_ROWS_RANGE = (64, 8192)
+
+
+def auto_page_rows(query_s: float, row_s: float) -> int:
+    """Rows per page from the measured costs: a load of ``4*S/T`` rows spends 80% of its time
+    reading rows rather than on the round trip, the flat part of HYBRIDJOIN's Fig. 6 curve."""
+    lo, hi = PAGE_ROWS_RANGE
+    return int(min(hi, max(lo, round(4 * query_s / row_s))))
+
+
+class HybridJoin(JoinAlgorithm):
+    """HYBRIDJOIN (Fig. 5): index-based loads driven by the oldest tuple of Q."""
+
+    name = "hybridjoin"
+    paper = "HYBRIDJOIN (Naeem, Dobbie, Weber), sec. 4, Fig. 5, eq. 1"
+    params = {
+        "page_rows": Param(int, 0, "rows of R per disk partition (d); 0 = 4*S/T from the measured costs", 0),
+    }
+
+    def __init__(self, store, memory, **kwargs):
+        super().__init__(store, memory, **kwargs)
+        query_s, row_s = store.calibrate()
+        page_rows = self.settings["page_rows"] or auto_page_rows(query_s, row_s)
+        self.page_map = store.page_map(page_rows)
+        self._disk_buffer_bytes = int(math.ceil(page_rows * store.row_bytes(self.page_map)))
+        budget = self.memory - self._disk_buffer_bytes - self.page_map.nbytes
+        capacity = StreamTable.capacity_for(budget, self.page_map.n_pages, store.key_type.itemsize)
+        if capacity < 1:
+            raise self._budget_error(
+                self._disk_buffer_bytes + self.page_map.nbytes + 1024, "one disk page and the page map"
+            )
+        self.table = StreamTable(capacity, self.page_map.n_pages, store.key_type.dtype)
+
+    # -- one iteration ----------------------------------------------------------------------
+    def _step(self, buffer: StreamBuffer) -> JoinOutput:
+        outputs = [self._admit(buffer)]
+        if self.table.size:
+            page = self._choose_page()
+            loaded = self.store.load_pages(self.page_map, page)
+            row_ids, keys = self.table.pop_page(page)
+            outputs.append(join_page(loaded, row_ids, keys))
+            self.counters.loads += 1
+            self._loaded(page, len(row_ids))
+        return JoinOutput.concat(outputs, self.schema)
+
+    def _admit(self, buffer: StreamBuffer) -> JoinOutput:
+        """Fig. 5 lines 3-5: fill the free slots of H_S (w of them) with arrived tuples."""
+        chunk = self._take(buffer, self.table.free) if self.table.free else None
+        if chunk is None or len(chunk) == 0:
+            return JoinOutput.empty(self.schema)
+        pages = self.page_map.page_of(chunk.keys)
+        outside = pages < 0
+        self.table.admit(chunk.row_ids[~outside], chunk.keys[~outside], pages[~outside])
+        return not_in_master(chunk.row_ids[outside], self.schema)
+
+    def _page_of(self, key) -> int:
+        return int(self.page_map.page_of(np.asarray([key], dtype=self.store.key_type.dtype))[0])
+
+    def _choose_page(self) -> int:
+        """Fig. 5 lines 7-8: the page of the oldest join key in Q."""
+        return self._page_of(self.table.oldest_key())
+
+    def _loaded(self, page: int, matched: int) -> None:
+        """Hook for the variants: ``page`` was loaded and completed ``matched`` tuples."""
+
+    # -- accounting -------------------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        return self.table.size
+
+    def structure_bytes(self) -> int:
+        return self.table.nbytes + self._disk_buffer_bytes + self.page_map.nbytes
+
+    def memory_split(self) -> dict:
+        return {
+            "stream_table_bytes": self.table.nbytes,
+            "stream_table_capacity_tuples": self.table.capacity,
+            "disk_buffer_bytes": self._disk_buffer_bytes,
+            "page_map_bytes": self.page_map.nbytes,
+            "page_rows": self.page_map.page_rows,
+            "pages": self.page_map.n_pages,
+        }
+
+
+class HybridJoinL(HybridJoin):
+    """HYBRIDJOIN-L: the lookup element sits early in Q (pq paper sec. 3.1).
+
+    The paper puts the optimal lookup element at about 30% of the queue for a skew of 1,
+    moving towards the young end as skew grows; ``lookup_position`` is that fraction counted
+    from the young end (1.0 = the oldest, plain HYBRIDJOIN). The paper leaves starvation
+    open: tuples older than the lookup element are only served when a younger tuple shares
+    their page. Here the oldest tuple is used instead whenever it has waited while a whole
+    H_S (h_S tuples) was admitted after it, which bounds every tuple's stay like MESHJOIN's
+    cycle does.
+    """
+
+    name = "hybridjoin-l"
+    paper = "HYBRIDJOIN-L (pq-frequent-pages paper, sec. 3.1)"
+    params = {
+        **HybridJoin.params,
+        "lookup_position": Param(float, 0.3, "lookup element position in Q, fraction from its young end", 0.0),
+    }
+
+    def _choose_page(self) -> int:
+        if self.table.oldest_age() >= self.table.capacity:
+            self.counters.extra["starvation_loads"] = self.counters.extra.get("starvation_loads", 0) + 1
+            return self._page_of(self.table.oldest_key())
+        return self._page_of(self.table.key_at(min(1.0, self.settings["lookup_position"])))
+
+
+class HybridJoinPQ(HybridJoin):
+    """HYBRIDJOIN-PQ: a priority queue of frequent pages (pq paper sec. 4).
+
+    A page's stream probability ``frequency`` is observed when it is loaded: matches divided by
+    the tuples admitted since its last load (the queue length on its first load), smoothed
+    with the gliding average ``frequency = frequency*d + observed*(1-d)``. A page is frequent
+    when it collects ``page_threshold`` matches within one turnover of H_S
+    (page_threshold / frequency <= h_S); it is then due again when the admission counter ptc
+    reaches ``ptc + page_threshold / frequency``. A due page is loaded before the oldest
+    element of Q; a due page with no waiting tuple is not read (no I/O), its frequency decays
+    and it leaves the queue once it is no longer frequent. ``page_threshold`` 0 means: the
+    running mean of matches per ordinary (oldest-element) load, so a PQ load is never planned
+    to be less productive than an ordinary one.
+    """
+
+    name = "hybridjoin-pq"
+    paper = "HYBRIDJOIN-PQ (pq-frequent-pages paper, sec. 4)"
+    params = {
+        **HybridJoin.params,
+        "page_threshold": Param(float, 0.0, "matches a frequent page waits for; 0 = mean matches per ordinary load", 0.0),
+        "decay": Param(float, 0.9, "gliding-average decay d of page frequency (1 = keep the first estimate)", 0.0),
+    }
+
+    def __init__(self, store, memory, **kwargs):
+        super().__init__(store, memory, **kwargs)
+        n_pages = self.page_map.n_pages
+        self._frequency = np.zeros(n_pages, dtype=np.float64)
+        self._last_load = np.full(n_pages, -1, dtype=np.int64)  # ptc at the page's last load
+        self._due = np.full(n_pages, np.inf)
+        self._heap: list[tuple[float, int]] = []
+        self._ordinary_loads = 0
+        self._ordinary_matches = 0
+        self._from_queue = False
+        self._queue_size_before = 0
+
+    def memory_split(self) -> dict:
+        pq = self._frequency.nbytes + self._last_load.nbytes + self._due.nbytes + 16 * len(self._heap)
+        return {**super().memory_split(), "page_queue_bytes": pq}
+
+    def structure_bytes(self) -> int:
+        return super().structure_bytes() + self.memory_split()["page_queue_bytes"]
+
+    @property
+    def threshold(self) -> float:
+        if self.settings["page_threshold"]:
+            return self.settings["page_threshold"]
+        return max(2.0, self._ordinary_matches / max(self._ordinary_loads, 1))
+
+    def _choose_page(self) -> int:
+        self._queue_size_before = self.table.size
+        ptc = self.table.admitted
+        while self._heap and self._heap[0][0] <= ptc:
+            due, page = heapq.heappop(self._heap)
+            if due != self._due[page]:
+                continue  # stale entry: the page was rescheduled or removed
+            self._due[page] = np.inf
+            if self.table.page_count[page]:
+                self._from_queue = True
+                self.counters.extra["pq_loads"] = self.counters.extra.get("pq_loads", 0) + 1
+                return page
+            self._observe(page, 0)  # due but nobody waits: no I/O, the frequency decays
+        self._from_queue = False
+        return super()._choose_page()
+
+    def _loaded(self, page: int, matched: int) -> None:
+        if not self._from_queue:
+            self._ordinary_loads += 1
+            self._ordinary_matches += matched
+        self._observe(page, matched)
+
+    def _observe(self, page: int, matched: int) -> None:
+        ptc = self.table.admitted
+        first = self._last_load[page] < 0
+        window = self._queue_size_before if first else ptc - self._last_load[page]
+        observed = matched / max(window, 1)
+        d = self.settings["decay"]
+        self._frequency[page] = observed if first else self._frequency[page] * d + observed * (1 - d)
+        self._last_load[page] = ptc
+        frequency = self._frequency[page]
+        wait = self.threshold / frequency if frequency > 0 else math.inf
+        if wait <= self.table.capacity:
+            self._due[page] = ptc + wait
+            heapq.heappush(self._heap, (self._due[page], page))
+        else:
+            self._due[page] = np.inf

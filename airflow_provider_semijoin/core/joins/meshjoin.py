@@ -1,0 +1,120 @@
+"""MESHJOIN: N. Polyzotis, S. Skiadopoulos, P. Vassiliadis, A. Simitsis, N. Frantzell,
+"Meshing streaming updates with persistent data in an active data warehouse" (TKDE 2008), as
+summarised in the HYBRIDJOIN paper sec. 3.1 and the SSJ paper sec. 2.
+
+R is read cyclically in k = ceil(pages / b) partitions of b pages, one per iteration (one index
+range query each). Every iteration admits a chunk of w new stream tuples into H_S / Q, so a
+chunk stays k iterations and meets every partition exactly once before it expires (sec. 3.1:
+"the total number of partitions in the stream queue must be equal to the total number of
+partitions on the disk"); H_S thus holds w*k tuples.
+
+Exactness: a tuple is filed under its page of R, and when the partition holding that page is
+scanned the tuple meets every row of R that can match it (pages hold whole key ranges), so it
+completes right then - every duplicate of a key in the stream matches, a key with K rows in R
+yields K pairs, an absent key leaves as ``not_in_master``. Its slot is reused only by the
+admission of later chunks, which stays at w per iteration: the memory and I/O pattern are the
+paper's. A partition none of whose pages has a waiting tuple is skipped without I/O (this only
+happens while the queue is not full, e.g. when the stream ends and the last chunks drain).
+
+The split of the budget M between the disk buffer (b pages) and H_S (w*k tuples) maximises the
+service rate of the MESHJOIN cost model, mu = w / (S + T * b * page_rows + c_tuple * w), using
+the store's measured S and T.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..stores.base import DEFAULT_PAGE_ROWS
+from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer, join_page, not_in_master
+from .stream_table import StreamTable
+
+TUPLE_COST_S = 1e-6  # per stream tuple (admit, probe, output) in this engine, order of magnitude
+
+
+def best_partition_pages(
+    memory: int, n_pages: int, page_bytes: float, tuple_bytes: float, page_rows: int,
+    query_s: float, row_s: float, tuple_s: float = TUPLE_COST_S,
+) -> tuple[int, int]:
+    """``(b, w)`` maximising mu = w / (S + T*b*page_rows + tuple_s*w) under the budget."""
+    b = np.arange(1, max(n_pages, 1) + 1, dtype=np.float64)
+    k = np.ceil(max(n_pages, 1) / b)
+    w = np.floor((memory - b * page_bytes) / tuple_bytes / k)
+    mu = np.where(w >= 1, w / (query_s + row_s * b * page_rows + tuple_s * np.maximum(w, 1)), -1.0)
+    best = int(np.argmax(mu))
+    return int(b[best]), int(max(w[best], 0))
+
+
+class MeshJoin(JoinAlgorithm):
+    name = "meshjoin"
+    paper = "MESHJOIN (Polyzotis et al. 2008); HYBRIDJOIN paper sec. 3.1"
+    params = {
+        "page_rows": Param(int, DEFAULT_PAGE_ROWS, "rows of R per page", 1),
+        "partition_pages": Param(int, 0, "b: pages per disk partition; 0 = from the cost model", 0),
+    }
+
+    def __init__(self, store, memory, **kwargs):
+        super().__init__(store, memory, **kwargs)
+        self.page_map = store.page_map(self.settings["page_rows"])
+        n_pages = max(self.page_map.n_pages, 1)
+        page_bytes = self.settings["page_rows"] * store.row_bytes(self.page_map)
+        tuple_bytes = StreamTable.bytes_per_tuple(store.key_type.itemsize)
+        budget = self.memory - self.page_map.nbytes - n_pages * 16
+        query_s, row_s = store.calibrate()
+        if self.settings["partition_pages"]:
+            b = min(self.settings["partition_pages"], n_pages)
+            w = int((budget - b * page_bytes) / tuple_bytes / math.ceil(n_pages / b))
+        else:
+            b, w = best_partition_pages(budget, n_pages, page_bytes, tuple_bytes, self.settings["page_rows"], query_s, row_s)
+        if w < 1:
+            raise self._budget_error(int(page_bytes + n_pages * tuple_bytes + self.page_map.nbytes), "a one-page partition and one tuple per partition")
+        self.partition_pages = b
+        self.partitions = math.ceil(n_pages / b)
+        self.chunk_tuples = w
+        self._disk_buffer_bytes = int(math.ceil(b * page_bytes))
+        self.table = StreamTable(w * self.partitions, self.page_map.n_pages, store.key_type.dtype)
+        self._next_partition = 0
+
+    def _step(self, buffer: StreamBuffer) -> JoinOutput:
+        outputs = []
+        if buffer.available >= self.chunk_tuples or buffer.closed:
+            chunk = self._take(buffer, min(self.chunk_tuples, self.table.free))
+            pages = self.page_map.page_of(chunk.keys)
+            outside = pages < 0
+            self.table.admit(chunk.row_ids[~outside], chunk.keys[~outside], pages[~outside])
+            outputs.append(not_in_master(chunk.row_ids[outside], self.schema))
+        else:
+            return JoinOutput.empty(self.schema)  # sec. 3.1: a disk invocation waits for w tuples
+        first = self._next_partition * self.partition_pages
+        count = min(self.partition_pages, self.page_map.n_pages - first)
+        self._next_partition = (self._next_partition + 1) % self.partitions
+        waiting = np.flatnonzero(self.table.page_count[first : first + count]) + first
+        if len(waiting):
+            loaded = self.store.load_pages(self.page_map, first, count)
+            self.counters.loads += 1
+            popped = [self.table.pop_page(int(p)) for p in waiting]
+            row_ids = np.concatenate([r for r, _ in popped])
+            keys = np.concatenate([k for _, k in popped])
+            outputs.append(join_page(loaded, row_ids, keys))
+        return JoinOutput.concat(outputs, self.schema)
+
+    @property
+    def pending(self) -> int:
+        return self.table.size
+
+    def structure_bytes(self) -> int:
+        return self.table.nbytes + self._disk_buffer_bytes + self.page_map.nbytes
+
+    def memory_split(self) -> dict:
+        return {
+            "stream_table_bytes": self.table.nbytes,
+            "stream_table_capacity_tuples": self.table.capacity,
+            "disk_buffer_bytes": self._disk_buffer_bytes,
+            "page_map_bytes": self.page_map.nbytes,
+            "partition_pages": self.partition_pages,
+            "partitions": self.partitions,
+            "chunk_tuples": self.chunk_tuples,
+            "page_rows": self.page_map.page_rows,
+        }

@@ -1,0 +1,40 @@
+"""The registry: algorithm names -> classes, with their paper and parameters.
+
+``create("hybridjoin", store, memory, {"page_rows": "1000"})`` validates the name and every
+parameter before any work starts.
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from .base import JoinAlgorithm
+from .hybridjoin import HybridJoin, HybridJoinL, HybridJoinPQ
+from .indexjoin import IndexNestedLoopJoin, InListJoin
+from .meshjoin import MeshJoin
+
+ALGORITHMS: dict[str, type[JoinAlgorithm]] = {
+    cls.name: cls for cls in (IndexNestedLoopJoin, InListJoin, MeshJoin, HybridJoin, HybridJoinL, HybridJoinPQ)
+}
+
+
+def algorithm_class(name: str) -> type[JoinAlgorithm]:
+    if name not in ALGORITHMS:
+        raise ConfigError(f"algorithm: {name!r} is not one of {sorted(ALGORITHMS)}")
+    return ALGORITHMS[name]
+
+
+def create(name: str, store, memory: int, params: dict | None = None, **kwargs) -> JoinAlgorithm:
+    """A new algorithm ``name`` over ``store`` with a budget of ``memory`` bytes."""
+    return algorithm_class(name)(store, memory, **(params or {}), **kwargs)
+
+
+def describe() -> list[dict]:
+    """Every algorithm with its paper and parameters (for ``semijoin algorithms``)."""
+    return [
+        {
+            "name": name,
+            "paper": cls.paper,
+            "params": {p: {"type": s.type.__name__, "default": s.default, "doc": s.doc} for p, s in cls.params.items()},
+        }
+        for name, cls in ALGORITHMS.items()
+    ]

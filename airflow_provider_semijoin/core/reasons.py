@@ -1,0 +1,29 @@
+"""Why a stream tuple left a join unmatched.
+
+Every stream tuple that enters a join leaves exactly once: matched, or unmatched with one of
+these reasons. The codes are small integers so unmatched outputs stay columnar (``int8``).
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+
+class Unmatched(enum.IntEnum):
+    NOT_IN_MASTER = 1  # the key is well formed but R holds no row with it
+    NULL_KEY = 2  # the stream tuple's join key is null
+    BAD_KEY = 3  # the join key cannot be a key of R (wrong type, not an integer, ...)
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+REASON_LABELS = np.array([""] + [r.label for r in Unmatched], dtype=object)
+
+
+def labels(codes: np.ndarray) -> np.ndarray:
+    """Reason codes -> their labels (``not_in_master``, ``null_key``, ``bad_key``)."""
+    return REASON_LABELS[np.asarray(codes, dtype=np.int64)]

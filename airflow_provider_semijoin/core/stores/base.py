@@ -1,0 +1,356 @@
+"""The disk-based relation R: one store protocol over a SQL table with an index on the join key.
+
+What the papers need from R, and what this module offers:
+
+* the **page map** (:class:`PageMap`): R split into pages of ``page_rows`` consecutive distinct
+  join-key values, the first key of every page kept in memory like the pinned upper levels of a
+  B+tree (SSIJ sec. IV-B); a stream key is mapped to its page without I/O, and a key below R's
+  smallest or above its largest key is known to be absent without I/O;
+* **page loads**: a page or a run of pages is one index range query (HYBRIDJOIN Fig. 5 line 8,
+  MESHJOIN's cyclic scan of partitions), a set of page runs is one query (SSIJ's read plan);
+* **index-range loads** ``key >= k ORDER BY key LIMIT n`` and **point lookups** (INLJ), and
+  ``IN`` lookups for the micro-batch baseline;
+* **counters** (:class:`IOCounters`): queries, rows read and seconds spent in the database.
+
+A loaded page is a :class:`MasterPage`: its keys as a sorted numpy array (see
+:mod:`..keys`) and the selected master columns as an Arrow table aligned with them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import ConfigError, StoreError
+from ..keys import KeyType
+from .sql import Dialect
+
+DEFAULT_PAGE_ROWS = 500
+
+
+@dataclass
+class IOCounters:
+    queries: int = 0
+    rows: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"disk_queries": self.queries, "disk_rows": self.rows, "disk_s": round(self.seconds, 6)}
+
+
+@dataclass
+class MasterPage:
+    """Rows of R in key order: ``keys`` (numpy, sorted) and ``rows`` (the selected columns)."""
+
+    keys: np.ndarray
+    rows: pa.Table
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + self.rows.nbytes)
+
+    @classmethod
+    def concat(cls, pages: list["MasterPage"]) -> "MasterPage":
+        """Pages in key order -> one page (their keys must not interleave)."""
+        if len(pages) == 1:
+            return pages[0]
+        return cls(np.concatenate([p.keys for p in pages]), pa.concat_tables([p.rows for p in pages]))
+
+
+@dataclass(frozen=True)
+class PageMap:
+    """Page boundaries of R: page ``p`` holds keys in ``[bounds[p], bounds[p+1])``.
+
+    The last page ends at ``max_key``. ``n_keys`` is the number of distinct keys of R.
+    """
+
+    bounds: np.ndarray
+    max_key: object
+    page_rows: int
+    n_keys: int
+    n_rows: int
+
+    @property
+    def n_pages(self) -> int:
+        return len(self.bounds)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.bounds.nbytes)
+
+    def page_of(self, keys: np.ndarray) -> np.ndarray:
+        """The page of each key (``int64``); -1 where the key is outside R's key range."""
+        pages = np.searchsorted(self.bounds, keys, side="right").astype(np.int64) - 1
+        if self.n_pages:
+            pages[keys > self.max_key] = -1
+        return pages
+
+    def key_range(self, first: int, count: int = 1) -> tuple:
+        """``(lo, hi)`` of pages ``first .. first+count-1``; ``hi`` is None for the last page."""
+        last = first + count
+        return self.bounds[first], (self.bounds[last] if last < self.n_pages else None)
+
+
+@dataclass
+class ColumnInfo:
+    name: str
+    sql_type: str
+    arrow_type: pa.DataType
+
+
+class MasterStore:
+    """Base class of the SQL stores: SQL generation, page map, conversion, counters.
+
+    Subclasses say how to connect and how to read the catalogue (:meth:`_describe`,
+    :meth:`_indexes`). ``select`` lists the master columns a matched tuple carries; it defaults
+    to every column but the key.
+    """
+
+    dialect: Dialect
+
+    def __init__(self, connection, table: str, key: str, select: list[str] | None = None):
+        self.connection = connection
+        self.table = table
+        self.key = key
+        self.counters = IOCounters()
+        self._qt = self.dialect.quote(table, "table")
+        self._qk = self.dialect.quote(key, "key column")
+        columns = self._describe()
+        if not columns:
+            raise StoreError(f"table: {table!r} does not exist in the master database")
+        by_name = {c.name: c for c in columns}
+        if key not in by_name:
+            raise StoreError(
+                f"key: column {key!r} is not in table {table!r} (columns: {sorted(by_name)})"
+            )
+        if select is None:
+            select = [c.name for c in columns if c.name != key]
+        for name in select:
+            self.dialect.quote(name, "select column")
+            if name not in by_name:
+                raise StoreError(
+                    f"select: column {name!r} is not in table {table!r} (columns: {sorted(by_name)})"
+                )
+        self.select = list(select)
+        self.schema = pa.schema([(n, by_name[n].arrow_type) for n in self.select])
+        self.key_unique = self._check_index(by_name[key])
+        self.key_type = self._key_type(by_name[key])
+        cols = ", ".join([self._qk] + [self.dialect.quote(n) for n in self.select])
+        self._select_sql = f"SELECT {cols} FROM {self._qt}"
+        self._page_maps: dict[int, PageMap] = {}
+        self._n_rows: int | None = None
+        self._costs: tuple[float, float] | None = None
+
+    # -- catalogue (per dialect) -------------------------------------------------------------
+    def _describe(self) -> list[ColumnInfo]:
+        raise NotImplementedError
+
+    def _indexes(self) -> list[tuple[str, bool]]:
+        """``(first column, unique)`` of every index of the table."""
+        raise NotImplementedError
+
+    def _key_width_sql(self) -> str:
+        raise NotImplementedError
+
+    def _check_index(self, key_column: ColumnInfo) -> bool:
+        firsts = [(col, unique) for col, unique in self._indexes() if col == self.key]
+        if not firsts:
+            raise StoreError(
+                f"key: table {self.table!r} has no index whose first column is {self.key!r} "
+                f"(create one: CREATE INDEX ix_{self.table}_{self.key} ON {self.table} ({self.key}))"
+            )
+        return any(unique for _, unique in firsts)
+
+    def _key_type(self, column: ColumnInfo) -> KeyType:
+        t = column.arrow_type
+        if pa.types.is_integer(t):
+            return KeyType("int")
+        if pa.types.is_string(t) or pa.types.is_binary(t):
+            width = self._scalar(self._key_width_sql()) or 1
+            return KeyType("str", int(width))
+        raise StoreError(
+            f"key: column {self.key!r} has type {column.sql_type}; expected an integer or string column"
+        )
+
+    # -- queries -----------------------------------------------------------------------------
+    def _execute(self, sql: str, params=()) -> list[tuple]:
+        started = time.perf_counter()
+        cursor = self.connection.cursor()
+        try:
+            cursor.execute(sql, tuple(params))
+            rows = cursor.fetchall()
+        finally:
+            cursor.close()
+        self.counters.seconds += time.perf_counter() - started
+        self.counters.queries += 1
+        self.counters.rows += len(rows)
+        return rows
+
+    def _scalar(self, sql: str, params=()):
+        rows = self._execute(sql, params)
+        return rows[0][0] if rows else None
+
+    def _page(self, where: str, params=(), suffix: str = "") -> MasterPage:
+        rows = self._execute(f"{self._select_sql} WHERE {where} ORDER BY {self._qk}{suffix}", params)
+        return self._to_page(rows)
+
+    def _to_page(self, rows: list[tuple]) -> MasterPage:
+        columns = list(zip(*rows)) if rows else [()] * (1 + len(self.select))
+        keys = self.key_type.from_db(columns[0])
+        arrays = []
+        for field, values in zip(self.schema, columns[1:]):
+            try:
+                arrays.append(pa.array(values, type=field.type))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+                raise StoreError(
+                    f"select: column {field.name!r} of {self.table!r} holds a value that is not "
+                    f"{field.type} ({exc})"
+                ) from None
+        return MasterPage(keys, pa.Table.from_arrays(arrays, schema=self.schema))
+
+    def _bind(self, key):
+        return self.key_type.to_db(np.asarray([key], dtype=self.key_type.dtype))[0]
+
+    # -- the store protocol ------------------------------------------------------------------
+    @property
+    def n_rows(self) -> int:
+        if self._n_rows is None:
+            self._n_rows = int(self._scalar(f"SELECT COUNT(*) FROM {self._qt}"))
+        return self._n_rows
+
+    def page_map(self, page_rows: int = DEFAULT_PAGE_ROWS) -> PageMap:
+        """The page map for pages of ``page_rows`` distinct keys (one query, then cached)."""
+        if not isinstance(page_rows, int) or page_rows < 1:
+            raise ConfigError(f"page_rows: {page_rows!r} must be a positive integer")
+        if page_rows not in self._page_maps:
+            source = self._qt if self.key_unique else f"(SELECT DISTINCT {self._qk} FROM {self._qt}) d"
+            p = self.dialect.param
+            rows = self._execute(
+                f"SELECT {self._qk}, rn FROM (SELECT {self._qk}, ROW_NUMBER() OVER "
+                f"(ORDER BY {self._qk}) AS rn FROM {source}) s "
+                f"WHERE {self.dialect.mod('rn - 1', p)} = 0 OR rn = (SELECT COUNT(*) FROM {source}) ORDER BY {self._qk}",
+                (page_rows,),
+            )
+            keys = self.key_type.from_db([r[0] for r in rows])
+            n_keys = int(rows[-1][1]) if rows else 0
+            starts = np.array([(int(r[1]) - 1) % page_rows == 0 for r in rows], dtype=bool)
+            empty = np.zeros(0, dtype=self.key_type.dtype)
+            self._page_maps[page_rows] = PageMap(
+                bounds=keys[starts] if rows else empty,
+                max_key=keys[-1] if rows else self.key_type.dtype.type(0),
+                page_rows=page_rows,
+                n_keys=n_keys,
+                n_rows=self.n_rows,
+            )
+        return self._page_maps[page_rows]
+
+    def load_pages(self, page_map: PageMap, first: int, count: int = 1) -> MasterPage:
+        """Pages ``first .. first+count-1`` in one index range query."""
+        lo, hi = page_map.key_range(first, count)
+        p = self.dialect.param
+        if hi is None:
+            return self._page(f"{self._qk} >= {p}", (self._bind(lo),))
+        return self._page(f"{self._qk} >= {p} AND {self._qk} < {p}", (self._bind(lo), self._bind(hi)))
+
+    def load_page_runs(self, page_map: PageMap, runs: list[tuple[int, int]]) -> MasterPage:
+        """Several runs ``(first, count)`` of pages in one query (an OR of index ranges)."""
+        if not runs:
+            return self._to_page([])
+        p = self.dialect.param
+        terms, params = [], []
+        for first, count in runs:
+            lo, hi = page_map.key_range(first, count)
+            if hi is None:
+                terms.append(f"{self._qk} >= {p}")
+                params.append(self._bind(lo))
+            else:
+                terms.append(f"({self._qk} >= {p} AND {self._qk} < {p})")
+                params += [self._bind(lo), self._bind(hi)]
+        return self._page(" OR ".join(terms), params)
+
+    def load_range(self, start_key, limit: int) -> MasterPage:
+        """``key >= start_key ORDER BY key LIMIT limit``: the index-range load of the papers."""
+        p = self.dialect.param
+        return self._page(f"{self._qk} >= {p}", (self._bind(start_key),), f" LIMIT {int(limit)}")
+
+    def lookup(self, key) -> MasterPage:
+        """Every row of ``key``: INLJ's point query."""
+        return self._page(f"{self._qk} = {self.dialect.param}", (self._bind(key),))
+
+    def lookup_many(self, keys: np.ndarray) -> MasterPage:
+        """Every row of the given keys in one ``IN (...)`` query."""
+        if len(keys) == 0:
+            return self._to_page([])
+        where = f"{self._qk} IN ({self.dialect.placeholders(len(keys))})"
+        return self._page(where, self.key_type.to_db(np.asarray(keys)))
+
+    def calibrate(self, rows: int = 2000, repeat: int = 3) -> tuple[float, float]:
+        """Measure S (seconds per query) and T (seconds per row read) of this store.
+
+        The papers' cost models and SSIJ's maxDist = 1 + S/T need them; they depend on the
+        machine, the server and the driver, so they are measured at start-up (the best of
+        ``repeat`` small and large index range loads) and never hard-coded. The calibration's
+        queries are not counted in :attr:`counters`.
+        """
+        if self._costs is None:
+            saved = IOCounters(**vars(self.counters))
+            start = self._scalar(f"SELECT MIN({self._qk}) FROM {self._qt}")
+            small = large = float("inf")
+            got = 1
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                self.load_range(start, 1)
+                t1 = time.perf_counter()
+                got = len(self.load_range(start, rows))
+                t2 = time.perf_counter()
+                small, large = min(small, t1 - t0), min(large, t2 - t1)
+            per_row = max(large - small, 0.0) / max(got - 1, 1)
+            self._costs = (small, max(per_row, 1e-9))
+            self.counters = saved
+        return self._costs
+
+    def row_bytes(self, page_map: PageMap) -> float:
+        """v_R: bytes one loaded row of R takes in memory (key + selected columns), sampled."""
+        if page_map.n_pages == 0:
+            return float(self.key_type.itemsize)
+        saved = IOCounters(**vars(self.counters))
+        sample = self.load_pages(page_map, 0)
+        self.counters = saved
+        return sample.nbytes / max(len(sample), 1)
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def arrow_type_for(sql_type: str, precision: int | None = None, scale: int | None = None) -> pa.DataType:
+    """Arrow type of a column from its declared SQL type (MySQL names, SQLite affinities)."""
+    t = (sql_type or "").upper()
+    if "INT" in t or t.startswith("BOOL"):
+        return pa.int64()
+    if any(s in t for s in ("CHAR", "TEXT", "CLOB", "ENUM", "SET")):
+        return pa.string()
+    if any(s in t for s in ("DOUB", "FLOA", "REAL")):
+        return pa.float64()
+    if t.startswith(("DEC", "NUMERIC")):
+        if precision:
+            return pa.decimal128(int(precision), int(scale or 0))
+        return pa.float64()
+    if "BLOB" in t or "BINARY" in t:
+        return pa.binary()
+    if t == "DATE":
+        return pa.date32()
+    if t.startswith(("DATETIME", "TIMESTAMP")):
+        return pa.timestamp("us")
+    return pa.string()

@@ -1,0 +1,64 @@
+"""R in MySQL / MariaDB (InnoDB), through mysqlclient: the production master-data store."""
+
+from __future__ import annotations
+
+from ..errors import StoreError
+from .base import ColumnInfo, MasterStore, arrow_type_for
+from .sql import MYSQL
+
+
+class MySqlStore(MasterStore):
+    """R as a MySQL/MariaDB table.
+
+    ``connection`` is a DB-API connection (``MySQLdb.connect(...)``, or Airflow's
+    ``MySqlHook.get_conn()``); it should be in autocommit mode, so that every query sees the
+    latest committed version of R rather than one REPEATABLE READ snapshot forever. A string
+    key needs a binary collation (``utf8mb4_bin``, ``VARBINARY``): the join compares keys byte
+    for byte, and only then does the index order agree with it.
+    """
+
+    dialect = MYSQL
+
+    def _describe(self) -> list[ColumnInfo]:
+        rows = self._catalogue(
+            "SELECT COLUMN_NAME, COLUMN_TYPE, DATA_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE, "
+            "COLLATION_NAME FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+        )
+        columns = []
+        for name, column_type, data_type, precision, scale, collation in rows:
+            if name == self.key and collation and not collation.endswith("_bin"):
+                raise StoreError(
+                    f"key: column {name!r} of {self.table!r} has collation {collation}; expected a "
+                    f"binary collation (ALTER TABLE {self.table} MODIFY {name} {column_type} "
+                    "COLLATE utf8mb4_bin) so that keys compare byte for byte"
+                )
+            columns.append(ColumnInfo(name, column_type, arrow_type_for(data_type, precision, scale)))
+        return columns
+
+    def _indexes(self) -> list[tuple[str, bool]]:
+        rows = self._catalogue(
+            "SELECT COLUMN_NAME, NON_UNIQUE, INDEX_NAME FROM information_schema.STATISTICS "
+            "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s AND SEQ_IN_INDEX = 1",
+        )
+        found = []
+        for column, non_unique, index_name in rows:
+            # a unique index is only unique on its first column if it has no second one
+            columns = self._catalogue(
+                "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
+                "AND TABLE_NAME = %s AND INDEX_NAME = %s",
+                (index_name,),
+            )[0][0]
+            found.append((column, int(non_unique) == 0 and int(columns) == 1))
+        return found
+
+    def _catalogue(self, sql: str, extra=()) -> list[tuple]:
+        cursor = self.connection.cursor()
+        try:
+            cursor.execute(sql, (self.table, *extra))
+            return list(cursor.fetchall())
+        finally:
+            cursor.close()
+
+    def _key_width_sql(self) -> str:
+        return f"SELECT MAX(LENGTH({self._qk})) FROM {self._qt}"

@@ -1,0 +1,201 @@
+"""SQL dialects, database URLs and identifier quoting for the master-data stores.
+
+Two dialects: SQLite (the embedded default, standard library ``sqlite3``) and MySQL/MariaDB
+(``MySQLdb`` from mysqlclient, the driver Airflow's MySQL provider uses). Identifiers that come
+from configuration are validated against :data:`IDENTIFIER` and quoted; values are always bound
+as parameters.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import ConfigError
+
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+def check_identifier(name: str, what: str) -> str:
+    """Return ``name`` if it is a plain SQL identifier, else raise a ConfigError naming ``what``."""
+    if not isinstance(name, str) or not IDENTIFIER.match(name):
+        raise ConfigError(
+            f"{what}: {name!r} is not a valid identifier (expected letters, digits and _, "
+            "starting with a letter or _, at most 64 characters)"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: str
+    param: str  # the driver's placeholder
+    quote_char: str
+
+    def quote(self, name: str, what: str = "identifier") -> str:
+        check_identifier(name, what)
+        return f"{self.quote_char}{name}{self.quote_char}"
+
+    def mod(self, a: str, b: str) -> str:
+        # MySQL drivers format queries with %, so MySQL spells modulo as MOD()
+        return f"MOD({a}, {b})" if self.name == "mysql" else f"({a}) % {b}"
+
+    def placeholders(self, n: int) -> str:
+        return ", ".join([self.param] * n)
+
+    def column_type(self, arrow_type: pa.DataType, *, key: bool = False, width: int = 0) -> str:
+        """The SQL type for an Arrow column of a generated table."""
+        if pa.types.is_integer(arrow_type):
+            return "BIGINT"
+        if pa.types.is_floating(arrow_type):
+            return "DOUBLE" if self.name == "mysql" else "REAL"
+        if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+            if self.name == "mysql":
+                # keys need a binary collation so that ORDER BY agrees with byte order
+                collation = " COLLATE utf8mb4_bin" if key else ""
+                return f"VARCHAR({max(width, 1)}) CHARACTER SET utf8mb4{collation}"
+            return "TEXT"
+        raise ConfigError(f"column type: {arrow_type} is not supported for generated tables")
+
+
+SQLITE = Dialect("sqlite", "?", '"')
+MYSQL = Dialect("mysql", "%s", "`")
+
+
+@dataclass(frozen=True)
+class DatabaseURL:
+    """``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or ``mysql://user:pass@host:port/db``."""
+
+    dialect: Dialect
+    path: str = ""  # sqlite
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = "root"
+    password: str = ""
+    database: str = ""
+
+    @classmethod
+    def parse(cls, url: str) -> "DatabaseURL":
+        if not isinstance(url, str) or "://" not in url:
+            raise ConfigError(
+                f"master URL: {redact(url)!r} is not a database URL "
+                "(expected sqlite:///path.db or mysql://user:pass@host:port/db)"
+            )
+        scheme = url.split("://", 1)[0].lower()
+        if scheme == "sqlite":
+            path = url[len("sqlite:///"):] if url.lower().startswith("sqlite:///") else ""
+            if not path:
+                raise ConfigError(f"master URL: {url!r} names no file (expected sqlite:///path.db)")
+            return cls(SQLITE, path=path)
+        if scheme in ("mysql", "mysql+mysqldb", "mariadb"):
+            parts = urlsplit(url)
+            database = parts.path.lstrip("/")
+            if not database:
+                raise ConfigError(
+                    f"master URL: {redact(url)!r} names no database (expected mysql://user:pass@host:port/db)"
+                )
+            return cls(
+                MYSQL,
+                host=parts.hostname or "127.0.0.1",
+                port=parts.port or 3306,
+                user=unquote(parts.username or "root"),
+                password=unquote(parts.password or ""),
+                database=database,
+            )
+        raise ConfigError(
+            f"master URL: scheme {scheme!r} is not one of ['sqlite', 'mysql'] "
+            "(expected sqlite:///path.db or mysql://user:pass@host:port/db)"
+        )
+
+    def connect(self):
+        """A new DB-API connection (autocommit: every query sees the latest committed R)."""
+        if self.dialect is SQLITE:
+            path = Path(self.path)
+            if path.parent and not path.parent.exists():
+                raise ConfigError(f"master URL: folder {str(path.parent)!r} does not exist")
+            return sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        import MySQLdb  # mysqlclient; imported late so SQLite users never need it
+
+        try:
+            return MySQLdb.connect(
+                host=self.host,
+                port=self.port,
+                user=self.user,
+                passwd=self.password,
+                db=self.database,
+                charset="utf8mb4",
+                autocommit=True,
+            )
+        except MySQLdb.OperationalError as exc:
+            raise ConfigError(
+                f"master URL: cannot connect to MySQL at {self.user}@{self.host}:{self.port}/"
+                f"{self.database} ({exc.args[-1]})"
+            ) from None
+
+
+def _max_bytes(column) -> int:
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return 0
+    longest = pc.max(pc.binary_length(column)).as_py()
+    return int(longest or 1)
+
+
+def redact(url) -> str:
+    """The URL with its password replaced by ``***``: URLs reach logs, never credentials."""
+    if not isinstance(url, str):
+        return repr(url)
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def dialect_of(connection) -> Dialect:
+    """The dialect of a DB-API connection (``sqlite3`` or a MySQL driver's)."""
+    if isinstance(connection, sqlite3.Connection):
+        return SQLITE
+    module = type(connection).__module__
+    if module.startswith(("MySQLdb", "pymysql", "mysql")):
+        return MYSQL
+    raise ConfigError(
+        f"connection: {type(connection).__name__} from {module} is not a sqlite3 or MySQL connection"
+    )
+
+
+def write_table(
+    connection,
+    table: str,
+    rows: pa.Table,
+    *,
+    primary_key: str,
+    batch_rows: int = 20_000,
+) -> None:
+    """Create ``table`` (replacing it) with ``rows`` and a primary key on ``primary_key``."""
+    dialect = dialect_of(connection)
+    qt = dialect.quote(table, "table")
+    columns = ", ".join(
+        f"{dialect.quote(f.name, 'column')} "
+        f"{dialect.column_type(f.type, key=f.name == primary_key, width=_max_bytes(rows[f.name]))}"
+        + (" NOT NULL" if f.name == primary_key else "")
+        for f in rows.schema
+    )
+    cursor = connection.cursor()
+    cursor.execute(f"DROP TABLE IF EXISTS {qt}")
+    engine = " ENGINE=InnoDB" if dialect is MYSQL else ""
+    cursor.execute(f"CREATE TABLE {qt} ({columns}, PRIMARY KEY ({dialect.quote(primary_key)})){engine}")
+    insert = (
+        f"INSERT INTO {qt} ({', '.join(dialect.quote(n) for n in rows.column_names)}) "
+        f"VALUES ({dialect.placeholders(rows.num_columns)})"
+    )
+    if dialect is SQLITE:
+        cursor.execute("BEGIN")
+    for batch in rows.to_batches(max_chunksize=batch_rows):
+        cursor.executemany(insert, list(zip(*(c.to_pylist() for c in batch.columns))))
+    if dialect is SQLITE:
+        cursor.execute("COMMIT")
+    else:
+        connection.commit()
+    cursor.close()
