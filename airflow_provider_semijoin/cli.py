@@ -1,0 +1,221 @@
+"""The ``semijoin`` command line: generate, join, algorithms, bench, demo.
+
+Names and options of ``join`` are a stable interface other tools drive. Bad input ends with
+one line ``semijoin: error: ...`` naming the problem and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .core.errors import ConfigError, SemiJoinError
+from .core.units import parse_bytes
+
+DEFAULT_MEMORY = "50MB"
+
+
+def _params(pairs: list[str]) -> dict:
+    params = {}
+    for pair in pairs or []:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"--set: {pair!r} is not NAME=VALUE")
+        params[name.strip()] = value.strip()
+    return params
+
+
+def _columns(text: str | None) -> list[str] | None:
+    return [c.strip() for c in text.split(",") if c.strip()] if text else None
+
+
+def _print_json(data, path: str | None) -> None:
+    text = json.dumps(data, indent=2, default=str)
+    if path:
+        Path(path).write_text(text + "\n")
+    else:
+        print(text)
+
+
+# -- generate ---------------------------------------------------------------------------------
+def cmd_generate_master(args) -> int:
+    from .workloads import generate_master
+
+    info = generate_master(args.db, args.table, args.rows, key_type=args.key_type, seed=args.seed, reuse=not args.replace)
+    verb = "kept" if info["reused"] else "wrote"
+    print(f"{verb} {info['n_rows']} rows ({info['key_type']} keys) in table {info['table']}")
+    return 0
+
+
+def cmd_generate_stream(args) -> int:
+    import pyarrow as pa
+
+    from .core.files import write_table
+    from .workloads import bursty_arrivals, zipf_stream
+
+    stream = zipf_stream(
+        args.rows, args.master_rows, exponent=args.zipf, shape=args.shape, missing=args.missing,
+        key_type=args.key_type, seed=args.seed,
+    )
+    if args.rate:
+        stream = stream.append_column("arrival_s", pa.array(bursty_arrivals(args.rows, mean_rate=args.rate, seed=args.seed)))
+    write_table(args.out, stream, what="out")
+    print(f"wrote {stream.num_rows} stream tuples (Zipf {args.zipf}, {args.shape}, missing {args.missing}) to {args.out}")
+    return 0
+
+
+# -- join ---------------------------------------------------------------------------------------
+def cmd_join(args) -> int:
+    from .core.files import file_format, read_table, write_table
+    from .core.joins import algorithm_class, create
+    from .core.runner import run_join
+    from .core.stores import open_store
+
+    memory = parse_bytes(args.memory)
+    params = _params(args.set)
+    algorithm_class(args.algorithm)  # a wrong name fails before any connection is made
+    for path, what in ((args.out, "out"), (args.unmatched, "unmatched")):
+        if path:
+            file_format(path, what=what)
+    stream = read_table(args.stream, what="stream")
+    if stream.num_rows == 0:
+        raise ConfigError(f"stream: {args.stream!r} has no rows; expected at least one stream tuple")
+    with open_store(args.master, args.table, args.key, _columns(args.select)) as store:
+        algorithm = create(args.algorithm, store, memory, params)
+        result = run_join(algorithm, stream, args.stream_key)
+    write_table(args.out, result.matched, what="out")
+    if args.unmatched:
+        write_table(args.unmatched, result.unmatched, what="unmatched")
+    stats = result.stats
+    if args.stats:
+        _print_json(stats, args.stats)
+    print(
+        f"{stats['algorithm']}: {stats['tuples_in']} tuples in, {stats['tuples_matched']} matched, "
+        f"{stats['tuples_unmatched']} unmatched {stats['unmatched_by_reason']}, "
+        f"{stats['service_rate_tps']:,.0f} tuples/s, {stats['disk_queries']} disk queries, "
+        f"exactly once: {'yes' if stats['exactly_once']['ok'] else 'NO'}"
+    )
+    return 0 if stats["exactly_once"]["ok"] else 1
+
+
+# -- algorithms ---------------------------------------------------------------------------------
+def cmd_algorithms(args) -> int:
+    from .core.joins import describe
+
+    table = describe()
+    if args.json:
+        _print_json(table, None)
+        return 0
+    for entry in table:
+        print(f"{entry['name']:<15} {entry['paper']}")
+        for name, p in entry["params"].items():
+            print(f"    --set {name}=<{p['type']}>  (default {p['default']}): {p['doc']}")
+    return 0
+
+
+# -- bench / demo ---------------------------------------------------------------------------------
+def cmd_bench(args) -> int:
+    from .bench import BenchConfig, run_bench
+
+    config = BenchConfig(
+        master=args.master, rows=args.rows, memory=parse_bytes(args.memory), zipf=args.zipf,
+        shapes=_columns(args.shapes), algorithms=_columns(args.algorithms), warmup_s=args.warmup,
+        window_s=args.window, params=_params(args.set), seed=args.seed,
+    )
+    report = run_bench(config, out=print)
+    if args.out:
+        _print_json(report, args.out)
+        print(f"wrote {args.out}")
+    return 0 if all(r["memory_ok"] for r in report["results"]) else 1
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    return run_demo(Path(args.dir), rows=args.rows, stream_rows=args.stream_rows, memory=parse_bytes(args.memory), out=print)
+
+
+# -- parser -------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="semijoin", description="Semi-stream joins of a stream with a disk-based master table.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("generate", help="generate a master table or a stream file").add_subparsers(dest="what", required=True)
+    gm = gen.add_parser("master", help="write a master table R into a database")
+    gm.add_argument("--db", required=True, help="sqlite:///path.db or mysql://user:pass@host:port/db")
+    gm.add_argument("--table", default="master")
+    gm.add_argument("--rows", type=int, required=True)
+    gm.add_argument("--key-type", choices=["int", "str"], default="int")
+    gm.add_argument("--seed", type=int, default=0)
+    gm.add_argument("--replace", action="store_true", help="rewrite the table even if it already holds this data set")
+    gm.set_defaults(func=cmd_generate_master)
+    gs = gen.add_parser("stream", help="write a Zipf-skewed stream file (Parquet, CSV or JSON lines)")
+    gs.add_argument("--out", required=True)
+    gs.add_argument("--rows", type=int, required=True)
+    gs.add_argument("--master-rows", type=int, required=True, help="rows of the master table the stream joins")
+    gs.add_argument("--zipf", type=float, default=1.0, help="Zipf exponent (0 = uniform)")
+    gs.add_argument("--shape", choices=["noperm", "random"], default="noperm")
+    gs.add_argument("--missing", type=float, default=0.0, help="fraction of tuples whose key is absent from R")
+    gs.add_argument("--key-type", choices=["int", "str"], default="int")
+    gs.add_argument("--seed", type=int, default=0)
+    gs.add_argument("--rate", type=float, default=None, help="add bursty self-similar arrival times at this mean rate (tuples/s)")
+    gs.set_defaults(func=cmd_generate_stream)
+
+    j = sub.add_parser("join", help="join a stream file with a master table")
+    j.add_argument("--algorithm", required=True, help="see `semijoin algorithms`")
+    j.add_argument("--master", required=True, help="sqlite:///path.db or mysql://user:pass@host:port/db")
+    j.add_argument("--table", required=True)
+    j.add_argument("--key", required=True, help="join key column of the master table")
+    j.add_argument("--select", help="master columns to add, comma separated (default: all but the key)")
+    j.add_argument("--stream", required=True, help="stream file: .parquet, .csv or .jsonl")
+    j.add_argument("--stream-key", required=True)
+    j.add_argument("--out", required=True, help="matched rows (stream columns + master columns)")
+    j.add_argument("--unmatched", help="unmatched rows with their reason")
+    j.add_argument("--memory", default=DEFAULT_MEMORY, help=f"memory budget (default {DEFAULT_MEMORY})")
+    j.add_argument("--set", action="append", metavar="NAME=VALUE", help="algorithm parameter (repeatable)")
+    j.add_argument("--stats", help="write run statistics as JSON to this file")
+    j.set_defaults(func=cmd_join)
+
+    a = sub.add_parser("algorithms", help="list the join algorithms and their parameters")
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(func=cmd_algorithms)
+
+    b = sub.add_parser("bench", help="service rate of every algorithm on the same data, in one run")
+    b.add_argument("--master", default="mysql://semijoin:semijoin@127.0.0.1:3306/semijoin_bench")
+    b.add_argument("--rows", type=int, default=2_000_000)
+    b.add_argument("--memory", default=DEFAULT_MEMORY)
+    b.add_argument("--zipf", type=float, default=1.0)
+    b.add_argument("--shapes", default="noperm,random")
+    b.add_argument("--algorithms", default=None, help="comma separated (default: all)")
+    b.add_argument("--warmup", type=float, default=10.0, help="seconds before the measurement window")
+    b.add_argument("--window", type=float, default=20.0, help="seconds of the measurement window")
+    b.add_argument("--set", action="append", metavar="ALGORITHM.NAME=VALUE", help="algorithm parameter (repeatable)")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--out", help="write the report as JSON")
+    b.set_defaults(func=cmd_bench)
+
+    d = sub.add_parser("demo", help="generate data in SQLite, run HYBRIDJOIN, check it against a hash join")
+    d.add_argument("--dir", default="semijoin-demo")
+    d.add_argument("--rows", type=int, default=200_000, help="master rows")
+    d.add_argument("--stream-rows", type=int, default=200_000)
+    d.add_argument("--memory", default="4MB")
+    d.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SemiJoinError as exc:
+        print(f"semijoin: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("semijoin: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,20 @@
+"""Sizes given by people: ``50MB``, ``512KiB``, ``1G``, ``1048576``."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import ConfigError
+
+_UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_bytes(text, what: str = "memory") -> int:
+    """Bytes in ``text``; K, M, G, T are powers of 1024 (as MySQL and Spark read them)."""
+    if isinstance(text, int) and not isinstance(text, bool) and text > 0:
+        return text
+    match = _SIZE.match(str(text))
+    if not match or float(match.group(1)) <= 0:
+        raise ConfigError(f"{what}: {text!r} is not a size (expected e.g. 50MB, 512KB, 1GB or a number of bytes)")
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
