@@ -1,0 +1,177 @@
+"""Streams of foreign keys into R with Zipf-skewed frequencies.
+
+The papers' stream generator (HYBRIDJOIN appendix, CACHEJOIN, SSIJ) draws each tuple's foreign
+key from a Zipf distribution over R's keys: P(rank r) proportional to 1/(r+1)^exponent, with
+exponent 0 uniform and exponent 1 the "80/20" market of the papers. How ranks map onto R's keys
+is the *shape* (SSIJ paper):
+
+- ``noperm``: rank r is the r-th key of R in key order, so the hot keys are clustered at the
+  start of R (the best case for page-based algorithms: the hot keys share pages);
+- ``random``: rank r is the key at position ``perm[r]`` of a permutation seeded by a fixed
+  seed (:data:`RANDOM_SHAPE_SEED`), independent of the stream's seed, so that every stream drawn
+  for the same master has the same hot set, spread over all of R.
+
+A fraction ``missing`` of the tuples (chosen at random) carries instead the absent key just
+below the position its rank maps to (:func:`~.master.absent_key`): missing keys are as skewed as
+present ones and fall between R's keys.
+
+Sampling is vectorised: the CDF is computed once per (n_keys, exponent) and cached, and ranks
+are drawn with ``searchsorted`` on uniform randoms.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..core.errors import ConfigError
+from .master import _check_rows, check_int, check_key_type, check_seed, key_array
+
+SHAPES = ("noperm", "random")
+RANDOM_SHAPE_SEED = 12345
+STREAM_COLUMNS = ("tid", "nk", "qty", "amount")
+
+
+def _check_exponent(exponent) -> float:
+    if isinstance(exponent, bool) or not isinstance(exponent, numbers.Real) or math.isnan(exponent):
+        raise ConfigError(f"exponent: {exponent!r} is not a number")
+    if exponent < 0:
+        raise ConfigError(f"exponent: {exponent} must be >= 0")
+    if math.isinf(exponent):
+        raise ConfigError(f"exponent: {exponent} must be finite")
+    return float(exponent)
+
+
+@functools.lru_cache(maxsize=8)
+def _zipf_cdf(n_keys: int, exponent: float) -> np.ndarray:
+    """The normalised cumulative distribution of ranks 0..n_keys-1 (read-only, cached)."""
+    weights = np.arange(1, n_keys + 1, dtype=np.float64) ** -exponent
+    cdf = np.cumsum(weights)
+    cdf /= cdf[-1]
+    cdf.flags.writeable = False
+    return cdf
+
+
+@functools.lru_cache(maxsize=4)
+def _random_shape(n_keys: int) -> np.ndarray:
+    """The fixed permutation of the ``random`` shape: rank r -> position perm[r] (cached)."""
+    perm = np.random.default_rng(RANDOM_SHAPE_SEED).permutation(n_keys).astype(np.int64)
+    perm.flags.writeable = False
+    return perm
+
+
+def zipf_ranks(n: int, n_keys: int, exponent: float, rng: np.random.Generator) -> np.ndarray:
+    """``n`` 0-based ranks in [0, n_keys), P(rank r) proportional to 1/(r+1)^exponent (int64)."""
+    n = check_int(n, "n", minimum=0)
+    n_keys = check_int(n_keys, "n_keys", minimum=1)
+    exponent = _check_exponent(exponent)
+    if exponent == 0.0:
+        return rng.integers(0, n_keys, n, dtype=np.int64)
+    cdf = _zipf_cdf(n_keys, exponent)
+    ranks = np.searchsorted(cdf, rng.random(n), side="right")
+    # rounding can leave cdf[-1] a hair below a uniform draw close to 1
+    return np.minimum(ranks, n_keys - 1).astype(np.int64, copy=False)
+
+
+def _check_options(master_rows, exponent, shape, missing, key_type, seed, first_tid) -> dict:
+    key_type = check_key_type(key_type)
+    if shape not in SHAPES:
+        raise ConfigError(f"shape: {shape!r} is not one of {list(SHAPES)}")
+    if isinstance(missing, bool) or not isinstance(missing, numbers.Real) or not 0 <= missing <= 1:
+        raise ConfigError(f"missing: {missing!r} is not in [0, 1]")
+    master_rows = _check_rows(master_rows, key_type, "master_rows")
+    if master_rows < 1:
+        raise ConfigError(f"master_rows: {master_rows} must be >= 1")
+    return {
+        "master_rows": master_rows,
+        "exponent": _check_exponent(exponent),
+        "shape": shape,
+        "missing": float(missing),
+        "key_type": key_type,
+        "seed": check_seed(seed),
+        "first_tid": check_int(first_tid, "first_tid", minimum=0),
+    }
+
+
+def _stream(n, rng, *, master_rows, exponent, shape, missing, key_type, first_tid, **_) -> pa.Table:
+    ranks = zipf_ranks(n, master_rows, exponent, rng)
+    positions = ranks if shape == "noperm" else _random_shape(master_rows)[ranks]
+    is_missing = rng.random(n) < missing
+    present = key_array(positions, key_type)
+    if is_missing.any():
+        absent = key_array(positions, key_type, absent=True)
+        keys = pc.if_else(pa.array(is_missing), absent, present)
+    else:
+        keys = present
+    qty = rng.integers(1, 11, n, dtype=np.int64)
+    amount = np.round(qty * rng.uniform(0.5, 200.0, n), 2)
+    return pa.table(
+        {
+            "tid": pa.array(np.arange(first_tid, first_tid + n, dtype=np.int64)),
+            "nk": keys,
+            "qty": pa.array(qty),
+            "amount": pa.array(amount, pa.float64()),
+        }
+    )
+
+
+def _rng(seed: int, chunk: int) -> np.random.Generator:
+    return np.random.default_rng([seed, chunk])
+
+
+def zipf_stream(
+    n_tuples: int,
+    master_rows: int,
+    *,
+    exponent: float = 1.0,
+    shape: str = "noperm",
+    missing: float = 0.0,
+    key_type: str = "int",
+    seed: int = 0,
+    first_tid: int = 0,
+) -> pa.Table:
+    """``n_tuples`` stream tuples joining R of ``master_rows`` rows (see the module docstring).
+
+    Columns: ``tid`` (int64, first_tid..first_tid+n-1, stable across replays), ``nk`` (the
+    foreign key: int64, or string for ``key_type="str"``), ``qty`` (int64 1..10), ``amount``
+    (float64). The same arguments give the same table; it equals the first chunk of
+    :func:`zipf_stream_chunks` with ``chunk_rows=n_tuples``.
+    """
+    options = _check_options(master_rows, exponent, shape, missing, key_type, seed, first_tid)
+    n_tuples = check_int(n_tuples, "n_tuples", minimum=0)
+    return _stream(n_tuples, _rng(options["seed"], 0), **options)
+
+
+def zipf_stream_chunks(
+    chunk_rows: int,
+    master_rows: int,
+    *,
+    exponent: float = 1.0,
+    shape: str = "noperm",
+    missing: float = 0.0,
+    key_type: str = "int",
+    seed: int = 0,
+    first_tid: int = 0,
+) -> Iterator[pa.Table]:
+    """An endless iterator of consecutive :func:`zipf_stream` chunks of ``chunk_rows`` tuples.
+
+    Tids continue from chunk to chunk; chunk i is drawn from a generator seeded by (seed, i),
+    so the stream is reproducible however far it is read. Arguments are checked at the call.
+    """
+    options = _check_options(master_rows, exponent, shape, missing, key_type, seed, first_tid)
+    chunk_rows = check_int(chunk_rows, "chunk_rows", minimum=1)
+
+    def chunks() -> Iterator[pa.Table]:
+        index = 0
+        while True:
+            tid = options["first_tid"] + index * chunk_rows
+            yield _stream(chunk_rows, _rng(options["seed"], index), **{**options, "first_tid": tid})
+            index += 1
+
+    return chunks()
