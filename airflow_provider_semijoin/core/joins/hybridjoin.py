@@ -52,7 +52,7 @@ class HybridJoin(JoinAlgorithm):
         page_rows = self.settings["page_rows"] or auto_page_rows(query_s, row_s)
         self.page_map = store.page_map(page_rows)
         self._disk_buffer_bytes = int(math.ceil(page_rows * store.row_bytes(self.page_map)))
-        budget = self.memory - self._disk_buffer_bytes - self.page_map.nbytes
+        budget = self.memory - self._disk_buffer_bytes - self.page_map.nbytes - self._reserved_bytes()
         capacity = StreamTable.capacity_for(budget, self.page_map.n_pages, store.key_type.itemsize)
         if capacity < 1:
             raise self._budget_error(
@@ -81,6 +81,10 @@ class HybridJoin(JoinAlgorithm):
         outside = pages < 0
         self.table.admit(chunk.row_ids[~outside], chunk.keys[~outside], pages[~outside])
         return not_in_master(chunk.row_ids[outside], self.schema)
+
+    def _reserved_bytes(self) -> int:
+        """Bytes a variant's own structures need, taken from the budget before H_S is sized."""
+        return 0
 
     def _page_of(self, key) -> int:
         return int(self.page_map.page_of(np.asarray([key], dtype=self.store.key_type.dtype))[0])
@@ -172,12 +176,17 @@ class HybridJoinPQ(HybridJoin):
         self._from_queue = False
         self._queue_size_before = 0
 
+    HEAP_ENTRY_BYTES = 16  # (due, page) as the paper's 16-byte PQ node (Table 1)
+
+    def _reserved_bytes(self) -> int:
+        # frequency, last load and due per page, and a heap of at most 2 entries per page
+        return self.page_map.n_pages * (3 * 8 + 2 * self.HEAP_ENTRY_BYTES)
+
     def memory_split(self) -> dict:
-        pq = self._frequency.nbytes + self._last_load.nbytes + self._due.nbytes + 16 * len(self._heap)
-        return {**super().memory_split(), "page_queue_bytes": pq}
+        return {**super().memory_split(), "page_queue_bytes": self._reserved_bytes()}
 
     def structure_bytes(self) -> int:
-        return super().structure_bytes() + self.memory_split()["page_queue_bytes"]
+        return super().structure_bytes() + self._reserved_bytes()
 
     @property
     def threshold(self) -> float:
@@ -220,5 +229,8 @@ class HybridJoinPQ(HybridJoin):
         if wait <= self.table.capacity:
             self._due[page] = ptc + wait
             heapq.heappush(self._heap, (self._due[page], page))
+            if len(self._heap) > 2 * len(self._due):  # drop stale entries: the heap stays in its reserve
+                self._heap = [(due, p) for due, p in self._heap if due == self._due[p]]
+                heapq.heapify(self._heap)
         else:
             self._due[page] = np.inf
