@@ -95,6 +95,15 @@ class StreamBuffer:
         return chunk
 
 
+_EMPTY_TABLES: dict[pa.Schema, pa.Table] = {}
+
+
+def _empty_table(schema: pa.Schema) -> pa.Table:
+    if schema not in _EMPTY_TABLES:
+        _EMPTY_TABLES[schema] = schema.empty_table()
+    return _EMPTY_TABLES[schema]
+
+
 @dataclass
 class JoinOutput:
     """What one step completed. ``master`` rows align with ``matched_ids``."""
@@ -106,7 +115,10 @@ class JoinOutput:
 
     @classmethod
     def empty(cls, schema: pa.Schema) -> "JoinOutput":
-        return cls(np.zeros(0, np.int64), schema.empty_table(), np.zeros(0, np.int64), np.zeros(0, np.int8))
+        return cls(np.zeros(0, np.int64), _empty_table(schema), np.zeros(0, np.int64), np.zeros(0, np.int8))
+
+    def __len__(self) -> int:
+        return len(self.matched_ids) + len(self.unmatched_ids)
 
     @property
     def completed(self) -> int:
@@ -115,6 +127,7 @@ class JoinOutput:
 
     @classmethod
     def concat(cls, outputs: list["JoinOutput"], schema: pa.Schema) -> "JoinOutput":
+        outputs = [o for o in outputs if len(o)]
         if not outputs:
             return cls.empty(schema)
         if len(outputs) == 1:
