@@ -117,7 +117,11 @@ def key_array(positions: np.ndarray, key_type: str, *, absent: bool = False) -> 
 def _to_numpy(keys: pa.Array, key_type: str) -> np.ndarray:
     if key_type == "int":
         return keys.to_numpy()
-    return np.asarray(keys.to_numpy(zero_copy_only=False), dtype="U11")
+    # every spelled key is exactly 11 ASCII bytes: the data buffer is an S11 array as it is
+    keys = pa.concat_arrays([keys])  # offset 0, compact buffers
+    data = keys.buffers()[2]
+    fixed = np.frombuffer(data, dtype="S11", count=len(keys)) if len(keys) else np.empty(0, "S11")
+    return fixed.astype("U11")
 
 
 def master_keys(n_rows: int, key_type: str = "int") -> np.ndarray:
