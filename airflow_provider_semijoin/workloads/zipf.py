@@ -22,6 +22,7 @@ are drawn with ``searchsorted`` on uniform randoms.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import numbers
 from collections.abc import Iterator
@@ -148,23 +149,27 @@ def zipf_stream(
     return _stream(n_tuples, _rng(options["seed"], 0), **options)
 
 
-def zipf_stream_chunks(
-    chunk_rows: int,
-    master_rows: int,
-    *,
-    exponent: float = 1.0,
-    shape: str = "noperm",
-    missing: float = 0.0,
-    key_type: str = "int",
-    seed: int = 0,
-    first_tid: int = 0,
-) -> Iterator[pa.Table]:
+# the stream options and their defaults, as zipf_stream declares them
+STREAM_OPTIONS = {
+    name: p.default
+    for name, p in inspect.signature(zipf_stream).parameters.items()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY
+}
+
+
+def zipf_stream_chunks(chunk_rows: int, master_rows: int, **options) -> Iterator[pa.Table]:
     """An endless iterator of consecutive :func:`zipf_stream` chunks of ``chunk_rows`` tuples.
 
-    Tids continue from chunk to chunk; chunk i is drawn from a generator seeded by (seed, i),
-    so the stream is reproducible however far it is read. Arguments are checked at the call.
+    ``options`` are :func:`zipf_stream`'s (exponent, shape, missing, key_type, seed, first_tid),
+    with its defaults. Tids continue from chunk to chunk; chunk i is drawn from a generator
+    seeded by (seed, i), so the stream is reproducible however far it is read. Arguments are
+    checked at the call, not at the first chunk.
     """
-    options = _check_options(master_rows, exponent, shape, missing, key_type, seed, first_tid)
+    unknown = sorted(set(options) - set(STREAM_OPTIONS))
+    if unknown:
+        raise ConfigError(f"option: {unknown[0]!r} is not one of {list(STREAM_OPTIONS)}")
+    merged = {**STREAM_OPTIONS, **options}
+    options = _check_options(master_rows, **merged)
     chunk_rows = check_int(chunk_rows, "chunk_rows", minimum=1)
 
     def chunks() -> Iterator[pa.Table]:

@@ -175,6 +175,11 @@ def test_bad_arguments_are_config_errors_naming_the_argument(kwargs, message):
         zipf_stream_chunks(10, 100, **kwargs)  # checked at the call, not at the first chunk
 
 
+def test_chunks_reject_unknown_options():
+    with pytest.raises(ConfigError, match=r"^option: 'skew' is not one of \['exponent', 'shape', 'missing'"):
+        zipf_stream_chunks(10, 100, skew=1.0)
+
+
 def test_bad_sizes_are_config_errors():
     with pytest.raises(ConfigError, match=r"^master_rows: 0 must be >= 1"):
         zipf_stream(10, 0)
