@@ -7,6 +7,7 @@ one line ``semijoin: error: ...`` naming the problem and exit status 2, never a 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -124,7 +125,7 @@ def cmd_bench(args) -> int:
         shapes=_columns(args.shapes), algorithms=_columns(args.algorithms), warmup_s=args.warmup,
         window_s=args.window, params=_params(args.set), seed=args.seed,
     )
-    report = run_bench(config, out=print)
+    report = run_bench(config, out=functools.partial(print, flush=True))
     if args.out:
         _print_json(report, args.out)
         print(f"wrote {args.out}")

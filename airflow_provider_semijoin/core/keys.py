@@ -115,12 +115,13 @@ def _int_keys(values: pa.Array, reason: np.ndarray) -> np.ndarray:
         reason[ok & ~integral] = Unmatched.BAD_KEY
         keys[:] = np.where(integral, raw, 0).astype(np.int64)
     elif pa.types.is_string(t) or pa.types.is_large_string(t):
-        text = pc.utf8_trim_whitespace(values.fill_null(""))
-        spelled = pc.match_substring_regex(text, r"^[+-]?[0-9]{1,19}$").to_numpy(zero_copy_only=False)
-        candidates = np.flatnonzero(ok & spelled)
-        strings = text.to_numpy(zero_copy_only=False)
-        for i in candidates:  # only rows whose key arrived as text: CSV / JSON streams
-            v = int(strings[i])
+        text = pc.replace_substring_regex(pc.utf8_trim_whitespace(values.fill_null("")), r"^\+([0-9])", r"\1")
+        spelled = pc.match_substring_regex(text, r"^-?[0-9]{1,19}$").to_numpy(zero_copy_only=False)
+        short = pc.match_substring_regex(text, r"^-?[0-9]{1,18}$").to_numpy(zero_copy_only=False)
+        fits = np.flatnonzero(ok & short)  # at most 18 digits: always an int64
+        keys[fits] = pc.cast(text.take(pa.array(fits, pa.int64())), pa.int64()).to_numpy()
+        for i in np.flatnonzero(ok & spelled & ~short):  # 19 digits: may overflow int64
+            v = int(text[int(i)].as_py())
             if _INT64_MIN <= v <= _INT64_MAX:
                 keys[i] = v
             else:
