@@ -32,7 +32,7 @@ def _oracle_key(value, kind: str):
         elif isinstance(value, float) and value.is_integer():
             key = int(value)
         elif isinstance(value, str) and _INTEGER.match(value):
-            key = int(value)
+            key = int(value.strip())  # \s also matches \x1c-\x1f, which int() refuses
         else:
             return None, "bad_key"
         return (key, None) if -(2**63) <= key < 2**63 else (None, "bad_key")
