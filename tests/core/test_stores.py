@@ -1,0 +1,325 @@
+"""Master-data stores on SQLite and MySQL: page map, loads, lookups, counters and errors."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from airflow_provider_semijoin.core.errors import ConfigError, StoreError
+from airflow_provider_semijoin.core.stores import DatabaseURL, open_store, redact, store_for, write_table
+
+KEYS = [3 * i + 1 for i in range(23)]  # 1, 4, ..., 67: 23 keys with gaps
+
+
+def master(keys=KEYS) -> pa.Table:
+    return pa.table({
+        "nk": pa.array(keys, pa.int64() if not keys or isinstance(keys[0], int) else pa.string()),
+        "v": pa.array([10 * i for i in range(len(keys))], pa.int64()),
+        "label": pa.array([f"row {k}" for k in keys], pa.string()),
+    })
+
+
+def plain_sql(backend, store, where: str = "", params=(), suffix: str = "") -> list[tuple]:
+    """What a plain SQL query returns: (key, v, label) in key order."""
+    q = backend.quote
+    sql = f"SELECT {q('nk')}, {q('v')}, {q('label')} FROM {q(store.table)}"
+    sql += f" WHERE {where}" if where else ""
+    rows = backend.execute(f"{sql} ORDER BY {q('nk')}{suffix}", params)
+    return [(r[0].decode() if isinstance(r[0], bytes) else r[0], r[1], r[2]) for r in rows]
+
+
+def as_rows(page) -> list[tuple]:
+    keys = [k.decode() if isinstance(k, bytes) else k for k in page.keys.tolist()]
+    return list(zip(keys, page.rows["v"].to_pylist(), page.rows["label"].to_pylist()))
+
+
+def param(backend) -> str:
+    return "%s" if backend.name == "mysql" else "?"
+
+
+# ------------------------------------------------------------------------------- page map
+
+
+@pytest.mark.parametrize("page_rows", [1, 2, 5, 22, 23, 24])
+def test_page_map_pages_hold_page_rows_consecutive_keys(backend, page_rows):
+    store = backend.make_master(master())
+    pm = store.page_map(page_rows)
+    n_pages = -(-len(KEYS) // page_rows)
+    assert pm.n_pages == n_pages and pm.page_rows == page_rows
+    assert pm.bounds.tolist() == KEYS[::page_rows]
+    assert pm.max_key == KEYS[-1] and pm.n_keys == len(KEYS) and pm.n_rows == len(KEYS)
+    assert pm.page_of(np.array(KEYS)).tolist() == [i // page_rows for i in range(len(KEYS))]
+    between = np.array(KEYS) + 1  # absent keys: filed under the page of the key before them
+    assert pm.page_of(between[:-1]).tolist() == [i // page_rows for i in range(len(KEYS) - 1)]
+    outside = np.array([KEYS[0] - 1, -(2**63), KEYS[-1] + 1, 2**63 - 1])
+    assert pm.page_of(outside).tolist() == [-1, -1, -1, -1]
+    assert pm.nbytes == 8 * n_pages
+    assert store.page_map(page_rows) is pm  # cached
+
+
+def test_page_map_counts_distinct_keys_of_a_one_to_k_master(backend):
+    keys = [k for k in range(10) for _ in range(k % 3)]  # 0 rows of 0, 3, 6, 9
+    table = pa.table({"id": np.arange(len(keys)), "nk": pa.array(keys, pa.int64())})
+    store = backend.make_master(table, primary_key="id")
+    assert store.key_unique is False
+    pm = store.page_map(2)
+    assert pm.bounds.tolist() == [1, 4, 7] and pm.n_keys == 6 and pm.n_rows == len(keys)
+    page = store.load_pages(pm, 1)
+    assert page.keys.tolist() == [4, 5, 5] and page.rows["id"].to_pylist() == [3, 4, 5]
+    assert store.lookup(8).keys.tolist() == [8, 8]
+
+
+def test_page_map_of_string_keys_is_in_byte_order(backend):
+    keys = sorted(["P-000123", "P-00012", "P-0001234", "Ü-17", "東京-3", "😀-9", "a", "B"], key=str.encode)
+    store = backend.make_master(master(keys))
+    assert store.key_type.kind == "str" and store.key_type.width == len("P-0001234")
+    pm = store.page_map(3)
+    assert [k.decode() for k in pm.bounds.tolist()] == keys[::3]
+    probe = np.array([k.encode() for k in keys] + [b"A", "😀-99".encode(), b"P-000122"], dtype=store.key_type.dtype)
+    assert pm.page_of(probe).tolist() == [i // 3 for i in range(len(keys))] + [-1, -1, 0]
+
+
+def test_page_map_of_string_keys_with_control_characters_is_in_byte_order(backend):
+    """'a' < 'a\\tb' < 'a\\t' in a PAD SPACE collation (MariaDB's utf8mb4_bin), not in bytes."""
+    keys = ["a", "a\t", "a\tb", "b", "b\n", "c"]
+    store = backend.make_master(master(keys))
+    bounds = store.page_map(1).bounds
+    assert [k.decode() for k in bounds.tolist()] == keys
+
+
+def test_page_map_of_an_empty_master(backend):
+    store = backend.make_master(master([]))
+    pm = store.page_map(4)
+    assert pm.n_pages == 0 and pm.n_keys == 0 and pm.n_rows == 0
+    assert pm.page_of(np.array([0, 5])).tolist() == [-1, -1]
+
+
+@pytest.mark.parametrize("page_rows", [0, -3, 2.5, "5", None])
+def test_page_rows_must_be_a_positive_integer(backend, page_rows):
+    store = backend.make_master(master())
+    with pytest.raises(ConfigError, match=r"^page_rows: .* must be a positive integer"):
+        store.page_map(page_rows)
+
+
+# ------------------------------------------------------------------------------- loads
+
+
+def test_load_pages_and_page_runs_return_what_plain_sql_returns(backend):
+    store = backend.make_master(master())
+    pm = store.page_map(4)  # 6 pages: 5 of 4 keys and one of 3
+    everything = plain_sql(backend, store)
+    for first in range(pm.n_pages):
+        for count in range(1, pm.n_pages - first + 1):
+            got = as_rows(store.load_pages(pm, first, count))
+            assert got == everything[4 * first : 4 * (first + count)], (first, count)
+    runs = [(0, 1), (2, 2), (5, 1)]
+    assert as_rows(store.load_page_runs(pm, runs)) == everything[0:4] + everything[8:16] + everything[20:]
+    assert as_rows(store.load_page_runs(pm, [(1, 1)])) == everything[4:8]
+    queries = store.counters.queries
+    empty = store.load_page_runs(pm, [])
+    assert len(empty) == 0 and empty.rows.schema == store.schema and store.counters.queries == queries
+
+
+@pytest.mark.parametrize("start", [KEYS[0], KEYS[5], KEYS[5] + 1, KEYS[0] - 100, KEYS[-1], KEYS[-1] + 1])
+@pytest.mark.parametrize("limit", [1, 7, 100])
+def test_load_range_returns_what_plain_sql_returns(backend, start, limit):
+    store = backend.make_master(master())
+    p = param(backend)
+    expected = plain_sql(backend, store, f"{backend.quote('nk')} >= {p}", (start,), f" LIMIT {limit}")
+    assert as_rows(store.load_range(start, limit)) == expected
+
+
+def test_lookups_return_what_plain_sql_returns(backend):
+    store = backend.make_master(master())
+    p = param(backend)
+    for key in (KEYS[0], KEYS[7], KEYS[-1], 2, -5, 1000):
+        expected = plain_sql(backend, store, f"{backend.quote('nk')} = {p}", (key,))
+        assert as_rows(store.lookup(key)) == expected
+    keys = np.array([KEYS[3], 2, KEYS[0], KEYS[3], 999, KEYS[-1]])
+    expected = [r for r in plain_sql(backend, store) if r[0] in set(keys.tolist())]
+    assert as_rows(store.lookup_many(keys)) == expected
+    queries = store.counters.queries
+    assert len(store.lookup_many(np.array([], np.int64))) == 0 and store.counters.queries == queries
+
+
+def test_string_key_loads_and_lookups(backend):
+    keys = sorted(["P-000123", "P-00012", "P-0001234", "Ü-17", "東京-3", "😀-9"], key=str.encode)
+    store = backend.make_master(master(keys))
+    pm = store.page_map(2)
+    everything = plain_sql(backend, store)
+    assert [r[0] for r in everything] == keys
+    assert as_rows(store.load_pages(pm, 1, 2)) == everything[2:6]
+    assert as_rows(store.lookup("東京-3".encode())) == [everything[keys.index("東京-3")]]
+    assert as_rows(store.lookup_many(np.array(["Ü-17".encode(), b"P-0"], dtype=store.key_type.dtype))) == [
+        everything[keys.index("Ü-17")]
+    ]
+    assert as_rows(store.load_range(b"P-0001235", 2)) == everything[keys.index("P-0001234") + 1 :][:2]
+
+
+def test_string_keys_given_as_str(backend):
+    """Keys as a caller writes them (and as MIN(nk) comes back from the driver, see calibrate)."""
+    keys = ["Ü-17", "東京-3", "😀-9"]
+    store = backend.make_master(master(keys))
+    assert as_rows(store.lookup("東京-3"))[0][0] == "東京-3"
+    assert [r[0] for r in as_rows(store.load_range("Ü-17", 5))] == keys
+    assert store.calibrate()[0] > 0
+
+
+def test_select_chooses_the_master_columns(backend):
+    store = backend.make_master(master(), select=["label"])
+    assert store.select == ["label"] and store.schema.names == ["label"]
+    page = store.lookup(KEYS[2])
+    assert page.rows.to_pylist() == [{"label": f"row {KEYS[2]}"}]
+    assert backend.make_master(master()).select == ["v", "label"]  # default: all but the key
+    assert store.schema.field("label").type == pa.string()
+
+
+def test_counters_count_queries_and_rows(backend):
+    store = backend.make_master(master())
+    pm = store.page_map(5)
+    before = store.counters.queries, store.counters.rows
+    store.load_pages(pm, 0, 2)  # 10 rows
+    store.lookup(KEYS[1])  # 1 row
+    store.lookup(2)  # 0 rows
+    store.lookup_many(np.array(KEYS[:3]))  # 3 rows
+    store.load_range(KEYS[-2], 10)  # 2 rows
+    assert (store.counters.queries - before[0], store.counters.rows - before[1]) == (5, 16)
+    assert store.counters.seconds > 0
+    assert store.counters.as_dict()["disk_queries"] == store.counters.queries
+
+
+def test_calibrate_and_row_bytes_do_not_count(backend):
+    store = backend.make_master(master())
+    pm = store.page_map(5)
+    before = store.counters.queries, store.counters.rows
+    query_s, row_s = store.calibrate()
+    assert query_s > 0 and row_s > 0
+    assert store.row_bytes(pm) > 8
+    assert (store.counters.queries, store.counters.rows) == before
+
+
+def test_calibrate_an_empty_master(backend):
+    store = backend.make_master(master([]))
+    query_s, row_s = store.calibrate()
+    assert query_s > 0 and row_s > 0
+
+
+# ------------------------------------------------------------------------------- errors
+
+
+def test_missing_table_key_and_select_columns_are_named(backend):
+    backend.make_master(master())
+    table = backend.tables[-1]
+    with pytest.raises(StoreError, match=r"^table: 'no_such_table' does not exist"):
+        store_for(backend.connection, "no_such_table", "nk")
+    with pytest.raises(StoreError, match=rf"^key: column 'zz' is not in table '{table}'"):
+        store_for(backend.connection, table, "zz")
+    with pytest.raises(StoreError, match=rf"^select: column 'price' is not in table '{table}'"):
+        store_for(backend.connection, table, "nk", ["v", "price"])
+
+
+def test_a_key_without_an_index_is_refused(backend):
+    table = backend.table_name()
+    write_table(backend.connection, table, master(), primary_key="v")  # nk is not indexed
+    with pytest.raises(StoreError, match=rf"^key: table '{table}' has no index whose first column is 'nk'"):
+        store_for(backend.connection, table, "nk")
+
+
+def test_a_key_of_another_type_is_refused(backend):
+    table = backend.table_name()
+    rows = pa.table({"id": [1, 2], "price": [1.5, 2.5]})
+    write_table(backend.connection, table, rows, primary_key="id")
+    backend.execute(f"CREATE INDEX ix_{table}_price ON {backend.quote(table)} ({backend.quote('price')})")
+    with pytest.raises(StoreError, match=r"^key: column 'price' has type .*; expected an integer or string column"):
+        store_for(backend.connection, table, "price")
+
+
+@pytest.mark.parametrize(
+    "table, key, select, what",
+    [
+        ("x; DROP TABLE {victim}", "nk", None, "table"),
+        ("{victim}", "nk; --", None, "key column"),
+        ("{victim}", "nk", ["v", "label` FROM x; --"], "select column"),
+        ("{victim}", "nk", ['label" FROM x; --'], "select column"),
+        ("a" * 65, "nk", None, "table"),
+    ],
+    ids=["table", "key", "select-backtick", "select-quote", "too-long"],
+)
+def test_unsafe_identifiers_are_refused(backend, table, key, select, what):
+    store = backend.make_master(master())
+    victim = store.table
+    table = table.format(victim=victim)
+    with pytest.raises(ConfigError, match=rf"^{what}: .* is not a valid identifier"):
+        store_for(backend.connection, table, key, select)
+    assert len(plain_sql(backend, store)) == len(KEYS)  # nothing was dropped
+
+
+@pytest.mark.mysql
+def test_mysql_string_key_with_a_non_binary_collation_is_refused(mysql_url):
+    connection = DatabaseURL.parse(mysql_url).connect()
+    table = "t_collation_refused"
+    cursor = connection.cursor()
+    try:
+        cursor.execute(f"DROP TABLE IF EXISTS {table}")
+        cursor.execute(
+            f"CREATE TABLE {table} (nk VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci "
+            "NOT NULL PRIMARY KEY, v BIGINT)"
+        )
+        with pytest.raises(StoreError, match=r"^key: column 'nk' .* has collation utf8mb4_general_ci; expected a binary"):
+            store_for(connection, table, "nk")
+    finally:
+        cursor.execute(f"DROP TABLE IF EXISTS {table}")
+        cursor.close()
+        connection.close()
+
+
+# ------------------------------------------------------------------------------- URLs
+
+
+def test_open_store_over_a_sqlite_url(tmp_path):
+    path = tmp_path / "r.db"
+    connection = DatabaseURL.parse(f"sqlite:///{path}").connect()
+    write_table(connection, "dim", master(), primary_key="nk")
+    connection.close()
+    with open_store(f"sqlite:///{path}", "dim", "nk", ["v"]) as store:
+        assert store.lookup(KEYS[3]).rows.to_pylist() == [{"v": 30}]
+    with pytest.raises(StoreError, match=r"^table: 'nope' does not exist"):
+        open_store(f"sqlite:///{path}", "nope", "nk")
+    with pytest.raises(ConfigError, match=r"^master URL: folder '.*missing' does not exist"):
+        open_store(f"sqlite:///{tmp_path}/missing/r.db", "dim", "nk")
+
+
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("mysql://semijoin:top-secret@127.0.0.1:3306/", r"^master URL: .* names no database"),
+        ("postgres://semijoin:top-secret@127.0.0.1/db", r"^master URL: scheme 'postgres' is not one of"),
+        ("mysql:/semijoin:top-secret@127.0.0.1/db", r"^master URL: .* is not a database URL"),
+        ("semijoin:top-secret@127.0.0.1/db", r"^master URL: .* is not a database URL"),
+        ("mysql://semijoin:top@secret@127.0.0.1:3306/", r"^master URL: .* names no database"),
+    ],
+    ids=["no-database", "scheme", "one-slash", "no-scheme", "raw-at-sign"],
+)
+def test_bad_urls_never_show_the_password(url, message):
+    with pytest.raises(ConfigError, match=message) as error:
+        DatabaseURL.parse(url)
+    assert "secret" not in str(error.value)
+
+
+@pytest.mark.mysql
+def test_connection_errors_never_show_the_password(mysql_url):
+    parts = DatabaseURL.parse(mysql_url)
+    for url in (
+        f"mysql://{parts.user}:top-secret@{parts.host}:{parts.port}/{parts.database}",  # wrong password
+        f"mysql://{parts.user}:top-secret@127.0.0.1:1/{parts.database}",  # nothing listens on port 1
+    ):
+        with pytest.raises(ConfigError, match=r"^master URL: cannot connect to MySQL at ") as error:
+            open_store(url, "dim", "nk")
+        assert "secret" not in str(error.value)
+
+
+def test_redact():
+    assert redact("mysql://u:pw@h:3306/db") == "mysql://u:***@h:3306/db"
+    assert redact("mysql://u@h/db") == "mysql://u@h/db"
+    assert redact("sqlite:///x.db") == "sqlite:///x.db"
+    assert redact(None) == "None"
+    assert "secret" not in redact("mysql://u:top@secret@h/db")
