@@ -1,0 +1,370 @@
+"""The contract every join algorithm must pass, on SQLite and on MySQL/MariaDB.
+
+A plain module (pytest does not collect it): each ``tests/joins/test_<algorithm>.py`` declares
+``class Test<Algorithm>(JoinContract)`` with ``algorithm`` and its ``params``. Every test runs
+the algorithm through :func:`run_join` and compares its output with the oracle's plain hash
+join as multisets of (stream row id, master row) and (stream row id, reason) pairs, and checks
+the run's exactly-once report.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from airflow_provider_semijoin.core.errors import ConfigError
+from airflow_provider_semijoin.core.joins import ALGORITHMS, create
+from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
+from airflow_provider_semijoin.core.runner import JoinRun, run_join
+
+ROW_ID = "rid"  # the stream's row position: the oracle numbers stream tuples 0..n-1
+STREAM_KEY = "sk"
+RANDOM_EXAMPLES = {"sqlite": 60, "mysql": 15}
+
+
+# ------------------------------------------------------------------------------ data
+
+
+def stream_of(keys, type: pa.DataType | None = None) -> pa.Table:
+    """A stream table: ``rid`` = row position, ``sk`` = the join key column."""
+    column = keys if isinstance(keys, (pa.Array, pa.ChunkedArray)) else pa.array(keys, type=type)
+    return pa.table({ROW_ID: pa.array(np.arange(len(column)), pa.int64()), STREAM_KEY: column})
+
+
+def master_of(keys) -> pa.Table:
+    """R with unique keys ``nk`` and two master columns: ``v`` (int) and ``label`` (text)."""
+    keys = list(keys)
+    ints = bool(keys) and isinstance(keys[0], (int, np.integer))
+    return pa.table(
+        {
+            "nk": pa.array(keys, pa.int64() if ints or not keys else pa.string()),
+            "v": pa.array([3 * int(k) + 1 if ints else i for i, k in enumerate(keys)], pa.int64()),
+            "label": pa.array([f"name-{k}" for k in keys], pa.string()),
+        }
+    )
+
+
+def one_to_k_master(multiplicity: dict[int, int]) -> pa.Table:
+    """R with an ``id`` primary key and ``multiplicity[k]`` rows of key ``k`` (a 1:K master)."""
+    nk = [k for k, times in sorted(multiplicity.items()) for _ in range(times)]
+    ids = np.arange(len(nk), dtype=np.int64)
+    return pa.table({"id": ids, "nk": pa.array(nk, pa.int64()), "v": ids * 7})
+
+
+def zipf_keys(rng: np.random.Generator, keys: np.ndarray, n: int, exponent: float) -> np.ndarray:
+    """``n`` draws from ``keys`` with Zipf-like skew: the i-th hottest (random order) has weight i^-s."""
+    weights = 1.0 / np.arange(1, len(keys) + 1) ** exponent
+    hot = rng.permutation(len(keys))
+    return keys[hot[rng.choice(len(keys), size=n, p=weights / weights.sum())]]
+
+
+@dataclass
+class RandomCase:
+    master: pa.Table
+    primary_key: str | None  # "id" for a 1:K master
+    stream: pa.Table
+    page_rows: int
+    budget_factor: float
+
+
+@st.composite
+def random_cases(draw) -> RandomCase:
+    """Int keys with gaps (unique, or 1..3 rows each); a skewed stream of present, absent,
+    out-of-range and null keys."""
+    n_master = draw(st.integers(1, 300))  # an empty R: test_empty_master
+    one_to_k = draw(st.booleans())
+    max_gap = draw(st.integers(1, 6))
+    offset = draw(st.integers(-500, 500))
+    n_stream = draw(st.integers(0, 1000))
+    exponent = draw(st.floats(0.0, 2.5))
+    # weights of: present in R, anywhere in R's range, outside R's range, null
+    mix = np.array(draw(st.tuples(*[st.integers(0, 6)] * 4).filter(any)), dtype=float)
+    column_type = draw(st.sampled_from(["int64", "int32", "float64", "string"]))
+    page_rows = draw(st.integers(2, 50))
+    budget_factor = draw(st.sampled_from([1.0, 1.05, 1.5, 4.0, 30.0, 400.0]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+
+    keys = offset + np.cumsum(rng.integers(1, max_gap + 1, n_master))
+    lo, hi = (int(keys[0]), int(keys[-1])) if n_master else (offset, offset + 10)
+    kind = rng.choice(4, size=n_stream, p=mix / mix.sum())
+    values = rng.integers(lo, hi + 1, n_stream)  # anywhere in the range: present or absent
+    present = kind == 0
+    if n_master:
+        values[present] = zipf_keys(rng, keys, int(present.sum()), exponent)
+    outside = kind == 2
+    below = rng.random(n_stream) < 0.5
+    values[outside & below] = lo - rng.integers(1, 60, n_stream)[outside & below]
+    values[outside & ~below] = hi + rng.integers(1, 60, n_stream)[outside & ~below]
+    null = kind == 3
+    if column_type == "string":
+        column = pa.array([None if n else str(v) for v, n in zip(values.tolist(), null)], pa.string())
+    else:
+        numpy_type = {"int64": np.int64, "int32": np.int32, "float64": np.float64}[column_type]
+        column = pa.array(values.astype(numpy_type), mask=null)
+    if one_to_k:
+        master = one_to_k_master({k: int(rng.integers(1, 4)) for k in keys.tolist()})
+        return RandomCase(master, "id", stream_of(column), page_rows, budget_factor)
+    return RandomCase(master_of(keys.tolist()), None, stream_of(column), page_rows, budget_factor)
+
+
+# ------------------------------------------------------------------------------ checks
+
+
+def _first(counter: Counter, n: int = 5) -> list:
+    return sorted(counter.elements(), key=repr)[:n]
+
+
+def assert_exact(store, stream: pa.Table, run: JoinRun) -> None:
+    """The run left every tuple exactly once and its output equals the oracle's (multisets)."""
+    report = run.stats["exactly_once"]
+    assert report["ok"], f"exactly once violated: {report}"
+    want_matched, want_unmatched = hash_join(store, stream, STREAM_KEY)
+    got_matched, got_unmatched = engine_pairs(run.matched, run.unmatched, store.select, ROW_ID)
+    assert got_unmatched == want_unmatched, (
+        f"unmatched differ: missing {_first(want_unmatched - got_unmatched)}, "
+        f"extra {_first(got_unmatched - want_unmatched)}"
+    )
+    assert got_matched == want_matched, (
+        f"matched pairs differ: missing {_first(want_matched - got_matched)}, "
+        f"extra {_first(got_matched - want_matched)}"
+    )
+
+
+def reasons_by_row(run: JoinRun) -> dict[int, str]:
+    return dict(zip(run.unmatched[ROW_ID].to_pylist(), run.unmatched["reason"].to_pylist()))
+
+
+# ------------------------------------------------------------------------------ the contract
+
+
+class JoinContract:
+    """Shared tests; a subclass sets ``algorithm`` and, if it needs them, ``params``."""
+
+    algorithm: str
+    params: dict = {}
+    # hypothesis strategies for more parameters the random test draws (e.g. partition_pages)
+    param_strategies: dict = {}
+    memory = 4 << 20  # budget of the fixed-data tests
+    page_rows = 4  # default for algorithms that take page_rows: many pages on small tables
+
+    # -- helpers ----------------------------------------------------------------------------
+    @property
+    def paged(self) -> bool:
+        """The algorithm reads R in pages of the page map (and takes ``page_rows``)."""
+        return "page_rows" in ALGORITHMS[self.algorithm].params
+
+    def settings_for(self, **overrides) -> dict:
+        params = {"page_rows": self.page_rows} if self.paged else {}
+        return {**params, **self.params, **overrides}
+
+    def make(self, store, memory: int | None = None, **overrides):
+        return create(self.algorithm, store, memory or self.memory, self.settings_for(**overrides))
+
+    def join(self, store, stream: pa.Table, memory: int | None = None, **overrides) -> JoinRun:
+        """Run the algorithm over ``stream`` and check it against the oracle."""
+        run = run_join(self.make(store, memory, **overrides), stream, STREAM_KEY)
+        assert_exact(store, stream, run)
+        return run
+
+    def smallest_budget(self, store, **overrides) -> int:
+        """About the smallest budget (within 2%) the algorithm accepts for ``store``."""
+
+        def fits(memory: int) -> bool:
+            try:
+                self.make(store, memory, **overrides)
+                return True
+            except ConfigError as exc:
+                assert str(exc).startswith("memory:"), exc
+                return False
+
+        hi = 1
+        while not fits(hi):
+            hi *= 2
+            assert hi < 2**34, "no budget up to 16 GiB is accepted"
+        lo = hi // 2
+        while hi - lo > max(hi // 50, 1):
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+        return hi
+
+    # -- random data ------------------------------------------------------------------------
+    def test_random_streams_match_the_oracle(self, backend):
+        strategies = {"case": random_cases(), "extra": st.fixed_dictionaries(self.param_strategies)}
+
+        @settings(
+            max_examples=RANDOM_EXAMPLES[backend.name],
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        )
+        @given(**strategies)
+        def check(case: RandomCase, extra: dict):
+            store = backend.make_master(case.master, primary_key=case.primary_key)
+            overrides = {**extra, **({"page_rows": case.page_rows} if self.paged else {})}
+            memory = int(self.smallest_budget(store, **overrides) * case.budget_factor)
+            note(f"memory={memory} params={self.settings_for(**overrides)} R={case.master.num_rows} rows")
+            self.join(store, case.stream, memory, **overrides)
+
+        check()
+
+    # -- keys of every kind ------------------------------------------------------------------
+    def test_string_keys_business_codes_unicode_and_too_long(self, backend):
+        codes = [f"P-{i:06d}" for i in range(0, 240, 3)]
+        keys = sorted(codes + ["P-00012", "P-0001234", "Ü-17", "東京-3", "😀-9", "a", "zz"])
+        store = backend.make_master(master_of(keys))
+        rng = np.random.default_rng(5)
+        stream = [str(k) for k in rng.choice(keys, 300)] + [
+            "P-000001",  # absent, between R's keys
+            "P-0",  # a prefix of R's keys
+            "P-000123 ",  # trailing space: not the same key as P-000123
+            "p-000123",  # case differs: not the same key
+            "Ü-18",
+            "東京-3",
+            "😀-9",
+            "",  # the empty string is a key, absent from R
+            "A",  # below R's smallest key
+            "zzz",  # between "zz" and "Ü-17"
+            "P-000123-000000000000",  # longer than R's longest key: not_in_master without I/O
+            "東京-3東京-3東京-3",
+            "P-0\x00",  # NUL byte: bad_key
+            None,
+        ]
+        run = self.join(store, stream_of(stream, pa.string()))
+        reasons = reasons_by_row(run)
+        n = 300
+        assert run.stats["tuples_matched"] == n + 2  # 東京-3 and 😀-9 match too
+        assert [reasons.get(n + i) for i in range(len(stream) - n)] == [
+            "not_in_master", "not_in_master", "not_in_master", "not_in_master", "not_in_master",
+            None, None, "not_in_master", "not_in_master", "not_in_master",
+            "not_in_master", "not_in_master", "bad_key", "null_key",
+        ]
+
+    def test_string_master_whose_keys_are_all_non_ascii(self, backend):
+        keys = sorted(["Ärö-1", "Ärö-2", "Øst-7", "東京-3", "😀-9"], key=str.encode)
+        store = backend.make_master(master_of(keys))
+        run = self.join(store, stream_of(keys * 2 + ["Ärö-3", "Ä", "A"], pa.string()))
+        assert run.stats["tuples_matched"] == 2 * len(keys)
+
+    def test_string_keys_that_differ_by_control_characters(self, backend):
+        """Byte order: 'a' < 'a\\t' < 'a\\tb' < 'b' < 'b\\n' < 'c' (a PAD SPACE collation differs)."""
+        keys = ["a", "a\t", "a\tb", "b", "b\n", "c"]
+        store = backend.make_master(master_of(keys))
+        stream = stream_of(keys * 3 + ["a\n", "b\t", "a "], pa.string())
+        run = self.join(store, stream, **({"page_rows": 1} if self.paged else {}))
+        assert run.stats["tuples_matched"] == 18
+
+    @pytest.mark.parametrize(
+        "values, type, expected",
+        [
+            (
+                ["12", " 7 ", "x", "1.5", "", "+3", "-0", None, "99999999999999999999", "\t20\n", "0x10"],
+                pa.string(),
+                [12, 7, "bad_key", "bad_key", "bad_key", 3, "not_in_master", "null_key", "bad_key", 20, "bad_key"],
+            ),
+            (
+                [3.0, 2.5, float("nan"), None, float("inf"), -1e30, 12.0, -0.0, 4.0],
+                pa.float64(),
+                [3, "bad_key", "null_key", "null_key", "bad_key", "bad_key", 12, "not_in_master", "not_in_master"],
+            ),
+            ([None, None, None], pa.int64(), ["null_key"] * 3),
+            ([None, None], pa.null(), ["null_key"] * 2),
+            ([True, False, None], pa.bool_(), ["bad_key", "bad_key", "null_key"]),
+            ([b"12", b"7"], pa.binary(), ["bad_key", "bad_key"]),
+        ],
+        ids=["strings", "floats", "int-nulls", "null-type", "bools", "binary"],
+    )
+    def test_bad_keys_for_an_int_master(self, backend, values, type, expected):
+        store = backend.make_master(master_of([1, 3, 7, 12, 20, 33]))
+        run = self.join(store, stream_of(values, type))
+        reasons = reasons_by_row(run)
+        matched = dict(zip(run.matched[ROW_ID].to_pylist(), run.matched["v"].to_pylist()))
+        got = [reasons[i] if i in reasons else (matched[i] - 1) // 3 for i in range(len(values))]
+        assert got == expected
+
+    @pytest.mark.parametrize(
+        "values, type",
+        [([1, 2, None], pa.int64()), ([1.0, None], pa.float64()), ([True], pa.bool_()), ([b"P-1"], pa.binary())],
+        ids=["ints", "floats", "bools", "binary"],
+    )
+    def test_non_string_keys_for_a_string_master_are_bad_keys(self, backend, values, type):
+        store = backend.make_master(master_of(["1", "2", "P-1"]))
+        run = self.join(store, stream_of(values, type))
+        assert reasons_by_row(run) == {
+            i: "null_key" if v is None else "bad_key" for i, v in enumerate(values)
+        }
+        assert run.stats["disk_queries"] == 0
+
+    # -- a master with K rows per key --------------------------------------------------------
+    def test_one_to_k_master_yields_k_pairs_per_match(self, backend):
+        rng = np.random.default_rng(11)
+        multiplicity = {k: int(rng.integers(0, 5)) for k in range(0, 120, 2)}  # 0 rows = absent
+        store = backend.make_master(one_to_k_master(multiplicity), primary_key="id", select=["id", "v"])
+        assert store.key_unique is False
+        keys = rng.integers(-5, 125, 600)
+        run = self.join(store, stream_of(keys.tolist()))
+        pairs = Counter(run.matched[ROW_ID].to_pylist())
+        for row, key in enumerate(keys.tolist()):
+            assert pairs[row] == multiplicity.get(key, 0), (row, key)
+
+    # -- degenerate streams ------------------------------------------------------------------
+    def test_empty_stream(self, backend):
+        store = backend.make_master(master_of(range(0, 50, 2)))
+        run = self.join(store, stream_of([], pa.int64()))
+        assert run.matched.num_rows == 0 and run.unmatched.num_rows == 0
+        assert run.stats["tuples_in"] == 0 and run.stats["disk_queries"] == 0
+
+    def test_stream_of_only_invalid_keys_needs_no_io(self, backend):
+        store = backend.make_master(master_of(range(0, 50, 2)))
+        values = ["x", None, "1.5", "", None, "--3"] * 20
+        run = self.join(store, stream_of(values, pa.string()))
+        assert run.matched.num_rows == 0
+        assert Counter(run.unmatched["reason"].to_pylist()) == {"bad_key": 80, "null_key": 40}
+        assert run.stats["disk_queries"] == 0
+
+    def test_stream_with_no_key_in_master(self, backend):
+        store = backend.make_master(master_of(range(100, 300, 2)))
+        rng = np.random.default_rng(3)
+        outside = np.concatenate([rng.integers(-50, 100, 200), rng.integers(299, 500, 200)])
+        between = rng.integers(50, 150, 200) * 2 + 1  # odd keys inside R's range
+        run = self.join(store, stream_of(np.concatenate([outside, between]).tolist()))
+        assert run.matched.num_rows == 0
+        assert reasons_by_row(run) == dict.fromkeys(range(600), "not_in_master")
+        if self.paged:  # keys outside R's key range are known absent from the page map
+            only_outside = self.join(store, stream_of(outside.tolist()))
+            assert only_outside.stats["disk_queries"] == 0
+
+    def test_empty_master(self, backend):
+        store = backend.make_master(master_of([]))
+        run = self.join(store, stream_of([1, 2, None, 2]))
+        assert reasons_by_row(run) == {0: "not_in_master", 1: "not_in_master", 2: "null_key", 3: "not_in_master"}
+
+    # -- memory ------------------------------------------------------------------------------
+    @pytest.mark.parametrize("factor", [1.0, 30.0])
+    @pytest.mark.parametrize("master", ["unique", "1:K"])
+    def test_structure_bytes_stay_within_the_budget(self, backend, master, factor):
+        rng = np.random.default_rng(17)
+        if master == "unique":
+            store = backend.make_master(master_of(range(0, 900, 3)))
+        else:
+            multiplicity = {k: int(rng.integers(1, 6)) for k in range(0, 300)}
+            store = backend.make_master(one_to_k_master(multiplicity), primary_key="id")
+        stream = stream_of(zipf_keys(rng, np.arange(-20, 920), 1500, 1.0).tolist())
+        memory = int(self.smallest_budget(store) * factor)
+        run = self.join(store, stream, memory)
+        assert run.stats["memory_budget_bytes"] == memory
+        assert 0 < run.stats["structure_bytes_peak"] <= memory
+
+    def test_a_budget_too_small_is_refused(self, backend):
+        store = backend.make_master(master_of(range(0, 900, 3)))
+        with pytest.raises(ConfigError, match=r"^memory: 16 bytes is too small for "):
+            self.make(store, 16)
+
+    def test_unknown_parameter_is_refused(self, backend):
+        store = backend.make_master(master_of(range(10)))
+        with pytest.raises(ConfigError, match=rf"^{self.algorithm}\.warp_speed: not a parameter"):
+            create(self.algorithm, store, self.memory, {**self.settings_for(), "warp_speed": 9})

@@ -1,0 +1,101 @@
+"""HYBRIDJOIN, HYBRIDJOIN-L, HYBRIDJOIN-PQ: the contract and what only they promise."""
+
+import numpy as np
+import pytest
+from contract import JoinContract, assert_exact, master_of, stream_of, zipf_keys
+from hypothesis import strategies as st
+
+from airflow_provider_semijoin.core.joins import StreamBuffer, create
+from airflow_provider_semijoin.core.runner import run_join
+
+HYBRIDS = ["hybridjoin", "hybridjoin-l", "hybridjoin-pq"]
+
+
+class TestHybridJoin(JoinContract):
+    algorithm = "hybridjoin"
+
+
+class TestHybridJoinL(JoinContract):
+    algorithm = "hybridjoin-l"
+    param_strategies = {"lookup_position": st.sampled_from([0.0, 0.1, 0.3, 0.7, 1.0])}
+
+
+class TestHybridJoinPQ(JoinContract):
+    algorithm = "hybridjoin-pq"
+    param_strategies = {
+        "page_threshold": st.sampled_from([0.0, 1.0, 2.0, 5.0]),
+        "decay": st.sampled_from([0.0, 0.5, 0.9, 1.0]),
+    }
+
+
+def _recording(store):
+    firsts, load = [], store.load_pages
+
+    def load_pages(page_map, first, count=1):
+        firsts.append(first)
+        return load(page_map, first, count)
+
+    store.load_pages = load_pages
+    return firsts
+
+
+@pytest.mark.parametrize("name", HYBRIDS)
+def test_a_stream_of_absent_keys_costs_one_load_per_distinct_page_at_most(backend, name):
+    store = backend.make_master(master_of(range(1, 800, 2)))  # odd keys, 40 pages of 10
+    keys = np.random.default_rng(4).integers(0, 400, 2000) * 2  # even keys: none in R
+    algorithm = create(name, store, 1 << 20, {"page_rows": 10})
+    assert algorithm.table.capacity >= len(keys)  # H_S holds the whole stream at once
+    stream = stream_of(keys.tolist())
+    run = run_join(algorithm, stream, "sk")
+    assert_exact(store, stream, run)
+    pages = np.unique(algorithm.page_map.page_of(keys[keys <= 799]))
+    assert run.stats["loads"] <= len(pages)
+    assert run.stats["unmatched_by_reason"] == {"not_in_master": 2000}
+
+
+@pytest.mark.parametrize("name", HYBRIDS)
+def test_the_queue_drains_without_new_input_on_an_intermittent_stream(backend, name):
+    store = backend.make_master(master_of(range(300)))
+    algorithm = create(name, store, 1 << 20, {"page_rows": 10})
+    buffer = StreamBuffer(store.key_type)
+    rng = np.random.default_rng(8)
+    done, sent = [], 0
+    for burst in (120, 1, 60):  # bursts with silences in between; the buffer is never closed
+        keys = rng.integers(-5, 305, burst)
+        buffer.append(np.arange(sent, sent + burst), keys)
+        sent += burst
+        pages = len(np.unique(algorithm.page_map.page_of(keys)))
+        for _ in range(pages + 1):
+            out = algorithm.step(buffer)
+            done += out.unmatched_ids.tolist() + np.unique(out.matched_ids).tolist()
+            if algorithm.pending == 0:
+                break
+        assert algorithm.pending == 0 and buffer.available == 0 and not buffer.closed
+    assert sorted(done) == list(range(sent))
+
+
+def test_hybridjoin_l_with_lookup_position_1_loads_like_hybridjoin(backend):
+    store = backend.make_master(master_of(range(500)))
+    stream = stream_of(zipf_keys(np.random.default_rng(6), np.arange(-10, 510), 3000, 0.8).tolist())
+    loads = {}
+    for name, params in [("hybridjoin", {}), ("hybridjoin-l", {"lookup_position": 1.0})]:
+        algorithm = create(name, store, 24_000, {"page_rows": 8, **params})
+        assert 50 < algorithm.table.capacity < 1000  # a queue much shorter than the stream
+        loads[name] = _recording(store)
+        run = run_join(algorithm, stream, "sk")
+        del store.load_pages
+        assert_exact(store, stream, run)
+    assert len(loads["hybridjoin"]) > 100
+    assert loads["hybridjoin-l"] == loads["hybridjoin"]
+
+
+def test_hybridjoin_pq_schedules_the_page_of_a_hot_key(backend):
+    store = backend.make_master(master_of(range(1000)))
+    rng = np.random.default_rng(9)
+    keys = rng.integers(0, 1000, 4000)
+    keys[rng.random(4000) < 0.4] = 517  # one very hot key
+    stream = stream_of(keys.tolist())
+    algorithm = create("hybridjoin-pq", store, 40_000, {"page_rows": 10})
+    run = run_join(algorithm, stream, "sk")
+    assert_exact(store, stream, run)
+    assert run.stats["pq_loads"] > 0
