@@ -140,13 +140,18 @@ class JoinOutput:
         )
 
 
-def probe(page: MasterPage, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def probe(page: MasterPage, keys: np.ndarray, unique: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Join stream ``keys`` with a page of R (keys sorted), all in numpy.
 
     Returns ``(probe_idx, master_idx, missing_idx)``: one pair per (stream tuple, master row)
     match - a key with K rows in R yields K pairs - and the stream positions with no row.
+    ``unique`` says R's key is unique (a primary key), which allows a faster path.
     """
     left = np.searchsorted(page.keys, keys, side="left")
+    if unique:  # at most one row per key: no second search, no expansion
+        found = left < len(page.keys)
+        found[found] = page.keys[left[found]] == keys[found]
+        return np.flatnonzero(found), left[found], np.flatnonzero(~found)
     right = np.searchsorted(page.keys, keys, side="right")
     counts = right - left
     missing_idx = np.flatnonzero(counts == 0)
@@ -156,9 +161,9 @@ def probe(page: MasterPage, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     return probe_idx, master_idx, missing_idx
 
 
-def join_page(page: MasterPage, row_ids: np.ndarray, keys: np.ndarray) -> JoinOutput:
+def join_page(page: MasterPage, row_ids: np.ndarray, keys: np.ndarray, unique: bool = False) -> JoinOutput:
     """Probe a page with stream tuples known to belong to its key range; all of them complete."""
-    probe_idx, master_idx, missing_idx = probe(page, keys)
+    probe_idx, master_idx, missing_idx = probe(page, keys, unique)
     return JoinOutput(
         row_ids[probe_idx],
         page.rows.take(master_idx),
@@ -270,6 +275,10 @@ class JoinAlgorithm:
             "settings": dict(self.settings),
             **c.extra,
         }
+
+    def _join(self, page: MasterPage, row_ids: np.ndarray, keys: np.ndarray) -> JoinOutput:
+        """Join tuples of one key range with the rows of R loaded for it (all of them complete)."""
+        return join_page(page, row_ids, keys, self.store.key_unique)
 
     def _take(self, buffer: StreamBuffer, n: int) -> StreamChunk:
         chunk = buffer.take(n)

@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer, join_page, not_in_master
+from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer, not_in_master
 from .stream_table import StreamTable
 
 PAGE_ROWS_RANGE = (64, 8192)
@@ -67,7 +67,7 @@ class HybridJoin(JoinAlgorithm):
             page = self._choose_page()
             loaded = self.store.load_pages(self.page_map, page)
             row_ids, keys = self.table.pop_page(page)
-            outputs.append(join_page(loaded, row_ids, keys))
+            outputs.append(self._join(loaded, row_ids, keys))
             self.counters.loads += 1
             self._loaded(page, len(row_ids))
         return JoinOutput.concat(outputs, self.schema)

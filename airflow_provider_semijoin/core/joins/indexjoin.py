@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..stores.base import MasterPage
-from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer, join_page
+from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer
 
 
 class IndexNestedLoopJoin(JoinAlgorithm):
@@ -33,7 +33,7 @@ class IndexNestedLoopJoin(JoinAlgorithm):
         found = self.store.lookup(chunk.keys[0])
         self.counters.loads += 1
         self._held = found.nbytes
-        return join_page(found, chunk.row_ids, chunk.keys)
+        return self._join(found, chunk.row_ids, chunk.keys)
 
     @property
     def pending(self) -> int:
@@ -71,7 +71,7 @@ class InListJoin(JoinAlgorithm):
         self.counters.loads += len(found)
         rows = MasterPage.concat(found)  # distinct keys are sorted, so are the IN results
         self._held = int(len(chunk) * 2 * (chunk.keys.itemsize + 8) + rows.nbytes)
-        return join_page(rows, chunk.row_ids, chunk.keys)
+        return self._join(rows, chunk.row_ids, chunk.keys)
 
     @property
     def pending(self) -> int:

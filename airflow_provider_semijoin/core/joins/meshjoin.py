@@ -28,20 +28,24 @@ import math
 import numpy as np
 
 from ..stores.base import DEFAULT_PAGE_ROWS
-from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer, join_page, not_in_master
+from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer, not_in_master
 from .stream_table import StreamTable
 
 TUPLE_COST_S = 1e-6  # per stream tuple (admit, probe, output) in this engine, order of magnitude
 
 
 def best_partition_pages(
-    memory: int, n_pages: int, page_bytes: float, tuple_bytes: float, page_rows: int,
-    query_s: float, row_s: float, tuple_s: float = TUPLE_COST_S,
+    capacity_for, n_pages: int, page_bytes: float, page_rows: int, query_s: float, row_s: float,
+    tuple_s: float = TUPLE_COST_S,
 ) -> tuple[int, int]:
-    """``(b, w)`` maximising mu = w / (S + T*b*page_rows + tuple_s*w) under the budget."""
-    b = np.arange(1, max(n_pages, 1) + 1, dtype=np.float64)
-    k = np.ceil(max(n_pages, 1) / b)
-    w = np.floor((memory - b * page_bytes) / tuple_bytes / k)
+    """``(b, w)`` maximising mu = w / (S + T*b*page_rows + tuple_s*w) under the budget.
+
+    ``capacity_for(bytes)`` says how many stream tuples H_S holds in what the disk buffer of b
+    pages leaves of the budget; w = that / k with k = ceil(pages / b) partitions.
+    """
+    b = np.arange(1, max(n_pages, 1) + 1, dtype=np.int64)
+    k = -(-max(n_pages, 1) // b)
+    w = capacity_for(np.ceil(b * page_bytes)) // k
     mu = np.where(w >= 1, w / (query_s + row_s * b * page_rows + tuple_s * np.maximum(w, 1)), -1.0)
     best = int(np.argmax(mu))
     return int(b[best]), int(max(w[best], 0))
@@ -60,16 +64,21 @@ class MeshJoin(JoinAlgorithm):
         self.page_map = store.page_map(self.settings["page_rows"])
         n_pages = max(self.page_map.n_pages, 1)
         page_bytes = self.settings["page_rows"] * store.row_bytes(self.page_map)
-        tuple_bytes = StreamTable.bytes_per_tuple(store.key_type.itemsize)
-        budget = self.memory - self.page_map.nbytes - n_pages * 16
-        query_s, row_s = store.calibrate()
+        key_size = store.key_type.itemsize
+
+        def capacity_for(disk_buffer_bytes):
+            budget = self.memory - self.page_map.nbytes - disk_buffer_bytes
+            return StreamTable.capacity_for(budget, self.page_map.n_pages, key_size)
+
         if self.settings["partition_pages"]:
             b = min(self.settings["partition_pages"], n_pages)
-            w = int((budget - b * page_bytes) / tuple_bytes / math.ceil(n_pages / b))
+            w = int(capacity_for(math.ceil(b * page_bytes))) // math.ceil(n_pages / b)
         else:
-            b, w = best_partition_pages(budget, n_pages, page_bytes, tuple_bytes, self.settings["page_rows"], query_s, row_s)
+            query_s, row_s = store.calibrate()
+            b, w = best_partition_pages(capacity_for, n_pages, page_bytes, self.settings["page_rows"], query_s, row_s)
         if w < 1:
-            raise self._budget_error(int(page_bytes + n_pages * tuple_bytes + self.page_map.nbytes), "a one-page partition and one tuple per partition")
+            needed = int(page_bytes + n_pages * StreamTable.bytes_per_tuple(key_size) + self.page_map.nbytes)
+            raise self._budget_error(needed, "a one-page partition and one tuple per partition")
         self.partition_pages = b
         self.partitions = math.ceil(n_pages / b)
         self.chunk_tuples = w
@@ -97,7 +106,7 @@ class MeshJoin(JoinAlgorithm):
             popped = [self.table.pop_page(int(p)) for p in waiting]
             row_ids = np.concatenate([r for r, _ in popped])
             keys = np.concatenate([k for _, k in popped])
-            outputs.append(join_page(loaded, row_ids, keys))
+            outputs.append(self._join(loaded, row_ids, keys))
         return JoinOutput.concat(outputs, self.schema)
 
     @property

@@ -28,15 +28,10 @@ import numpy as np
 
 ARENA_FACTOR = 1.5  # arena slots per tuple of capacity: compaction runs after capacity/2 admissions
 GROUP_BYTES = 8 + 4 + 4 + 4 + 4  # group_start, group_len, group_next, group_chunk, free-list slot
+MAX_CHUNK = 4096  # bounds the scan inside one chunk when a queue position is looked up
 CHUNK_BYTES = 8 + 8 + 8  # chunk_start, chunk_alive, chunk_admitted_before
-
-
-def _grow(a: np.ndarray, need: int) -> np.ndarray:
-    if need <= len(a):
-        return a
-    out = np.zeros(max(need, 2 * len(a), 16), dtype=a.dtype)
-    out[: len(a)] = a
-    return out
+CHUNKS_PER = 16  # chunk slots: one per 16 tuples of capacity (plus MIN_CHUNKS); when they run
+MIN_CHUNKS = 4  # out, empty chunks are dropped and, if need be, neighbouring chunks merged
 
 
 class StreamTable:
@@ -62,22 +57,25 @@ class StreamTable:
         self._page_head = np.full(n_pages, -1, dtype=np.int32)
         self._page_tail = np.full(n_pages, -1, dtype=np.int32)
         # chunks (Q at chunk granularity)
-        self._chunk_start = np.zeros(64, dtype=np.int64)
-        self._chunk_alive = np.zeros(64, dtype=np.int64)
-        self._chunk_admitted_before = np.zeros(64, dtype=np.int64)
+        self._max_chunks = self.capacity // CHUNKS_PER + MIN_CHUNKS
+        self._chunk_start = np.zeros(self._max_chunks, dtype=np.int64)
+        self._chunk_alive = np.zeros(self._max_chunks, dtype=np.int64)
+        self._chunk_admitted_before = np.zeros(self._max_chunks, dtype=np.int64)
         self.admitted = 0  # tuples admitted so far (the counter ptc of HYBRIDJOIN-PQ)
         self._n_chunks = 0
         self._chunk_head = 0
 
     @staticmethod
     def bytes_per_tuple(key_itemsize: int) -> float:
-        return ARENA_FACTOR * (key_itemsize + 8 + 1) + GROUP_BYTES + CHUNK_BYTES / 16
+        return ARENA_FACTOR * (key_itemsize + 8 + 1) + GROUP_BYTES + CHUNK_BYTES / CHUNKS_PER
 
     @classmethod
-    def capacity_for(cls, budget: int, n_pages: int, key_itemsize: int) -> int:
-        """The most tuples a table of ``budget`` bytes holds over ``n_pages`` pages."""
+    def capacity_for(cls, budget, n_pages: int, key_itemsize: int):
+        """The most tuples a table of ``budget`` bytes (a number or an array) holds over ``n_pages`` pages."""
         per_page = 8 + 4 + 4
-        return max(0, int((budget - n_pages * per_page) / cls.bytes_per_tuple(key_itemsize)))
+        fixed = n_pages * per_page + MIN_CHUNKS * CHUNK_BYTES + 2 * (key_itemsize + 8 + 1)  # + arena rounding
+        tuples = np.maximum(0, np.floor((np.asarray(budget) - fixed) / cls.bytes_per_tuple(key_itemsize)))
+        return int(tuples) if tuples.ndim == 0 else tuples.astype(np.int64)
 
     @property
     def free(self) -> int:
@@ -94,12 +92,15 @@ class StreamTable:
 
     # -- admission -------------------------------------------------------------------------
     def admit(self, row_ids: np.ndarray, keys: np.ndarray, pages: np.ndarray) -> None:
-        """Add tuples (all with a valid page) as one chunk of Q."""
+        """Add tuples (all with a valid page) to Q, in chunks of at most MAX_CHUNK tuples."""
+        if len(row_ids) > self.free:
+            raise ValueError(f"admit {len(row_ids)} tuples into a stream table with {self.free} free slots")
+        for lo in range(0, len(row_ids), MAX_CHUNK):
+            hi = lo + MAX_CHUNK
+            self._admit_chunk(row_ids[lo:hi], keys[lo:hi], pages[lo:hi])
+
+    def _admit_chunk(self, row_ids: np.ndarray, keys: np.ndarray, pages: np.ndarray) -> None:
         n = len(row_ids)
-        if n == 0:
-            return
-        if n > self.free:
-            raise ValueError(f"admit {n} tuples into a stream table with {self.free} free slots")
         if self._tail + n > len(self._key):
             self._compact()
         order = np.argsort(pages, kind="stable")
@@ -113,10 +114,9 @@ class StreamTable:
         self._alive[lo : lo + n] = True
         self._tail += n
         # chunk
+        if self._n_chunks == self._max_chunks:
+            self._compact_chunks(merge=True)
         chunk = self._n_chunks
-        self._chunk_start = _grow(self._chunk_start, chunk + 1)
-        self._chunk_alive = _grow(self._chunk_alive, chunk + 1)
-        self._chunk_admitted_before = _grow(self._chunk_admitted_before, chunk + 1)
         self._chunk_start[chunk] = lo
         self._chunk_alive[chunk] = n
         self._chunk_admitted_before[chunk] = self.admitted
@@ -170,7 +170,11 @@ class StreamTable:
             self._chunk_head += 1
 
     def oldest_age(self) -> int:
-        """Tuples admitted since the oldest live tuple was (0 when empty)."""
+        """Tuples admitted since the oldest live tuple's chunk was (0 when empty).
+
+        After chunks were merged (:meth:`_compact_chunks`) a chunk carries its oldest member's
+        admission count, so this is an upper bound of the oldest live tuple's age.
+        """
         if self.size == 0:
             return 0
         self._advance_head()
@@ -211,20 +215,36 @@ class StreamTable:
         self._alive[:n] = True
         self._alive[n:] = False
         self._tail = n
+        used = self._groups_in_use()
+        self._group_start[used] = new_pos[self._group_start[used]]
+        # a chunk now starts where its first live tuple went (an empty one where the next did)
+        n = self._n_chunks
+        self._chunk_start[:n] = np.searchsorted(keep, self._chunk_start[:n], side="left")
+        self._compact_chunks()
+
+    def _groups_in_use(self) -> np.ndarray:
         in_use = np.ones(self.capacity, dtype=bool)
         in_use[self._free_groups[: self._n_free_groups]] = False
-        used = np.flatnonzero(in_use)
-        self._group_start[used] = new_pos[self._group_start[used]]
-        # drop empty chunks, renumber the live ones
-        chunks = np.arange(self._n_chunks)
-        live_chunks = chunks[self._chunk_alive[: self._n_chunks] > 0]
-        renumber = np.full(self._n_chunks, -1, dtype=np.int64)
-        renumber[live_chunks] = np.arange(len(live_chunks))
+        return np.flatnonzero(in_use)
+
+    def _compact_chunks(self, merge: bool = False) -> None:
+        """Drop empty chunks; with ``merge``, also join neighbours pairwise while over half full.
+
+        Merging only coarsens Q's granularity: arrival order between chunks is kept.
+        """
+        n = self._n_chunks
+        live = np.flatnonzero(self._chunk_alive[:n] > 0)
+        target = np.arange(len(live))
+        while merge and len(live) and target[-1] + 1 > self._max_chunks // 2:
+            target //= 2
+        first = np.flatnonzero(np.concatenate(([True], target[1:] != target[:-1]))) if len(live) else target
+        renumber = np.full(n, -1, dtype=np.int64)
+        renumber[live] = target
+        used = self._groups_in_use()
         self._group_chunk[used] = renumber[self._group_chunk[used]]
-        starts = self._chunk_start[live_chunks]
-        # a live chunk's first live tuple moved to the number of live tuples before it
-        self._chunk_start[: len(live_chunks)] = np.searchsorted(keep, starts, side="left")
-        self._chunk_alive[: len(live_chunks)] = self._chunk_alive[live_chunks]
-        self._chunk_admitted_before[: len(live_chunks)] = self._chunk_admitted_before[live_chunks]
-        self._n_chunks = len(live_chunks)
+        m = len(first)
+        self._chunk_start[:m] = self._chunk_start[live[first]]
+        self._chunk_admitted_before[:m] = self._chunk_admitted_before[live[first]]
+        self._chunk_alive[:m] = np.add.reduceat(self._chunk_alive[live], first) if m else 0
+        self._n_chunks = m
         self._chunk_head = 0

@@ -300,7 +300,12 @@ class MasterStore:
         """
         if self._costs is None:
             saved = IOCounters(**vars(self.counters))
+            t0 = time.perf_counter()
             start = self._scalar(f"SELECT MIN({self._qk}) FROM {self._qt}")
+            if start is None:  # R is empty: no row to time, and no row will ever be read
+                self.counters = saved
+                self._costs = (time.perf_counter() - t0, 1e-6)
+                return self._costs
             small = large = float("inf")
             got = 1
             for _ in range(repeat):
