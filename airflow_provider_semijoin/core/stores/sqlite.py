@@ -45,7 +45,7 @@ class SqliteStore(MasterStore):
         for _, name, unique, *_ in self.connection.execute(f"PRAGMA index_list({self._qt})"):
             info = self.connection.execute(f"PRAGMA index_info({SQLITE.quote_char}{name}{SQLITE.quote_char})").fetchall()
             if info:
-                found.append((info[0][2], bool(unique)))
+                found.append((info[0][2], bool(unique) and len(info) == 1))  # UNIQUE (nk, v): nk repeats
         # an INTEGER PRIMARY KEY is the rowid itself: indexed and unique, but not in index_list
         for _, name, declared, _, _, pk in self.connection.execute(f"PRAGMA table_info({self._qt})"):
             if pk == 1 and declared.upper() == "INTEGER":
