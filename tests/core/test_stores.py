@@ -68,6 +68,28 @@ def test_page_map_counts_distinct_keys_of_a_one_to_k_master(backend):
     assert store.lookup(8).keys.tolist() == [8, 8]
 
 
+def test_a_key_first_in_a_composite_unique_index_is_not_unique(backend):
+    table = backend.table_name()
+    rows = pa.table({"id": [1, 2, 3], "nk": [5, 5, 6], "v": [1, 2, 1]})
+    write_table(backend.connection, table, rows, primary_key="id")
+    q = backend.quote
+    backend.execute(f"CREATE UNIQUE INDEX ux_{table} ON {q(table)} ({q('nk')}, {q('v')})")
+    store = store_for(backend.connection, table, "nk")
+    assert store.key_unique is False
+    assert store.lookup(5).rows["id"].to_pylist() == [1, 2]
+    assert store.page_map(1).bounds.tolist() == [5, 6]
+
+
+def test_sqlite_integer_primary_key_is_an_index(tmp_path):
+    connection = DatabaseURL.parse(f"sqlite:///{tmp_path / 'r.db'}").connect()
+    connection.execute("CREATE TABLE dim (nk INTEGER PRIMARY KEY, v TEXT)")
+    connection.executemany("INSERT INTO dim VALUES (?, ?)", [(k, f"v{k}") for k in (2, 4, 8)])
+    store = store_for(connection, "dim", "nk")
+    assert store.key_unique is True and store.key_type.kind == "int"
+    assert store.lookup(4).rows.to_pylist() == [{"v": "v4"}]
+    connection.close()
+
+
 def test_page_map_of_string_keys_is_in_byte_order(backend):
     keys = sorted(["P-000123", "P-00012", "P-0001234", "Ü-17", "東京-3", "😀-9", "a", "B"], key=str.encode)
     store = backend.make_master(master(keys))
