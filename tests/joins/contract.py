@@ -212,6 +212,28 @@ class JoinContract:
 
         check()
 
+    def test_random_string_keys_match_the_oracle(self, backend):
+        """Keys sharing prefixes, of 1- to 4-byte UTF-8 characters, around R's longest key."""
+        alphabet = st.sampled_from(["P", "p", "-", "0", "1", "9", "~", "\x7f", "é", "\u07ff", "\u0800", "東", "\ufffd", "😀"])
+        texts = st.text(alphabet, max_size=6)
+
+        @settings(max_examples=RANDOM_EXAMPLES[backend.name] // 3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(
+            keys=st.lists(texts, min_size=1, max_size=60, unique=True),
+            others=st.lists(texts, max_size=30),
+            seed=st.integers(0, 2**32 - 1),
+            page_rows=st.integers(1, 6),
+        )
+        def check(keys, others, seed, page_rows):
+            keys = sorted(set(keys) | {"-"}, key=str.encode)  # an ASCII smallest key: see the non-ASCII test
+            store = backend.make_master(master_of(keys))
+            rng = np.random.default_rng(seed)
+            stream = [keys[i] for i in rng.integers(0, len(keys), 80)] + others + [None]
+            self.join(store, stream_of(rng.permutation(np.array(stream, dtype=object)).tolist(), pa.string()),
+                      **({"page_rows": page_rows} if self.paged else {}))
+
+        check()
+
     # -- keys of every kind ------------------------------------------------------------------
     def test_string_keys_business_codes_unicode_and_too_long(self, backend):
         codes = [f"P-{i:06d}" for i in range(0, 240, 3)]
@@ -363,6 +385,16 @@ class JoinContract:
         store = backend.make_master(master_of(range(0, 900, 3)))
         with pytest.raises(ConfigError, match=r"^memory: 16 bytes is too small for "):
             self.make(store, 16)
+
+    def test_default_parameters_and_parameters_given_as_text(self, backend):
+        store = backend.make_master(master_of(range(0, 3000, 3)))
+        stream = stream_of(zipf_keys(np.random.default_rng(2), np.arange(-30, 3030), 2000, 0.7).tolist())
+        run = run_join(create(self.algorithm, store, self.memory, dict(self.params)), stream, STREAM_KEY)
+        assert_exact(store, stream, run)
+        text = {name: str(value) for name, value in self.settings_for().items()}
+        algorithm = create(self.algorithm, store, self.memory, text)
+        assert all(algorithm.settings[name] == value for name, value in self.settings_for().items())
+        assert_exact(store, stream, run_join(algorithm, stream, STREAM_KEY))
 
     def test_unknown_parameter_is_refused(self, backend):
         store = backend.make_master(master_of(range(10)))
