@@ -136,6 +136,19 @@ def assert_exact(store, stream: pa.Table, run: JoinRun) -> None:
     )
 
 
+def record_loads(store) -> list[tuple[int, int]]:
+    """From now on, record ``(first, count)`` of every page load of ``store``
+    (``del store.load_pages`` stops recording)."""
+    calls, load = [], store.load_pages
+
+    def load_pages(page_map, first, count=1):
+        calls.append((first, count))
+        return load(page_map, first, count)
+
+    store.load_pages = load_pages
+    return calls
+
+
 def reasons_by_row(run: JoinRun) -> dict[int, str]:
     return dict(zip(run.unmatched[ROW_ID].to_pylist(), run.unmatched["reason"].to_pylist()))
 

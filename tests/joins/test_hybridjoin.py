@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from contract import JoinContract, assert_exact, master_of, stream_of, zipf_keys
+from contract import JoinContract, assert_exact, master_of, record_loads, stream_of, zipf_keys
 from hypothesis import strategies as st
 
 from airflow_provider_semijoin.core.joins import StreamBuffer, create
@@ -26,17 +26,6 @@ class TestHybridJoinPQ(JoinContract):
         "page_threshold": st.sampled_from([0.0, 1.0, 2.0, 5.0]),
         "decay": st.sampled_from([0.0, 0.5, 0.9, 1.0]),
     }
-
-
-def _recording(store):
-    firsts, load = [], store.load_pages
-
-    def load_pages(page_map, first, count=1):
-        firsts.append(first)
-        return load(page_map, first, count)
-
-    store.load_pages = load_pages
-    return firsts
 
 
 @pytest.mark.parametrize("name", HYBRIDS)
@@ -65,9 +54,11 @@ def test_the_queue_drains_without_new_input_on_an_intermittent_stream(backend, n
         buffer.append(np.arange(sent, sent + burst), keys)
         sent += burst
         pages = len(np.unique(algorithm.page_map.page_of(keys)))
-        for _ in range(pages + 1):
+        for step in range(pages + 1):
+            before = algorithm.pending
             out = algorithm.step(buffer)
             done += out.unmatched_ids.tolist() + np.unique(out.matched_ids).tolist()
+            assert step == 0 or algorithm.pending < before  # every step without input completes tuples
             if algorithm.pending == 0:
                 break
         assert algorithm.pending == 0 and buffer.available == 0 and not buffer.closed
@@ -81,7 +72,7 @@ def test_hybridjoin_l_with_lookup_position_1_loads_like_hybridjoin(backend):
     for name, params in [("hybridjoin", {}), ("hybridjoin-l", {"lookup_position": 1.0})]:
         algorithm = create(name, store, 24_000, {"page_rows": 8, **params})
         assert 50 < algorithm.table.capacity < 1000  # a queue much shorter than the stream
-        loads[name] = _recording(store)
+        loads[name] = record_loads(store)
         run = run_join(algorithm, stream, "sk")
         del store.load_pages
         assert_exact(store, stream, run)

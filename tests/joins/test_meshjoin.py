@@ -1,7 +1,7 @@
 """MESHJOIN: the contract, the cyclic scan of R and the bound on H_S."""
 
 import numpy as np
-from contract import JoinContract, master_of
+from contract import JoinContract, master_of, record_loads
 from hypothesis import strategies as st
 
 from airflow_provider_semijoin.core.joins import StreamBuffer, create
@@ -10,18 +10,6 @@ from airflow_provider_semijoin.core.joins import StreamBuffer, create
 class TestMeshJoin(JoinContract):
     algorithm = "meshjoin"
     param_strategies = {"partition_pages": st.integers(0, 6)}
-
-
-def _recording(store):
-    """Record ``(first, count)`` of every page load of ``store``."""
-    calls, load = [], store.load_pages
-
-    def load_pages(page_map, first, count=1):
-        calls.append((first, count))
-        return load(page_map, first, count)
-
-    store.load_pages = load_pages
-    return calls
 
 
 def test_every_partition_is_read_once_per_cycle_in_order_and_hs_holds_at_most_w_k(backend):
@@ -34,7 +22,7 @@ def test_every_partition_is_read_once_per_cycle_in_order_and_hs_holds_at_most_w_
     buffer = StreamBuffer(store.key_type)
     buffer.append(np.arange(n), keys)
     buffer.close()
-    calls = _recording(store)
+    calls = record_loads(store)
     queries_before = store.counters.queries
     admitted_at, completed_at, step = np.full(n, -1), np.full(n, -1), 0
     while not (buffer.exhausted and mesh.pending == 0):
