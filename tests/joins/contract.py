@@ -334,6 +334,19 @@ class JoinContract:
         }
         assert run.stats["disk_queries"] == 0
 
+    def test_extreme_int_keys_and_null_master_columns(self, backend):
+        lo, hi = -(2**63), 2**63 - 1
+        keys = [lo, lo + 1, -1, 0, 1, hi - 1, hi]
+        master = pa.table({
+            "nk": pa.array(keys, pa.int64()),
+            "v": pa.array([None, 1, 2, None, 4, 5, 6], pa.int64()),
+            "label": pa.array(["min", None, "-1", "0", None, "max-1", "max"], pa.string()),
+        })
+        store = backend.make_master(master)
+        stream = keys + [lo + 2, -2, 2, hi - 2, None] + [str(hi), float(2**62)]
+        run = self.join(store, stream_of([None if k is None else str(k) for k in stream], pa.string()))
+        assert run.stats["tuples_matched"] == 8
+
     # -- a master with K rows per key --------------------------------------------------------
     def test_one_to_k_master_yields_k_pairs_per_match(self, backend):
         rng = np.random.default_rng(11)
