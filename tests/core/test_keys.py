@@ -144,7 +144,8 @@ integer_texts = st.builds(
     st.lists(st.one_of(st.none(), st.integers(MIN, MAX)), max_size=20).map(lambda v: pa.array(v, pa.int64())),
     st.lists(st.one_of(st.none(), st.floats(), st.integers(-(2**70), 2**70).map(float)), max_size=20)
     .map(lambda v: pa.array(v, pa.float64())),
-    st.lists(st.one_of(st.none(), integer_texts, st.text(max_size=5)), max_size=20).map(lambda v: pa.array(v, pa.string())),
+    st.lists(st.one_of(st.none(), integer_texts, st.text(max_size=5)), max_size=20)
+    .map(lambda v: pa.array(v, pa.string())),
 ))
 def test_int_normalisation_follows_the_rules(values):
     assert outcome(values, INT) == [model(v, INT) for v in values.to_pylist()]

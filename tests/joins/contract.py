@@ -227,10 +227,16 @@ class JoinContract:
 
     def test_random_string_keys_match_the_oracle(self, backend):
         """Keys sharing prefixes, of 1- to 4-byte UTF-8 characters, around R's longest key."""
-        alphabet = st.sampled_from(["P", "p", "-", "0", "1", "9", "~", "\x7f", "é", "\u07ff", "\u0800", "東", "\ufffd", "😀"])
+        alphabet = st.sampled_from(
+            ["P", "p", "-", "0", "1", "9", "~", "\x7f", "é", "\u07ff", "\u0800", "東", "\ufffd", "😀"]
+        )
         texts = st.text(alphabet, max_size=6)
 
-        @settings(max_examples=RANDOM_EXAMPLES[backend.name] // 3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @settings(
+            max_examples=RANDOM_EXAMPLES[backend.name] // 3,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        )
         @given(
             keys=st.lists(texts, min_size=1, max_size=60, unique=True),
             others=st.lists(texts, max_size=30),
