@@ -85,6 +85,10 @@ def normalize(values: pa.Array | pa.ChunkedArray, key_type: KeyType) -> Normaliz
     """
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks() if values.num_chunks else pa.array([], values.type)
+    if pa.types.is_dictionary(values.type):  # pandas categoricals, Parquet dictionary columns
+        values = values.dictionary_decode()
+    if pa.types.is_string_view(values.type) or pa.types.is_large_string(values.type):  # Polars, ...
+        values = values.cast(pa.string())
     n = len(values)
     reason = np.zeros(n, dtype=np.int8)
     is_null = values.is_null(nan_is_null=True).to_numpy(zero_copy_only=False)

@@ -11,6 +11,8 @@ each tuple of the batch costs its key and row id, each distinct key at most one 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..stores.base import MasterPage
@@ -24,6 +26,10 @@ class IndexNestedLoopJoin(JoinAlgorithm):
 
     def __init__(self, store, memory, **kwargs):
         super().__init__(store, memory, **kwargs)
+        # the one tuple in flight and the K rows of its key
+        needed = store.key_type.itemsize + 8 + store.result_bytes(store.page_map(), store.max_rows_per_key)
+        if needed > self.memory:
+            raise self._budget_error(needed, "one stream tuple with the rows of its key")
         self._held = 0
 
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
@@ -53,11 +59,16 @@ class InListJoin(JoinAlgorithm):
 
     def __init__(self, store, memory, **kwargs):
         super().__init__(store, memory, **kwargs)
+        # per tuple of the batch: its key and row id (twice: the batch and the distinct keys)
+        # and, at worst, K rows of R for its key
         page_map = store.page_map()
-        per_tuple = 2 * (store.key_type.itemsize + 8) + store.row_bytes(page_map)
-        self.batch_rows = self.settings["batch_rows"] or int(self.memory // per_tuple)
-        if self.batch_rows < 1:
-            raise self._budget_error(int(per_tuple), "one stream tuple with its master row")
+        per_tuple = 2 * (store.key_type.itemsize + 8) + store.max_rows_per_key * store.row_bytes(page_map)
+        fixed = store.result_bytes(page_map, 0)
+        self.batch_rows = self.settings["batch_rows"] or int((self.memory - fixed) // per_tuple)
+        needed = int(math.ceil(fixed + max(self.batch_rows, 1) * per_tuple))
+        if self.batch_rows < 1 or needed > self.memory:
+            what = f"batch_rows={self.batch_rows} stream tuples with their master rows" if self.batch_rows else "one stream tuple with its master rows"
+            raise self._budget_error(needed, what)
         self._per_tuple = per_tuple
         self._held = 0
 

@@ -18,6 +18,7 @@ A loaded page is a :class:`MasterPage`: its keys as a sorted numpy array (see
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -146,6 +147,7 @@ class MasterStore:
         self._page_maps: dict[int, PageMap] = {}
         self._n_rows: int | None = None
         self._costs: tuple[float, float] | None = None
+        self._max_rows_per_key: int | None = None
 
     # -- catalogue (per dialect) -------------------------------------------------------------
     def _describe(self) -> list[ColumnInfo]:
@@ -215,7 +217,10 @@ class MasterStore:
         return MasterPage(keys, pa.Table.from_arrays(arrays, schema=self.schema))
 
     def _bind(self, key):
-        return self.key_type.to_db(np.asarray([key], dtype=self.key_type.dtype))[0]
+        """One key (numpy scalar, int, str or bytes) as a SQL parameter."""
+        if self.key_type.kind == "int":
+            return int(key)
+        return key.decode("utf-8") if isinstance(key, (bytes, np.bytes_)) else str(key)
 
     # -- the store protocol ------------------------------------------------------------------
     @property
@@ -223,6 +228,18 @@ class MasterStore:
         if self._n_rows is None:
             self._n_rows = int(self._scalar(f"SELECT COUNT(*) FROM {self._qt}"))
         return self._n_rows
+
+    @property
+    def max_rows_per_key(self) -> int:
+        """K: the most rows of R sharing one key (1 for a unique key; one query otherwise)."""
+        if self._max_rows_per_key is None:
+            if self.key_unique:
+                self._max_rows_per_key = 1
+            else:
+                self._max_rows_per_key = int(self._scalar(
+                    f"SELECT COALESCE(MAX(c), 1) FROM (SELECT COUNT(*) AS c FROM {self._qt} GROUP BY {self._qk}) g"
+                ))
+        return self._max_rows_per_key
 
     def page_map(self, page_rows: int = DEFAULT_PAGE_ROWS) -> PageMap:
         """The page map for pages of ``page_rows`` distinct keys (one query, then cached)."""
@@ -328,6 +345,11 @@ class MasterStore:
         sample = self.load_pages(page_map, 0)
         self.counters = saved
         return sample.nbytes / max(len(sample), 1)
+
+    def result_bytes(self, page_map: PageMap, rows: int) -> int:
+        """Bytes a loaded result of ``rows`` rows may take: v_R per row plus the per-column
+        overhead of a small Arrow table (offsets and validity buffers)."""
+        return int(math.ceil(rows * self.row_bytes(page_map))) + 16 * (2 + len(self.select))
 
     def close(self) -> None:
         self.connection.close()

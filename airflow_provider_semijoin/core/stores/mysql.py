@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import StoreError
 from .base import ColumnInfo, MasterStore, arrow_type_for
-from .sql import MYSQL
+from .sql import MYSQL, NOPAD_BINARY_COLLATIONS
 
 
 class MySqlStore(MasterStore):
@@ -13,7 +13,8 @@ class MySqlStore(MasterStore):
     ``connection`` is a DB-API connection (``MySQLdb.connect(...)``, or Airflow's
     ``MySqlHook.get_conn()``); it should be in autocommit mode, so that every query sees the
     latest committed version of R rather than one REPEATABLE READ snapshot forever. A string
-    key needs a binary collation (``utf8mb4_bin``, ``VARBINARY``): the join compares keys byte
+    key needs a binary NO PAD collation (``utf8mb4_nopad_bin`` on MariaDB, ``utf8mb4_0900_bin`` on
+    MySQL 8) or a ``VARBINARY`` type: the join compares keys byte
     for byte, and only then does the index order agree with it.
     """
 
@@ -27,11 +28,12 @@ class MySqlStore(MasterStore):
         )
         columns = []
         for name, column_type, data_type, precision, scale, collation in rows:
-            if name == self.key and collation and not collation.endswith("_bin"):
+            if name == self.key and collation and collation not in NOPAD_BINARY_COLLATIONS:
                 raise StoreError(
                     f"key: column {name!r} of {self.table!r} has collation {collation}; expected a "
-                    f"binary collation (ALTER TABLE {self.table} MODIFY {name} {column_type} "
-                    "COLLATE utf8mb4_bin) so that keys compare byte for byte"
+                    f"binary NO PAD collation {list(NOPAD_BINARY_COLLATIONS)} (ALTER TABLE {self.table} "
+                    f"MODIFY {name} {column_type} COLLATE utf8mb4_nopad_bin) so that keys compare and "
+                    "sort byte for byte"
                 )
             columns.append(ColumnInfo(name, column_type, arrow_type_for(data_type, precision, scale)))
         return columns

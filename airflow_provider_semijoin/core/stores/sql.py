@@ -49,7 +49,7 @@ class Dialect:
     def placeholders(self, n: int) -> str:
         return ", ".join([self.param] * n)
 
-    def column_type(self, arrow_type: pa.DataType, *, key: bool = False, width: int = 0) -> str:
+    def column_type(self, arrow_type: pa.DataType, *, key: bool = False, width: int = 0, key_collation: str = "") -> str:
         """The SQL type for an Arrow column of a generated table."""
         if pa.types.is_integer(arrow_type):
             return "BIGINT"
@@ -57,8 +57,8 @@ class Dialect:
             return "DOUBLE" if self.name == "mysql" else "REAL"
         if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
             if self.name == "mysql":
-                # keys need a binary collation so that ORDER BY agrees with byte order
-                collation = " COLLATE utf8mb4_bin" if key else ""
+                # keys need a binary NO PAD collation so that ORDER BY agrees with byte order
+                collation = f" COLLATE {key_collation}" if key else ""
                 return f"VARCHAR({max(width, 1)}) CHARACTER SET utf8mb4{collation}"
             return "TEXT"
         raise ConfigError(f"column type: {arrow_type} is not supported for generated tables")
@@ -146,11 +146,45 @@ def _max_bytes(column) -> int:
     return int(longest or 1)
 
 
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/+")
+
+
 def redact(url) -> str:
-    """The URL with its password replaced by ``***``: URLs reach logs, never credentials."""
+    """The URL with its password replaced by ``***``: URLs reach logs, never credentials.
+
+    Works on malformed URLs too (a missing ``//``, no scheme, an ``@`` inside the password):
+    everything between the user's ``:`` and the last ``@`` is hidden.
+    """
     if not isinstance(url, str):
         return repr(url)
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+    if "@" not in url:
+        return url
+    credentials, host = url.rsplit("@", 1)
+    scheme = _SCHEME.match(credentials)
+    prefix = scheme.group(0) if scheme else ""
+    user, sep, _ = credentials[len(prefix):].partition(":")
+    return f"{prefix}{user}{':***' if sep else ''}@{host}"
+
+
+NOPAD_BINARY_COLLATIONS = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin")
+
+
+def mysql_key_collation(connection) -> str:
+    """A binary collation without PAD SPACE on this server (MariaDB: utf8mb4_nopad_bin, MySQL 8:
+    utf8mb4_0900_bin): with PAD SPACE, 'a' sorts after 'a\\t' and ORDER BY is not byte order."""
+    cursor = connection.cursor()
+    try:
+        cursor.execute(
+            "SELECT COLLATION_NAME FROM information_schema.COLLATIONS WHERE COLLATION_NAME IN (%s, %s)",
+            NOPAD_BINARY_COLLATIONS,
+        )
+        found = {row[0] for row in cursor.fetchall()}
+    finally:
+        cursor.close()
+    for name in NOPAD_BINARY_COLLATIONS:
+        if name in found:
+            return name
+    raise ConfigError("key collation: the MySQL server has none of " f"{list(NOPAD_BINARY_COLLATIONS)}")
 
 
 def dialect_of(connection) -> Dialect:
@@ -176,9 +210,10 @@ def write_table(
     """Create ``table`` (replacing it) with ``rows`` and a primary key on ``primary_key``."""
     dialect = dialect_of(connection)
     qt = dialect.quote(table, "table")
+    key_collation = mysql_key_collation(connection) if dialect is MYSQL else ""
     columns = ", ".join(
         f"{dialect.quote(f.name, 'column')} "
-        f"{dialect.column_type(f.type, key=f.name == primary_key, width=_max_bytes(rows[f.name]))}"
+        f"{dialect.column_type(f.type, key=f.name == primary_key, width=_max_bytes(rows[f.name]), key_collation=key_collation)}"
         + (" NOT NULL" if f.name == primary_key else "")
         for f in rows.schema
     )
