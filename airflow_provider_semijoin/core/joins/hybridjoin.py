@@ -24,8 +24,8 @@ import math
 
 import numpy as np
 
-from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer, not_in_master
-from .stream_table import StreamTable
+from .base import JoinOutput, Param, StreamBuffer
+from .stream_table import PagedJoin, StreamTable
 
 PAGE_ROWS_RANGE = (64, 8192)
 
@@ -37,7 +37,7 @@ def auto_page_rows(query_s: float, row_s: float) -> int:
     return int(min(hi, max(lo, round(4 * query_s / row_s))))
 
 
-class HybridJoin(JoinAlgorithm):
+class HybridJoin(PagedJoin):
     """HYBRIDJOIN (Fig. 5): index-based loads driven by the oldest tuple of Q."""
 
     name = "hybridjoin"
@@ -74,13 +74,9 @@ class HybridJoin(JoinAlgorithm):
 
     def _admit(self, buffer: StreamBuffer) -> JoinOutput:
         """Fig. 5 lines 3-5: fill the free slots of H_S (w of them) with arrived tuples."""
-        chunk = self._take(buffer, self.table.free) if self.table.free else None
-        if chunk is None or len(chunk) == 0:
+        if not (self.table.free and buffer.available):
             return JoinOutput.empty(self.schema)
-        pages = self.page_map.page_of(chunk.keys)
-        outside = pages < 0
-        self.table.admit(chunk.row_ids[~outside], chunk.keys[~outside], pages[~outside])
-        return not_in_master(chunk.row_ids[outside], self.schema)
+        return self._admit_chunk(self._take(buffer, self.table.free))
 
     def _reserved_bytes(self) -> int:
         """Bytes a variant's own structures need, taken from the budget before H_S is sized."""
@@ -95,24 +91,6 @@ class HybridJoin(JoinAlgorithm):
 
     def _loaded(self, page: int, matched: int) -> None:
         """Hook for the variants: ``page`` was loaded and completed ``matched`` tuples."""
-
-    # -- accounting -------------------------------------------------------------------------
-    @property
-    def pending(self) -> int:
-        return self.table.size
-
-    def structure_bytes(self) -> int:
-        return self.table.nbytes + self._disk_buffer_bytes + self.page_map.nbytes
-
-    def memory_split(self) -> dict:
-        return {
-            "stream_table_bytes": self.table.nbytes,
-            "stream_table_capacity_tuples": self.table.capacity,
-            "disk_buffer_bytes": self._disk_buffer_bytes,
-            "page_map_bytes": self.page_map.nbytes,
-            "page_rows": self.page_map.page_rows,
-            "pages": self.page_map.n_pages,
-        }
 
 
 class HybridJoinL(HybridJoin):

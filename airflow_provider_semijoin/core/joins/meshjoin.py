@@ -28,8 +28,8 @@ import math
 import numpy as np
 
 from ..stores.base import DEFAULT_PAGE_ROWS
-from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer, not_in_master
-from .stream_table import StreamTable
+from .base import JoinOutput, Param, StreamBuffer
+from .stream_table import PagedJoin, StreamTable
 
 TUPLE_COST_S = 1e-6  # per stream tuple (admit, probe, output) in this engine, order of magnitude
 
@@ -51,7 +51,7 @@ def best_partition_pages(
     return int(b[best]), int(max(w[best], 0))
 
 
-class MeshJoin(JoinAlgorithm):
+class MeshJoin(PagedJoin):
     name = "meshjoin"
     paper = "MESHJOIN (Polyzotis et al. 2008); HYBRIDJOIN paper sec. 3.1"
     params = {
@@ -89,11 +89,7 @@ class MeshJoin(JoinAlgorithm):
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
         outputs = []
         if buffer.available >= self.chunk_tuples or buffer.closed:
-            chunk = self._take(buffer, min(self.chunk_tuples, self.table.free))
-            pages = self.page_map.page_of(chunk.keys)
-            outside = pages < 0
-            self.table.admit(chunk.row_ids[~outside], chunk.keys[~outside], pages[~outside])
-            outputs.append(not_in_master(chunk.row_ids[outside], self.schema))
+            outputs.append(self._admit_chunk(self._take(buffer, min(self.chunk_tuples, self.table.free))))
         else:
             return JoinOutput.empty(self.schema)  # sec. 3.1: a disk invocation waits for w tuples
         first = self._next_partition * self.partition_pages
@@ -109,21 +105,10 @@ class MeshJoin(JoinAlgorithm):
             outputs.append(self._join(loaded, row_ids, keys))
         return JoinOutput.concat(outputs, self.schema)
 
-    @property
-    def pending(self) -> int:
-        return self.table.size
-
-    def structure_bytes(self) -> int:
-        return self.table.nbytes + self._disk_buffer_bytes + self.page_map.nbytes
-
     def memory_split(self) -> dict:
         return {
-            "stream_table_bytes": self.table.nbytes,
-            "stream_table_capacity_tuples": self.table.capacity,
-            "disk_buffer_bytes": self._disk_buffer_bytes,
-            "page_map_bytes": self.page_map.nbytes,
+            **super().memory_split(),
             "partition_pages": self.partition_pages,
             "partitions": self.partitions,
             "chunk_tuples": self.chunk_tuples,
-            "page_rows": self.page_map.page_rows,
         }

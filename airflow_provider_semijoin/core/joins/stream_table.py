@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..stores.base import PageMap
+from .base import JoinAlgorithm, JoinOutput, StreamChunk, not_in_master
+
 ARENA_FACTOR = 1.5  # arena slots per tuple of capacity: compaction runs after capacity/2 admissions
 GROUP_BYTES = 8 + 4 + 4 + 4 + 4  # group_start, group_len, group_next, group_chunk, free-list slot
 MAX_CHUNK = 4096  # bounds the scan inside one chunk when a queue position is looked up
@@ -248,3 +251,39 @@ class StreamTable:
         self._chunk_alive[:m] = np.add.reduceat(self._chunk_alive[live], first) if m else 0
         self._n_chunks = m
         self._chunk_head = 0
+
+
+class PagedJoin(JoinAlgorithm):
+    """What MESHJOIN and the HYBRIDJOIN family share: H_S/Q as a :class:`StreamTable` filed by
+    the pages of ``page_map``, a disk buffer, and the admission of stream tuples into them.
+
+    Subclasses set ``page_map``, ``table`` and ``_disk_buffer_bytes`` in their constructor.
+    """
+
+    page_map: PageMap
+    table: StreamTable
+    _disk_buffer_bytes: int
+
+    def _admit_chunk(self, chunk: StreamChunk) -> JoinOutput:
+        """File ``chunk`` under its pages; keys outside R's key range leave at once, no I/O."""
+        pages = self.page_map.page_of(chunk.keys)
+        outside = pages < 0
+        self.table.admit(chunk.row_ids[~outside], chunk.keys[~outside], pages[~outside])
+        return not_in_master(chunk.row_ids[outside], self.schema)
+
+    @property
+    def pending(self) -> int:
+        return self.table.size
+
+    def structure_bytes(self) -> int:
+        return self.table.nbytes + self._disk_buffer_bytes + self.page_map.nbytes
+
+    def memory_split(self) -> dict:
+        return {
+            "stream_table_bytes": self.table.nbytes,
+            "stream_table_capacity_tuples": self.table.capacity,
+            "disk_buffer_bytes": self._disk_buffer_bytes,
+            "page_map_bytes": self.page_map.nbytes,
+            "page_rows": self.page_map.page_rows,
+            "pages": self.page_map.n_pages,
+        }
