@@ -62,10 +62,9 @@ class BenchConfig:
 
 
 def _backlog_target(algorithm) -> int:
-    """Tuples the buffer should hold so the algorithm never waits for input."""
-    table = getattr(algorithm, "table", None)
-    wanted = table.capacity if table is not None else getattr(algorithm, "batch_rows", 1)
-    return wanted + CHUNK_ROWS
+    """Tuples the buffer should hold so the algorithm never waits for input (a cache
+    front-stage probes more tuples than its disk phase takes: twice the demand)."""
+    return 2 * algorithm.demand + CHUNK_ROWS
 
 
 def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, clock=time.perf_counter) -> dict:
@@ -74,7 +73,6 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
         algorithm = create(algorithm_name, store, config.memory, config.params_for(algorithm_name))
         chunks = zipf_stream_chunks(CHUNK_ROWS, config.rows, exponent=config.zipf, shape=shape, seed=config.seed)
         buffer = StreamBuffer(store.key_type, clock)
-        target = _backlog_target(algorithm)
         entered = np.zeros(0)
         fed = 0
         joined_s = window_s = 0.0
@@ -82,7 +80,7 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
         processing: list[np.ndarray] = []
         io_start = None
         while joined_s < config.warmup_s + config.window_s:
-            while buffer.available < target:
+            while buffer.available < _backlog_target(algorithm):
                 chunk = next(chunks)
                 keys = normalize(chunk["nk"], store.key_type)
                 buffer.append(chunk["tid"].to_numpy(), keys.keys)
@@ -124,7 +122,8 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
         "memory_budget_bytes": config.memory,
         "memory_ok": stats["structure_bytes_peak"] <= config.memory,
         "memory_split": stats["memory_split"],
-        "extra": {k: v for k, v in stats.items() if k in ("pq_loads", "starvation_loads")},
+        "cache_hit_ratio": stats.get("cache_hit_ratio"),
+        "extra": {k: v for k, v in stats.items() if k in ("pq_loads", "starvation_loads", "threshold_now", "cache_admissions")},
     }
 
 

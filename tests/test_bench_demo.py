@@ -13,6 +13,7 @@ import pytest
 from airflow_provider_semijoin.bench import BenchConfig
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
+from airflow_provider_semijoin.core.joins import ALGORITHMS
 from airflow_provider_semijoin.core.files import read_table
 
 
@@ -23,11 +24,10 @@ def test_bench_tiny_reports_every_algorithm_and_shape(tmp_path, capsys):
     assert main(args) == 0
     report = json.loads(out.read_text())
     results = report["results"]
-    assert {(r["algorithm"], r["shape"]) for r in results} == {
-        (a, s) for a in ["inlj", "inlist", "meshjoin", "hybridjoin", "hybridjoin-l", "hybridjoin-pq"] for s in ["noperm", "random"]
-    }
+    assert {(r["algorithm"], r["shape"]) for r in results} == {(a, s) for a in ALGORITHMS for s in ["noperm", "random"]}
     for r in results:
         assert r["service_rate_tps"] > 0 and r["tuples_in_window"] > 0
+        assert (r["cache_hit_ratio"] is not None) == (r["algorithm"] in ("ssj", "cmeshjoin", "cachejoin", "cachejoin-l", "cachejoin-pq"))
         assert r["memory_ok"] and r["structure_bytes_peak"] <= 512 * 1024
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("noperm  hybridjoin ") for line in lines)

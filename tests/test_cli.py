@@ -131,7 +131,11 @@ def test_password_never_reaches_the_error(stream_file, tmp_path):
 def test_algorithms_lists_every_registry_entry_with_its_paper(capsys):
     assert main(["algorithms", "--json"]) == 0
     listed = {a["name"]: a for a in json.loads(capsys.readouterr().out)}
-    assert set(listed) == {"inlj", "inlist", "meshjoin", "hybridjoin", "hybridjoin-l", "hybridjoin-pq"}
+    assert set(listed) == {
+        "inlj", "inlist", "meshjoin", "hybridjoin", "hybridjoin-l", "hybridjoin-pq",
+        "ssj", "cmeshjoin", "cachejoin", "cachejoin-l", "cachejoin-pq",
+    }
+    assert "Algorithm 1" in listed["cmeshjoin"]["paper"]
     assert "sec. 4" in listed["hybridjoin-pq"]["paper"]
     assert listed["hybridjoin-l"]["params"]["lookup_position"]["default"] == 0.3
 

@@ -106,12 +106,17 @@ def _empty_table(schema: pa.Schema) -> pa.Table:
 
 @dataclass
 class JoinOutput:
-    """What one step completed. ``master`` rows align with ``matched_ids``."""
+    """What one step completed. ``master`` rows align with ``matched_ids``.
+
+    ``matched_keys`` (when not None) holds the join key of each matched pair: the front-stage
+    counts from it how often each master tuple matched (its frequency recorder).
+    """
 
     matched_ids: np.ndarray
     master: pa.Table
     unmatched_ids: np.ndarray
     unmatched_reason: np.ndarray  # int8 Unmatched codes
+    matched_keys: np.ndarray | None = None
 
     @classmethod
     def empty(cls, schema: pa.Schema) -> "JoinOutput":
@@ -132,12 +137,26 @@ class JoinOutput:
             return cls.empty(schema)
         if len(outputs) == 1:
             return outputs[0]
+        with_matches = [o for o in outputs if len(o.matched_ids)]
+        keyed = bool(with_matches) and all(o.matched_keys is not None for o in with_matches)
         return cls(
             np.concatenate([o.matched_ids for o in outputs]),
             pa.concat_tables([o.master for o in outputs]),
             np.concatenate([o.unmatched_ids for o in outputs]),
             np.concatenate([o.unmatched_reason for o in outputs]),
+            np.concatenate([o.matched_keys for o in with_matches]) if keyed else None,
         )
+
+
+def starts_of(counts: np.ndarray) -> np.ndarray:
+    """Where each of consecutive runs of ``counts`` items starts: 0, c0, c0+c1, ..."""
+    return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+
+
+def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``concat(arange(s, s + c) for s, c in zip(starts, counts))`` without a Python loop."""
+    counts = np.asarray(counts, dtype=np.int64)
+    return np.repeat(np.asarray(starts, dtype=np.int64) - starts_of(counts), counts) + np.arange(int(counts.sum()))
 
 
 def probe(page: MasterPage, keys: np.ndarray, unique: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -156,9 +175,7 @@ def probe(page: MasterPage, keys: np.ndarray, unique: bool = False) -> tuple[np.
     counts = right - left
     missing_idx = np.flatnonzero(counts == 0)
     probe_idx = np.repeat(np.arange(len(keys)), counts)
-    starts = np.repeat(left - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
-    master_idx = starts + np.arange(len(probe_idx))
-    return probe_idx, master_idx, missing_idx
+    return probe_idx, ranges(left, counts), missing_idx
 
 
 def join_page(page: MasterPage, row_ids: np.ndarray, keys: np.ndarray, unique: bool = False) -> JoinOutput:
@@ -169,6 +186,7 @@ def join_page(page: MasterPage, row_ids: np.ndarray, keys: np.ndarray, unique: b
         page.rows.take(master_idx),
         row_ids[missing_idx],
         np.full(len(missing_idx), Unmatched.NOT_IN_MASTER, np.int8),
+        keys[probe_idx],
     )
 
 
@@ -254,6 +272,11 @@ class JoinAlgorithm:
     @property
     def pending(self) -> int:
         """Stream tuples taken from the buffer that have not left yet."""
+        raise NotImplementedError
+
+    @property
+    def demand(self) -> int:
+        """Stream tuples the next step would take if they were there (w of the papers)."""
         raise NotImplementedError
 
     def structure_bytes(self) -> int:

@@ -45,6 +45,10 @@ class IndexNestedLoopJoin(JoinAlgorithm):
     def pending(self) -> int:
         return 0
 
+    @property
+    def demand(self) -> int:
+        return 1
+
     def structure_bytes(self) -> int:
         return self._held
 
@@ -87,6 +91,10 @@ class InListJoin(JoinAlgorithm):
     @property
     def pending(self) -> int:
         return 0
+
+    @property
+    def demand(self) -> int:
+        return self.batch_rows
 
     def structure_bytes(self) -> int:
         return self._held

@@ -105,6 +105,10 @@ class MeshJoin(PagedJoin):
             outputs.append(self._join(loaded, row_ids, keys))
         return JoinOutput.concat(outputs, self.schema)
 
+    @property
+    def demand(self) -> int:
+        return self.chunk_tuples
+
     def memory_split(self) -> dict:
         return {
             **super().memory_split(),

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from .base import JoinAlgorithm
+from .frontstage import CacheJoin, CacheJoinL, CacheJoinPQ, CMeshJoin, SemiStreamJoin
 from .hybridjoin import HybridJoin, HybridJoinL, HybridJoinPQ
 from .indexjoin import IndexNestedLoopJoin, InListJoin
 from .meshjoin import MeshJoin
 
 ALGORITHMS: dict[str, type[JoinAlgorithm]] = {
-    cls.name: cls for cls in (IndexNestedLoopJoin, InListJoin, MeshJoin, HybridJoin, HybridJoinL, HybridJoinPQ)
+    cls.name: cls
+    for cls in (
+        IndexNestedLoopJoin, InListJoin, MeshJoin, HybridJoin, HybridJoinL, HybridJoinPQ,
+        SemiStreamJoin, CMeshJoin, CacheJoin, CacheJoinL, CacheJoinPQ,
+    )
 }
 
 

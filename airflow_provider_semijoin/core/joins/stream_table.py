@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..stores.base import PageMap
-from .base import JoinAlgorithm, JoinOutput, StreamChunk, not_in_master
+from .base import JoinAlgorithm, JoinOutput, StreamChunk, not_in_master, ranges
 
 ARENA_FACTOR = 1.5  # arena slots per tuple of capacity: compaction runs after capacity/2 admissions
 GROUP_BYTES = 8 + 4 + 4 + 4 + 4  # group_start, group_len, group_next, group_chunk, free-list slot
@@ -155,8 +155,7 @@ class StreamTable:
         starts = self._group_start[groups]
         lens = self._group_len[groups].astype(np.int64)
         total = int(lens.sum())
-        offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
-        idx = offsets + np.arange(total)
+        idx = ranges(starts, lens)
         row_ids, keys = self._row[idx], self._key[idx]
         self._alive[idx] = False
         np.subtract.at(self._chunk_alive, self._group_chunk[groups], lens)
@@ -274,6 +273,10 @@ class PagedJoin(JoinAlgorithm):
     @property
     def pending(self) -> int:
         return self.table.size
+
+    @property
+    def demand(self) -> int:
+        return self.table.free
 
     def structure_bytes(self) -> int:
         return self.table.nbytes + self._disk_buffer_bytes + self.page_map.nbytes

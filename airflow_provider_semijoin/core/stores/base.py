@@ -148,6 +148,7 @@ class MasterStore:
         self._n_rows: int | None = None
         self._costs: tuple[float, float] | None = None
         self._max_rows_per_key: int | None = None
+        self._row_bytes: dict[int, float] = {}
 
     # -- catalogue (per dialect) -------------------------------------------------------------
     def _describe(self) -> list[ColumnInfo]:
@@ -341,10 +342,12 @@ class MasterStore:
         """v_R: bytes one loaded row of R takes in memory (key + selected columns), sampled."""
         if page_map.n_pages == 0:
             return float(self.key_type.itemsize)
-        saved = IOCounters(**vars(self.counters))
-        sample = self.load_pages(page_map, 0)
-        self.counters = saved
-        return sample.nbytes / max(len(sample), 1)
+        if page_map.page_rows not in self._row_bytes:
+            saved = IOCounters(**vars(self.counters))
+            sample = self.load_pages(page_map, 0)
+            self.counters = saved
+            self._row_bytes[page_map.page_rows] = sample.nbytes / max(len(sample), 1)
+        return self._row_bytes[page_map.page_rows]
 
     def result_bytes(self, page_map: PageMap, rows: int) -> int:
         """Bytes a loaded result of ``rows`` rows may take: v_R per row plus the per-column

@@ -1,0 +1,377 @@
+"""The cache front-stage, and the algorithms made of it: SSJ, CMESHJOIN, CACHEJOIN, -L, -PQ.
+
+CMESHJOIN paper (Naeem, Dobbie, Weber, Lutteroth), sec. 3 and Algorithm 1: "a generic cache
+component that can be used as a front-stage for an arbitrary semi-stream join algorithm". A
+hash table H_R holds the most frequently used master tuples (tuple level, not pages). Every
+arriving stream tuple probes H_R first (the stream-probing phase, lines 2-11); a hit is joined
+at once and never enters the wrapped algorithm; a miss goes on to it (the disk-probing phase,
+lines 12-22). When a master tuple matched ``f`` stream tuples in one disk-probing step and f
+passes the frequency threshold (SSJ Algorithm 1 line 15: f >= threshold; CMESHJOIN line 17:
+f > threshold), it is switched into H_R, overwriting the least frequent entry (the frequency
+recorder; SSCJ) or a random one (CACHEJOIN) when H_R is full. The threshold adapts: lowered
+while H_R is not full, raised when H_R evicts too often (CMESHJOIN sec. 3.1, SSJ sec. IV).
+
+Compositions in the registry (not copies): ``ssj`` and ``cmeshjoin`` wrap MESHJOIN (SSJ's
+disk-probing phase reads R in segments and expires the oldest chunk, like MESHJOIN),
+``cachejoin`` wraps HYBRIDJOIN, ``cachejoin-l`` HYBRIDJOIN-L and ``cachejoin-pq`` HYBRIDJOIN-PQ
+(the pq paper's "three-stage approach").
+
+Engineering the papers leave open, decided here:
+
+* frequencies halve every ``32 * h_R`` probed stream tuples (``decay_every``), so a key that was hot once does
+  not hold its slot forever when the hot set shifts;
+* the memory split between H_R and the wrapped algorithm comes from the cost model
+  (:func:`..costmodel.best_cache_size`, CMESHJOIN eq. 1-4) unless ``cache_keys`` is given;
+* a key with K rows in R is cached with all K of them, so 1:K joins stay exact.
+
+Everything is columnar: H_R is a sorted key array probed with ``searchsorted``, its master rows
+live in an Arrow row log (compacted when a quarter of it is garbage).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+
+import time
+
+from ..costmodel import best_cache_size
+from ..errors import ConfigError
+from ..stores.base import MasterStore
+from .base import Clock, JoinAlgorithm, JoinOutput, Param, StreamBuffer, StreamChunk, ranges, starts_of
+from .hybridjoin import HybridJoin, HybridJoinL, HybridJoinPQ
+from .meshjoin import MeshJoin
+
+LOG_FACTOR = 1.25  # row-log slots per cached row: compaction when a fifth of the log is garbage
+ENTRY_BYTES = 8 + 8 + 4 + 8 + 8  # sorted slot, row-log start, row count, frequency, free stack (+ two keys)
+DECAY_PER_KEY = 32  # default halving period: 32 probed tuples per cached key
+ADAPT_STEPS = 32  # disk-probing steps between threshold adjustments
+PROBE_ROUNDS = 64  # stream-probing rounds per step at most (Algorithm 1's inner loop)
+
+
+class MasterCache:
+    """H_R with its frequency recorder: up to ``capacity`` keys of R and all their rows."""
+
+    def __init__(self, capacity: int, rows_per_key: int, key_dtype: np.dtype, schema: pa.Schema, seed: int = 0):
+        self.capacity = int(capacity)
+        self._rows_cap = int(math.ceil(self.capacity * rows_per_key * LOG_FACTOR))
+        self.size = 0
+        self._sorted_keys = np.zeros(0, dtype=key_dtype)
+        self._sorted_slot = np.zeros(0, dtype=np.int64)
+        self._slot_key = np.zeros(self.capacity, dtype=key_dtype)
+        self._slot_start = np.zeros(self.capacity, dtype=np.int64)
+        self._slot_count = np.zeros(self.capacity, dtype=np.int32)
+        self.frequency = np.zeros(self.capacity, dtype=np.float64)
+        self._free = np.arange(self.capacity - 1, -1, -1, dtype=np.int64)  # a stack of free slots
+        self._n_free = self.capacity
+        self._log = schema.empty_table()
+        self._live_rows = 0
+        self._rng = np.random.default_rng(seed)
+        self.evictions = 0
+
+    @staticmethod
+    def bytes_per_key(key_itemsize: int, rows_per_key: int, row_bytes: float) -> float:
+        return 2 * key_itemsize + ENTRY_BYTES + rows_per_key * row_bytes * LOG_FACTOR
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self._slot_key, self._slot_start, self._slot_count, self.frequency, self._free)
+        index = self.capacity * (self._slot_key.itemsize + 8)  # sorted keys + slots at capacity
+        return int(sum(a.nbytes for a in arrays) + index + self._log.nbytes)
+
+    def probe(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(hit, probe_idx, log_rows)``: which keys are cached, and one (stream position,
+        row-log position) pair per cached row of each hit. Hits count in the recorder."""
+        if self.size == 0 or len(keys) == 0:
+            return np.zeros(len(keys), bool), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        hit, pos = self._find(keys)
+        slots = self._sorted_slot[pos[hit]]
+        np.add.at(self.frequency, slots, 1.0)
+        counts = self._slot_count[slots]
+        return hit, np.repeat(np.flatnonzero(hit), counts), ranges(self._slot_start[slots], counts)
+
+    def contains(self, keys: np.ndarray) -> np.ndarray:
+        """Which ``keys`` are cached (no effect on the frequency recorder)."""
+        return self._find(keys)[0]
+
+    def _find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        pos = np.searchsorted(self._sorted_keys, keys)
+        hit = pos < self.size
+        hit[hit] = self._sorted_keys[pos[hit]] == keys[hit]
+        return hit, pos
+
+    def rows(self, log_rows: np.ndarray) -> pa.Table:
+        return self._log.take(log_rows)
+
+    def admit(self, keys: np.ndarray, frequency: np.ndarray, rows: pa.Table, counts: np.ndarray, policy: str) -> None:
+        """Switch ``keys`` (sorted, not cached yet) into H_R; their rows are ``rows``, ``counts``
+        rows per key in key order. Overwrites least frequent / random entries when full."""
+        if policy == "lfu" and len(keys) > self._n_free:
+            # least-frequent overwrite, a batch at a time: candidates and entries compete on
+            # frequency, the h_R most frequent of both stay
+            used = self._sorted_slot
+            combined = np.concatenate((self.frequency[used], frequency))
+            keep = np.argpartition(-combined, self.capacity - 1)[: self.capacity] if len(combined) > self.capacity else np.arange(len(combined))
+            kept = np.zeros(len(combined), dtype=bool)
+            kept[keep] = True
+            evict_at = np.flatnonzero(~kept[: len(used)])
+            if len(evict_at):
+                self._evict_at(evict_at)
+            chosen = np.flatnonzero(kept[len(used):])
+        elif len(keys) > self.capacity:  # random overwrite: the most frequent candidates replace all
+            chosen = np.sort(np.argsort(-frequency, kind="stable")[: self.capacity])
+        else:
+            chosen = np.arange(len(keys))
+        if len(chosen) < len(keys):
+            rows = rows.take(ranges(starts_of(counts)[chosen], counts[chosen]))
+            keys, frequency, counts = keys[chosen], frequency[chosen], counts[chosen]
+        overflow = len(keys) - self._n_free
+        if overflow > 0:
+            self._evict_at(self._rng.choice(self.size, size=overflow, replace=False))
+        self._n_free -= len(keys)
+        slots = self._free[self._n_free : self._n_free + len(keys)].copy()
+        if len(self._log) + len(rows) > self._rows_cap:
+            self._compact_log()
+        self._slot_key[slots] = keys
+        self._slot_start[slots] = len(self._log) + starts_of(counts)
+        self._slot_count[slots] = counts
+        self.frequency[slots] = frequency
+        self._log = pa.concat_tables([self._log, rows]) if len(self._log) else rows.combine_chunks()
+        self._live_rows += len(rows)
+        at = np.searchsorted(self._sorted_keys, keys)
+        self._sorted_keys = np.insert(self._sorted_keys, at, keys)
+        self._sorted_slot = np.insert(self._sorted_slot, at, slots)
+        self.size += len(keys)
+
+    def _evict_at(self, victims_at: np.ndarray) -> None:
+        """Drop the entries at positions ``victims_at`` of the sorted index."""
+        victims = self._sorted_slot[victims_at]
+        n = len(victims)
+        self._live_rows -= int(self._slot_count[victims].sum())
+        self._sorted_keys = np.delete(self._sorted_keys, victims_at)
+        self._sorted_slot = np.delete(self._sorted_slot, victims_at)
+        self._slot_count[victims] = 0
+        self.frequency[victims] = 0
+        self._free[self._n_free : self._n_free + n] = victims
+        self._n_free += n
+        self.size -= n
+        self.evictions += n
+
+    def _compact_log(self) -> None:
+        used = self._sorted_slot
+        counts = self._slot_count[used]
+        self._log = self._log.take(ranges(self._slot_start[used], counts)).combine_chunks()
+        self._slot_start[used] = starts_of(counts)
+        self._live_rows = len(self._log)
+
+    def decay(self) -> None:
+        self.frequency *= 0.5
+
+
+class FrontStage(JoinAlgorithm):
+    """A tuple-level cache in front of the algorithm ``inner`` (a class of the registry)."""
+
+    inner: type[JoinAlgorithm]
+    strict = False  # True: f > threshold (CMESHJOIN), False: f >= threshold (SSJ)
+    default_eviction = "lfu"
+    params = {
+        "cache_keys": Param(int, 0, "h_R: master tuples (keys) the cache holds; 0 = from the cost model", 0),
+        "threshold": Param(int, 2, "frequency threshold: matches in one disk step that admit a tuple to H_R", 1),
+        "adaptive": Param(int, 1, "1 = lower the threshold while H_R is not full, raise it when H_R evicts often", 0),
+        "eviction": Param(str, "", "which entry a full H_R overwrites: lfu (frequency recorder) or random"),
+        "skew": Param(float, 1.0, "Zipf exponent the cost model assumes when it sizes H_R", 0.0),
+        "seed": Param(int, 0, "seed of the random overwrite policy", 0),
+        "decay_every": Param(int, 0, "probed stream tuples between halvings of all frequencies; 0 = 32 * h_R", 0),
+    }
+
+    def __init__(self, store: MasterStore, memory: int, *, clock: Clock = time.perf_counter, **params):
+        super().__init__(store, memory, clock=clock, **params)  # validates own and inner parameters
+        inner_params = {k: v for k, v in params.items() if k in self.inner.params}
+        s = self.settings
+        s["eviction"] = s["eviction"] or self.default_eviction
+        if s["eviction"] not in ("lfu", "random"):
+            raise ConfigError(f"{self.name}.eviction: {s['eviction']!r} is not one of ['lfu', 'random']")
+        page_map = store.page_map()
+        k = store.max_rows_per_key
+        per_key = MasterCache.bytes_per_key(store.key_type.itemsize, k, store.row_bytes(page_map))
+        inner_floor = self._inner_floor(store, inner_params)
+        fixed = store.result_bytes(page_map, 0)  # the row log's per-column overhead
+        cache_keys = s["cache_keys"] or best_cache_size(
+            self.memory, page_map.n_keys, per_key, s["skew"], reserve=inner_floor + fixed + 1
+        )
+        cache_keys = min(cache_keys, page_map.n_keys)
+        cache_bytes = int(math.ceil(cache_keys * per_key)) + fixed
+        if self.memory - cache_bytes < inner_floor:
+            raise self._budget_error(cache_bytes + inner_floor, f"H_R of {cache_keys} keys and the smallest {self.inner.name}")
+        self.cache = MasterCache(cache_keys, k, store.key_type.dtype, self.schema, s["seed"])
+        self._cache_budget = cache_bytes
+        self.algorithm = self.inner(store, self.memory - cache_bytes, clock=clock, **inner_params)
+        self._misses = StreamBuffer(store.key_type, self.clock)
+        self.threshold = s["threshold"]
+        self._decay_every = s["decay_every"] or DECAY_PER_KEY * max(self.cache.capacity, 1)
+        self._probed_since_decay = 0
+        self._steps_since_adapt = 0
+        self._evictions_at_adapt = 0
+        self.counters.extra.update(cache_hits=0, cache_probes=0, cache_admissions=0)
+
+    @classmethod
+    def _inner_floor(cls, store: MasterStore, inner_params: dict) -> int:
+        """The smallest budget the wrapped algorithm accepts (found by halving: construction is cheap)."""
+        hi = 1 << 16
+        while True:
+            try:
+                cls.inner(store, hi, **inner_params)
+                break
+            except ConfigError as exc:
+                if not str(exc).startswith("memory:") or hi > 1 << 40:
+                    raise
+                hi *= 4
+        lo = hi // 4
+        while hi - lo > max(1024, hi // 64):
+            mid = (lo + hi) // 2
+            try:
+                cls.inner(store, mid, **inner_params)
+                hi = mid
+            except ConfigError as exc:
+                if not str(exc).startswith("memory:"):
+                    raise
+                lo = mid
+        return hi
+
+    # -- one outer iteration -----------------------------------------------------------------
+    def _step(self, buffer: StreamBuffer) -> JoinOutput:
+        outputs = []
+        for _ in range(PROBE_ROUNDS):  # Algorithm 1 lines 2-11: until w misses wait for H_S
+            want = self.algorithm.demand - self._misses.available
+            if want <= 0 or not buffer.available:
+                break
+            outputs.append(self._probe(self._take(buffer, want)))
+        if buffer.exhausted and not self._misses.closed:
+            self._misses.close()
+        if self._misses.available or self.algorithm.pending or self._misses.closed:
+            disk = self.algorithm.step(self._misses)
+            self._misses.taken.clear()
+            outputs.append(disk)
+            self._learn(disk)
+        return JoinOutput.concat(outputs, self.schema)
+
+    def _probe(self, chunk: StreamChunk) -> JoinOutput:
+        hit, probe_idx, log_rows = self.cache.probe(chunk.keys)
+        c = self.counters.extra
+        c["cache_probes"] += len(chunk)
+        c["cache_hits"] += int(hit.sum())
+        self._probed_since_decay += len(chunk)
+        if self._probed_since_decay >= self._decay_every:
+            self.cache.decay()
+            self._probed_since_decay = 0
+        self._misses.append(chunk.row_ids[~hit], chunk.keys[~hit])
+        out = JoinOutput.empty(self.schema)
+        if len(probe_idx):
+            out = JoinOutput(chunk.row_ids[probe_idx], self.cache.rows(log_rows), out.unmatched_ids,
+                             out.unmatched_reason, chunk.keys[probe_idx])
+        return out
+
+    def _learn(self, disk: JoinOutput) -> None:
+        """Algorithm 1 lines 16-18: admit master tuples that matched often enough in this step.
+
+        f counts stream tuples per key (a key with K rows yields K pairs per tuple); the K rows
+        to cache are those of the key's first stream tuple, consecutive in the output.
+        """
+        if self.cache.capacity and len(disk.matched_ids) and disk.matched_keys is not None:
+            order = np.argsort(disk.matched_keys, kind="stable")
+            keys, first, pairs = np.unique(disk.matched_keys[order], return_index=True, return_counts=True)
+            _, one_pair_per_tuple = np.unique(disk.matched_ids, return_index=True)
+            _, tuples = np.unique(disk.matched_keys[one_pair_per_tuple], return_counts=True)
+            passes = tuples > self.threshold if self.strict else tuples >= self.threshold
+            chosen = np.flatnonzero(passes)
+            chosen = chosen[~self.cache.contains(keys[chosen])]
+            if len(chosen):
+                rows_per_key = pairs[chosen] // tuples[chosen]
+                rows = disk.master.take(order[ranges(first[chosen], rows_per_key)])
+                self.cache.admit(keys[chosen], tuples[chosen].astype(np.float64), rows, rows_per_key,
+                                 self.settings["eviction"])
+                self.counters.extra["cache_admissions"] += len(chosen)
+        self._adapt()
+
+    def _adapt(self) -> None:
+        if not self.settings["adaptive"]:
+            return
+        self._steps_since_adapt += 1
+        if self._steps_since_adapt < ADAPT_STEPS:
+            return
+        evicted = self.cache.evictions - self._evictions_at_adapt
+        if self.cache.size < self.cache.capacity and self.threshold > 1:
+            self.threshold -= 1  # H_R not full: the threshold is too high
+        elif evicted > self.cache.capacity // 10:
+            self.threshold += 1  # H_R churns: the threshold is too low
+        self._steps_since_adapt = 0
+        self._evictions_at_adapt = self.cache.evictions
+
+    # -- accounting -------------------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        return self.algorithm.pending + self._misses.available
+
+    @property
+    def demand(self) -> int:
+        return max(self.algorithm.demand - self._misses.available, 0)
+
+    def structure_bytes(self) -> int:
+        waiting = self._misses.available * (self.store.key_type.itemsize + 8)
+        return self.cache.nbytes + self.algorithm.structure_bytes() + waiting
+
+    def memory_split(self) -> dict:
+        return {
+            "cache_keys": self.cache.capacity,
+            "cache_bytes": self._cache_budget,
+            "inner": self.algorithm.name,
+            "inner_budget_bytes": self.algorithm.memory,
+            **{f"inner.{k}": v for k, v in self.algorithm.memory_split().items()},
+        }
+
+    def stats(self) -> dict:
+        out = super().stats()
+        c = self.counters.extra
+        out["cache_hit_ratio"] = round(c["cache_hits"] / c["cache_probes"], 4) if c["cache_probes"] else None
+        out["threshold_now"] = self.threshold
+        out["disk_loads"] = self.algorithm.counters.loads
+        return out
+
+
+class SemiStreamJoin(FrontStage):
+    name = "ssj"
+    paper = "SSJ (Naeem, Dobbie, Weber): Algorithm 1, sec. IV; disk-probing phase as MESHJOIN"
+    inner = MeshJoin
+    params = {**FrontStage.params, **MeshJoin.params}
+
+
+class CMeshJoin(FrontStage):
+    name = "cmeshjoin"
+    paper = "CMESHJOIN (Naeem, Dobbie, Weber, Lutteroth): sec. 3, Algorithm 1"
+    inner = MeshJoin
+    strict = True
+    params = {**FrontStage.params, **MeshJoin.params}
+
+
+class CacheJoin(FrontStage):
+    name = "cachejoin"
+    paper = "CACHEJOIN: front-stage + HYBRIDJOIN (pq-frequent-pages paper sec. 2; random overwrite)"
+    inner = HybridJoin
+    default_eviction = "random"
+    params = {**FrontStage.params, **HybridJoin.params}
+
+
+class CacheJoinL(CacheJoin):
+    name = "cachejoin-l"
+    paper = "CACHEJOIN-L: front-stage + HYBRIDJOIN-L (pq-frequent-pages paper sec. 3.1)"
+    inner = HybridJoinL
+    params = {**FrontStage.params, **HybridJoinL.params}
+
+
+class CacheJoinPQ(CacheJoin):
+    name = "cachejoin-pq"
+    paper = "CACHEJOIN-PQ: front-stage + HYBRIDJOIN-PQ, the three-stage approach (pq paper sec. 1, 4)"
+    inner = HybridJoinPQ
+    params = {**FrontStage.params, **HybridJoinPQ.params}

@@ -1,0 +1,139 @@
+"""The cache front-stage and its compositions: the contract, and what only a cache promises."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from contract import JoinContract, stream_of
+from hypothesis import strategies as st
+
+from airflow_provider_semijoin.core.costmodel import hit_ratio
+from airflow_provider_semijoin.core.errors import ConfigError
+from airflow_provider_semijoin.core.joins import StreamBuffer, create
+from airflow_provider_semijoin.core.keys import normalize
+from airflow_provider_semijoin.workloads import master_table, zipf_stream
+
+CACHE_PARAMS = {
+    "threshold": st.sampled_from([1, 2, 3]),
+    "adaptive": st.sampled_from([0, 1]),
+    "eviction": st.sampled_from(["lfu", "random"]),
+    "cache_keys": st.sampled_from([0, 1, 5, 50]),
+}
+
+
+class TestSSJ(JoinContract):
+    algorithm = "ssj"
+    param_strategies = CACHE_PARAMS
+
+
+class TestCMeshJoin(JoinContract):
+    algorithm = "cmeshjoin"
+    param_strategies = CACHE_PARAMS
+
+
+class TestCacheJoin(JoinContract):
+    algorithm = "cachejoin"
+    param_strategies = CACHE_PARAMS
+
+
+class TestCacheJoinL(JoinContract):
+    algorithm = "cachejoin-l"
+    param_strategies = CACHE_PARAMS
+
+
+class TestCacheJoinPQ(JoinContract):
+    algorithm = "cachejoin-pq"
+    param_strategies = CACHE_PARAMS
+
+
+def feed(algorithm, stream, key_type):
+    """Step ``algorithm`` over ``stream`` to the end; (tuples probed, cache hits) after each step."""
+    buffer = StreamBuffer(key_type)
+    buffer.append(stream["tid"].to_numpy(), normalize(stream["nk"], key_type).keys)
+    buffer.close()
+    history = []
+    while not (buffer.exhausted and algorithm.pending == 0):
+        algorithm.step(buffer)
+        c = algorithm.counters.extra
+        history.append((c["cache_probes"], c["cache_hits"]))
+    return np.array(history)
+
+
+def window_hit_ratio(history: np.ndarray, start: int, end: int) -> float:
+    """Hit ratio among the tuples probed while the probe count went from ``start`` to ``end``."""
+    probes, hits = history[:, 0], history[:, 1]
+    i, j = np.searchsorted(probes, [start, end])
+    j = min(j, len(probes) - 1)
+    return (hits[j] - hits[i]) / max(probes[j] - probes[i], 1)
+
+
+N_KEYS = 5000
+
+
+@pytest.fixture
+def zipf_master(backend):
+    return backend.make_master(master_table(N_KEYS, seed=0).select(["nk", "sk", "name"]))
+
+
+@pytest.mark.parametrize("name", ["ssj", "cachejoin"])
+def test_warm_hit_ratio_is_the_models_p_n(zipf_master, name):
+    """CMESHJOIN eq. 1: caching the h_R hottest keys of a Zipf-1 stream serves p_N(h_R) of it."""
+    cached = 200
+    algorithm = create(name, zipf_master, 1 << 20, {"cache_keys": cached, "eviction": "lfu", "page_rows": 50})
+    stream = zipf_stream(150_000, N_KEYS, exponent=1.0, shape="random", seed=5)
+    history = feed(algorithm, stream, zipf_master.key_type)
+    measured = window_hit_ratio(history, 75_000, 150_000)
+    expected = float(hit_ratio(cached, N_KEYS, 1.0))
+    assert abs(measured - expected) <= 0.05, (measured, expected)
+
+
+@pytest.mark.parametrize("name", ["ssj", "cachejoin-pq"])
+def test_the_cache_adapts_when_the_hot_set_shifts(zipf_master, name):
+    """Half the stream has one hot set, the other half another (a different permutation of
+    ranks): the hit ratio at the end of the second half recovers to within 10% of the first's."""
+    algorithm = create(name, zipf_master, 1 << 20, {"cache_keys": 200, "page_rows": 50})
+    before = zipf_stream(100_000, N_KEYS, exponent=1.0, shape="noperm", seed=6)
+    after = zipf_stream(100_000, N_KEYS, exponent=1.0, shape="random", seed=7, first_tid=100_000)
+    history = feed(algorithm, pa.concat_tables([before, after]), zipf_master.key_type)
+    settled_before = window_hit_ratio(history, 60_000, 100_000)
+    settled_after = window_hit_ratio(history, 160_000, 200_000)
+    assert settled_before > 0.3
+    assert settled_after >= 0.9 * settled_before, (settled_before, settled_after)
+
+
+@pytest.mark.parametrize("name, admitted", [("ssj", True), ("cmeshjoin", False)])
+def test_threshold_is_at_least_for_ssj_and_above_for_cmeshjoin(backend, name, admitted):
+    """SSJ Algorithm 1 line 15 (f >= threshold) vs CMESHJOIN line 17 (f > threshold): every key
+    matched exactly twice in one disk step, threshold 2."""
+    store = backend.make_master(master_table(100, seed=0).select(["nk", "sk"]))
+    keys = np.repeat(np.arange(1, 200, 2)[:40], 2)  # 40 keys of R, twice each
+    algorithm = create(name, store, 1 << 20, {"cache_keys": 100, "threshold": 2, "adaptive": 0,
+                                               "page_rows": 200, "partition_pages": 1})
+    buffer = StreamBuffer(store.key_type)
+    buffer.append(np.arange(len(keys)), keys)
+    buffer.close()
+    while not (buffer.exhausted and algorithm.pending == 0):
+        algorithm.step(buffer)
+    assert algorithm.cache.size == (40 if admitted else 0)
+    assert algorithm.counters.extra["cache_admissions"] == (40 if admitted else 0)
+
+
+def test_lfu_keeps_hot_keys_better_than_random_overwrite(zipf_master):
+    ratios = {}
+    for eviction in ("lfu", "random"):
+        algorithm = create("cachejoin", zipf_master, 1 << 20,
+                           {"cache_keys": 100, "eviction": eviction, "adaptive": 0, "threshold": 1, "page_rows": 50})
+        history = feed(algorithm, zipf_stream(60_000, N_KEYS, exponent=1.0, seed=8), zipf_master.key_type)
+        ratios[eviction] = window_hit_ratio(history, 30_000, 60_000)
+    assert ratios["lfu"] > ratios["random"], ratios
+
+
+def test_bad_eviction_policy_is_refused(zipf_master):
+    with pytest.raises(ConfigError, match=r"^ssj\.eviction: 'fifo' is not one of \['lfu', 'random'\]"):
+        create("ssj", zipf_master, 4 << 20, {"eviction": "fifo"})
+
+
+def test_memory_split_follows_the_cost_model(zipf_master):
+    """With no cache_keys given, h_R comes from CMESHJOIN eq. 4; more memory, a larger cache."""
+    small = create("cachejoin", zipf_master, 200 << 10).memory_split()["cache_keys"]
+    large = create("cachejoin", zipf_master, 400 << 10).memory_split()["cache_keys"]
+    assert 0 < small < large <= N_KEYS
