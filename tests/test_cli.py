@@ -132,7 +132,7 @@ def test_algorithms_lists_every_registry_entry_with_its_paper(capsys):
     assert main(["algorithms", "--json"]) == 0
     listed = {a["name"]: a for a in json.loads(capsys.readouterr().out)}
     assert set(listed) == {
-        "inlj", "inlist", "meshjoin", "hybridjoin", "hybridjoin-l", "hybridjoin-pq",
+        "inlj", "inlist", "inlist-lru", "meshjoin", "hybridjoin", "hybridjoin-l", "hybridjoin-pq",
         "ssj", "cmeshjoin", "cachejoin", "cachejoin-l", "cachejoin-pq",
     }
     assert "Algorithm 1" in listed["cmeshjoin"]["paper"]

@@ -128,7 +128,7 @@ def test_lfu_keeps_hot_keys_better_than_random_overwrite(zipf_master):
 
 
 def test_bad_eviction_policy_is_refused(zipf_master):
-    with pytest.raises(ConfigError, match=r"^ssj\.eviction: 'fifo' is not one of \['lfu', 'random'\]"):
+    with pytest.raises(ConfigError, match=r"^ssj\.eviction: 'fifo' is not one of \['lfu', 'random', 'lru'\]"):
         create("ssj", zipf_master, 4 << 20, {"eviction": "fifo"})
 
 

@@ -36,3 +36,18 @@ def test_batch_rows_beyond_the_budget_is_refused(backend):
     fits = create("inlist", store, 4096).batch_rows
     with pytest.raises(ConfigError, match=r"^memory: .*batch_rows|^inlist\.batch_rows: .*memory"):
         create("inlist", store, 4096, {"batch_rows": fits * 10})
+
+
+class TestInListLRU(JoinContract):
+    algorithm = "inlist-lru"
+    param_strategies = {"cache_fraction": st.sampled_from([0.0, 0.2, 0.5, 0.9])}
+
+
+def test_lru_cache_saves_queries_on_a_repeating_stream(backend):
+    """The second pass over the same keys hits the LRU cache: no IN query is needed for it."""
+    store = backend.make_master(master_of(range(0, 300, 3)))
+    keys = list(range(0, 60, 3)) * 2  # 20 keys of R, twice
+    algorithm = create("inlist-lru", store, 1 << 20, {"batch_rows": 20})
+    run = run_join(algorithm, stream_of(keys), "sk")
+    assert algorithm.counters.loads == 1  # the first batch only
+    assert run.stats["cache_hit_ratio"] == 0.5

@@ -24,150 +24,28 @@ Engineering the papers leave open, decided here:
   (:func:`..costmodel.best_cache_size`, CMESHJOIN eq. 1-4) unless ``cache_keys`` is given;
 * a key with K rows in R is cached with all K of them, so 1:K joins stay exact.
 
-Everything is columnar: H_R is a sorted key array probed with ``searchsorted``, its master rows
-live in an Arrow row log (compacted when a quarter of it is garbage).
+Everything is columnar: H_R (:mod:`.master_cache`) is a sorted key array probed with
+``searchsorted``, its master rows live in an Arrow row log.
 """
 
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
-import pyarrow as pa
-
-import time
 
 from ..costmodel import best_cache_size
 from ..errors import ConfigError
 from ..stores.base import MasterStore
-from .base import Clock, JoinAlgorithm, JoinOutput, Param, StreamBuffer, StreamChunk, ranges, starts_of
+from .base import Clock, JoinAlgorithm, JoinOutput, Param, StreamBuffer, StreamChunk, ranges
 from .hybridjoin import HybridJoin, HybridJoinL, HybridJoinPQ
+from .master_cache import POLICIES, MasterCache
 from .meshjoin import MeshJoin
 
-LOG_FACTOR = 1.25  # row-log slots per cached row: compaction when a fifth of the log is garbage
-ENTRY_BYTES = 8 + 8 + 4 + 8 + 8  # sorted slot, row-log start, row count, frequency, free stack (+ two keys)
 DECAY_PER_KEY = 32  # default halving period: 32 probed tuples per cached key
 ADAPT_STEPS = 32  # disk-probing steps between threshold adjustments
 PROBE_ROUNDS = 64  # stream-probing rounds per step at most (Algorithm 1's inner loop)
-
-
-class MasterCache:
-    """H_R with its frequency recorder: up to ``capacity`` keys of R and all their rows."""
-
-    def __init__(self, capacity: int, rows_per_key: int, key_dtype: np.dtype, schema: pa.Schema, seed: int = 0):
-        self.capacity = int(capacity)
-        self._rows_cap = int(math.ceil(self.capacity * rows_per_key * LOG_FACTOR))
-        self.size = 0
-        self._sorted_keys = np.zeros(0, dtype=key_dtype)
-        self._sorted_slot = np.zeros(0, dtype=np.int64)
-        self._slot_key = np.zeros(self.capacity, dtype=key_dtype)
-        self._slot_start = np.zeros(self.capacity, dtype=np.int64)
-        self._slot_count = np.zeros(self.capacity, dtype=np.int32)
-        self.frequency = np.zeros(self.capacity, dtype=np.float64)
-        self._free = np.arange(self.capacity - 1, -1, -1, dtype=np.int64)  # a stack of free slots
-        self._n_free = self.capacity
-        self._log = schema.empty_table()
-        self._live_rows = 0
-        self._rng = np.random.default_rng(seed)
-        self.evictions = 0
-
-    @staticmethod
-    def bytes_per_key(key_itemsize: int, rows_per_key: int, row_bytes: float) -> float:
-        return 2 * key_itemsize + ENTRY_BYTES + rows_per_key * row_bytes * LOG_FACTOR
-
-    @property
-    def nbytes(self) -> int:
-        arrays = (self._slot_key, self._slot_start, self._slot_count, self.frequency, self._free)
-        index = self.capacity * (self._slot_key.itemsize + 8)  # sorted keys + slots at capacity
-        return int(sum(a.nbytes for a in arrays) + index + self._log.nbytes)
-
-    def probe(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(hit, probe_idx, log_rows)``: which keys are cached, and one (stream position,
-        row-log position) pair per cached row of each hit. Hits count in the recorder."""
-        if self.size == 0 or len(keys) == 0:
-            return np.zeros(len(keys), bool), np.zeros(0, np.int64), np.zeros(0, np.int64)
-        hit, pos = self._find(keys)
-        slots = self._sorted_slot[pos[hit]]
-        np.add.at(self.frequency, slots, 1.0)
-        counts = self._slot_count[slots]
-        return hit, np.repeat(np.flatnonzero(hit), counts), ranges(self._slot_start[slots], counts)
-
-    def contains(self, keys: np.ndarray) -> np.ndarray:
-        """Which ``keys`` are cached (no effect on the frequency recorder)."""
-        return self._find(keys)[0]
-
-    def _find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        pos = np.searchsorted(self._sorted_keys, keys)
-        hit = pos < self.size
-        hit[hit] = self._sorted_keys[pos[hit]] == keys[hit]
-        return hit, pos
-
-    def rows(self, log_rows: np.ndarray) -> pa.Table:
-        return self._log.take(log_rows)
-
-    def admit(self, keys: np.ndarray, frequency: np.ndarray, rows: pa.Table, counts: np.ndarray, policy: str) -> None:
-        """Switch ``keys`` (sorted, not cached yet) into H_R; their rows are ``rows``, ``counts``
-        rows per key in key order. Overwrites least frequent / random entries when full."""
-        if policy == "lfu" and len(keys) > self._n_free:
-            # least-frequent overwrite, a batch at a time: candidates and entries compete on
-            # frequency, the h_R most frequent of both stay
-            used = self._sorted_slot
-            combined = np.concatenate((self.frequency[used], frequency))
-            keep = np.argpartition(-combined, self.capacity - 1)[: self.capacity] if len(combined) > self.capacity else np.arange(len(combined))
-            kept = np.zeros(len(combined), dtype=bool)
-            kept[keep] = True
-            evict_at = np.flatnonzero(~kept[: len(used)])
-            if len(evict_at):
-                self._evict_at(evict_at)
-            chosen = np.flatnonzero(kept[len(used):])
-        elif len(keys) > self.capacity:  # random overwrite: the most frequent candidates replace all
-            chosen = np.sort(np.argsort(-frequency, kind="stable")[: self.capacity])
-        else:
-            chosen = np.arange(len(keys))
-        if len(chosen) < len(keys):
-            rows = rows.take(ranges(starts_of(counts)[chosen], counts[chosen]))
-            keys, frequency, counts = keys[chosen], frequency[chosen], counts[chosen]
-        overflow = len(keys) - self._n_free
-        if overflow > 0:
-            self._evict_at(self._rng.choice(self.size, size=overflow, replace=False))
-        self._n_free -= len(keys)
-        slots = self._free[self._n_free : self._n_free + len(keys)].copy()
-        if len(self._log) + len(rows) > self._rows_cap:
-            self._compact_log()
-        self._slot_key[slots] = keys
-        self._slot_start[slots] = len(self._log) + starts_of(counts)
-        self._slot_count[slots] = counts
-        self.frequency[slots] = frequency
-        self._log = pa.concat_tables([self._log, rows]) if len(self._log) else rows.combine_chunks()
-        self._live_rows += len(rows)
-        at = np.searchsorted(self._sorted_keys, keys)
-        self._sorted_keys = np.insert(self._sorted_keys, at, keys)
-        self._sorted_slot = np.insert(self._sorted_slot, at, slots)
-        self.size += len(keys)
-
-    def _evict_at(self, victims_at: np.ndarray) -> None:
-        """Drop the entries at positions ``victims_at`` of the sorted index."""
-        victims = self._sorted_slot[victims_at]
-        n = len(victims)
-        self._live_rows -= int(self._slot_count[victims].sum())
-        self._sorted_keys = np.delete(self._sorted_keys, victims_at)
-        self._sorted_slot = np.delete(self._sorted_slot, victims_at)
-        self._slot_count[victims] = 0
-        self.frequency[victims] = 0
-        self._free[self._n_free : self._n_free + n] = victims
-        self._n_free += n
-        self.size -= n
-        self.evictions += n
-
-    def _compact_log(self) -> None:
-        used = self._sorted_slot
-        counts = self._slot_count[used]
-        self._log = self._log.take(ranges(self._slot_start[used], counts)).combine_chunks()
-        self._slot_start[used] = starts_of(counts)
-        self._live_rows = len(self._log)
-
-    def decay(self) -> None:
-        self.frequency *= 0.5
 
 
 class FrontStage(JoinAlgorithm):
@@ -180,7 +58,7 @@ class FrontStage(JoinAlgorithm):
         "cache_keys": Param(int, 0, "h_R: master tuples (keys) the cache holds; 0 = from the cost model", 0),
         "threshold": Param(int, 2, "frequency threshold: matches in one disk step that admit a tuple to H_R", 1),
         "adaptive": Param(int, 1, "1 = lower the threshold while H_R is not full, raise it when H_R evicts often", 0),
-        "eviction": Param(str, "", "which entry a full H_R overwrites: lfu (frequency recorder) or random"),
+        "eviction": Param(str, "", "which entry a full H_R overwrites: lfu (frequency recorder), random or lru"),
         "skew": Param(float, 1.0, "Zipf exponent the cost model assumes when it sizes H_R", 0.0),
         "seed": Param(int, 0, "seed of the random overwrite policy", 0),
         "decay_every": Param(int, 0, "probed stream tuples between halvings of all frequencies; 0 = 32 * h_R", 0),
@@ -191,8 +69,8 @@ class FrontStage(JoinAlgorithm):
         inner_params = {k: v for k, v in params.items() if k in self.inner.params}
         s = self.settings
         s["eviction"] = s["eviction"] or self.default_eviction
-        if s["eviction"] not in ("lfu", "random"):
-            raise ConfigError(f"{self.name}.eviction: {s['eviction']!r} is not one of ['lfu', 'random']")
+        if s["eviction"] not in POLICIES:
+            raise ConfigError(f"{self.name}.eviction: {s['eviction']!r} is not one of {list(POLICIES)}")
         page_map = store.page_map()
         k = store.max_rows_per_key
         per_key = MasterCache.bytes_per_key(store.key_type.itemsize, k, store.row_bytes(page_map))
@@ -205,7 +83,7 @@ class FrontStage(JoinAlgorithm):
         cache_bytes = int(math.ceil(cache_keys * per_key)) + fixed
         if self.memory - cache_bytes < inner_floor:
             raise self._budget_error(cache_bytes + inner_floor, f"H_R of {cache_keys} keys and the smallest {self.inner.name}")
-        self.cache = MasterCache(cache_keys, k, store.key_type.dtype, self.schema, s["seed"])
+        self.cache = MasterCache(cache_keys, k, store.key_type.dtype, self.schema, s["eviction"], s["seed"])
         self._cache_budget = cache_bytes
         self.algorithm = self.inner(store, self.memory - cache_bytes, clock=clock, **inner_params)
         self._misses = StreamBuffer(store.key_type, self.clock)
@@ -290,8 +168,7 @@ class FrontStage(JoinAlgorithm):
             if len(chosen):
                 rows_per_key = pairs[chosen] // tuples[chosen]
                 rows = disk.master.take(order[ranges(first[chosen], rows_per_key)])
-                self.cache.admit(keys[chosen], tuples[chosen].astype(np.float64), rows, rows_per_key,
-                                 self.settings["eviction"])
+                self.cache.admit(keys[chosen], tuples[chosen].astype(np.float64), rows, rows_per_key)
                 self.counters.extra["cache_admissions"] += len(chosen)
         self._adapt()
 

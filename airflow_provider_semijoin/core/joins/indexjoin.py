@@ -6,7 +6,9 @@ tuple. Its rate is bounded by the database round trip.
 The IN-list baseline is what an engineer writes in Spark's ``foreachBatch`` without a
 semi-stream join: take a micro-batch, look its distinct keys up with ``key IN (...)`` queries
 of at most ``in_list_max`` keys, hash-join in memory. The batch is sized from the memory budget:
-each tuple of the batch costs its key and row id, each distinct key at most one row of R.
+each tuple of the batch costs its key and row id, each distinct key at most K rows of R.
+``inlist-lru`` is the same engineer's second version: the same memory budget, a share of it
+(``cache_fraction``) spent on an LRU cache of master rows probed before the IN queries.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import math
 import numpy as np
 
 from ..stores.base import MasterPage
-from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer
+from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer, StreamChunk
+from .master_cache import MasterCache
 
 
 class IndexNestedLoopJoin(JoinAlgorithm):
@@ -63,29 +66,38 @@ class InListJoin(JoinAlgorithm):
 
     def __init__(self, store, memory, **kwargs):
         super().__init__(store, memory, **kwargs)
+        self._batch_budget = self.memory - self._cache_bytes()
         # per tuple of the batch: its key and row id (twice: the batch and the distinct keys)
         # and, at worst, K rows of R for its key
         page_map = store.page_map()
         per_tuple = 2 * (store.key_type.itemsize + 8) + store.max_rows_per_key * store.row_bytes(page_map)
         fixed = store.result_bytes(page_map, 0)
-        self.batch_rows = self.settings["batch_rows"] or int((self.memory - fixed) // per_tuple)
+        self.batch_rows = self.settings["batch_rows"] or int((self._batch_budget - fixed) // per_tuple)
         needed = int(math.ceil(fixed + max(self.batch_rows, 1) * per_tuple))
-        if self.batch_rows < 1 or needed > self.memory:
+        if self.batch_rows < 1 or needed > self._batch_budget:
             what = f"batch_rows={self.batch_rows} stream tuples with their master rows" if self.batch_rows else "one stream tuple with its master rows"
-            raise self._budget_error(needed, what)
+            raise self._budget_error(needed + self.memory - self._batch_budget, what)
         self._per_tuple = per_tuple
         self._held = 0
+
+    def _cache_bytes(self) -> int:
+        return 0
 
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
         chunk = self._take(buffer, self.batch_rows)
         if not len(chunk):
             return JoinOutput.empty(self.schema)
+        return self._lookup(chunk)
+
+    def _lookup(self, chunk: StreamChunk) -> JoinOutput:
+        """Join a batch through ``IN (...)`` queries of its distinct keys."""
         distinct = np.unique(chunk.keys)
         step = self.settings["in_list_max"]
         found = [self.store.lookup_many(distinct[i : i + step]) for i in range(0, len(distinct), step)]
         self.counters.loads += len(found)
         rows = MasterPage.concat(found)  # distinct keys are sorted, so are the IN results
         self._held = int(len(chunk) * 2 * (chunk.keys.itemsize + 8) + rows.nbytes)
+        self._found = rows
         return self._join(rows, chunk.row_ids, chunk.keys)
 
     @property
@@ -101,3 +113,50 @@ class InListJoin(JoinAlgorithm):
 
     def memory_split(self) -> dict:
         return {"batch_rows": self.batch_rows, "bytes_per_tuple": round(self._per_tuple, 1)}
+
+
+class InListLRUJoin(InListJoin):
+    name = "inlist-lru"
+    paper = "baseline: micro-batch IN-list lookup with an LRU cache of master rows in the same budget"
+    params = {
+        **InListJoin.params,
+        "cache_fraction": Param(float, 0.5, "share of the memory budget for the LRU cache", 0.0),
+    }
+
+    def _cache_bytes(self) -> int:
+        store = self.store
+        per_key = MasterCache.bytes_per_key(store.key_type.itemsize, store.max_rows_per_key, store.row_bytes(store.page_map()))
+        budget = int(self.memory * min(self.settings["cache_fraction"], 1.0))
+        fixed = store.result_bytes(store.page_map(), 0)
+        keys = max(0, int((budget - fixed) // per_key))
+        self.cache = MasterCache(keys, store.max_rows_per_key, store.key_type.dtype, self.schema, "lru")
+        self.counters.extra.update(cache_hits=0, cache_probes=0)
+        return int(math.ceil(keys * per_key)) + fixed
+
+    def _step(self, buffer: StreamBuffer) -> JoinOutput:
+        chunk = self._take(buffer, self.batch_rows)
+        if not len(chunk):
+            return JoinOutput.empty(self.schema)
+        hit, probe_idx, log_rows = self.cache.probe(chunk.keys)
+        self.counters.extra["cache_probes"] += len(chunk)
+        self.counters.extra["cache_hits"] += int(hit.sum())
+        hits = JoinOutput(chunk.row_ids[probe_idx], self.cache.rows(log_rows), np.zeros(0, np.int64),
+                          np.zeros(0, np.int8), chunk.keys[probe_idx])
+        missed = StreamChunk(chunk.row_ids[~hit], chunk.keys[~hit])
+        looked_up = self._lookup(missed) if len(missed) else JoinOutput.empty(self.schema)
+        if len(missed) and self.cache.capacity and len(self._found):
+            keys, counts = np.unique(self._found.keys, return_counts=True)
+            self.cache.admit(keys, np.zeros(len(keys)), self._found.rows, counts)
+        return JoinOutput.concat([hits, looked_up], self.schema)
+
+    def structure_bytes(self) -> int:
+        return self._held + self.cache.nbytes
+
+    def memory_split(self) -> dict:
+        return {**super().memory_split(), "cache_keys": self.cache.capacity}
+
+    def stats(self) -> dict:
+        out = super().stats()
+        c = self.counters.extra
+        out["cache_hit_ratio"] = round(c["cache_hits"] / c["cache_probes"], 4) if c["cache_probes"] else None
+        return out

@@ -10,13 +10,13 @@ from ..errors import ConfigError
 from .base import JoinAlgorithm
 from .frontstage import CacheJoin, CacheJoinL, CacheJoinPQ, CMeshJoin, SemiStreamJoin
 from .hybridjoin import HybridJoin, HybridJoinL, HybridJoinPQ
-from .indexjoin import IndexNestedLoopJoin, InListJoin
+from .indexjoin import IndexNestedLoopJoin, InListJoin, InListLRUJoin
 from .meshjoin import MeshJoin
 
 ALGORITHMS: dict[str, type[JoinAlgorithm]] = {
     cls.name: cls
     for cls in (
-        IndexNestedLoopJoin, InListJoin, MeshJoin, HybridJoin, HybridJoinL, HybridJoinPQ,
+        IndexNestedLoopJoin, InListJoin, InListLRUJoin, MeshJoin, HybridJoin, HybridJoinL, HybridJoinPQ,
         SemiStreamJoin, CMeshJoin, CacheJoin, CacheJoinL, CacheJoinPQ,
     )
 }

@@ -1,0 +1,161 @@
+"""H_R: a tuple-level cache of master rows, with its frequency recorder.
+
+The cache of SSJ / CMESHJOIN / CACHEJOIN (CMESHJOIN paper sec. 3.1: "the frequency recorder
+records the access frequency of each tuple stored in H_R"). Columnar: the cached keys are a
+sorted numpy array probed with ``searchsorted``; a key's K master rows sit contiguously in an
+Arrow row log, which is compacted when it is full of overwritten rows; slots are numpy arrays
+with a free-slot stack. Memory is sized in bytes (:meth:`MasterCache.bytes_per_key`) and
+:attr:`MasterCache.nbytes` reports what it holds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+
+from .base import ranges, starts_of
+
+POLICIES = ("lfu", "random", "lru")
+LOG_FACTOR = 1.25  # row-log slots per cached row: compaction when a fifth of the log is garbage
+ENTRY_BYTES = 8 + 8 + 4 + 8 + 8  # sorted slot, row-log start, row count, frequency, free stack (+ two keys)
+
+
+class MasterCache:
+    """H_R with its frequency recorder: up to ``capacity`` keys of R and all their rows.
+
+    ``policy`` decides which entries a full cache overwrites: ``lfu`` (the least frequent:
+    SSJ / CMESHJOIN's frequency recorder), ``random`` (CACHEJOIN) or ``lru`` (the least
+    recently used: what the IN-list baseline's cache does; ``frequency`` then holds the time
+    of last use).
+    """
+
+    def __init__(self, capacity: int, rows_per_key: int, key_dtype: np.dtype, schema: pa.Schema,
+                 policy: str = "lfu", seed: int = 0):
+        if policy not in POLICIES:
+            raise ValueError(f"policy: {policy!r} is not one of {list(POLICIES)}")
+        self.capacity = int(capacity)
+        self.policy = policy
+        self._tick = 0.0
+        self._rows_cap = int(math.ceil(self.capacity * rows_per_key * LOG_FACTOR))
+        self.size = 0
+        self._sorted_keys = np.zeros(0, dtype=key_dtype)
+        self._sorted_slot = np.zeros(0, dtype=np.int64)
+        self._slot_key = np.zeros(self.capacity, dtype=key_dtype)
+        self._slot_start = np.zeros(self.capacity, dtype=np.int64)
+        self._slot_count = np.zeros(self.capacity, dtype=np.int32)
+        self.frequency = np.zeros(self.capacity, dtype=np.float64)
+        self._free = np.arange(self.capacity - 1, -1, -1, dtype=np.int64)  # a stack of free slots
+        self._n_free = self.capacity
+        self._log = schema.empty_table()
+        self._live_rows = 0
+        self._rng = np.random.default_rng(seed)
+        self.evictions = 0
+
+    @staticmethod
+    def bytes_per_key(key_itemsize: int, rows_per_key: int, row_bytes: float) -> float:
+        return 2 * key_itemsize + ENTRY_BYTES + rows_per_key * row_bytes * LOG_FACTOR
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self._slot_key, self._slot_start, self._slot_count, self.frequency, self._free)
+        index = self.capacity * (self._slot_key.itemsize + 8)  # sorted keys + slots at capacity
+        return int(sum(a.nbytes for a in arrays) + index + self._log.nbytes)
+
+    def probe(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(hit, probe_idx, log_rows)``: which keys are cached, and one (stream position,
+        row-log position) pair per cached row of each hit. Hits count in the recorder."""
+        if self.size == 0 or len(keys) == 0:
+            return np.zeros(len(keys), bool), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        hit, pos = self._find(keys)
+        slots = self._sorted_slot[pos[hit]]
+        if self.policy == "lru":
+            self._tick += 1.0
+            self.frequency[slots] = self._tick
+        else:
+            np.add.at(self.frequency, slots, 1.0)
+        counts = self._slot_count[slots]
+        return hit, np.repeat(np.flatnonzero(hit), counts), ranges(self._slot_start[slots], counts)
+
+    def contains(self, keys: np.ndarray) -> np.ndarray:
+        """Which ``keys`` are cached (no effect on the frequency recorder)."""
+        return self._find(keys)[0]
+
+    def _find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        pos = np.searchsorted(self._sorted_keys, keys)
+        hit = pos < self.size
+        hit[hit] = self._sorted_keys[pos[hit]] == keys[hit]
+        return hit, pos
+
+    def rows(self, log_rows: np.ndarray) -> pa.Table:
+        return self._log.take(log_rows)
+
+    def admit(self, keys: np.ndarray, frequency: np.ndarray, rows: pa.Table, counts: np.ndarray) -> None:
+        """Switch ``keys`` (sorted, not cached yet) into H_R; their rows are ``rows``, ``counts``
+        rows per key in key order. A full cache overwrites entries as its policy says."""
+        if self.policy == "lru":
+            self._tick += 1.0
+            frequency = np.full(len(keys), self._tick)  # just used: the most recent of all
+        if self.policy in ("lfu", "lru") and len(keys) > self._n_free:
+            # overwrite a batch at a time: candidates and entries compete on frequency (LFU) or
+            # time of last use (LRU), the h_R highest of both stay
+            used = self._sorted_slot
+            combined = np.concatenate((self.frequency[used], frequency))
+            keep = np.argpartition(-combined, self.capacity - 1)[: self.capacity] if len(combined) > self.capacity else np.arange(len(combined))
+            kept = np.zeros(len(combined), dtype=bool)
+            kept[keep] = True
+            evict_at = np.flatnonzero(~kept[: len(used)])
+            if len(evict_at):
+                self._evict_at(evict_at)
+            chosen = np.flatnonzero(kept[len(used):])
+        elif len(keys) > self.capacity:  # random overwrite: the most frequent candidates replace all
+            chosen = np.sort(np.argsort(-frequency, kind="stable")[: self.capacity])
+        else:
+            chosen = np.arange(len(keys))
+        if len(chosen) < len(keys):
+            rows = rows.take(ranges(starts_of(counts)[chosen], counts[chosen]))
+            keys, frequency, counts = keys[chosen], frequency[chosen], counts[chosen]
+        overflow = len(keys) - self._n_free
+        if overflow > 0:
+            self._evict_at(self._rng.choice(self.size, size=overflow, replace=False))
+        self._n_free -= len(keys)
+        slots = self._free[self._n_free : self._n_free + len(keys)].copy()
+        if len(self._log) + len(rows) > self._rows_cap:
+            self._compact_log()
+        self._slot_key[slots] = keys
+        self._slot_start[slots] = len(self._log) + starts_of(counts)
+        self._slot_count[slots] = counts
+        self.frequency[slots] = frequency
+        self._log = pa.concat_tables([self._log, rows]) if len(self._log) else rows.combine_chunks()
+        self._live_rows += len(rows)
+        at = np.searchsorted(self._sorted_keys, keys)
+        self._sorted_keys = np.insert(self._sorted_keys, at, keys)
+        self._sorted_slot = np.insert(self._sorted_slot, at, slots)
+        self.size += len(keys)
+
+    def _evict_at(self, victims_at: np.ndarray) -> None:
+        """Drop the entries at positions ``victims_at`` of the sorted index."""
+        victims = self._sorted_slot[victims_at]
+        n = len(victims)
+        self._live_rows -= int(self._slot_count[victims].sum())
+        self._sorted_keys = np.delete(self._sorted_keys, victims_at)
+        self._sorted_slot = np.delete(self._sorted_slot, victims_at)
+        self._slot_count[victims] = 0
+        self.frequency[victims] = 0
+        self._free[self._n_free : self._n_free + n] = victims
+        self._n_free += n
+        self.size -= n
+        self.evictions += n
+
+    def _compact_log(self) -> None:
+        used = self._sorted_slot
+        counts = self._slot_count[used]
+        self._log = self._log.take(ranges(self._slot_start[used], counts)).combine_chunks()
+        self._slot_start[used] = starts_of(counts)
+        self._live_rows = len(self._log)
+
+    def decay(self) -> None:
+        """Halve every frequency (LFU ageing; times of last use are left alone)."""
+        if self.policy != "lru":
+            self.frequency *= 0.5
