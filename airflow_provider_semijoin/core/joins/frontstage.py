@@ -71,10 +71,11 @@ class FrontStage(JoinAlgorithm):
         s["eviction"] = s["eviction"] or self.default_eviction
         if s["eviction"] not in POLICIES:
             raise ConfigError(f"{self.name}.eviction: {s['eviction']!r} is not one of {list(POLICIES)}")
-        page_map = store.page_map()
+        inner_floor = self._inner_floor(store, inner_params)
+        # the wrapped algorithm's page map (already built) tells R's distinct keys and v_R
+        page_map = getattr(self.inner(store, inner_floor, **inner_params), "page_map", None) or store.page_map()
         k = store.max_rows_per_key
         per_key = MasterCache.bytes_per_key(store.key_type.itemsize, k, store.row_bytes(page_map))
-        inner_floor = self._inner_floor(store, inner_params)
         fixed = store.result_bytes(page_map, 0)  # the row log's per-column overhead
         cache_keys = s["cache_keys"] or best_cache_size(
             self.memory, page_map.n_keys, per_key, s["skew"], reserve=inner_floor + fixed + 1

@@ -18,6 +18,8 @@ import pyarrow as pa
 from .base import ranges, starts_of
 
 POLICIES = ("lfu", "random", "lru")
+MERGE_FRACTION = 0.1  # staged rows are merged into the one-chunk log once they are 10% of it
+MIN_MERGE_ROWS = 1024
 LOG_FACTOR = 1.25  # row-log slots per cached row: compaction when a fifth of the log is garbage
 ENTRY_BYTES = 8 + 8 + 4 + 8 + 8  # sorted slot, row-log start, row count, frequency, free stack (+ two keys)
 
@@ -48,7 +50,9 @@ class MasterCache:
         self.frequency = np.zeros(self.capacity, dtype=np.float64)
         self._free = np.arange(self.capacity - 1, -1, -1, dtype=np.int64)  # a stack of free slots
         self._n_free = self.capacity
-        self._log = schema.empty_table()
+        self._log = schema.empty_table()  # one chunk: take() on many chunks concatenates them first
+        self._staged = schema.empty_table()  # rows admitted since the last merge into the log
+        self._log_bytes = 0
         self._live_rows = 0
         self._rng = np.random.default_rng(seed)
         self.evictions = 0
@@ -61,7 +65,7 @@ class MasterCache:
     def nbytes(self) -> int:
         arrays = (self._slot_key, self._slot_start, self._slot_count, self.frequency, self._free)
         index = self.capacity * (self._slot_key.itemsize + 8)  # sorted keys + slots at capacity
-        return int(sum(a.nbytes for a in arrays) + index + self._log.nbytes)
+        return int(sum(a.nbytes for a in arrays) + index + self._log_bytes)
 
     def probe(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(hit, probe_idx, log_rows)``: which keys are cached, and one (stream position,
@@ -89,7 +93,13 @@ class MasterCache:
         return hit, pos
 
     def rows(self, log_rows: np.ndarray) -> pa.Table:
-        return self._log.take(log_rows)
+        """The cached rows at ``log_rows`` (positions in the log followed by the staged rows)."""
+        main = log_rows < len(self._log)
+        if main.all():
+            return self._log.take(log_rows)
+        parts = pa.concat_tables([self._log.take(log_rows[main]), self._staged.take(log_rows[~main] - len(self._log))])
+        order = np.concatenate((np.flatnonzero(main), np.flatnonzero(~main)))
+        return parts.combine_chunks().take(np.argsort(order))  # back to the order asked for
 
     def admit(self, keys: np.ndarray, frequency: np.ndarray, rows: pa.Table, counts: np.ndarray) -> None:
         """Switch ``keys`` (sorted, not cached yet) into H_R; their rows are ``rows``, ``counts``
@@ -121,13 +131,17 @@ class MasterCache:
             self._evict_at(self._rng.choice(self.size, size=overflow, replace=False))
         self._n_free -= len(keys)
         slots = self._free[self._n_free : self._n_free + len(keys)].copy()
-        if len(self._log) + len(rows) > self._rows_cap:
+        if len(self._log) + len(self._staged) + len(rows) > self._rows_cap:
             self._compact_log()
         self._slot_key[slots] = keys
-        self._slot_start[slots] = len(self._log) + starts_of(counts)
+        self._slot_start[slots] = len(self._log) + len(self._staged) + starts_of(counts)
         self._slot_count[slots] = counts
         self.frequency[slots] = frequency
-        self._log = pa.concat_tables([self._log, rows]) if len(self._log) else rows.combine_chunks()
+        self._staged = pa.concat_tables([self._staged, rows]).combine_chunks()
+        if len(self._staged) > max(MIN_MERGE_ROWS, MERGE_FRACTION * len(self._log)):
+            self._log = pa.concat_tables([self._log, self._staged]).combine_chunks()
+            self._staged = self._staged.schema.empty_table()
+        self._log_bytes = self._log.nbytes + self._staged.nbytes
         self._live_rows += len(rows)
         at = np.searchsorted(self._sorted_keys, keys)
         self._sorted_keys = np.insert(self._sorted_keys, at, keys)
@@ -151,7 +165,10 @@ class MasterCache:
     def _compact_log(self) -> None:
         used = self._sorted_slot
         counts = self._slot_count[used]
-        self._log = self._log.take(ranges(self._slot_start[used], counts)).combine_chunks()
+        everything = pa.concat_tables([self._log, self._staged])
+        self._log = everything.take(ranges(self._slot_start[used], counts)).combine_chunks()
+        self._staged = self._staged.schema.empty_table()
+        self._log_bytes = self._log.nbytes
         self._slot_start[used] = starts_of(counts)
         self._live_rows = len(self._log)
 
