@@ -27,7 +27,7 @@ def test_bench_tiny_reports_every_algorithm_and_shape(tmp_path, capsys):
     assert {(r["algorithm"], r["shape"]) for r in results} == {(a, s) for a in ALGORITHMS for s in ["noperm", "random"]}
     for r in results:
         assert r["service_rate_tps"] > 0 and r["tuples_in_window"] > 0
-        assert (r["cache_hit_ratio"] is not None) == (r["algorithm"] in ("ssj", "cmeshjoin", "cachejoin", "cachejoin-l", "cachejoin-pq"))
+        assert (r["cache_hit_ratio"] is not None) == (r["algorithm"] in ("inlist-lru", "ssj", "cmeshjoin", "cachejoin", "cachejoin-l", "cachejoin-pq"))
         assert r["memory_ok"] and r["structure_bytes_peak"] <= 512 * 1024
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("noperm  hybridjoin ") for line in lines)

@@ -66,12 +66,12 @@ class InListJoin(JoinAlgorithm):
 
     def __init__(self, store, memory, **kwargs):
         super().__init__(store, memory, **kwargs)
-        self._batch_budget = self.memory - self._cache_bytes()
         # per tuple of the batch: its key and row id (twice: the batch and the distinct keys)
         # and, at worst, K rows of R for its key
         page_map = store.page_map()
         per_tuple = 2 * (store.key_type.itemsize + 8) + store.max_rows_per_key * store.row_bytes(page_map)
         fixed = store.result_bytes(page_map, 0)
+        self._batch_budget = self.memory - self._cache_bytes(reserve=int(math.ceil(fixed + per_tuple)))
         self.batch_rows = self.settings["batch_rows"] or int((self._batch_budget - fixed) // per_tuple)
         needed = int(math.ceil(fixed + max(self.batch_rows, 1) * per_tuple))
         if self.batch_rows < 1 or needed > self._batch_budget:
@@ -80,7 +80,8 @@ class InListJoin(JoinAlgorithm):
         self._per_tuple = per_tuple
         self._held = 0
 
-    def _cache_bytes(self) -> int:
+    def _cache_bytes(self, reserve: int) -> int:
+        """Bytes of the budget spent on a cache, leaving ``reserve`` for the smallest batch."""
         return 0
 
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
@@ -123,10 +124,10 @@ class InListLRUJoin(InListJoin):
         "cache_fraction": Param(float, 0.5, "share of the memory budget for the LRU cache", 0.0),
     }
 
-    def _cache_bytes(self) -> int:
+    def _cache_bytes(self, reserve: int) -> int:
         store = self.store
         per_key = MasterCache.bytes_per_key(store.key_type.itemsize, store.max_rows_per_key, store.row_bytes(store.page_map()))
-        budget = int(self.memory * min(self.settings["cache_fraction"], 1.0))
+        budget = min(int(self.memory * min(self.settings["cache_fraction"], 1.0)), self.memory - reserve)
         fixed = store.result_bytes(store.page_map(), 0)
         keys = max(0, int((budget - fixed) // per_key))
         self.cache = MasterCache(keys, store.max_rows_per_key, store.key_type.dtype, self.schema, "lru")
