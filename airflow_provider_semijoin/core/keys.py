@@ -45,6 +45,8 @@ class KeyType:
     def from_db(self, values) -> np.ndarray:
         """Keys as the database driver returns them (int, str or bytes) -> a key array."""
         if self.kind == "int":
+            if values and isinstance(values[0], (bytes, bytearray)):  # a raw fetch: cast the text
+                return pa.array(values, pa.binary()).cast(pa.string()).cast(pa.int64()).to_numpy()
             return np.fromiter(values, dtype=np.int64, count=len(values))
         return np.array(
             [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in values],

@@ -18,6 +18,7 @@ A loaded page is a :class:`MasterPage`: its keys as a sorted numpy array (see
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -182,25 +183,33 @@ class MasterStore:
         )
 
     # -- queries -----------------------------------------------------------------------------
-    def _execute(self, sql: str, params=()) -> list[tuple]:
+    def _execute(self, sql: str, params=(), raw: bool = False) -> list[tuple]:
+        """Run a query, counted. ``raw`` lets a driver that can skip converting values to
+        Python objects return them as bytes (:meth:`_raw_values`); :meth:`_to_page` casts
+        them column by column in Arrow, which is several times faster for wide pages."""
         started = time.perf_counter()
-        cursor = self.connection.cursor()
-        try:
-            cursor.execute(sql, tuple(params))
-            rows = cursor.fetchall()
-        finally:
-            cursor.close()
+        with self._raw_values() if raw else contextlib.nullcontext():
+            cursor = self.connection.cursor()
+            try:
+                cursor.execute(sql, tuple(params))
+                rows = cursor.fetchall()
+            finally:
+                cursor.close()
         self.counters.seconds += time.perf_counter() - started
         self.counters.queries += 1
         self.counters.rows += len(rows)
         return rows
+
+    def _raw_values(self):
+        """A context in which the driver returns column values as bytes (none by default)."""
+        return contextlib.nullcontext()
 
     def _scalar(self, sql: str, params=()):
         rows = self._execute(sql, params)
         return rows[0][0] if rows else None
 
     def _page(self, where: str, params=(), suffix: str = "") -> MasterPage:
-        rows = self._execute(f"{self._select_sql} WHERE {where} ORDER BY {self._qk}{suffix}", params)
+        rows = self._execute(f"{self._select_sql} WHERE {where} ORDER BY {self._qk}{suffix}", params, raw=True)
         return self._to_page(rows)
 
     def _to_page(self, rows: list[tuple]) -> MasterPage:
@@ -209,7 +218,7 @@ class MasterStore:
         arrays = []
         for field, values in zip(self.schema, columns[1:]):
             try:
-                arrays.append(pa.array(values, type=field.type))
+                arrays.append(_column(values, field.type))
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
                 raise StoreError(
                     f"select: column {field.name!r} of {self.table!r} holds a value that is not "
@@ -362,6 +371,15 @@ class MasterStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _column(values, arrow_type: pa.DataType) -> pa.Array:
+    """A column as the driver returned it -> Arrow: Python objects directly, raw bytes (see
+    ``_execute(raw=True)``) through a vectorised cast of their text."""
+    first = next((v for v in values if v is not None), None)
+    if isinstance(first, (bytes, bytearray)) and not pa.types.is_binary(arrow_type):
+        return pa.array(values, pa.binary()).cast(pa.string()).cast(arrow_type)
+    return pa.array(values, type=arrow_type)
 
 
 def arrow_type_for(sql_type: str, precision: int | None = None, scale: int | None = None) -> pa.DataType:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from ..errors import StoreError
 from .base import ColumnInfo, MasterStore, arrow_type_for
 from .sql import MYSQL, NOPAD_BINARY_COLLATIONS
@@ -61,6 +63,20 @@ class MySqlStore(MasterStore):
             return list(cursor.fetchall())
         finally:
             cursor.close()
+
+    @contextlib.contextmanager
+    def _raw_values(self):
+        """mysqlclient converts every field to a Python object through ``connection.converter``;
+        without converters it hands over the bytes, and Arrow casts whole columns instead."""
+        converter = getattr(self.connection, "converter", None)
+        if not isinstance(converter, dict):  # another driver: leave it as it is
+            yield
+            return
+        self.connection.converter = {}
+        try:
+            yield
+        finally:
+            self.connection.converter = converter
 
     def _key_width_sql(self) -> str:
         return f"SELECT MAX(LENGTH({self._qk})) FROM {self._qt}"
