@@ -40,7 +40,7 @@ from ..errors import ConfigError
 from ..stores.base import MasterStore
 from .base import Clock, JoinAlgorithm, JoinOutput, Param, StreamBuffer, StreamChunk, ranges
 from .hybridjoin import HybridJoin, HybridJoinL, HybridJoinPQ
-from .master_cache import POLICIES, MasterCache
+from .master_cache import POLICIES, MasterCache, hit_ratio_of
 from .meshjoin import MeshJoin
 
 DECAY_PER_KEY = 32  # default halving period: 32 probed tuples per cached key
@@ -63,6 +63,10 @@ class FrontStage(JoinAlgorithm):
         "seed": Param(int, 0, "seed of the random overwrite policy", 0),
         "decay_every": Param(int, 0, "probed stream tuples between halvings of all frequencies; 0 = 32 * h_R", 0),
     }
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.params = {**FrontStage.params, **cls.inner.params}  # the cache's and the wrapped algorithm's
 
     def __init__(self, store: MasterStore, memory: int, *, clock: Clock = time.perf_counter, **params):
         super().__init__(store, memory, clock=clock, **params)  # validates own and inner parameters
@@ -211,8 +215,7 @@ class FrontStage(JoinAlgorithm):
 
     def stats(self) -> dict:
         out = super().stats()
-        c = self.counters.extra
-        out["cache_hit_ratio"] = round(c["cache_hits"] / c["cache_probes"], 4) if c["cache_probes"] else None
+        out["cache_hit_ratio"] = hit_ratio_of(self.counters.extra)
         out["threshold_now"] = self.threshold
         out["disk_loads"] = self.algorithm.counters.loads
         return out
@@ -222,7 +225,6 @@ class SemiStreamJoin(FrontStage):
     name = "ssj"
     paper = "SSJ (Naeem, Dobbie, Weber): Algorithm 1, sec. IV; disk-probing phase as MESHJOIN"
     inner = MeshJoin
-    params = {**FrontStage.params, **MeshJoin.params}
 
 
 class CMeshJoin(FrontStage):
@@ -230,7 +232,6 @@ class CMeshJoin(FrontStage):
     paper = "CMESHJOIN (Naeem, Dobbie, Weber, Lutteroth): sec. 3, Algorithm 1"
     inner = MeshJoin
     strict = True
-    params = {**FrontStage.params, **MeshJoin.params}
 
 
 class CacheJoin(FrontStage):
@@ -238,18 +239,15 @@ class CacheJoin(FrontStage):
     paper = "CACHEJOIN: front-stage + HYBRIDJOIN (pq-frequent-pages paper sec. 2; random overwrite)"
     inner = HybridJoin
     default_eviction = "random"
-    params = {**FrontStage.params, **HybridJoin.params}
 
 
 class CacheJoinL(CacheJoin):
     name = "cachejoin-l"
     paper = "CACHEJOIN-L: front-stage + HYBRIDJOIN-L (pq-frequent-pages paper sec. 3.1)"
     inner = HybridJoinL
-    params = {**FrontStage.params, **HybridJoinL.params}
 
 
 class CacheJoinPQ(CacheJoin):
     name = "cachejoin-pq"
     paper = "CACHEJOIN-PQ: front-stage + HYBRIDJOIN-PQ, the three-stage approach (pq paper sec. 1, 4)"
     inner = HybridJoinPQ
-    params = {**FrontStage.params, **HybridJoinPQ.params}

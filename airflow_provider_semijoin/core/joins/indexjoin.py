@@ -19,7 +19,7 @@ import numpy as np
 
 from ..stores.base import MasterPage
 from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer, StreamChunk
-from .master_cache import MasterCache
+from .master_cache import MasterCache, hit_ratio_of
 
 
 class IndexNestedLoopJoin(JoinAlgorithm):
@@ -158,6 +158,5 @@ class InListLRUJoin(InListJoin):
 
     def stats(self) -> dict:
         out = super().stats()
-        c = self.counters.extra
-        out["cache_hit_ratio"] = round(c["cache_hits"] / c["cache_probes"], 4) if c["cache_probes"] else None
+        out["cache_hit_ratio"] = hit_ratio_of(self.counters.extra)
         return out

@@ -24,6 +24,11 @@ LOG_FACTOR = 1.25  # row-log slots per cached row: compaction when a fifth of th
 ENTRY_BYTES = 8 + 8 + 4 + 8 + 8  # sorted slot, row-log start, row count, frequency, free stack (+ two keys)
 
 
+def hit_ratio_of(counters: dict) -> float | None:
+    """Cache hits per probed stream tuple from an algorithm's ``cache_hits`` / ``cache_probes``."""
+    return round(counters["cache_hits"] / counters["cache_probes"], 4) if counters["cache_probes"] else None
+
+
 class MasterCache:
     """H_R with its frequency recorder: up to ``capacity`` keys of R and all their rows.
 
