@@ -1,4 +1,10 @@
-"""Cost models of the papers, used to split a memory budget between structures.
+"""Cost models of the papers: how to split a memory budget, and what service rate to expect.
+
+Two parts. First, the cache-size model the front-stage sizes H_R with (below). Second, a
+service-rate model per algorithm family (:func:`explain`, :func:`predict`) from the papers'
+equations - MESHJOIN, HYBRIDJOIN eq. 1-4, SSJ eq. 1-10, CMESHJOIN eq. 1-7 - priced with unit
+costs measured on the running machine (:mod:`.calibration`), for the memory split an algorithm
+actually chose.
 
 Cache front-stage (CMESHJOIN paper sec. 3.2, SSJ paper sec. V-A): for a stream whose keys follow
 Zipf's law with exponent ``s`` over R_t keys, caching the h_R most frequent master tuples serves
@@ -18,7 +24,16 @@ derivatives of eq. 5-7 locate analytically.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:  # calibration imports the engine, which imports this module
+    from .calibration import ComponentCosts
 
 EXACT_HARMONIC_LIMIT = 5_000_000
 EULER_GAMMA = 0.5772156649015329
@@ -65,3 +80,386 @@ def best_cache_size(memory: int, n_keys: int, bytes_per_cached: float, exponent:
     with np.errstate(divide="ignore"):
         mu = (memory - bytes_per_cached * grid) / np.maximum(1.0 - p_n, 1e-12)
     return int(grid[int(np.argmax(mu))])
+
+
+# =================================================================================================
+# Service-rate models. Each prices one iteration of an algorithm's outer loop from the component
+# costs measured by :func:`..calibration.calibrate` (c_IO, c_H, c_O, c_E, c_S, c_A, c_F, c_cache
+# and the engine's per-call overheads) and divides the tuples it completes by it:
+#
+#     mu = w / c_loop                        (HYBRIDJOIN eq. 4; MESHJOIN; SSJ eq. 3 with w_N + w_S)
+#
+# :func:`predict` takes the memory split an algorithm chose (``algorithm.memory_split()``), so
+# the prediction describes the configuration that runs.
+# =================================================================================================
+
+SHAPES = ("noperm", "random")
+RANDOM_SHAPE_SEED = 12345  # the Random shape's permutation seed (workloads.zipf.RANDOM_SHAPE_SEED)
+CACHE_ALGORITHMS = ("ssj", "cmeshjoin", "cachejoin", "cachejoin-l", "cachejoin-pq")
+MODELLED = ("inlj", "inlist", "meshjoin", "hybridjoin", "hybridjoin-l", "hybridjoin-pq") + CACHE_ALGORITHMS
+_RANK_CACHE: dict[tuple[int, float], np.ndarray] = {}
+_PERM_CACHE: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _check(value, what: str, minimum: float = 0.0, integer: bool = False):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value):
+        raise ConfigError(f"{what}: {value!r} is not a finite number")
+    if integer and value != int(value):
+        raise ConfigError(f"{what}: {value!r} is not a whole number")
+    if value < minimum:
+        raise ConfigError(f"{what}: {value!r} must be >= {minimum:g}")
+    return int(value) if integer else float(value)
+
+
+def rank_probabilities(n_keys: int, exponent: float = 1.0) -> np.ndarray:
+    """P(rank r) = (r+1)^-s / H_s(n_keys) for r = 0..n_keys-1: the Zipf law of the papers
+    (HYBRIDJOIN sec. 5, SSJ eq. 4's summands), as the stream generator draws it (read-only)."""
+    n_keys = _check(n_keys, "n_keys", 1, integer=True)
+    exponent = _check(exponent, "exponent")
+    key = (n_keys, exponent)
+    if key not in _RANK_CACHE:
+        if len(_RANK_CACHE) >= 4:
+            _RANK_CACHE.pop(next(iter(_RANK_CACHE)))
+        p = np.arange(1, n_keys + 1, dtype=np.float64) ** -exponent
+        p /= p.sum()
+        p.flags.writeable = False
+        _RANK_CACHE[key] = p
+    return _RANK_CACHE[key]
+
+
+def rank_positions(n_keys: int, shape: str, shape_seed: int = RANDOM_SHAPE_SEED) -> np.ndarray | None:
+    """Where rank r sits in R's key order: itself (``noperm``, returned as None) or a fixed
+    random permutation (``random``, seeded like the stream generator's) (SSIJ paper, sec. V)."""
+    if shape not in SHAPES:
+        raise ConfigError(f"shape: {shape!r} is not one of {list(SHAPES)}")
+    if shape == "noperm":
+        return None
+    key = (int(n_keys), int(shape_seed))
+    if key not in _PERM_CACHE:
+        if len(_PERM_CACHE) >= 2:
+            _PERM_CACHE.pop(next(iter(_PERM_CACHE)))
+        _PERM_CACHE[key] = np.random.default_rng(shape_seed).permutation(n_keys)
+    return _PERM_CACHE[key]
+
+
+def page_probabilities(n_keys: int, exponent: float, page_rows: int, shape: str = "noperm", *,
+                       cached: int = 0, shape_seed: int = RANDOM_SHAPE_SEED) -> np.ndarray:
+    """q_j: the probability that a stream tuple's key lies on page j of R (pages of ``page_rows``
+    consecutive keys), among the tuples that miss an H_R holding the ``cached`` most frequent
+    keys (then normalised to sum 1; all zeros when H_R holds every key)."""
+    page_rows = _check(page_rows, "page_rows", 1, integer=True)
+    cached = _check(cached, "cached", 0, integer=True)
+    p = rank_probabilities(n_keys, exponent)
+    if cached:
+        p = p.copy()
+        p[:cached] = 0.0
+    n_pages = -(-len(p) // page_rows)
+    positions = rank_positions(len(p), shape, shape_seed)
+    if positions is None:
+        q = np.add.reduceat(p, np.arange(0, len(p), page_rows))
+    else:
+        q = np.bincount(positions // page_rows, weights=p, minlength=n_pages)
+    total = q.sum()
+    return q / total if total > 0 else q
+
+
+def keys_for_hit_ratio(p_n: float, n_keys: int, exponent: float = 1.0) -> int:
+    """The fewest most-frequent keys whose share of the stream reaches ``p_n`` (eq. 1 inverted)."""
+    cumulative = np.cumsum(rank_probabilities(n_keys, exponent))
+    return int(min(np.searchsorted(cumulative, p_n, side="left") + (p_n > 0), n_keys))
+
+
+# -- HYBRIDJOIN (HYBRIDJOIN paper sec. 4.4, eq. 1-4) -------------------------------------------------
+@dataclass(frozen=True)
+class QueueState:
+    """Steady state of HYBRIDJOIN's H_S/Q under a backlog: ``age`` A (tuples admitted between a
+    page's first waiting tuple and its load), ``w`` (tuples per load, eq. 2's w), ``rows`` per
+    load, ``groups`` walked per pop, ``chunks`` of Q scanned per lookup."""
+
+    age: float
+    w: float
+    rows: float
+    groups: float
+    chunks: float
+
+
+def hybridjoin_queue(q: np.ndarray, h_s: int, page_rows: int, n_keys: int | None = None) -> QueueState:
+    """Tuples per iteration of HYBRIDJOIN from the page probabilities ``q`` and h_S slots.
+
+    The paper fits w = k * h_S * d / R_t (eq. 2, k = 1.36 measured in its setup). Here w is
+    derived instead, because k depends on the skew, the page layout and h_S: HYBRIDJOIN loads
+    the page of the oldest tuple of Q, so a page is loaded when its first waiting tuple has
+    aged by A admissions - the same A for every page (the approximation of Che et al. for TTL
+    caches). Page j then waits 1/q_j admissions for its first tuple and A more for its load, and
+    is loaded with 1 + A q_j tuples. A is the age at which the pages' mean occupancy fills H_S:
+
+        h_S = sum_j A q_j (1 + A q_j / 2) / (1 + A q_j)
+
+    and every admitted tuple leaves with one load, so w = 1 / sum_j q_j / (1 + A q_j). With
+    uniform q over P pages this gives w = 2 h_S / P (k = 2): each page is loaded once per
+    cycle, with its count grown linearly from 0; with skew, hot pages gather more per load.
+    """
+    h_s = _check(h_s, "h_S", 1)
+    q = np.asarray(q, dtype=np.float64)
+    q = q[q > 0]
+    if len(q) == 0:
+        return QueueState(0.0, 0.0, 0.0, 0.0, 0.0)
+
+    def occupancy(a):
+        return float(np.sum(a * q * (1 + a * q / 2) / (1 + a * q)))
+
+    lo, hi = 0.0, 2.0 * h_s + 1.0  # occupancy(a) >= a/2 for a >= ..., so 2 h_S + 1 is above A
+    while occupancy(hi) < h_s:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if occupancy(mid) < h_s else (lo, mid)
+        if hi - lo <= 1e-9 * hi:
+            break
+    age = (lo + hi) / 2
+    rate = q / (1 + age * q)  # loads of page j per admitted tuple
+    loads = float(rate.sum())
+    w = 1.0 / loads
+    weights = rate / loads  # share of the loads that load page j
+    rows = float(page_rows)
+    # groups: one per admission chunk of the window that holds a tuple of the page
+    from .joins.stream_table import CHUNKS_PER, MAX_CHUNK, MIN_CHUNKS
+
+    per_iteration = max(1.0, math.ceil(w / MAX_CHUNK))
+    chunk = w / per_iteration
+    window_chunks = age / w * per_iteration
+    groups = float(np.sum(weights * (1 + window_chunks * -np.expm1(-chunk * q))))
+    chunks = min(window_chunks, h_s / CHUNKS_PER + MIN_CHUNKS)
+    return QueueState(age, w, rows, groups, chunks)
+
+
+def hybridjoin_iteration(state: QueueState, costs: "ComponentCosts") -> tuple[float, float]:
+    """``(c_loop, c_IO part)`` of one HYBRIDJOIN iteration, eq. 3:
+
+        c_loop = c_IO(d) + d c_H + w (c_O + c_E + c_S + c_A)
+                 + w c_compact + c_step + c_pop + groups c_group + chunks c_chunk
+
+    the first line the paper's, the second what the engine adds (measured)."""
+    c = costs
+    io = c.io(state.rows)
+    loop = (io + state.rows * c.c_H + state.w * (c.c_O + c.c_E + c.c_S + c.c_A + c.c_compact)
+            + c.c_step + c.c_pop + state.groups * c.c_group + state.chunks * c.c_chunk)
+    return loop, io
+
+
+# -- MESHJOIN (Polyzotis et al.; as summarised in HYBRIDJOIN sec. 3.1 and SSJ sec. III) ----------------
+def meshjoin_iteration(w: float, partition_pages: int, partitions: int, page_rows: int, n_keys: int,
+                       costs: "ComponentCosts") -> tuple[float, float]:
+    """``(c_loop, c_IO part)`` of one MESHJOIN iteration: read a partition of b pages (the disk
+    buffer, R_t / k rows on average), admit w tuples into H_S (which holds w * k), probe them:
+
+        c_loop = c_IO(R_t / k) + (R_t / k) c_H + w (c_S + c_A + c_E + c_O)
+                 + w c_compact + c_step_mesh + b (c_pop + groups c_group)
+
+    Each of the b pages popped per iteration walks one group per admission chunk of the last k
+    that hit it; that count is taken for a uniform stream, so the model does not depend on the
+    skew, as MESHJOIN's cyclic scan does not (the paper's mu = w / c_loop)."""
+    from .joins.stream_table import MAX_CHUNK
+
+    c = costs
+    rows = n_keys / max(partitions, 1)
+    pages = max(-(-n_keys // page_rows), 1)
+    per_iteration = max(1.0, math.ceil(w / MAX_CHUNK))
+    groups = partitions * per_iteration * -math.expm1(-(w / per_iteration) / pages)
+    io = c.io(rows)
+    loop = (io + rows * c.c_H + w * (c.c_S + c.c_A + c.c_E + c.c_O + c.c_compact)
+            + c.c_step_mesh + partition_pages * (c.c_pop + groups * c.c_group))
+    return loop, io
+
+
+# -- the cache front-stage (SSJ sec. IV-C and V-A, CMESHJOIN sec. 3.2) ----------------------------------
+def segment_match_probability(cached: int, n_keys: int, segments: int, exponent: float = 1.0) -> float:
+    """p_S-bar (SSJ eq. 8): the mean probability that a stream tuple matches one of the N
+    segments of R' = R - H_R, (1 - p_N) / N; eq. 8 is its s = 1 form with H(k) ~ ln k + gamma:
+    (ln R_t - ln h_R) / (N (ln R_t + gamma))."""
+    segments = _check(segments, "segments", 1, integer=True)
+    return float(1.0 - hit_ratio(cached, n_keys, exponent)) / segments
+
+
+def disk_phase_tuples(h_s: float, p_s: float, p_n: float) -> float:
+    """w_S (SSJ eq. 10): stream tuples the disk-probing phase completes per iteration,
+    h_S * p_S-bar. H_S holds only the tuples that missed H_R, so p_S-bar (a probability over the
+    whole stream, eq. 8) is taken relative to the misses: w_S = h_S * p_S-bar / (1 - p_N) - for
+    MESHJOIN's H_S of w * k tuples over k segments that is w."""
+    return h_s * p_s / (1.0 - p_n) if p_n < 1 else 0.0
+
+
+def cache_tuples(w_s: float, p_n: float) -> float:
+    """w_N (SSJ eq. 7): tuples H_R serves per iteration. A share p_N (eq. 4) of the S_n tuples
+    of n iterations hit H_R, so w_N = p_N (w_N + w_S): w_N = w_S p_N / (1 - p_N)."""
+    return w_s * p_n / (1.0 - p_n) if p_n < 1 else math.inf
+
+
+def probe_rounds(w_s: float, p_n: float) -> float:
+    """Stream-probing rounds per iteration: the front-stage probes what the disk phase asks
+    for (w_S) and again for the share p_N that hit, until w_S misses wait: about
+    1 + log(w_S) / log(1/p_N) rounds, plus p_N / (1 - p_N) single-tuple rounds at the end."""
+    if p_n <= 0:
+        return 1.0
+    if p_n >= 1:
+        return math.inf
+    return 1.0 + math.log(max(w_s, 1.0)) / -math.log(p_n) + p_n / (1.0 - p_n)
+
+
+def front_stage_costs(w_s: float, p_n: float, costs: "ComponentCosts", cached: int = 1) -> tuple[float, float]:
+    """``(w_N, seconds)`` the front-stage adds to one iteration of the algorithm it wraps (SSJ
+    eq. 2's H_R terms, w_N (c_H + c_O + c_S) for its hits, and the frequency check):
+
+        (w_N + w_S)(c_S + c_cache) + w_N c_hit + w_S c_F + rounds c_round + c_learn
+
+    with c_cache and c_hit for an H_R of ``cached`` keys (:meth:`ComponentCosts.cache_costs`)."""
+    c = costs
+    c_cache, c_hit = c.cache_costs(cached)
+    w_n = cache_tuples(w_s, p_n)
+    seconds = ((w_n + w_s) * (c.c_S + c_cache) + w_n * c_hit + w_s * c.c_F
+               + probe_rounds(w_s, p_n) * c.c_round + c.c_learn)
+    return w_n, seconds
+
+
+def ssj_service_rate(w_s: float, w_n: float, inner_loop_s: float, front_s: float) -> float:
+    """SSJ eq. 3: mu = (w_N + w_S) / c_loop, c_loop (eq. 2) = the disk phase's iteration plus
+    the front-stage's work for the w_N + w_S tuples it probed."""
+    loop = inner_loop_s + front_s
+    return (w_n + w_s) / loop if loop > 0 else 0.0
+
+
+def cmeshjoin_service_rate(mu_dp: float, p_n: float, front_s_per_tuple: float = 0.0) -> float:
+    """CMESHJOIN eq. 4: mu_cm = mu_dp / (1 - p_N(h_R)), the disk phase's rate mu_dp (eq. 3) over
+    the share of the stream that reaches it. ``front_s_per_tuple`` (seconds the front-stage
+    spends per stream tuple, which eq. 4 neglects) makes it 1 / ((1 - p_N) / mu_dp + that)."""
+    if mu_dp <= 0:
+        return 0.0
+    return 1.0 / ((1.0 - p_n) / mu_dp + front_s_per_tuple)
+
+
+# -- predictions from an algorithm's memory split ----------------------------------------------------
+@dataclass(frozen=True)
+class Prediction:
+    """What a model predicts for one configuration: ``service_rate_tps`` (mu), the tuples one
+    iteration completes (w, or w_N + w_S), its cost ``iteration_s`` (c_loop) and the I/O part
+    of it, the hit ratio p_N of H_R (cache algorithms), the equations used and model detail."""
+
+    algorithm: str
+    service_rate_tps: float
+    tuples_per_iteration: float
+    iteration_s: float
+    io_s: float
+    hit_ratio: float | None
+    model: str
+    detail: dict
+
+
+def _split_of(split_or_algorithm) -> tuple[dict, dict]:
+    if isinstance(split_or_algorithm, dict):
+        return split_or_algorithm, {}
+    split = getattr(split_or_algorithm, "memory_split", None)
+    if split is None:
+        raise ConfigError(f"split: {type(split_or_algorithm).__name__} is neither a memory split (dict) nor a join algorithm")
+    return split_or_algorithm.memory_split(), dict(getattr(split_or_algorithm, "settings", {}))
+
+
+def _need(split: dict, field: str, algorithm: str):
+    if field not in split:
+        raise ConfigError(f"split.{field}: missing from the memory split of {algorithm} (got {sorted(split)})")
+    return split[field]
+
+
+def _inner(split: dict) -> dict:
+    return {k[len("inner."):]: v for k, v in split.items() if k.startswith("inner.")}
+
+
+def _paged(name: str, split: dict, costs, n_keys: int, exponent: float, shape: str, shape_seed: int,
+           cached: int) -> tuple[float, float, float, dict, str]:
+    """``(w, c_loop, c_IO, detail, model)`` of the disk-probing algorithm ``name`` whose memory
+    split is ``split``, fed the tuples that miss an H_R of the ``cached`` most frequent keys."""
+    page_rows = int(_need(split, "page_rows", name))
+    if name == "meshjoin":
+        w = float(_need(split, "chunk_tuples", name))
+        b, k = int(_need(split, "partition_pages", name)), int(_need(split, "partitions", name))
+        loop, io = meshjoin_iteration(w, b, k, page_rows, n_keys, costs)
+        detail = {"w": w, "partition_pages": b, "partitions": k, "rows_per_load": n_keys / k}
+        return w, loop, io, detail, "MESHJOIN: mu = w / c_loop"
+    h_s = int(_need(split, "stream_table_capacity_tuples", name))
+    q = page_probabilities(n_keys, exponent, page_rows, shape, cached=cached, shape_seed=shape_seed)
+    state = hybridjoin_queue(q, h_s, page_rows, n_keys)
+    loop, io = hybridjoin_iteration(state, costs)
+    detail = {"w": state.w, "age": state.age, "groups_per_pop": state.groups, "chunks_scanned": state.chunks,
+              "k_eq2": state.w * n_keys / (h_s * page_rows)}
+    return state.w, loop, io, detail, "HYBRIDJOIN eq. 2-4 (w from the Zipf page probabilities)"
+
+
+def explain(algorithm: str, split_or_algorithm, costs: "ComponentCosts", n_keys: int, exponent: float = 1.0,
+            shape: str = "noperm", *, shape_seed: int = RANDOM_SHAPE_SEED, p_n: float | None = None,
+            settings: dict | None = None) -> Prediction | None:
+    """The model of ``algorithm`` for the memory split it chose (``algorithm.memory_split()``,
+    or the algorithm itself), on R of ``n_keys`` distinct keys and a Zipf(``exponent``) stream
+    of ``shape``; None for an algorithm without a model (``inlist-lru``).
+
+    ``p_n`` replaces the model's hit ratio p_N of H_R (eq. 1) by another one, e.g. the measured
+    hit ratio, to tell the error of p_N from the rest. HYBRIDJOIN-L and -PQ (and CACHEJOIN-L, -PQ) use HYBRIDJOIN's model:
+    their papers give none, and they read the same pages, only in another order.
+    """
+    n_keys = _check(n_keys, "n_keys", 1, integer=True)
+    exponent = _check(exponent, "exponent")
+    if shape not in SHAPES:
+        raise ConfigError(f"shape: {shape!r} is not one of {list(SHAPES)}")
+    if p_n is not None and not 0 <= _check(p_n, "p_n") < 1:
+        raise ConfigError(f"p_n: {p_n!r} must be in [0, 1)")
+    split, own = _split_of(split_or_algorithm)
+    settings = {**own, **(settings or {})}
+    c = costs
+    if algorithm == "inlist-lru":
+        return None
+    if algorithm not in MODELLED:
+        raise ConfigError(f"algorithm: {algorithm!r} has no cost model (models: {sorted(MODELLED)})")
+    if algorithm == "inlj":
+        loop = c.io(1) + c.c_S + c.c_O + c.c_step_inlj
+        return Prediction(algorithm, 1.0 / loop, 1.0, loop, c.io(1), None, "INLJ: mu = 1 / (c_IO(1) + ...)", {})
+    if algorithm == "inlist":
+        batch = float(_need(split, "batch_rows", algorithm))
+        p = rank_probabilities(n_keys, exponent)
+        distinct = float(np.sum(-np.expm1(batch * np.log1p(-np.minimum(p, 1 - 1e-16)))))
+        queries = math.ceil(distinct / int(settings.get("in_list_max", 1000)))
+        io = queries * c.in_query_s + distinct * c.in_key_s
+        loop = io + batch * (c.c_S + c.c_A + c.c_O) + c.c_step_inlj
+        detail = {"batch": batch, "distinct_keys": distinct, "queries": queries}
+        return Prediction(algorithm, batch / loop, batch, loop, io, None, "IN-list: batch / (queries + keys + tuples)", detail)
+    if algorithm in CACHE_ALGORITHMS:
+        cached = int(_need(split, "cache_keys", algorithm))
+        inner_name = "meshjoin" if algorithm in ("ssj", "cmeshjoin") else "hybridjoin"
+        inner = _inner(split)
+        model_p_n = float(hit_ratio(cached, n_keys, exponent))
+        # a given p_N: H_R is taken to hold the most frequent keys that serve that share
+        held = cached if p_n is None else keys_for_hit_ratio(p_n, n_keys, exponent)
+        p_n = model_p_n if p_n is None else float(p_n)
+        w_s, inner_loop, io, detail, inner_model = _paged(inner_name, inner, c, n_keys, exponent, shape, shape_seed, held)
+        if inner_name == "meshjoin":  # SSJ eq. 8 and 10: w_S of the disk-probing phase
+            k = int(inner["partitions"])
+            p_s = segment_match_probability(held, n_keys, k, exponent)
+            w_s = disk_phase_tuples(float(_need(inner, "stream_table_capacity_tuples", algorithm)), p_s, p_n)
+            inner_loop, io = meshjoin_iteration(w_s, int(inner["partition_pages"]), k, int(inner["page_rows"]), n_keys, c)
+        w_n, front = front_stage_costs(w_s, p_n, c, cached)
+        if algorithm == "cmeshjoin":
+            mu = cmeshjoin_service_rate(w_s / inner_loop, p_n, front / (w_n + w_s))
+            model = "CMESHJOIN eq. 4: mu_dp / (1 - p_N), mu_dp from " + inner_model
+        else:
+            mu = ssj_service_rate(w_s, w_n, inner_loop, front)
+            model = ("SSJ eq. 2-3 (w_N eq. 4-7, w_S eq. 8-10)" if algorithm == "ssj" else "front-stage eq. 2-3 over " + inner_model)
+        detail = {**detail, "w_S": w_s, "w_N": w_n, "p_N": p_n, "probe_rounds": probe_rounds(w_s, p_n), "front_s": front}
+        return Prediction(algorithm, mu, w_s + w_n, inner_loop + front, io, p_n, model, detail)
+    base = "meshjoin" if algorithm == "meshjoin" else "hybridjoin"
+    w, loop, io, detail, model = _paged(base, split, c, n_keys, exponent, shape, shape_seed, 0)
+    return Prediction(algorithm, w / loop if loop > 0 else 0.0, w, loop, io, None, model, detail)
+
+
+def predict(algorithm: str, split_or_algorithm, costs: "ComponentCosts", n_keys: int, exponent: float = 1.0,
+            shape: str = "noperm", **options) -> float | None:
+    """Predicted service rate (stream tuples per second) of ``algorithm`` in the configuration
+    ``split_or_algorithm`` (its memory split, or the algorithm): :func:`explain`'s mu."""
+    found = explain(algorithm, split_or_algorithm, costs, n_keys, exponent, shape, **options)
+    return None if found is None else found.service_rate_tps

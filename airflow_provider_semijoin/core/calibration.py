@@ -1,0 +1,531 @@
+"""Measure the component costs of the papers' cost models on the running machine.
+
+The cost models of HYBRIDJOIN (sec. 4.4, Table 1), SSJ (sec. IV-C, Table 1) and CMESHJOIN
+(sec. 3.2) price one iteration of the outer loop from a handful of unit costs. The papers give
+them in nanoseconds for their Java prototypes; here they are measured, in seconds, by timing the
+engine's own structures on synthetic arrays (no constant is copied from a paper):
+
+* I/O: ``c_IO(rows) = S + T * rows`` with S and T from :meth:`MasterStore.calibrate` (the
+  figures the algorithms sized themselves with) or, with ``io_samples``, from index range loads
+  at random places of R;
+* per item, the papers' names: ``c_H`` per disk row in the disk buffer of a join, ``c_O`` per
+  output tuple, ``c_E`` per tuple removed from H_S/Q, ``c_S`` per stream tuple read from a
+  buffer, ``c_A`` per tuple added to H_S/Q, ``c_F`` per frequency check of a matched tuple,
+  ``c_cache`` per stream tuple probed in H_R (and ``c_hit`` per H_R hit: its output), for a
+  small and a large H_R (a binary search in a large H_R misses the CPU caches);
+* per call: what numpy and Python charge whatever the size (microseconds, not nanoseconds),
+  which the papers' Java prototypes could neglect and a numpy engine cannot: the fixed cost of
+  one iteration (``c_step``, ``c_step_mesh``, ``c_step_inlj``), of popping a page from H_S
+  (``c_pop``, plus ``c_group`` per admission group walked), of finding the oldest tuple of Q
+  (``c_chunk`` per live chunk), of a stream-probing round (``c_round``) and of a learning step
+  (``c_learn``) of the cache front-stage.
+
+Each per-item cost is the slope between a small and a large call of the real function, each
+the median of a few repeats; the fixed costs of whole iterations come from real ``step()``
+calls of HYBRIDJOIN, MESHJOIN and INLJ over an in-memory copy of R (:class:`MemoryStore`)
+with one tuple per iteration, minus their per-item parts. It takes a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import ConfigError
+from .joins.base import StreamBuffer, StreamChunk, join_page
+from .joins.frontstage import CacheJoin
+from .joins.hybridjoin import HybridJoin
+from .joins.indexjoin import IndexNestedLoopJoin
+from .joins.master_cache import MasterCache
+from .joins.meshjoin import MeshJoin
+from .joins.stream_table import StreamTable
+from .keys import KeyType
+from .stores.base import DEFAULT_PAGE_ROWS, IOCounters, MasterPage, MasterStore, PageMap
+
+Clock = Callable[[], float]
+
+SYNTH_KEYS = 32768  # keys of the in-memory R
+SYNTH_PAGE_ROWS = 256  # rows per page of the in-memory R (128 pages)
+SMALL, LARGE = 16, 4096  # tuples of the small and the large call of a slope
+REPEAT = 5  # repeats of each timing (the median counts)
+STEP_REPEAT = 64  # timed steps of each algorithm (the median counts)
+COMPACT_CAPACITY = 1 << 17  # tuples of the table whose arena compaction is timed
+CACHE_SMALL_LOG2, CACHE_BIG_LOG2 = 10, 18  # sizes of H_R (log2 keys) c_cache is measured at
+FLOOR = 1e-12  # every cost is at least this (a clock too coarse to see a cost gives the floor)
+
+
+@dataclass(frozen=True)
+class ComponentCosts:
+    """Unit costs of the cost models, in seconds, measured by :func:`calibrate`.
+
+    The papers' costs (HYBRIDJOIN Table 1, SSJ Table 1):
+
+    * ``query_s`` S and ``row_s`` T: ``c_IO(rows) = S + T * rows``, one index range load;
+    * ``c_H``: per disk-buffer row in the join of a loaded page (probing the disk tuples);
+    * ``c_O``: per output tuple of a page join (finding its rows and taking them);
+    * ``c_E``: per tuple removed from H_S and Q (:meth:`StreamTable.pop_page`);
+    * ``c_S``: per stream tuple read from a stream buffer (:meth:`StreamBuffer.take`);
+    * ``c_A``: per tuple added to H_S and Q (page map lookup + :meth:`StreamTable.admit`), and
+      ``c_compact`` per tuple added for the arena compactions admissions cause;
+    * ``c_F``: per matched tuple whose frequency is checked against the threshold;
+    * ``c_cache``: per stream tuple probed in H_R (a miss goes on to the disk phase);
+    * ``c_hit``: per H_R hit on top of ``c_cache``: its row taken from the cache as output;
+    * ``c_cache_big``, ``c_hit_big``: the same for an H_R of 2^18 keys instead of 2^10
+      (:meth:`cache_costs` interpolates between them).
+
+    Engine overheads, seconds per call whatever the number of tuples:
+
+    * ``c_step``, ``c_step_mesh``, ``c_step_inlj``: one outer iteration of HYBRIDJOIN, MESHJOIN
+      and INLJ without its per-item work (the disk load itself is ``c_IO``);
+    * ``c_pop`` per page popped from H_S, ``c_group`` per admission group the pop walks;
+    * ``c_chunk`` per live chunk of Q scanned to find the oldest tuple (HYBRIDJOIN line 7);
+    * ``c_round`` per stream-probing round of the cache front-stage, ``c_learn`` per learning
+      step (the frequency detection after a disk step);
+    * ``in_query_s`` and ``in_key_s``: an ``IN (...)`` query of the IN-list baseline costs
+      ``in_query_s + in_key_s * keys``.
+    """
+
+    query_s: float
+    row_s: float
+    c_H: float
+    c_O: float
+    c_E: float
+    c_S: float
+    c_A: float
+    c_compact: float
+    c_F: float
+    c_cache: float
+    c_hit: float
+    c_cache_big: float
+    c_hit_big: float
+    c_step: float
+    c_step_mesh: float
+    c_step_inlj: float
+    c_pop: float
+    c_group: float
+    c_chunk: float
+    c_round: float
+    c_learn: float
+    in_query_s: float
+    in_key_s: float
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ConfigError(f"{f.name}: {value!r} is not a positive finite number of seconds")
+
+    def io(self, rows) -> float:
+        """c_IO(rows) = S + T * rows: one index range load of ``rows`` rows."""
+        return self.query_s + self.row_s * rows
+
+    def cache_costs(self, cached: int) -> tuple[float, float]:
+        """``(c_cache, c_hit)`` for an H_R of ``cached`` keys: linear in log2(h_R) through the
+        measurements at 2^10 and 2^18 keys (one more level of binary search per doubling),
+        never below the small cache's."""
+        x = max(math.log2(max(cached, 1)) - CACHE_SMALL_LOG2, 0.0) / (CACHE_BIG_LOG2 - CACHE_SMALL_LOG2)
+        return (max(self.c_cache + x * (self.c_cache_big - self.c_cache), self.c_cache),
+                max(self.c_hit + x * (self.c_hit_big - self.c_hit), self.c_hit))
+
+    def with_io(self, query_s: float, row_s: float) -> "ComponentCosts":
+        """The same CPU costs with another store's S and T."""
+        return dataclasses.replace(self, query_s=float(query_s), row_s=float(row_s))
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class MemoryStore:
+    """R in memory: what the join algorithms ask of a store, without any I/O.
+
+    ``keys`` (sorted, distinct) and ``rows`` (aligned with them) are the relation; ``costs`` is
+    what :meth:`calibrate` answers (the algorithms size themselves from it).
+    """
+
+    key_unique = True
+    max_rows_per_key = 1
+
+    def __init__(self, keys: np.ndarray, rows: pa.Table, key_type: KeyType, costs: tuple[float, float]):
+        self.keys, self.rows, self.key_type = keys, rows, key_type
+        self.schema = rows.schema
+        self.select = list(rows.schema.names)
+        self.counters = IOCounters()
+        self._costs = costs
+        self._maps: dict[int, PageMap] = {}
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.keys)
+
+    def calibrate(self, *_, **__) -> tuple[float, float]:
+        return self._costs
+
+    def page_map(self, page_rows: int = DEFAULT_PAGE_ROWS) -> PageMap:
+        if page_rows not in self._maps:
+            keys = self.keys
+            self._maps[page_rows] = PageMap(keys[::page_rows], keys[-1], page_rows, len(keys), len(keys))
+        return self._maps[page_rows]
+
+    def load_pages(self, page_map: PageMap, first: int, count: int = 1) -> MasterPage:
+        lo = first * page_map.page_rows
+        hi = min(len(self.keys), (first + count) * page_map.page_rows)
+        return MasterPage(self.keys[lo:hi], self.rows.slice(lo, hi - lo))
+
+    def lookup(self, key) -> MasterPage:
+        at = int(np.searchsorted(self.keys, key))
+        n = int(at < len(self.keys) and self.keys[at] == key)
+        return MasterPage(self.keys[at : at + n], self.rows.slice(at, n))
+
+    def row_bytes(self, page_map: PageMap) -> float:
+        return self.rows.nbytes / max(len(self.rows), 1)
+
+    def result_bytes(self, page_map: PageMap, rows: int) -> int:
+        return int(math.ceil(rows * self.row_bytes(page_map))) + 16 * (2 + len(self.select))
+
+    def close(self) -> None:
+        pass
+
+
+def synthetic_keys(n: int, key_type: KeyType) -> tuple[np.ndarray, KeyType]:
+    """``n`` sorted distinct keys of ``key_type`` (a string type at least 8 bytes wide)."""
+    if key_type.kind == "int":
+        return np.arange(1, 2 * n, 2, dtype=np.int64), key_type
+    width = max(key_type.width, 8)
+    digits = np.char.zfill(np.arange(n).astype(str), width - 1)
+    return np.char.add("K", digits).astype(f"S{width}"), KeyType("str", width)
+
+
+def first_rows(store: MasterStore, n: int = DEFAULT_PAGE_ROWS) -> MasterPage:
+    """R's first ``n`` rows in key order: one index range load, not counted in the store's counters."""
+    lowest = np.iinfo(np.int64).min if store.key_type.kind == "int" else b""
+    saved = IOCounters(**vars(store.counters))
+    try:
+        return store.load_range(lowest, n)
+    finally:
+        store.counters = saved
+
+
+def memory_store(store: MasterStore | None, key_type: KeyType | None = None, n_keys: int = SYNTH_KEYS) -> MemoryStore:
+    """An in-memory R of ``n_keys`` rows shaped like ``store``'s (its columns, its first rows
+    repeated), or of ``(sk int64, name string)`` rows without a store."""
+    key_type = key_type or (store.key_type if store is not None else KeyType("int"))
+    if store is not None:
+        costs, sample = store.calibrate(), first_rows(store).rows
+    else:
+        costs = (1e-4, 1e-6)
+        sample = pa.table({"sk": pa.array(np.arange(64)), "name": pa.array([f"item {i}" for i in range(64)])})
+    if len(sample) == 0:  # R is empty: rows with its columns
+        sample = pa.table([pa.array(np.arange(64), f.type) if pa.types.is_integer(f.type) else pa.nulls(64, f.type)
+                           for f in sample.schema], schema=sample.schema)
+    keys, key_type = synthetic_keys(n_keys, key_type)
+    rows = sample.take(np.arange(n_keys) % len(sample)).combine_chunks()
+    return MemoryStore(keys, rows, key_type, costs)
+
+
+# -- timing helpers -------------------------------------------------------------------------------
+def _median(times: list[float]) -> float:
+    return float(np.median(times)) if len(times) else 0.0
+
+
+def _time(clock: Clock, run: Callable[[], object], setup: Callable[[], object] | None = None, repeat: int = REPEAT) -> float:
+    """Median seconds of ``run()`` (after an untimed ``setup()`` each time)."""
+    times = []
+    for _ in range(repeat):
+        if setup is not None:
+            setup()
+        t0 = clock()
+        run()
+        times.append(clock() - t0)
+    return _median(times)
+
+
+def _line(small: float, large: float, n_small: int = SMALL, n_large: int = LARGE) -> tuple[float, float]:
+    """``(fixed, per_item)`` of the line through (n_small, small) and (n_large, large)."""
+    per_item = max((large - small) / (n_large - n_small), 0.0)
+    return max(small - per_item * n_small, 0.0), per_item
+
+
+class _Calibration:
+    """The measurements on the in-memory R, one method each; the costs land in ``self.c``."""
+
+    def __init__(self, mem: MemoryStore, clock: Clock, seed: int):
+        self.mem, self.clock = mem, clock
+        self.rng = np.random.default_rng(seed)
+        self.page_map = mem.page_map(SYNTH_PAGE_ROWS)
+        self.n_pages = self.page_map.n_pages
+        self.c: dict[str, float] = {}
+        self.take_fixed = 0.0
+
+    def keys_on_pages(self, pages: np.ndarray) -> np.ndarray:
+        """A random key of R on each of ``pages``."""
+        at = pages * SYNTH_PAGE_ROWS + self.rng.integers(0, SYNTH_PAGE_ROWS, len(pages))
+        return self.mem.keys[np.minimum(at, len(self.mem.keys) - 1)]
+
+    def random_keys(self, n: int) -> np.ndarray:
+        return self.mem.keys[self.rng.integers(0, len(self.mem.keys), n)]
+
+    def table(self) -> StreamTable:
+        return StreamTable(2 * LARGE, self.n_pages, self.mem.key_type.dtype)
+
+    def stream_read(self) -> None:
+        """c_S: :meth:`StreamBuffer.take` from chunks of 64 tuples (what a front-stage queues)."""
+        def timed(n):
+            keys = self.random_keys(2 * LARGE)
+            state = {}
+
+            def setup():
+                buffer = StreamBuffer(self.mem.key_type, self.clock)
+                for lo in range(0, len(keys), 64):
+                    buffer.append(np.arange(lo, lo + 64), keys[lo : lo + 64])
+                state["buffer"] = buffer
+            return _time(self.clock, lambda: state["buffer"].take(n), setup)
+
+        self.take_fixed, self.c["c_S"] = _line(timed(SMALL), timed(LARGE))
+
+    def stream_table(self) -> None:
+        """c_A, c_E, c_pop, c_group, c_chunk: :class:`StreamTable` admission, pops, oldest key."""
+        def admit(n):
+            keys = self.random_keys(n)
+            state = {}
+
+            def setup():
+                state["table"] = self.table()
+
+            return _time(self.clock, lambda: state["table"].admit(np.arange(n), keys, self.page_map.page_of(keys)), setup)
+
+        self.c["c_A"] = _line(admit(SMALL), admit(LARGE))[1]
+
+        def pop(n, groups):
+            """Pop page 0 holding ``n`` tuples admitted in ``groups`` chunks."""
+            keys, pages = self.keys_on_pages(np.zeros(n, np.int64)), np.zeros(n, np.int64)
+            state = {}
+
+            def setup():
+                table = self.table()
+                for part in np.array_split(np.arange(n), groups):
+                    table.admit(part, keys[part], pages[part])
+                state["table"] = table
+            return _time(self.clock, lambda: state["table"].pop_page(0), setup)
+
+        self.c["c_pop"], self.c["c_E"] = _line(pop(SMALL, 1), pop(LARGE, 1))
+        self.c["c_group"] = _line(pop(256, 1), pop(256, 256), 1, 256)[1]
+
+        def oldest(chunks):
+            table = self.table()
+            pages = np.arange(chunks) % self.n_pages
+            keys = self.keys_on_pages(pages)
+            for i in range(chunks):
+                table.admit(np.array([i]), keys[i : i + 1], pages[i : i + 1])
+            return _time(self.clock, table.oldest_key)
+
+        self.c["c_chunk"] = _line(oldest(4), oldest(1024), 4, 1024)[1]
+        self.c["c_compact"] = self.compaction()
+
+    def compaction(self) -> float:
+        """c_compact: the arena compaction of a table of 2^17 tuples, per tuple admitted between
+        two compactions (capacity / 2 of them: it runs when the arena of 1.5 x capacity is full)."""
+        capacity = COMPACT_CAPACITY
+        pages = np.repeat(np.arange(self.n_pages), -(-capacity // self.n_pages))[:capacity]
+        keys = self.keys_on_pages(pages)
+        times = []
+        for _ in range(3):
+            table = StreamTable(capacity, self.n_pages, self.mem.key_type.dtype)
+            table.admit(np.arange(capacity), keys, pages)
+            for page in range(0, self.n_pages, 2):  # half the tuples leave
+                table.pop_page(page)
+            while table._tail + 1 <= len(table._key) - 1:  # fill the arena to its last slot
+                n = min(table.free, len(table._key) - 1 - table._tail)
+                table.admit(np.arange(n), keys[:n], pages[:n])
+                if table.free == 0:
+                    table.pop_page(int(pages[0]))
+            table.pop_page(int(pages[-1]))
+            one = keys[-1:], pages[-1:]
+            t0 = self.clock()
+            table.admit(np.arange(2), np.repeat(one[0], 2), np.repeat(one[1], 2))  # 2 more: compacts
+            times.append(self.clock() - t0)
+        return _median(times) / (capacity / 2)
+
+    def page_join(self) -> None:
+        """c_H and c_O: :func:`join_page` over pages of more rows, and with more tuples."""
+        def join(rows, n):
+            page = MasterPage(self.mem.keys[:rows], self.mem.rows.slice(0, rows))
+            keys, ids = page.keys[self.rng.integers(0, rows, n)], np.arange(n)
+            return _time(self.clock, lambda: join_page(page, ids, keys, self.mem.key_unique))
+
+        self.c["c_H"] = _line(join(SYNTH_PAGE_ROWS, LARGE), join(8192, LARGE), SYNTH_PAGE_ROWS, 8192)[1]
+        self.c["c_O"] = _line(join(1024, SMALL), join(1024, LARGE))[1]
+
+    def _steps(self, algorithm, keys: np.ndarray) -> float:
+        """Median seconds of ``algorithm.step`` fed the next key of ``keys`` before each step."""
+        buffer = StreamBuffer(self.mem.key_type, self.clock)
+        times = []
+        for i in range(STEP_REPEAT + 8):
+            at = i % len(keys)
+            buffer.append(np.array([i]), keys[at : at + 1])
+            t0 = self.clock()
+            algorithm.step(buffer)
+            times.append(self.clock() - t0)
+            buffer.taken.clear()
+        return _median(times[8:])
+
+    def iterations(self) -> None:
+        """c_step, c_step_mesh, c_step_inlj: real steps with one tuple each, minus per-item costs."""
+        c = self.c
+        one_tuple = c["c_S"] + c["c_A"] + c["c_E"] + c["c_O"] + c["c_H"] * SYNTH_PAGE_ROWS
+        cycle = self.keys_on_pages(np.arange(self.n_pages))  # tuple i lies on page i mod pages
+        load = _time(self.clock, lambda: self.mem.load_pages(self.page_map, 1), repeat=STEP_REPEAT // 4)
+        popped = c["c_pop"] + c["c_group"]
+
+        # HYBRIDJOIN: each step admits one tuple, loads its page and pops it
+        hj = HybridJoin(self.mem, 1 << 22, page_rows=SYNTH_PAGE_ROWS, clock=self.clock)
+        c["c_step"] = self._steps(hj, cycle) - load - one_tuple - popped - c["c_chunk"]
+
+        # MESHJOIN: partitions of one page; each step admits one tuple, on the page it scans
+        mj = MeshJoin(self.mem, 1 << 22, page_rows=SYNTH_PAGE_ROWS, partition_pages=1, clock=self.clock)
+        mj.chunk_tuples = 1
+        c["c_step_mesh"] = self._steps(mj, cycle) - load - one_tuple - popped
+
+        # INLJ: one lookup per step (the in-memory lookup stands for the query c_IO prices)
+        inlj = IndexNestedLoopJoin(self.mem, 1 << 20, clock=self.clock)
+        lookup = _time(self.clock, lambda: self.mem.lookup(cycle[3]), repeat=STEP_REPEAT // 4)
+        c["c_step_inlj"] = self._steps(inlj, cycle) - lookup - c["c_S"] - c["c_O"]
+
+    def front_stage(self) -> None:
+        """c_cache, c_hit, c_round, c_F, c_learn: a CACHEJOIN's stream-probing and learning."""
+        mem, cached = self.mem, 1 << CACHE_SMALL_LOG2
+        fs = CacheJoin(mem, 1 << 22, cache_keys=cached, page_rows=SYNTH_PAGE_ROWS, adaptive=0, clock=self.clock)
+        hot = np.arange(0, 2 * cached, 2)  # every other key of R's first pages is cached
+        fs.cache.admit(mem.keys[hot], np.ones(cached), mem.rows.take(hot), np.ones(cached, np.int64))
+        cold = mem.keys[4 * cached :]
+
+        def probe(keys, n):
+            chunk = StreamChunk(np.arange(n), keys[self.rng.integers(0, len(keys), n)])
+            return _time(self.clock, lambda: fs._probe(chunk))
+
+        round_fixed, self.c["c_cache"] = _line(probe(cold, SMALL), probe(cold, LARGE))
+        self.c["c_hit"] = max(_line(probe(mem.keys[hot], SMALL), probe(mem.keys[hot], LARGE))[1] - self.c["c_cache"], 0.0)
+        self.c["c_round"] = round_fixed + self.take_fixed
+        self.big_cache(fs.cache, mem.keys[hot], cold)
+
+        def learn(n):
+            # a disk step's output: n matched tuples whose keys mostly come once (below the threshold)
+            keys = np.sort(cold[self.rng.integers(0, len(cold), n)])
+            out = join_page(MasterPage(mem.keys, mem.rows), np.arange(n), keys, mem.key_unique)
+            return _time(self.clock, lambda: fs._learn(out))
+
+        self.c["c_learn"], self.c["c_F"] = _line(learn(SMALL), learn(LARGE))
+
+
+    def big_cache(self, small: MasterCache, small_hot: np.ndarray, small_cold: np.ndarray) -> None:
+        """c_cache_big, c_hit_big: what probing an H_R of 2^18 keys (and taking the rows of its
+        hits) costs per tuple more than probing ``small``, added to c_cache and c_hit."""
+        mem, n = self.mem, 1 << CACHE_BIG_LOG2
+        keys = synthetic_keys(2 * n, mem.key_type)[0]
+        big = MasterCache(n, 1, mem.key_type.dtype, mem.schema, "lfu")
+        big.admit(keys[::2], np.ones(n), mem.rows.take(np.arange(n) % len(mem.rows)), np.ones(n, np.int64))
+
+        def probe(cache, pool):
+            chosen = pool[self.rng.integers(0, len(pool), LARGE)]
+            return _time(self.clock, lambda: cache.rows(cache.probe(chosen)[2])) / LARGE
+
+        miss = probe(big, keys[1::2]) - probe(small, small_cold)
+        hit = probe(big, keys[::2]) - probe(small, small_hot)
+        self.c["c_cache_big"] = self.c["c_cache"] + max(miss, 0.0)
+        self.c["c_hit_big"] = self.c["c_hit"] + max(hit - miss, 0.0)
+
+
+def _in_list_costs(store: MasterStore, clock: Clock, rng: np.random.Generator) -> tuple[float, float]:
+    """``(fixed, per key)`` seconds of ``IN (...)`` lookups on ``store`` (keys of its first rows)."""
+    keys = first_rows(store).keys
+    few, many = 1, min(200, len(keys))
+    if many < 2:
+        return store.calibrate()
+    saved = IOCounters(**vars(store.counters))
+    try:
+        def timed(n):
+            chosen = np.sort(rng.choice(keys, n, replace=False))
+            return _time(clock, lambda: store.lookup_many(chosen), repeat=3)
+        return _line(timed(few), timed(many), few, many)
+    finally:
+        store.counters = saved
+
+
+IO_SAMPLE_ROWS = (64, 512, 4096)  # sizes of the range loads io_samples fits S and T to
+
+
+def _sampled_io(store: MasterStore, samples: int, clock: Clock, rng: np.random.Generator) -> tuple[float, float]:
+    """S and T of range loads at random places of R: ``samples`` loads of each size of
+    IO_SAMPLE_ROWS, each at a place of its own (a second load of one place finds it cached),
+    and the least-squares line through the median time of each size."""
+    page_map = store.page_map()
+    if page_map.n_pages < 2:
+        return store.calibrate()
+    saved = IOCounters(**vars(store.counters))
+    sizes, medians = [], []
+    try:
+        for rows in IO_SAMPLE_ROWS:
+            times, got = [], []
+            for page in rng.integers(0, page_map.n_pages, samples):
+                t0 = clock()
+                got.append(len(store.load_range(page_map.bounds[page], rows)))
+                times.append(clock() - t0)
+            sizes.append(_median(got))
+            medians.append(_median(times))
+    finally:
+        store.counters = saved
+    if max(sizes) - min(sizes) < 1:
+        return max(medians[0], FLOOR), store.calibrate()[1]
+    row_s, query_s = np.polyfit(sizes, medians, 1)
+    return max(float(query_s), FLOOR), max(float(row_s), FLOOR)
+
+
+def calibrate(
+    store: MasterStore | None = None,
+    key_type: KeyType | str | None = None,
+    seed: int = 0,
+    *,
+    clock: Clock = time.perf_counter,
+    io_samples: int = 0,
+) -> ComponentCosts:
+    """Measure :class:`ComponentCosts` on this machine (a fraction of a second).
+
+    ``store`` gives S and T (:meth:`MasterStore.calibrate`), the IN-list costs and the shape of
+    R's rows (its columns, its first rows); without a store, S and T are placeholders
+    (0.1 ms, 1 us) and the rows are ``(sk int64, name string)``. ``key_type`` (``"int"``,
+    ``"str"`` or a :class:`KeyType`; default the store's) is the type of the synthetic keys.
+    ``seed`` fixes the synthetic data; ``clock`` is the timer (tests pass a fake one).
+
+    With ``io_samples`` > 0, S and T are fitted to that many range loads of each of three sizes
+    at random places of R instead: the store's own calibration takes the best of three loads of
+    R's first rows, which the database has just cached, so it underestimates what the cold
+    pages of a long run cost.
+    """
+    if isinstance(key_type, str):
+        if key_type not in ("int", "str"):
+            raise ConfigError(f"key_type: {key_type!r} is not one of ['int', 'str']")
+        width = store.key_type.width if store is not None and store.key_type.kind == "str" else 12
+        key_type = KeyType(key_type, width if key_type == "str" else 0)
+    elif key_type is not None and not isinstance(key_type, KeyType):
+        raise ConfigError(f"key_type: {key_type!r} is not 'int', 'str' or a KeyType")
+    if isinstance(io_samples, bool) or not isinstance(io_samples, int) or io_samples < 0:
+        raise ConfigError(f"io_samples: {io_samples!r} must be a whole number >= 0")
+    rng = np.random.default_rng(seed)
+    mem = memory_store(store, key_type)
+    query_s, row_s = mem.calibrate()
+    if store is not None and io_samples:
+        query_s, row_s = _sampled_io(store, io_samples, clock, rng)
+    run = _Calibration(mem, clock, seed)
+    run.stream_read()
+    run.stream_table()
+    run.page_join()
+    run.iterations()
+    run.front_stage()
+    in_query_s, in_key_s = _in_list_costs(store, clock, rng) if store is not None else (query_s, row_s)
+    values = {"query_s": query_s, "row_s": row_s, **run.c, "in_query_s": in_query_s, "in_key_s": in_key_s}
+    return ComponentCosts(**{k: max(float(v), FLOOR) for k, v in values.items()})

@@ -1,0 +1,82 @@
+"""Calibration of the cost models' unit costs: positive, finite, deterministic with a fake clock.
+
+Never asserts how fast anything is: only that the costs exist, are consistent and are measured
+on the engine's structures (a fake clock makes the measurement exact and repeatable).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import pytest
+
+from airflow_provider_semijoin.core.calibration import ComponentCosts, calibrate, memory_store
+from airflow_provider_semijoin.core.errors import ConfigError
+from airflow_provider_semijoin.workloads import master_table
+
+
+def fake_clock(step: float = 1e-6):
+    """A clock that advances ``step`` seconds each time it is read."""
+    ticks = itertools.count()
+    return lambda: next(ticks) * step
+
+
+def costs(**changes) -> ComponentCosts:
+    values = {f.name: 1e-6 for f in dataclasses.fields(ComponentCosts)}
+    return ComponentCosts(**{**values, **changes})
+
+
+def test_costs_are_positive_and_finite_without_a_store():
+    c = calibrate()
+    for name, value in c.as_dict().items():
+        assert math.isfinite(value) and value > 0, name
+    assert c.io(1000) == pytest.approx(c.query_s + 1000 * c.row_s)
+
+
+def test_a_fake_clock_makes_the_calibration_deterministic(make_master):
+    store = make_master(master_table(3000, seed=0).select(["nk", "sk", "name"]))
+    first = calibrate(store, clock=fake_clock())
+    second = calibrate(store, clock=fake_clock())
+    assert first == second
+    # the store's own S and T are the I/O costs; every timing saw one tick: per-item slopes are 0
+    assert (first.query_s, first.row_s) == store.calibrate()
+    assert first.c_A == first.c_E == first.c_O == 1e-12
+    assert first.c_step > 0 and first.c_round > 0
+    assert store.counters.queries == 0  # calibration queries are not the join's
+
+
+def test_string_keys_and_sampled_io(make_master):
+    store = make_master(master_table(3000, key_type="str", seed=0).select(["nk", "name"]))
+    c = calibrate(store, key_type="str", io_samples=2)
+    assert all(math.isfinite(v) and v > 0 for v in c.as_dict().values())
+    assert memory_store(store).key_type.kind == "str"
+
+
+def test_with_io_keeps_the_cpu_costs():
+    c = costs()
+    other = c.with_io(2e-3, 3e-6)
+    assert (other.query_s, other.row_s) == (2e-3, 3e-6)
+    assert dataclasses.replace(other, query_s=c.query_s, row_s=c.row_s) == c
+
+
+def test_cache_costs_grow_with_the_size_of_h_r():
+    c = costs(c_cache=1e-8, c_cache_big=9e-8, c_hit=1e-7, c_hit_big=2e-7)
+    assert c.cache_costs(1) == c.cache_costs(1024) == (1e-8, 1e-7)
+    assert c.cache_costs(1 << 14) == pytest.approx((5e-8, 1.5e-7))
+    assert c.cache_costs(1 << 18) == pytest.approx((9e-8, 2e-7))
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: costs(c_H=-1.0), r"c_H: -1.0 is not a positive finite number"),
+        (lambda: costs(row_s=float("nan")), r"row_s: nan is not a positive"),
+        (lambda: calibrate(key_type="float"), r"key_type: 'float' is not one of"),
+        (lambda: calibrate(io_samples=-1), r"io_samples: -1 must be a whole number"),
+    ],
+)
+def test_errors_name_the_field(call, message):
+    with pytest.raises(ConfigError, match=message):
+        call()
