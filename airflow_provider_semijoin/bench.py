@@ -7,6 +7,13 @@ algorithm steps: producing the benchmark stream is not charged to the join. Ever
 gets the same master table, the same stream (same seed) and the same memory budget, and its
 peak structure bytes are checked against the budget. Machines are shared and noisy: compare
 the algorithms through the ratios of one run, not with figures from another run.
+
+Next to each measured service rate stands the one its cost model predicts
+(:func:`.core.costmodel.explain`) for the memory split the algorithm chose, with unit costs
+measured on this machine at the start of the run (:func:`.core.calibration.calibrate`) and the
+S and T of the store the algorithm ran on. ``sweep_cache`` measures and predicts every cache
+algorithm at several sizes of H_R (the papers' Figure 2 / 5(b)) and reports the empirical
+optimum next to the model's.
 """
 
 from __future__ import annotations
@@ -16,12 +23,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .core.calibration import ComponentCosts, calibrate
+from .core.costmodel import CACHE_ALGORITHMS, explain
 from .core.errors import ConfigError
 from .core.joins import ALGORITHMS, StreamBuffer, create
 from .core.keys import normalize
 from .core.metrics import latency_ms
 from .core.stores import open_store, redact
 from .workloads import generate_master, zipf_stream_chunks
+from .workloads.zipf import RANDOM_SHAPE_SEED
 
 SHAPES = ("noperm", "random")
 CHUNK_ROWS = 100_000
@@ -39,6 +49,8 @@ class BenchConfig:
     window_s: float = 20.0
     params: dict = field(default_factory=dict)  # "algorithm.param" -> value
     seed: int = 0
+    sweep_cache: list[float] | None = None  # shares of the memory for H_R, per cache algorithm
+    io_samples: int = 0  # > 0: S and T of the predictions from that many loads at random places
 
     def __post_init__(self) -> None:
         self.shapes = list(self.shapes or SHAPES)
@@ -55,6 +67,12 @@ class BenchConfig:
                 raise ConfigError(f"--set {key}: expected ALGORITHM.NAME=VALUE with ALGORITHM one of {sorted(ALGORITHMS)}")
         if self.warmup_s < 0 or self.window_s <= 0:
             raise ConfigError(f"window: warm-up {self.warmup_s} s and window {self.window_s} s must be >= 0 and > 0")
+        self.sweep_cache = list(self.sweep_cache or [])
+        for i, share in enumerate(self.sweep_cache):
+            if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
+                raise ConfigError(f"sweep_cache[{i}]: {share!r} is not a share of the memory in (0, 1)")
+        if isinstance(self.io_samples, bool) or not isinstance(self.io_samples, int) or self.io_samples < 0:
+            raise ConfigError(f"io_samples: {self.io_samples!r} must be a whole number >= 0")
 
     def params_for(self, algorithm: str) -> dict:
         prefix = algorithm + "."
@@ -67,10 +85,15 @@ def _backlog_target(algorithm) -> int:
     return 2 * algorithm.demand + CHUNK_ROWS
 
 
-def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, clock=time.perf_counter) -> dict:
-    """Run one algorithm on one stream shape; the service rate over the window after the warm-up."""
+def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, clock=time.perf_counter, *,
+            costs: ComponentCosts | None = None, params: dict | None = None) -> dict:
+    """Run one algorithm on one stream shape; the service rate over the window after the warm-up,
+    and the one its cost model predicts (``costs``: the unit costs, calibrated here if None).
+    ``params`` add to (or override) the algorithm's parameters of ``config``."""
     with open_store(config.master, table, "nk") as store:
-        algorithm = create(algorithm_name, store, config.memory, config.params_for(algorithm_name))
+        algorithm = create(algorithm_name, store, config.memory, {**config.params_for(algorithm_name), **(params or {})})
+        costs = _store_costs(config, store, costs)
+        model = explain(algorithm_name, algorithm, costs, config.rows, config.zipf, shape, shape_seed=RANDOM_SHAPE_SEED)
         chunks = zipf_stream_chunks(CHUNK_ROWS, config.rows, exponent=config.zipf, shape=shape, seed=config.seed)
         buffer = StreamBuffer(store.key_type, clock)
         entered = np.zeros(0)
@@ -107,10 +130,12 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
     queries = io_end["disk_queries"] - io_start["disk_queries"]
     rows = io_end["disk_rows"] - io_start["disk_rows"]
     latency = latency_ms(np.concatenate(processing) if processing else np.zeros(0))
+    rate = round(window_done / window_s, 1) if window_s else 0.0
     return {
         "algorithm": algorithm_name,
         "shape": shape,
-        "service_rate_tps": round(window_done / window_s, 1) if window_s else 0.0,
+        "service_rate_tps": rate,
+        **_prediction_fields(model, rate, stats.get("cache_hit_ratio"), algorithm_name, costs, config, shape, stats),
         "window_s": round(window_s, 3),
         "tuples_in_window": int(window_done),
         "disk_queries_per_s": round(queries / window_s, 1) if window_s else 0.0,
@@ -127,10 +152,47 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
     }
 
 
+def _store_costs(config: BenchConfig, store, costs: ComponentCosts | None) -> ComponentCosts:
+    """The run's CPU costs with the S and T of ``store`` (what the algorithm sized itself with),
+    or of loads at random places of R with ``config.io_samples``."""
+    if costs is None:
+        return calibrate(store, io_samples=config.io_samples)
+    if config.io_samples:
+        return costs
+    return costs.with_io(*store.calibrate())
+
+
+def _prediction_fields(model, rate: float, measured_hits, name: str, costs: ComponentCosts, config: BenchConfig,
+                       shape: str, stats: dict) -> dict:
+    if model is None:
+        return {"predicted_tps": None, "measured_over_predicted": None, "model": None}
+    fields = {
+        "predicted_tps": round(model.service_rate_tps, 1),
+        "measured_over_predicted": round(rate / model.service_rate_tps, 3) if model.service_rate_tps else None,
+        "model": model.model,
+    }
+    if model.hit_ratio is not None:
+        fields["predicted_hit_ratio"] = round(model.hit_ratio, 4)
+        if measured_hits is not None and measured_hits < 1:
+            at_measured = explain(name, stats["memory_split"], costs, config.rows, config.zipf, shape,
+                                  shape_seed=RANDOM_SHAPE_SEED, p_n=measured_hits)
+            fields["predicted_tps_at_measured_hits"] = round(at_measured.service_rate_tps, 1)
+    return fields
+
+
+def _ratio(value) -> str:
+    return f"{value:.2f}" if value is not None else "-"
+
+
+def _tps(value) -> str:
+    return f"{value:,.0f}" if value is not None else "-"
+
+
 def format_table(results: list[dict]) -> list[str]:
     lines = [
         f"{'shape':<7} {'algorithm':<14} {'tuples/s':>11} {'x INLJ':>8} {'x IN-list':>9} {'queries/s':>9} "
-        f"{'rows/query':>10} {'disk share':>10} {'p50 ms':>9} {'p99 ms':>9} {'peak MiB':>8} {'mem ok':>6}"
+        f"{'rows/query':>10} {'disk share':>10} {'p50 ms':>9} {'p99 ms':>9} {'peak MiB':>8} {'mem ok':>6} "
+        f"{'predicted':>11} {'meas/pred':>9}"
     ]
     for shape in dict.fromkeys(r["shape"] for r in results):
         rows = [r for r in results if r["shape"] == shape]
@@ -142,7 +204,8 @@ def format_table(results: list[dict]) -> list[str]:
                 f"{shape:<7} {r['algorithm']:<14} {r['service_rate_tps']:>11,.0f} {ratio('inlj'):>8} {ratio('inlist'):>9} "
                 f"{r['disk_queries_per_s']:>9,.0f} {r['rows_per_query']:>10,.0f} {r['disk_time_share']:>10.0%} "
                 f"{r['processing_ms_p50'] or 0:>9,.1f} {r['processing_ms_p99'] or 0:>9,.1f} "
-                f"{r['structure_bytes_peak'] / 2**20:>8.1f} {'yes' if r['memory_ok'] else 'NO':>6}"
+                f"{r['structure_bytes_peak'] / 2**20:>8.1f} {'yes' if r['memory_ok'] else 'NO':>6} "
+                f"{_tps(r.get('predicted_tps')):>11} {_ratio(r.get('measured_over_predicted')):>9}"
             )
     return lines
 
@@ -153,18 +216,144 @@ def run_bench(config: BenchConfig, out=print) -> dict:
     info = generate_master(config.master, table, config.rows, seed=0)
     out(f"master {redact(config.master)} table {table}: {config.rows:,} rows "
         f"({'reused' if info['reused'] else 'generated'}, {time.perf_counter() - started:.1f} s)")
+    started = time.perf_counter()
+    with open_store(config.master, table, "nk") as store:
+        costs = calibrate(store, io_samples=config.io_samples)
+    out(f"unit costs measured in {time.perf_counter() - started:.2f} s: {_costs_line(costs)}")
     results = []
     for shape in config.shapes:
         for name in config.algorithms:
-            r = measure(config, table, name, shape)
-            out(f"  {shape:<7} {name:<14} {r['service_rate_tps']:>11,.0f} tuples/s")
+            r = measure(config, table, name, shape, costs=costs)
+            out(f"  {shape:<7} {name:<14} {r['service_rate_tps']:>11,.0f} tuples/s (predicted {_tps(r['predicted_tps'])})")
             results.append(r)
     out("")
     out(f"service rate, Zipf {config.zipf}, memory {config.memory / 2**20:.0f} MiB, R = {config.rows:,} rows, "
         f"window {config.window_s:.0f} s after {config.warmup_s:.0f} s warm-up")
     for line in format_table(results):
         out(line)
-    return {
+    report = {
         "config": {**config.__dict__, "master": redact(config.master)},
+        "costs": costs.as_dict(),
         "results": results,
     }
+    if config.sweep_cache:
+        report["sweep"] = sweep_cache(config, table, costs, out)
+    return report
+
+
+def _costs_line(costs: ComponentCosts) -> str:
+    c = costs
+    return (f"S {c.query_s * 1e3:.3f} ms, T {c.row_s * 1e6:.2f} us/row, per tuple (us) c_S {c.c_S * 1e6:.3f} "
+            f"c_A {c.c_A * 1e6:.3f} c_E {c.c_E * 1e6:.3f} c_O {c.c_O * 1e6:.3f} c_cache {c.c_cache * 1e6:.3f}, "
+            f"per call (us) step {c.c_step * 1e6:.0f} pop {c.c_pop * 1e6:.0f} round {c.c_round * 1e6:.0f}")
+
+
+# -- the cache sweep ------------------------------------------------------------------------------
+MODEL_GRID = 24  # sizes of H_R the cost model is evaluated at when it looks for its optimum
+
+
+def _sweep_plan(config: BenchConfig, table: str, name: str, shape: str, costs: ComponentCosts) -> dict:
+    """Bytes per cached key, H_R as eq. 4 sizes it (``best_cache_size``: what the algorithm
+    chooses by itself), and the cost model's optimum over a grid of sizes of H_R."""
+    params = config.params_for(name)
+    with open_store(config.master, table, "nk") as store:
+        costs = _store_costs(config, store, costs)
+        split = create(name, store, config.memory, params).memory_split()
+        eq4_keys = split["cache_keys"]
+        per_key = (split["cache_bytes"] / eq4_keys) if eq4_keys else None
+        if per_key is None:
+            one = create(name, store, config.memory, {**params, "cache_keys": 1}).memory_split()
+            per_key = one["cache_bytes"]
+        largest = max(config.sweep_cache) * config.memory / per_key
+        grid = np.geomspace(1, max(2.0, min(config.rows, 2 * largest)), MODEL_GRID).astype(np.int64)
+        sweep = [max(1, int(share * config.memory / per_key)) for share in config.sweep_cache]
+        model = {}
+        for keys in sorted(set(grid.tolist()) | set(sweep) | {eq4_keys}):
+            try:
+                algorithm = create(name, store, config.memory, {**params, "cache_keys": keys})
+            except ConfigError:  # H_R leaves too little to the disk phase
+                continue
+            model[int(keys)] = explain(name, algorithm, costs, config.rows, config.zipf, shape,
+                                       shape_seed=RANDOM_SHAPE_SEED).service_rate_tps
+    best = max(model, key=model.get) if model else None
+    return {"bytes_per_key": per_key, "eq4_keys": eq4_keys, "sweep_keys": sweep,
+            "model_best_keys": best, "model_best_tps": model.get(best)}
+
+
+def sweep_cache(config: BenchConfig, table: str, costs: ComponentCosts, out=print) -> dict:
+    """Measure and predict each cache algorithm at each share of the memory for H_R."""
+    names = [name for name in config.algorithms if name in CACHE_ALGORITHMS]
+    results, optima = [], []
+    out("")
+    out(f"cache sweep: H_R at {', '.join(f'{s:.0%}' for s in config.sweep_cache)} of the memory")
+    for shape in config.shapes:
+        for name in names:
+            plan = _sweep_plan(config, table, name, shape, costs)
+            rows = []
+            for share, keys in zip(config.sweep_cache, plan["sweep_keys"]):
+                try:
+                    r = measure(config, table, name, shape, costs=costs, params={"cache_keys": keys})
+                except ConfigError as exc:
+                    out(f"  {shape:<7} {name:<14} H_R {share:>6.1%}: skipped ({exc})")
+                    continue
+                r.update(cache_share=share, cache_keys=keys)
+                out(f"  {shape:<7} {name:<14} H_R {share:>6.1%} {keys:>10,} keys {r['service_rate_tps']:>11,.0f} tuples/s "
+                    f"(predicted {_tps(r['predicted_tps'])})")
+                rows.append(r)
+            results += rows
+            optima.append(_optimum(name, shape, rows, plan, config))
+    out("")
+    out(f"cache sweep, Zipf {config.zipf}, memory {config.memory / 2**20:.0f} MiB, R = {config.rows:,} rows, "
+        f"window {config.window_s:.0f} s after {config.warmup_s:.0f} s warm-up")
+    for line in format_sweep(results, optima):
+        out(line)
+    return {"shares": list(config.sweep_cache), "results": results, "optima": optima}
+
+
+def _optimum(name: str, shape: str, rows: list[dict], plan: dict, config: BenchConfig) -> dict:
+    def share(keys):
+        return round(keys * plan["bytes_per_key"] / config.memory, 4) if keys is not None else None
+
+    measured = max(rows, key=lambda r: r["service_rate_tps"]) if rows else None
+    predicted = max(rows, key=lambda r: r["predicted_tps"] or 0) if rows else None
+    return {
+        "algorithm": name,
+        "shape": shape,
+        "measured_best_cache_keys": measured and measured["cache_keys"],
+        "measured_best_share": measured and measured["cache_share"],
+        "measured_best_tps": measured and measured["service_rate_tps"],
+        "predicted_best_cache_keys": predicted and predicted["cache_keys"],
+        "predicted_best_share": predicted and predicted["cache_share"],
+        "model_best_cache_keys": plan["model_best_keys"],
+        "model_best_share": share(plan["model_best_keys"]),
+        "model_best_tps": plan["model_best_tps"] and round(plan["model_best_tps"], 1),
+        "eq4_best_cache_keys": plan["eq4_keys"],
+        "eq4_best_share": share(plan["eq4_keys"]),
+    }
+
+
+def format_sweep(results: list[dict], optima: list[dict]) -> list[str]:
+    lines = [f"{'shape':<7} {'algorithm':<14} {'H_R share':>9} {'H_R keys':>10} {'tuples/s':>11} {'predicted':>11} "
+             f"{'meas/pred':>9} {'hit ratio':>9} {'p_N':>6}"]
+    for r in results:
+        hits = r.get("cache_hit_ratio")
+        lines.append(
+            f"{r['shape']:<7} {r['algorithm']:<14} {r['cache_share']:>9.1%} {r['cache_keys']:>10,} "
+            f"{r['service_rate_tps']:>11,.0f} {_tps(r['predicted_tps']):>11} {_ratio(r['measured_over_predicted']):>9} "
+            f"{hits if hits is not None else '-':>9} {r.get('predicted_hit_ratio', '-'):>6}"
+        )
+    lines.append("")
+    lines.append("optimum size of H_R (share of the memory, keys): measured | best predicted of the sweep | "
+                 "cost model | eq. 4 (best_cache_size)")
+
+    def cell(share, keys):
+        return f"{share:.1%} ({keys:,})" if keys is not None else "-"
+
+    for o in optima:
+        lines.append(
+            f"{o['shape']:<7} {o['algorithm']:<14} {cell(o['measured_best_share'], o['measured_best_cache_keys']):>18} | "
+            f"{cell(o['predicted_best_share'], o['predicted_best_cache_keys']):>18} | "
+            f"{cell(o['model_best_share'], o['model_best_cache_keys']):>18} | "
+            f"{cell(o['eq4_best_share'], o['eq4_best_cache_keys']):>18}"
+        )
+    return lines

@@ -124,12 +124,23 @@ def cmd_bench(args) -> int:
         master=args.master, rows=args.rows, memory=parse_bytes(args.memory), zipf=args.zipf,
         shapes=_columns(args.shapes), algorithms=_columns(args.algorithms), warmup_s=args.warmup,
         window_s=args.window, params=_params(args.set), seed=args.seed,
+        sweep_cache=_shares(args.sweep_cache), io_samples=args.io_samples,
     )
     report = run_bench(config, out=functools.partial(print, flush=True))
     if args.out:
         _print_json(report, args.out)
         print(f"wrote {args.out}")
     return 0 if all(r["memory_ok"] for r in report["results"]) else 1
+
+
+def _shares(text: str | None) -> list[float] | None:
+    shares = []
+    for i, item in enumerate(_columns(text) or []):
+        try:
+            shares.append(float(item))
+        except ValueError:
+            raise ConfigError(f"--sweep-cache[{i}]: {item!r} is not a number (expected shares of the memory such as 0.05)") from None
+    return shares or None
 
 
 def cmd_demo(args) -> int:
@@ -194,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--window", type=float, default=20.0, help="seconds of the measurement window")
     b.add_argument("--set", action="append", metavar="ALGORITHM.NAME=VALUE", help="algorithm parameter (repeatable)")
     b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--sweep-cache", metavar="SHARES",
+                   help="also measure and predict each cache algorithm with H_R at these shares of the memory, "
+                        "e.g. 0.01,0.05,0.1,0.2,0.4, and report the empirical and the model's optimum")
+    b.add_argument("--io-samples", type=int, default=0,
+                   help="predict with S and T from this many loads at random places of R "
+                        "(default: the store's own calibration, which the algorithms size themselves with)")
     b.add_argument("--out", help="write the report as JSON")
     b.set_defaults(func=cmd_bench)
 

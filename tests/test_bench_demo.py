@@ -29,6 +29,11 @@ def test_bench_tiny_reports_every_algorithm_and_shape(tmp_path, capsys):
         assert r["service_rate_tps"] > 0 and r["tuples_in_window"] > 0
         assert (r["cache_hit_ratio"] is not None) == (r["algorithm"] in ("inlist-lru", "ssj", "cmeshjoin", "cachejoin", "cachejoin-l", "cachejoin-pq"))
         assert r["memory_ok"] and r["structure_bytes_peak"] <= 512 * 1024
+        if r["algorithm"] == "inlist-lru":  # no cost model
+            assert r["predicted_tps"] is None
+        else:
+            assert r["predicted_tps"] > 0 and r["measured_over_predicted"] > 0 and r["model"]
+    assert all(v > 0 for v in report["costs"].values())
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("noperm  hybridjoin ") for line in lines)
     assert report["config"]["params"] == {"hybridjoin-l.lookup_position": "0.5"}
@@ -41,11 +46,38 @@ def test_bench_tiny_reports_every_algorithm_and_shape(tmp_path, capsys):
         ({"algorithms": ["hybridjoin", "hybrid"]}, r"algorithms\[1\]: 'hybrid' is not one of"),
         ({"params": {"page_rows": "5"}}, r"--set page_rows: expected ALGORITHM.NAME=VALUE"),
         ({"window_s": 0}, r"window: warm-up 10.0 s and window 0 s"),
+        ({"sweep_cache": [0.1, 1.5]}, r"sweep_cache\[1\]: 1.5 is not a share of the memory"),
+        ({"io_samples": -2}, r"io_samples: -2 must be a whole number"),
     ],
 )
 def test_bench_config_errors_name_the_field(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         BenchConfig(master="sqlite:///x.db", **kwargs)
+
+
+def test_sweep_cache_reports_an_optimum_per_algorithm(tmp_path, capsys):
+    out = tmp_path / "sweep.json"
+    args = ["bench", "--master", f"sqlite:///{tmp_path / 'b.db'}", "--rows", "4000", "--memory", "512KB",
+            "--warmup", "0.1", "--window", "0.2", "--shapes", "noperm", "--algorithms", "meshjoin,cmeshjoin,cachejoin",
+            "--sweep-cache", "0.02,0.2", "--out", str(out)]
+    assert main(args) == 0
+    sweep = json.loads(out.read_text())["sweep"]
+    assert sweep["shares"] == [0.02, 0.2]
+    assert {(r["algorithm"], r["cache_share"]) for r in sweep["results"]} == {
+        (a, s) for a in ("cmeshjoin", "cachejoin") for s in (0.02, 0.2)}
+    for r in sweep["results"]:
+        assert r["memory_split"]["cache_keys"] == r["cache_keys"] and r["predicted_tps"] > 0
+    assert [o["algorithm"] for o in sweep["optima"]] == ["cmeshjoin", "cachejoin"]
+    for o in sweep["optima"]:
+        assert o["measured_best_share"] in (0.02, 0.2) and o["predicted_best_share"] in (0.02, 0.2)
+        assert o["model_best_cache_keys"] > 0 and o["eq4_best_cache_keys"] > 0
+    printed = capsys.readouterr().out
+    assert "optimum size of H_R" in printed and "noperm  cachejoin" in printed
+
+
+def test_sweep_cache_option_names_a_bad_share(tmp_path, capsys):
+    assert main(["bench", "--master", f"sqlite:///{tmp_path / 'b.db'}", "--sweep-cache", "0.1,lots"]) == 2
+    assert "--sweep-cache[1]: 'lots' is not a number" in capsys.readouterr().err
 
 
 def test_demo_checks_exactly_once_and_the_oracle(tmp_path, capsys):
