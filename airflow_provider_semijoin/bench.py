@@ -165,11 +165,12 @@ def _store_costs(config: BenchConfig, store, costs: ComponentCosts | None) -> Co
 def _prediction_fields(model, rate: float, measured_hits, name: str, costs: ComponentCosts, config: BenchConfig,
                        shape: str, stats: dict) -> dict:
     if model is None:
-        return {"predicted_tps": None, "measured_over_predicted": None, "model": None}
+        return {"predicted_tps": None, "measured_over_predicted": None, "model": None, "model_turnover_s": None}
     fields = {
         "predicted_tps": round(model.service_rate_tps, 1),
         "measured_over_predicted": round(rate / model.service_rate_tps, 3) if model.service_rate_tps else None,
         "model": model.model,
+        "model_turnover_s": round(model.turnover_s, 3),
     }
     if model.hit_ratio is not None:
         fields["predicted_hit_ratio"] = round(model.hit_ratio, 4)
@@ -231,6 +232,8 @@ def run_bench(config: BenchConfig, out=print) -> dict:
         f"window {config.window_s:.0f} s after {config.warmup_s:.0f} s warm-up")
     for line in format_table(results):
         out(line)
+    for line in transient_notes(results, config):
+        out(line)
     report = {
         "config": {**config.__dict__, "master": redact(config.master)},
         "costs": costs.as_dict(),
@@ -239,6 +242,17 @@ def run_bench(config: BenchConfig, out=print) -> dict:
     if config.sweep_cache:
         report["sweep"] = sweep_cache(config, table, costs, out)
     return report
+
+
+def transient_notes(results: list[dict], config: BenchConfig) -> list[str]:
+    """A note per algorithm whose warm-up is shorter than two turnovers of its H_S (as its model
+    prices them): its window may measure the fill of H_S rather than the steady state the
+    model describes."""
+    short = [r for r in results if r.get("model_turnover_s") and config.warmup_s < 2 * r["model_turnover_s"]]
+    if not short:
+        return []
+    cells = ", ".join(f"{r['shape']} {r['algorithm']} {r['model_turnover_s']:.1f} s" for r in short)
+    return [f"note: warm-up {config.warmup_s:g} s is less than two turnovers of H_S (model) for: {cells}"]
 
 
 def _costs_line(costs: ComponentCosts) -> str:

@@ -183,7 +183,7 @@ class QueueState:
     chunks: float
 
 
-def hybridjoin_queue(q: np.ndarray, h_s: int, page_rows: int, n_keys: int | None = None) -> QueueState:
+def hybridjoin_queue(q: np.ndarray, h_s: int, page_rows: int) -> QueueState:
     """Tuples per iteration of HYBRIDJOIN from the page probabilities ``q`` and h_S slots.
 
     The paper fits w = k * h_S * d / R_t (eq. 2, k = 1.36 measured in its setup). Here w is
@@ -353,6 +353,12 @@ class Prediction:
     model: str
     detail: dict
 
+    @property
+    def turnover_s(self) -> float:
+        """Seconds for H_S to turn over once (the oldest tuple's stay: MESHJOIN's k iterations,
+        HYBRIDJOIN's age A / w): a measurement before about two turnovers sees a transient."""
+        return self.detail.get("turnover_iterations", 1.0) * self.iteration_s
+
 
 def _split_of(split_or_algorithm) -> tuple[dict, dict]:
     if isinstance(split_or_algorithm, dict):
@@ -382,14 +388,15 @@ def _paged(name: str, split: dict, costs, n_keys: int, exponent: float, shape: s
         w = float(_need(split, "chunk_tuples", name))
         b, k = int(_need(split, "partition_pages", name)), int(_need(split, "partitions", name))
         loop, io = meshjoin_iteration(w, b, k, page_rows, n_keys, costs)
-        detail = {"w": w, "partition_pages": b, "partitions": k, "rows_per_load": n_keys / k}
+        detail = {"w": w, "partition_pages": b, "partitions": k, "rows_per_load": n_keys / k,
+                  "turnover_iterations": k}
         return w, loop, io, detail, "MESHJOIN: mu = w / c_loop"
     h_s = int(_need(split, "stream_table_capacity_tuples", name))
     q = page_probabilities(n_keys, exponent, page_rows, shape, cached=cached, shape_seed=shape_seed)
-    state = hybridjoin_queue(q, h_s, page_rows, n_keys)
+    state = hybridjoin_queue(q, h_s, page_rows)
     loop, io = hybridjoin_iteration(state, costs)
     detail = {"w": state.w, "age": state.age, "groups_per_pop": state.groups, "chunks_scanned": state.chunks,
-              "k_eq2": state.w * n_keys / (h_s * page_rows)}
+              "k_eq2": state.w * n_keys / (h_s * page_rows), "turnover_iterations": state.age / max(state.w, 1e-12)}
     return state.w, loop, io, detail, "HYBRIDJOIN eq. 2-4 (w from the Zipf page probabilities)"
 
 
