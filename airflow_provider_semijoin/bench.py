@@ -50,7 +50,7 @@ class BenchConfig:
     params: dict = field(default_factory=dict)  # "algorithm.param" -> value
     seed: int = 0
     sweep_cache: list[float] | None = None  # shares of the memory for H_R, per cache algorithm
-    io_samples: int = 0  # > 0: S and T of the predictions from that many loads at random places
+    io_samples: int = 8  # S and T of the predictions from loads at random places of R; 0: the store's
 
     def __post_init__(self) -> None:
         self.shapes = list(self.shapes or SHAPES)

@@ -208,9 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sweep-cache", metavar="SHARES",
                    help="also measure and predict each cache algorithm with H_R at these shares of the memory, "
                         "e.g. 0.01,0.05,0.1,0.2,0.4, and report the empirical and the model's optimum")
-    b.add_argument("--io-samples", type=int, default=0,
-                   help="predict with S and T from this many loads at random places of R "
-                        "(default: the store's own calibration, which the algorithms size themselves with)")
+    b.add_argument("--io-samples", type=int, default=8,
+                   help="predict with S and T fitted to this many loads of each of three sizes at random places "
+                        "of R (default 8); 0: the store's own calibration, which the algorithms size themselves with")
     b.add_argument("--out", help="write the report as JSON")
     b.set_defaults(func=cmd_bench)
 

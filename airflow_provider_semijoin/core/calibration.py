@@ -456,7 +456,8 @@ def _in_list_costs(store: MasterStore, clock: Clock, rng: np.random.Generator) -
         store.counters = saved
 
 
-IO_SAMPLE_ROWS = (64, 512, 4096)  # sizes of the range loads io_samples fits S and T to
+IO_SAMPLE_ROWS = (256, 2048, 16384)  # sizes of the range loads io_samples fits S and T to: those of
+# HYBRIDJOIN's pages up to MESHJOIN's partitions (the cost per row grows with the size of a result)
 
 
 def _sampled_io(store: MasterStore, samples: int, clock: Clock, rng: np.random.Generator) -> tuple[float, float]:
