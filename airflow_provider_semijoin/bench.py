@@ -228,7 +228,7 @@ def run_bench(config: BenchConfig, out=print) -> dict:
             out(f"  {shape:<7} {name:<14} {r['service_rate_tps']:>11,.0f} tuples/s (predicted {_tps(r['predicted_tps'])})")
             results.append(r)
     out("")
-    out(f"service rate, Zipf {config.zipf}, memory {config.memory / 2**20:.0f} MiB, R = {config.rows:,} rows, "
+    out(f"service rate, Zipf {config.zipf}, memory {config.memory / 2**20:.4g} MiB, R = {config.rows:,} rows, "
         f"window {config.window_s:.0f} s after {config.warmup_s:.0f} s warm-up")
     for line in format_table(results):
         out(line)
@@ -317,7 +317,7 @@ def sweep_cache(config: BenchConfig, table: str, costs: ComponentCosts, out=prin
             results += rows
             optima.append(_optimum(name, shape, rows, plan, config))
     out("")
-    out(f"cache sweep, Zipf {config.zipf}, memory {config.memory / 2**20:.0f} MiB, R = {config.rows:,} rows, "
+    out(f"cache sweep, Zipf {config.zipf}, memory {config.memory / 2**20:.4g} MiB, R = {config.rows:,} rows, "
         f"window {config.window_s:.0f} s after {config.warmup_s:.0f} s warm-up")
     for line in format_sweep(results, optima):
         out(line)

@@ -208,7 +208,7 @@ def hybridjoin_queue(q: np.ndarray, h_s: int, page_rows: int) -> QueueState:
     def occupancy(a):
         return float(np.sum(a * q * (1 + a * q / 2) / (1 + a * q)))
 
-    lo, hi = 0.0, 2.0 * h_s + 1.0  # occupancy(a) >= a/2 for a >= ..., so 2 h_S + 1 is above A
+    lo, hi = 0.0, 2.0 * h_s + 1.0  # doubled below until the occupancy passes h_S; then bisection
     while occupancy(hi) < h_s:
         hi *= 2
     for _ in range(200):
@@ -223,7 +223,7 @@ def hybridjoin_queue(q: np.ndarray, h_s: int, page_rows: int) -> QueueState:
     weights = rate / loads  # share of the loads that load page j
     rows = float(page_rows)
     # groups: one per admission chunk of the window that holds a tuple of the page
-    from .joins.stream_table import CHUNKS_PER, MAX_CHUNK, MIN_CHUNKS
+    from .joins.stream_table import CHUNKS_PER, MAX_CHUNK, MIN_CHUNKS  # here: the engine imports this module
 
     per_iteration = max(1.0, math.ceil(w / MAX_CHUNK))
     chunk = w / per_iteration
@@ -400,6 +400,46 @@ def _paged(name: str, split: dict, costs, n_keys: int, exponent: float, shape: s
     return state.w, loop, io, detail, "HYBRIDJOIN eq. 2-4 (w from the Zipf page probabilities)"
 
 
+def _inlist(split: dict, settings: dict, c: "ComponentCosts", n_keys: int, exponent: float) -> Prediction:
+    """The IN-list baseline: a batch of B tuples, its distinct keys (the expected number among B
+    Zipf draws) looked up in IN queries of ``in_list_max`` keys, and the batch joined in memory."""
+    batch = float(_need(split, "batch_rows", "inlist"))
+    p = rank_probabilities(n_keys, exponent)
+    distinct = float(np.sum(-np.expm1(batch * np.log1p(-np.minimum(p, 1 - 1e-16)))))
+    queries = math.ceil(distinct / int(settings.get("in_list_max", 1000)))
+    io = queries * c.in_query_s + distinct * c.in_key_s
+    loop = io + batch * (c.c_S + c.c_A + c.c_O) + c.c_step_inlj
+    detail = {"batch": batch, "distinct_keys": distinct, "queries": queries}
+    return Prediction("inlist", batch / loop, batch, loop, io, None, "IN-list: batch / (queries + keys + tuples)", detail)
+
+
+def _front_stage(algorithm: str, split: dict, c: "ComponentCosts", n_keys: int, exponent: float, shape: str,
+                 shape_seed: int, p_n: float | None) -> Prediction:
+    """SSJ, CMESHJOIN, CACHEJOIN(-L, -PQ): H_R of h_R keys (p_N, eq. 1) in front of the disk
+    phase named in ``split["inner"]``, which is fed the tuples H_R misses."""
+    cached = int(_need(split, "cache_keys", algorithm))
+    inner_name = "meshjoin" if algorithm in ("ssj", "cmeshjoin") else "hybridjoin"
+    inner = _inner(split)
+    # a given p_N: H_R is taken to hold the most frequent keys that serve that share
+    held = cached if p_n is None else keys_for_hit_ratio(p_n, n_keys, exponent)
+    p_n = float(hit_ratio(cached, n_keys, exponent)) if p_n is None else float(p_n)
+    w_s, inner_loop, io, detail, inner_model = _paged(inner_name, inner, c, n_keys, exponent, shape, shape_seed, held)
+    if inner_name == "meshjoin":  # SSJ eq. 8 and 10: w_S of the disk-probing phase
+        k = int(inner["partitions"])
+        p_s = segment_match_probability(held, n_keys, k, exponent)
+        w_s = disk_phase_tuples(float(_need(inner, "stream_table_capacity_tuples", algorithm)), p_s, p_n)
+        inner_loop, io = meshjoin_iteration(w_s, int(inner["partition_pages"]), k, int(inner["page_rows"]), n_keys, c)
+    w_n, front = front_stage_costs(w_s, p_n, c, cached)
+    if algorithm == "cmeshjoin":
+        mu = cmeshjoin_service_rate(w_s / inner_loop, p_n, front / (w_n + w_s))
+        model = "CMESHJOIN eq. 4: mu_dp / (1 - p_N), mu_dp from " + inner_model
+    else:
+        mu = ssj_service_rate(w_s, w_n, inner_loop, front)
+        model = "SSJ eq. 2-3 (w_N eq. 4-7, w_S eq. 8-10)" if algorithm == "ssj" else "front-stage eq. 2-3 over " + inner_model
+    detail = {**detail, "w_S": w_s, "w_N": w_n, "p_N": p_n, "probe_rounds": probe_rounds(w_s, p_n), "front_s": front}
+    return Prediction(algorithm, mu, w_s + w_n, inner_loop + front, io, p_n, model, detail)
+
+
 def explain(algorithm: str, split_or_algorithm, costs: "ComponentCosts", n_keys: int, exponent: float = 1.0,
             shape: str = "noperm", *, shape_seed: int = RANDOM_SHAPE_SEED, p_n: float | None = None,
             settings: dict | None = None) -> Prediction | None:
@@ -408,8 +448,10 @@ def explain(algorithm: str, split_or_algorithm, costs: "ComponentCosts", n_keys:
     of ``shape``; None for an algorithm without a model (``inlist-lru``).
 
     ``p_n`` replaces the model's hit ratio p_N of H_R (eq. 1) by another one, e.g. the measured
-    hit ratio, to tell the error of p_N from the rest. HYBRIDJOIN-L and -PQ (and CACHEJOIN-L, -PQ) use HYBRIDJOIN's model:
-    their papers give none, and they read the same pages, only in another order.
+    hit ratio, to tell the error of p_N from the rest. ``settings`` are the algorithm's
+    parameters (taken from the algorithm when one is given). HYBRIDJOIN-L and -PQ (and
+    CACHEJOIN-L, -PQ) use HYBRIDJOIN's model: their papers give none, and they read the same
+    pages, in another order.
     """
     n_keys = _check(n_keys, "n_keys", 1, integer=True)
     exponent = _check(exponent, "exponent")
@@ -418,7 +460,6 @@ def explain(algorithm: str, split_or_algorithm, costs: "ComponentCosts", n_keys:
     if p_n is not None and not 0 <= _check(p_n, "p_n") < 1:
         raise ConfigError(f"p_n: {p_n!r} must be in [0, 1)")
     split, own = _split_of(split_or_algorithm)
-    settings = {**own, **(settings or {})}
     c = costs
     if algorithm == "inlist-lru":
         return None
@@ -428,37 +469,9 @@ def explain(algorithm: str, split_or_algorithm, costs: "ComponentCosts", n_keys:
         loop = c.io(1) + c.c_S + c.c_O + c.c_step_inlj
         return Prediction(algorithm, 1.0 / loop, 1.0, loop, c.io(1), None, "INLJ: mu = 1 / (c_IO(1) + ...)", {})
     if algorithm == "inlist":
-        batch = float(_need(split, "batch_rows", algorithm))
-        p = rank_probabilities(n_keys, exponent)
-        distinct = float(np.sum(-np.expm1(batch * np.log1p(-np.minimum(p, 1 - 1e-16)))))
-        queries = math.ceil(distinct / int(settings.get("in_list_max", 1000)))
-        io = queries * c.in_query_s + distinct * c.in_key_s
-        loop = io + batch * (c.c_S + c.c_A + c.c_O) + c.c_step_inlj
-        detail = {"batch": batch, "distinct_keys": distinct, "queries": queries}
-        return Prediction(algorithm, batch / loop, batch, loop, io, None, "IN-list: batch / (queries + keys + tuples)", detail)
+        return _inlist(split, {**own, **(settings or {})}, c, n_keys, exponent)
     if algorithm in CACHE_ALGORITHMS:
-        cached = int(_need(split, "cache_keys", algorithm))
-        inner_name = "meshjoin" if algorithm in ("ssj", "cmeshjoin") else "hybridjoin"
-        inner = _inner(split)
-        model_p_n = float(hit_ratio(cached, n_keys, exponent))
-        # a given p_N: H_R is taken to hold the most frequent keys that serve that share
-        held = cached if p_n is None else keys_for_hit_ratio(p_n, n_keys, exponent)
-        p_n = model_p_n if p_n is None else float(p_n)
-        w_s, inner_loop, io, detail, inner_model = _paged(inner_name, inner, c, n_keys, exponent, shape, shape_seed, held)
-        if inner_name == "meshjoin":  # SSJ eq. 8 and 10: w_S of the disk-probing phase
-            k = int(inner["partitions"])
-            p_s = segment_match_probability(held, n_keys, k, exponent)
-            w_s = disk_phase_tuples(float(_need(inner, "stream_table_capacity_tuples", algorithm)), p_s, p_n)
-            inner_loop, io = meshjoin_iteration(w_s, int(inner["partition_pages"]), k, int(inner["page_rows"]), n_keys, c)
-        w_n, front = front_stage_costs(w_s, p_n, c, cached)
-        if algorithm == "cmeshjoin":
-            mu = cmeshjoin_service_rate(w_s / inner_loop, p_n, front / (w_n + w_s))
-            model = "CMESHJOIN eq. 4: mu_dp / (1 - p_N), mu_dp from " + inner_model
-        else:
-            mu = ssj_service_rate(w_s, w_n, inner_loop, front)
-            model = ("SSJ eq. 2-3 (w_N eq. 4-7, w_S eq. 8-10)" if algorithm == "ssj" else "front-stage eq. 2-3 over " + inner_model)
-        detail = {**detail, "w_S": w_s, "w_N": w_n, "p_N": p_n, "probe_rounds": probe_rounds(w_s, p_n), "front_s": front}
-        return Prediction(algorithm, mu, w_s + w_n, inner_loop + front, io, p_n, model, detail)
+        return _front_stage(algorithm, split, c, n_keys, exponent, shape, shape_seed, p_n)
     base = "meshjoin" if algorithm == "meshjoin" else "hybridjoin"
     w, loop, io, detail, model = _paged(base, split, c, n_keys, exponent, shape, shape_seed, 0)
     return Prediction(algorithm, w / loop if loop > 0 else 0.0, w, loop, io, None, model, detail)
