@@ -213,6 +213,7 @@ class BatchProcessor:
     def process(self, batch: pa.Table, batch_id: int) -> dict:
         started = self.clock()
         batch = self._prepare(batch)
+        n_in = batch.num_rows
         dead = []
         if CORRUPT_COLUMN in batch.column_names:
             bad = pc.is_valid(batch[CORRUPT_COLUMN])
@@ -230,7 +231,7 @@ class BatchProcessor:
         self.matched_sink.write(batch_id, rows)
         self.dead_sink.write(batch_id, dead_rows)
         done = self.clock()
-        record = self._record(batch_id, batch, rows, dead_rows, step_stats, started, done, join_seconds)
+        record = self._record(batch_id, n_in, rows, dead_rows, step_stats, started, done, join_seconds)
         if self.print_progress:
             print(ProgressRecord.from_dict(record).to_line(), flush=True)
         if self.on_progress is not None:
@@ -256,7 +257,7 @@ class BatchProcessor:
             column = pc.divide(pc.cast(pc.cast(column, pa.timestamp("us")), pa.int64()), 1e6)
         return column.cast(pa.float64()).to_numpy(zero_copy_only=False)
 
-    def _record(self, batch_id, batch, matched, dead, step_stats, started, done, join_seconds) -> dict:
+    def _record(self, batch_id, n_in, matched, dead, step_stats, started, done, join_seconds) -> dict:
         left = pa.concat_tables(
             [matched.select(["sj_id", "sj_arrival"]), dead.select(["sj_id", "sj_arrival"])], promote_options="default"
         )
@@ -267,7 +268,7 @@ class BatchProcessor:
         n_matched = len(pc.unique(matched["sj_id"])) if matched.num_rows else 0
         s = self.state
         s.batches += 1
-        s.input_rows += batch.num_rows
+        s.input_rows += n_in
         s.matched += n_matched
         s.unmatched += dead.num_rows
         s.output_rows += matched.num_rows
@@ -278,14 +279,14 @@ class BatchProcessor:
             algorithm="+".join(step.algorithm.name for step in self.steps),
             batch_id=batch_id,
             time=done,
-            input_rows=batch.num_rows,
+            input_rows=n_in,
             matched=n_matched,
             unmatched=dead.num_rows,
             output_rows=matched.num_rows,
-            service_rate_tps=round(batch.num_rows / join_seconds, 1) if join_seconds > 0 else None,
+            service_rate_tps=round(n_in / join_seconds, 1) if join_seconds > 0 else None,
             batch_duration_s=round(done - started, 6),
             queue_tuples=sum(st["held_for_retry"] for st in step_stats) + sum(step.algorithm.pending for step in self.steps),
-            peak_queue_tuples=batch.num_rows + sum(st["retried"] for st in step_stats),
+            peak_queue_tuples=n_in + sum(st["retried"] for st in step_stats),
             cache_entries=first.algorithm.stats().get("cache_entries"),
             cache_hit_ratio=ratios[0] if ratios else None,
             disk_queries=int(sum(st["disk_queries"] for st in step_stats)),
