@@ -401,7 +401,7 @@ def run_job(
             if query.awaitTermination(poll_s):
                 reason = "end_of_input"
                 break
-            reason = _stop_reason(spec, processor.state, stop_event, started, clock)
+            reason = _stop_reason(spec, processor.state, stop_event, started, clock, query)
         processor.stopping.set()
         with processor.busy:  # stop between micro-batches, never inside one
             query.stop()
@@ -428,7 +428,7 @@ def run_job(
     }
 
 
-def _stop_reason(spec: JobSpec, state: JobState, stop_event, started: float, clock) -> str | None:
+def _stop_reason(spec: JobSpec, state: JobState, stop_event, started: float, clock, query) -> str | None:
     stop = spec.stop
     if stop_event is not None and stop_event.is_set():
         return "stop_requested"
@@ -438,9 +438,19 @@ def _stop_reason(spec: JobSpec, state: JobState, stop_event, started: float, clo
         return "duration"
     if stop.max_batches is not None and state.batches >= stop.max_batches:
         return "max_batches"
-    if stop.end_of_input and spec.source.bounded and state.input_rows >= spec.source.total_rows:
+    if stop.end_of_input and spec.source.bounded and _committed_rows(query) >= spec.source.total_rows:
         return "end_of_input"
     return None
+
+
+def _committed_rows(query) -> int:
+    """Rows of the generator up to the last completed micro-batch (counted over restarts too)."""
+    progress = query.lastProgress
+    if not progress or not progress.get("sources"):
+        return 0
+    end = progress["sources"][0].get("endOffset")
+    offset = json.loads(end) if isinstance(end, str) else end
+    return int(offset["row"]) if isinstance(offset, dict) and "row" in offset else 0
 
 
 def load_spec(path: str) -> JobSpec:

@@ -44,11 +44,13 @@ def sink_pairs(matched: pa.Table, dead: pa.Table) -> tuple[Counter, Counter]:
     return engine_pairs(matched, unmatched, SELECT, "tid")
 
 
-def assert_sinks_equal_oracle(store, spec: JobSpec) -> None:
+def assert_sinks_equal_oracle(store, spec: JobSpec, matched: pa.Table | None = None) -> None:
     """Every generated tuple left exactly once, and exactly as the plain hash join says."""
     source = spec.source
     stream = zipf_rows(0, source.total_rows, source.master_rows, missing=source.missing, seed=source.seed)
     expected = hash_join(store, stream, "nk")
-    got = sink_pairs(read_parquet_sink(spec.sinks.matched.path), read_parquet_sink(spec.sinks.dead_letter.path))
+    if matched is None:
+        matched = read_parquet_sink(spec.sinks.matched.path)
+    got = sink_pairs(matched, read_parquet_sink(spec.sinks.dead_letter.path))
     assert got[0] == expected[0]
     assert got[1] == expected[1]
