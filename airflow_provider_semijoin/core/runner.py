@@ -14,6 +14,7 @@ completed after their deadline (unmatched ones too: leaving late is late).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import time
@@ -66,6 +67,44 @@ def check_exactly_once(n: int, matched_ids: np.ndarray, unmatched_ids: np.ndarra
     }
 
 
+@contextlib.contextmanager
+def one_version_of_r(algorithm: JoinAlgorithm):
+    """Everything the algorithm reads of R inside sees one version of it (SSIJ sec. IV-E).
+
+    When R has a change log: enter the store's snapshot and drop what the algorithm cached of
+    the keys changed since its last one, before any probe; yields how many cached entries were
+    dropped. Without a change log nobody installs versions: plain reads, nothing to drop.
+    """
+    store = algorithm.store
+    if not store.has_change_log():
+        yield 0
+        return
+    with store.snapshot() as changed:
+        yield algorithm.invalidate(changed) if len(changed) else 0
+
+
+def drain(algorithm: JoinAlgorithm, buffer: StreamBuffer, entered: np.ndarray, completed: np.ndarray) -> list[JoinOutput]:
+    """Step ``algorithm`` until ``buffer`` (closed) is exhausted and nothing is pending; logs when
+    each tuple entered (``entered``) and left (``completed``) in the buffer's clock units."""
+    outputs = []
+    stalled = 0
+    while not (buffer.exhausted and algorithm.pending == 0):
+        before = (buffer.available, algorithm.pending)
+        out = algorithm.step(buffer)
+        now = buffer.clock()
+        for ids, t in buffer.taken:
+            entered[ids] = t
+        buffer.taken.clear()
+        completed[out.matched_ids] = now
+        completed[out.unmatched_ids] = now
+        outputs.append(out)
+        progress = len(out.matched_ids) or len(out.unmatched_ids) or before != (buffer.available, algorithm.pending)
+        stalled = 0 if progress else stalled + 1
+        if stalled >= STALL_STEPS:
+            raise RuntimeError(f"{algorithm.name} made no progress in {STALL_STEPS} steps with {algorithm.pending} tuples pending")
+    return outputs
+
+
 def run_join(
     algorithm: JoinAlgorithm,
     stream: pa.Table,
@@ -111,34 +150,21 @@ def run_join(
         arrived = np.full(n, started)
     if max_latency_s is not None:
         deadlines = arrived + max_latency_s
-    normalized = normalize(stream[stream_key], store.key_type)
-    row_ids = np.arange(n, dtype=np.int64)
-    valid = normalized.valid
-    outputs = [
-        JoinOutput(
-            np.zeros(0, np.int64), algorithm.schema.empty_table(), row_ids[~valid], normalized.reason[~valid]
-        )
-    ]
     entered = np.full(n, started)
     completed = np.full(n, started)
-    buffer = StreamBuffer(store.key_type, clock)
-    buffer.append(row_ids[valid], normalized.keys[valid], None if deadlines is None else deadlines[valid])
-    buffer.close()
-    stalled = 0
-    while not (buffer.exhausted and algorithm.pending == 0):
-        before = (buffer.available, algorithm.pending)
-        out = algorithm.step(buffer)
-        now = clock()
-        for ids, t in buffer.taken:
-            entered[ids] = t
-        buffer.taken.clear()
-        completed[out.matched_ids] = now
-        completed[out.unmatched_ids] = now
-        outputs.append(out)
-        progress = len(out.matched_ids) or len(out.unmatched_ids) or before != (buffer.available, algorithm.pending)
-        stalled = 0 if progress else stalled + 1
-        if stalled >= STALL_STEPS:
-            raise RuntimeError(f"{algorithm.name} made no progress in {STALL_STEPS} steps with {algorithm.pending} tuples pending")
+    with one_version_of_r(algorithm) as invalidated:
+        normalized = normalize(stream[stream_key], store.key_type)
+        row_ids = np.arange(n, dtype=np.int64)
+        valid = normalized.valid
+        outputs = [
+            JoinOutput(
+                np.zeros(0, np.int64), algorithm.schema.empty_table(), row_ids[~valid], normalized.reason[~valid]
+            )
+        ]
+        buffer = StreamBuffer(store.key_type, clock)
+        buffer.append(row_ids[valid], normalized.keys[valid], None if deadlines is None else deadlines[valid])
+        buffer.close()
+        outputs += drain(algorithm, buffer, entered, completed)
     wall = clock() - started
     result = JoinOutput.concat(outputs, algorithm.schema)
     matched = stream.take(result.matched_ids)
@@ -169,6 +195,8 @@ def run_join(
         "deadline_misses": late,
         "tuples_with_deadline": 0 if deadlines is None else int(np.count_nonzero(~np.isnan(deadlines))),
         "exactly_once": check_exactly_once(n, result.matched_ids, result.unmatched_ids),
+        "master_version": store.seen_version,
+        "invalidated": invalidated,
         **algorithm.stats(),
     }
     return JoinRun(matched, unmatched, stats, completed)

@@ -353,6 +353,13 @@ class JoinAlgorithm:
         """How the budget was divided between the structures, in bytes."""
         return {}
 
+    def invalidate(self, keys: np.ndarray) -> int:
+        """Drop what is cached of R for ``keys`` (changed by an installed update, SSIJ sec.
+        IV-E); returns how many cached entries were dropped. Called between joins, inside the
+        snapshot of the next one (:func:`..runner.one_version_of_r`), before any probe. The
+        default: nothing of R is cached across steps."""
+        return 0
+
     def stats(self) -> dict:
         c = self.counters
         return {
