@@ -36,9 +36,10 @@ const SJ = (() => {
   function compact(v) {
     if (!isNum(v)) return "–";
     const a = Math.abs(v);
-    if (a >= 1e9) return (v / 1e9).toFixed(2) + " G";
-    if (a >= 1e6) return (v / 1e6).toFixed(2) + " M";
-    if (a >= 1e4) return (v / 1e3).toFixed(1) + " k";
+    const trim = (text) => text.replace(/\.0+$|(\.\d*?)0+$/, "$1");
+    if (a >= 1e9) return trim((v / 1e9).toFixed(2)) + " G";
+    if (a >= 1e6) return trim((v / 1e6).toFixed(2)) + " M";
+    if (a >= 1e4) return trim((v / 1e3).toFixed(1)) + " k";
     if (a >= 100 || Number.isInteger(v)) return Math.round(v).toLocaleString("en-US");
     return v.toPrecision(3);
   }
@@ -48,7 +49,7 @@ const SJ = (() => {
     compact,
     rate: (v) => (isNum(v) ? compact(v) + " tuples/s" : "–"),
     perSecond: (v) => (isNum(v) ? compact(v) + " /s" : "–"),
-    ms: (v) => (!isNum(v) ? "–" : v >= 1000 ? (v / 1000).toFixed(2) + " s" : v.toPrecision(3) + " ms"),
+    ms: (v) => (!isNum(v) ? "–" : v === 0 ? "0" : v >= 1000 ? (v / 1000).toFixed(2) + " s" : v.toPrecision(3) + " ms"),
     ratio: (v) => (isNum(v) ? (100 * v).toFixed(1) + " %" : "–"),
     bytes: (v) => {
       if (!isNum(v)) return "–";
@@ -117,11 +118,13 @@ const SJ = (() => {
     run();
   }
 
-  function niceMax(max) {
-    if (!(max > 0)) return 1;
-    const step = 10 ** Math.floor(Math.log10(max));
-    for (const m of [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10]) if (m * step >= max) return m * step;
-    return 10 * step;
+  /** Axis top and tick step for values up to ``max``: steps of 1, 2, 2.5 or 5 x 10^k, 2 to 5 of them. */
+  function niceScale(max) {
+    if (!(max > 0)) return { top: 1, step: 0.25 };
+    const rough = max / 4;
+    const power = 10 ** Math.floor(Math.log10(rough));
+    const step = [1, 2, 2.5, 5, 10].map((m) => m * power).find((candidate) => candidate >= rough);
+    return { top: Math.ceil(max / step - 1e-9) * step, step };
   }
 
   /**
@@ -176,17 +179,17 @@ const SJ = (() => {
         t0 -= 1;
         t1 += 1;
       }
-      let ymax = this.yMax;
-      if (ymax === null) {
-        let top = 0;
-        for (const s of this.series) for (const i of idx) if (isNum(cols[s.key][i])) top = Math.max(top, cols[s.key][i]);
-        ymax = niceMax(top * 1.05);
-      }
-      const x = (t) => m.left + ((t - t0) / (t1 - t0)) * w;
+      let top = 0;
+      for (const s of this.series) for (const i of idx) if (isNum(cols[s.key][i])) top = Math.max(top, cols[s.key][i]);
+      const scale = niceScale(this.yMax === null ? top : this.yMax);
+      const ymax = scale.top;
+      const barWidth = Math.max(1.5, Math.min(14, (w / Math.max(idx.length, 1)) * 0.6));
+      const pad = this.bars ? barWidth : 0; // keeps the first and last bars inside the plot
+      const x = (t) => m.left + pad + ((t - t0) / (t1 - t0)) * (w - 2 * pad);
       const y = (v) => m.top + ht - (Math.min(v, ymax) / ymax) * ht;
       const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img" });
-      for (let k = 0; k <= 4; k++) {
-        const v = (ymax * k) / 4;
+      for (let k = 0; k * scale.step <= ymax + 1e-9; k++) {
+        const v = k * scale.step;
         root.append(svg("line", { class: "grid", x1: m.left, x2: width - m.right, y1: y(v), y2: y(v) }));
         const label = svg("text", { class: "tick", x: m.left - 6, y: y(v) + 4, "text-anchor": "end" });
         label.textContent = this.format(v);
@@ -197,7 +200,6 @@ const SJ = (() => {
         label.textContent = fmt.clock(t);
         root.append(label);
       }
-      const barWidth = Math.max(1.5, Math.min(14, (w / Math.max(idx.length, 1)) * 0.6));
       for (const s of this.series) {
         const values = cols[s.key] || [];
         if (this.bars) {
