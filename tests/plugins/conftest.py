@@ -30,8 +30,9 @@ DAG_FILE = textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def monitor_airflow(tmp_path_factory):
+    """The in-process Airflow of one test module; the rest of the session gets its own back."""
     root = tmp_path_factory.mktemp("monitor-airflow")
     bundles = []
     for team, dag_id in TEAM_DAGS.items():
@@ -46,6 +47,7 @@ def monitor_airflow(tmp_path_factory):
     shim = checkout_entry_points(root / "entry-points")
     if shim is not None:
         sys.path.insert(0, str(shim))
+    _use_configured_db(forget_plugins=shim is not None)
     try:
         _prepare_db(TEAM_DAGS)
         yield MonitorAirflow()
@@ -57,6 +59,28 @@ def monitor_airflow(tmp_path_factory):
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+        # give the rest of the session back the metadata DB and auth manager it had
+        _use_configured_db(forget_plugins=shim is not None)
+
+
+def _use_configured_db(*, forget_plugins: bool) -> None:
+    """Point an already imported Airflow at the metadata DB of the current environment.
+
+    Airflow binds its ORM when first imported; other test packages may have imported it with a
+    DB of their own. With ``forget_plugins``, plugins and entry points are looked up again (the
+    checkout's entry points were added to sys.path or removed from it).
+    """
+    from airflow import plugins_manager, settings
+    from airflow._shared.module_loading import _get_grouped_entry_points
+    from airflow.api_fastapi.app import purge_cached_app
+
+    settings.configure_vars()
+    settings.reconfigure_orm()
+    purge_cached_app()
+    if forget_plugins:
+        for cached in (_get_grouped_entry_points, plugins_manager._get_plugins, plugins_manager.get_fastapi_plugins,
+                       plugins_manager._get_ui_plugins):
+            cached.cache_clear()
 
 
 def _prepare_db(team_dags: dict[str, str]) -> None:

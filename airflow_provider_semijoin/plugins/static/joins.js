@@ -2,7 +2,7 @@
 "use strict";
 
 (() => {
-  const { h, fmt, getJSON, stateBadge, poll } = SJ;
+  const { h, fmt, getJSON, stateBadge, poll, airflowPage } = SJ;
   const REFRESH_MS = 5000;
   const params = new URLSearchParams(location.search);
   const hours = params.get("hours") || "24";
@@ -10,12 +10,6 @@
   const status = document.getElementById("status");
   const empty = document.getElementById("empty");
   document.getElementById("window").textContent = hours;
-
-  function airflowPage(j) {
-    const parts = ["dags", j.dag_id, "runs", j.run_id, "tasks", j.task_id].map(encodeURIComponent);
-    if (j.map_index >= 0) parts.push("mapped", String(j.map_index));
-    return "../../" + parts.join("/");
-  }
 
   function row(j, now) {
     const task = j.map_index >= 0 ? `${j.task_id} [${j.map_index}]` : j.task_id;

@@ -96,6 +96,13 @@ const SJ = (() => {
     return h("span", { class: "badge state-" + name.replace(/[^a-z_]/g, "") }, name.replace(/_/g, " "));
   }
 
+  /** A task instance's page in Airflow's UI, from a page of the monitor (/semijoin/ui/...). */
+  function airflowPage(ti) {
+    const parts = ["dags", ti.dag_id, "runs", ti.run_id, "tasks", ti.task_id].map(encodeURIComponent);
+    if (ti.map_index >= 0) parts.push("mapped", String(ti.map_index));
+    return "../../" + parts.join("/");
+  }
+
   /** Runs ``tick`` now and then every ``ms`` while it returns true; pauses in hidden tabs. */
   function poll(ms, tick) {
     let timer = null;
@@ -252,5 +259,5 @@ const SJ = (() => {
     }
   }
 
-  return { h, fmt, getJSON, stateBadge, poll, Chart, isNum };
+  return { h, fmt, getJSON, stateBadge, airflowPage, poll, Chart, isNum };
 })();

@@ -3,7 +3,7 @@
 "use strict";
 
 (() => {
-  const { h, fmt, getJSON, stateBadge, poll, Chart, isNum } = SJ;
+  const { h, fmt, getJSON, stateBadge, poll, airflowPage, Chart, isNum } = SJ;
   const REFRESH_MS = 3000;
   const query = new URLSearchParams(location.search);
   const $ = (id) => document.getElementById(id);
@@ -45,12 +45,6 @@
       { title: "Unmatched tuples per micro-batch", series: [{ key: "unmatched", label: "unmatched", cls: "s4" }], format: fmt.compact, bars: true, total: totalOf("total_unmatched") },
     ],
   ].map(([id, options]) => new Chart($(id), options));
-
-  function airflowPage(d) {
-    const parts = ["dags", d.dag_id, "runs", d.run_id, "tasks", d.task_id].map(encodeURIComponent);
-    if (d.map_index >= 0) parts.push("mapped", String(d.map_index));
-    return "../../" + parts.join("/");
-  }
 
   function header(d) {
     const algorithm = (d.info && d.info.algorithm) || (d.latest && d.latest.algorithm);
