@@ -298,6 +298,16 @@ def test_every_asset_is_package_data():
     assert [f.name for f in files if not any(Path(f.name).match(p) for p in patterns)] == []
 
 
+def test_pages_load_nothing_from_outside_the_package():
+    """No CDN: the pages reference only the package's own assets, the scripts fetch only our API."""
+    for page in (PLUGIN_DIR / "pages").glob("*.html"):
+        references = re.findall(r'(?:src|href)="([^"]*)"', page.read_text())
+        assert references and all(ref.startswith(("../static/", "./")) for ref in references), (page.name, references)
+    for asset in (PLUGIN_DIR / "static").iterdir():
+        urls = set(re.findall(r"https?://[^\s\"'`)]+", asset.read_text()))
+        assert urls <= {"http://www.w3.org/2000/svg"}, (asset.name, urls)  # an XML namespace, never fetched
+
+
 def test_pages_put_server_data_into_the_document_as_text_only():
     """DAG, run and task ids are user data: the scripts never parse them as HTML."""
     for script in (PLUGIN_DIR / "static").glob("*.js"):

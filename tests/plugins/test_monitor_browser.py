@@ -187,6 +187,9 @@ def test_monitor_in_a_browser_while_a_join_runs(airflow, browser):
 
     context = browser.new_context(viewport={"width": 1440, "height": 1300})
     page = context.new_page()
+    # everything the monitor's frames load must come from the API server (assets ship in the package)
+    monitor_requests = []
+    context.on("request", lambda r: monitor_requests.append(r.url) if "/semijoin/" in (r.frame.url or "") else None)
     # log in through Airflow's own login page
     page.goto(airflow.base + "/")
     page.wait_for_url("**/auth/login**", timeout=30_000)
@@ -258,3 +261,5 @@ def test_monitor_in_a_browser_while_a_join_runs(airflow, browser):
     done_row.wait_for(timeout=20_000)
     assert done_row.get_attribute("data-state") == "success"
     page.screenshot(path=str(shots / "6-nav-list-ended.png"), full_page=True)
+    assert any("/semijoin/static/monitor.js" in url for url in monitor_requests), monitor_requests[:5]
+    assert [url for url in monitor_requests if not url.startswith(airflow.base + "/")] == []
