@@ -20,6 +20,7 @@ a user without access gets 403.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -60,7 +61,12 @@ def _page(name: str) -> FileResponse:
     return FileResponse(PAGES / name, media_type="text/html", headers={"Cache-Control": "no-cache"})
 
 
-def create_app() -> FastAPI:
+def _utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def create_app(*, clock: Callable[[], dt.datetime] = _utc_now) -> FastAPI:
+    """The monitor's app; ``clock`` gives the current time (UTC) of the list window and replies."""
     app = FastAPI(title="Semi-join monitor", docs_url=None, redoc_url=None, openapi_url=None)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
@@ -85,7 +91,7 @@ def create_app() -> FastAPI:
         hours: Annotated[float, Query(gt=0, le=24 * 30, description="ended tasks of the last hours")] = 24.0,
         limit: Annotated[int, Query(ge=1, le=1000)] = 200,
     ) -> dict:
-        now = dt.datetime.now(dt.timezone.utc)
+        now = clock()
         readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
         since = now - dt.timedelta(hours=hours)
         return {
@@ -107,14 +113,14 @@ def create_app() -> FastAPI:
             raise StarletteHTTPException(
                 404, f"No task instance {task_id!r} (map index {map_index}) in run {run_id!r} of DAG {dag_id!r}"
             )
-        return {"now": dt.datetime.now(dt.timezone.utc).isoformat(), **found}
+        return {"now": clock().isoformat(), **found}
 
     @app.get("/ui/", dependencies=[logged_in], response_class=FileResponse)
     def list_page():
         return _page("joins.html")
 
     @app.get("/ui/task", dependencies=[read_metrics], response_class=FileResponse)
-    def task_page(dag_id: str, run_id: str, task_id: str):
+    def task_page(dag_id: str, run_id: str, task_id: str):  # required: the page reads them from its URL
         return _page("task.html")
 
     return app

@@ -59,7 +59,8 @@ class SemiJoinPlugin(AirflowPlugin):
         {
             "name": "Semi-join",
             # Airflow's UI fills the placeholders (MAP_INDEX only for mapped tasks)
-            "href": f"{URL_PREFIX}/ui/task?dag_id={{DAG_ID}}&run_id={{RUN_ID}}&task_id={{TASK_ID}}&map_index={{MAP_INDEX}}",
+            "href": f"{URL_PREFIX}/ui/task?"
+            "dag_id={DAG_ID}&run_id={RUN_ID}&task_id={TASK_ID}&map_index={MAP_INDEX}",
             "destination": "task_instance",
             "url_route": "semijoin-task",
             "icon": f"{URL_PREFIX}/static/icon.svg",

@@ -53,7 +53,10 @@ def checkout_entry_points(folder: Path) -> Path | None:
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: airflow-provider-semijoin-checkout\nVersion: 0\n")
     (info / "entry_points.txt").write_text(
-        "".join(f"[{group}]\n" + "".join(f"{n} = {v}\n" for n, v in eps.items()) + "\n" for group, eps in missing.items())
+        "".join(
+            f"[{group}]\n" + "".join(f"{name} = {value}\n" for name, value in eps.items()) + "\n"
+            for group, eps in missing.items()
+        )
     )
     return folder
 
@@ -89,7 +92,11 @@ def airflow_config(root: Path, *, users: str, bundles: list[dict] | None = None,
 
 
 def local_bundle(name: str, path: Path, team: str | None = None) -> dict:
-    bundle = {"name": name, "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle", "kwargs": {"path": str(path)}}
+    bundle = {
+        "name": name,
+        "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+        "kwargs": {"path": str(path)},
+    }
     if team:
         bundle["team_name"] = team
     return bundle

@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from airflow_stack import PLUGIN_ENTRY_POINT, REPO, MonitorAirflow, declared_entry_points
 
-from airflow_provider_semijoin.core.progress import XCOM_HISTORY, XCOM_INFO, XCOM_LATEST, ProgressHistory, ProgressRecord
+from airflow_provider_semijoin.core.progress import (
+    XCOM_HISTORY,
+    XCOM_INFO,
+    XCOM_LATEST,
+    ProgressHistory,
+    ProgressRecord,
+)
 
 PLUGIN_DIR = REPO / "airflow_provider_semijoin" / "plugins"
 INFO = {
@@ -135,7 +142,7 @@ def test_joins_lists_running_and_recently_ended_semijoin_tasks(monitor_airflow, 
     assert running["latency_ms_p99"] == last["latency_ms_p99"]
     assert running["deadline_misses"] == last["total_deadline_misses"] == 3
     assert running["unmatched"] == last["total_unmatched"] == 60
-    assert running["page"] == f"/semijoin/ui/task?dag_id=dag_a&run_id={run_a.replace(':', '%3A').replace('+', '%2B')}&task_id=join_running"
+    assert running["page"] == "/semijoin/ui/task?" + urlencode(task_query("dag_a", run_a, "join_running"))
     # started, no micro-batch yet: listed with its algorithm and no figures
     waiting = joins["join_waiting"]
     assert waiting["algorithm"] == "cachejoin" and waiting["batch_id"] is None and waiting["service_rate_tps"] is None
@@ -168,7 +175,8 @@ def test_joins_requires_a_logged_in_user(monitor_airflow):
 
 
 def test_task_returns_info_latest_record_and_history_columns(monitor_airflow, run_a):
-    response = monitor_airflow.client("alice").get("/semijoin/api/task", params=task_query("dag_a", run_a, "join_running"))
+    query = task_query("dag_a", run_a, "join_running")
+    response = monitor_airflow.client("alice").get("/semijoin/api/task", params=query)
     assert response.status_code == 200, response.text
     task = response.json()
     assert (task["phase"], task["live"], task["state"]) == ("running", True, "running")
@@ -197,7 +205,8 @@ def test_task_with_no_metrics_yet(monitor_airflow, run_a):
 
 
 def test_task_after_the_end_keeps_its_history(monitor_airflow, run_a):
-    task = monitor_airflow.client("admin").get("/semijoin/api/task", params=task_query("dag_a", run_a, "join_done")).json()
+    query = task_query("dag_a", run_a, "join_done")
+    task = monitor_airflow.client("admin").get("/semijoin/api/task", params=query).json()
     assert (task["phase"], task["live"], task["state"]) == ("ended", False, "success")
     assert task["end_date"] is not None and task["history"]["points"] == 4
 
@@ -219,16 +228,19 @@ def test_task_without_a_token_is_401_and_its_page_redirects_to_the_login(monitor
     assert anonymous.get("/semijoin/api/task", params=query).status_code == 401
     page = anonymous.get("/semijoin/ui/task", params=query, follow_redirects=False)
     assert page.status_code == 303
-    assert page.headers["location"].startswith("/auth/login?next=") and "semijoin%2Fui%2Ftask" in page.headers["location"]
+    location = page.headers["location"]
+    assert location.startswith("/auth/login?next=") and "semijoin%2Fui%2Ftask" in location
 
 
 def test_task_unknown_instance_is_404_and_the_unfilled_map_index_means_unmapped(monitor_airflow, run_a):
     client = monitor_airflow.client("admin")
     missing = client.get("/semijoin/api/task", params=task_query("dag_a", run_a, "no_such_task"))
     assert missing.status_code == 404 and "no_such_task" in missing.json()["detail"]
-    assert client.get("/semijoin/api/task", params=task_query("dag_a", run_a, "join_running", map_index=3)).status_code == 404
+    mapped = task_query("dag_a", run_a, "join_running", map_index=3)
+    assert client.get("/semijoin/api/task", params=mapped).status_code == 404
     # Airflow's UI leaves {MAP_INDEX} unfilled in a tab URL of an unmapped task
-    unfilled = client.get("/semijoin/api/task", params=task_query("dag_a", run_a, "join_running", map_index="{MAP_INDEX}"))
+    placeholder = task_query("dag_a", run_a, "join_running", map_index="{MAP_INDEX}")
+    unfilled = client.get("/semijoin/api/task", params=placeholder)
     assert unfilled.status_code == 200 and unfilled.json()["map_index"] == -1
     assert client.get("/semijoin/api/task", params={"dag_id": "dag_a"}).status_code == 422
 

@@ -106,7 +106,9 @@ class LocalAirflow:
                 process.wait(timeout=10)
 
     def _airflow(self, *args) -> None:
-        proc = subprocess.run([sys.executable, "-m", "airflow", *args], env=self.env, capture_output=True, text=True, timeout=180)
+        proc = subprocess.run(
+            [sys.executable, "-m", "airflow", *args], env=self.env, capture_output=True, text=True, timeout=180
+        )
         assert proc.returncode == 0, f"airflow {' '.join(args)} failed:\n{proc.stderr[-3000:]}"
 
     def _health_ok(self) -> bool:
@@ -116,13 +118,15 @@ class LocalAirflow:
             return False
 
     def api(self, method: str, path: str, **kwargs) -> httpx.Response:
-        return httpx.request(method, self.base + path, headers={"Authorization": f"Bearer {self.token}"}, timeout=10, **kwargs)
+        headers = {"Authorization": f"Bearer {self.token}"}
+        return httpx.request(method, self.base + path, headers=headers, timeout=10, **kwargs)
 
     def wait(self, what: str, predicate, timeout: float, every: float = 1.0):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for name, process in self.processes.items():
-                assert process.poll() is None, f"airflow {name} exited with {process.returncode}; see {self.logs}/{name}.log"
+                exited = process.poll()
+                assert exited is None, f"airflow {name} exited with {exited}; see {self.logs}/{name}.log"
             result = predicate()
             if result:
                 return result
@@ -130,7 +134,8 @@ class LocalAirflow:
         raise AssertionError(f"timed out after {timeout} s waiting for {what}; component logs in {self.logs}")
 
     def task(self, run_id: str, task_id: str) -> dict:
-        response = self.api("GET", "/semijoin/api/task", params={"dag_id": DAG_ID, "run_id": run_id, "task_id": task_id})
+        query = {"dag_id": DAG_ID, "run_id": run_id, "task_id": task_id}
+        response = self.api("GET", "/semijoin/api/task", params=query)
         assert response.status_code == 200, response.text
         return response.json()
 
@@ -169,13 +174,23 @@ def chart_state(frame, chart_id: str) -> dict:
     }
 
 
-CHARTS = ("chart-rate", "chart-latency", "chart-cache", "chart-queue", "chart-disk", "chart-deadline", "chart-unmatched")
+CHARTS = (
+    "chart-rate",
+    "chart-latency",
+    "chart-cache",
+    "chart-queue",
+    "chart-disk",
+    "chart-deadline",
+    "chart-unmatched",
+)
 
 
 def test_monitor_in_a_browser_while_a_join_runs(airflow, browser):
     shots = airflow.artifacts
-    airflow.wait("the DAG to be parsed", lambda: airflow.api("GET", f"/api/v2/dags/{DAG_ID}").status_code == 200, timeout=90)
-    conf = {"duration_s": DURATION_S, "master_db": str(Path(airflow.env["AIRFLOW_HOME"]) / "master.db"), "rate": 5_000.0}
+    parsed = lambda: airflow.api("GET", f"/api/v2/dags/{DAG_ID}").status_code == 200  # noqa: E731
+    airflow.wait("the DAG to be parsed", parsed, timeout=90)
+    master_db = str(Path(airflow.env["AIRFLOW_HOME"]) / "master.db")
+    conf = {"duration_s": DURATION_S, "master_db": master_db, "rate": 5_000.0}
     triggered = airflow.api("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": conf})
     assert triggered.status_code == 200, triggered.text
     run_id = triggered.json()["dag_run_id"]
@@ -230,7 +245,8 @@ def test_monitor_in_a_browser_while_a_join_runs(airflow, browser):
     page.screenshot(path=str(shots / "3-task-tab-live-later.png"), full_page=True)
     # the same page on its own (where the operators' extra link opens it), all of it
     standalone = context.new_page()  # same session cookie
-    standalone.goto(f"{airflow.base}/semijoin/ui/task?" + urlencode({"dag_id": DAG_ID, "run_id": run_id, "task_id": JOIN_TASK}))
+    query = urlencode({"dag_id": DAG_ID, "run_id": run_id, "task_id": JOIN_TASK})
+    standalone.goto(f"{airflow.base}/semijoin/ui/task?{query}")
     standalone.locator("#charts:not([hidden]) #chart-unmatched svg").wait_for(timeout=20_000)
     standalone.screenshot(path=str(shots / "3b-task-page-standalone.png"), full_page=True)
     standalone.close()
@@ -244,7 +260,8 @@ def test_monitor_in_a_browser_while_a_join_runs(airflow, browser):
     page.screenshot(path=str(shots / "4-task-tab-not-started.png"), full_page=True)
 
     # after the end: the full history, no more refreshing
-    airflow.wait("the join to end", lambda: airflow.task(run_id, JOIN_TASK)["phase"] == "ended", timeout=DURATION_S + 60)
+    ended_phase = lambda: airflow.task(run_id, JOIN_TASK)["phase"] == "ended"  # noqa: E731
+    airflow.wait("the join to end", ended_phase, timeout=DURATION_S + 60)
     page.goto(tab)
     ended = page.frame_locator("iframe[title='Semi-join']")
     ended.locator("#banner:not([hidden])").wait_for(timeout=20_000)
@@ -257,7 +274,8 @@ def test_monitor_in_a_browser_while_a_join_runs(airflow, browser):
     assert final["latest"]["total_input_rows"] > 0 and final["state"] == "success"
     page.screenshot(path=str(shots / "5-task-tab-ended.png"), full_page=True)
     page.goto(airflow.base + "/plugin/semijoin")
-    done_row = page.frame_locator("iframe[title='Semi-joins']").locator(f"tr[data-task='{DAG_ID}/{run_id}/{JOIN_TASK}/-1']")
+    listing = page.frame_locator("iframe[title='Semi-joins']")
+    done_row = listing.locator(f"tr[data-task='{DAG_ID}/{run_id}/{JOIN_TASK}/-1']")
     done_row.wait_for(timeout=20_000)
     assert done_row.get_attribute("data-state") == "success"
     page.screenshot(path=str(shots / "6-nav-list-ended.png"), full_page=True)

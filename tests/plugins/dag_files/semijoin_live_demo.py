@@ -74,9 +74,8 @@ def live_join(duration_s: float, master_db: str, rate: float, trigger_s: float =
             time.sleep(max(0.0, began + (batch_id + 1) * trigger_s - time.time()))
             upto = int(np.searchsorted(arrival, time.time() - began, side="right"))
             batch = stream.slice(taken, upto - taken)
-            run = run_join(
-                algorithm, batch, "nk", clock=time.time, arrival=began + arrival[taken:upto], max_latency_s=max_latency_s
-            )
+            arrived = began + arrival[taken:upto]
+            run = run_join(algorithm, batch, "nk", clock=time.time, arrival=arrived, max_latency_s=max_latency_s)
             stats = run.stats
             assert stats["exactly_once"]["ok"], stats["exactly_once"]
             batch_probes, batch_hits = stats["cache_probes"] - probes, stats["cache_hits"] - hits
@@ -121,7 +120,11 @@ def summary():
     from airflow_provider_semijoin.core.progress import XCOM_LATEST
 
     latest = get_current_context()["ti"].xcom_pull(task_ids="live_join", key=XCOM_LATEST)
-    return {"batches": latest["batch_id"] + 1, "input": latest["total_input_rows"], "unmatched": latest["total_unmatched"]}
+    return {
+        "batches": latest["batch_id"] + 1,
+        "input": latest["total_input_rows"],
+        "unmatched": latest["total_unmatched"],
+    }
 
 
 with DAG(
