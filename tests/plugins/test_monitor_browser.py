@@ -222,6 +222,9 @@ def test_monitor_in_a_browser_while_a_join_runs(airflow, browser):
     cells = row.locator("td").all_inner_texts()
     assert cells[3] == "cachejoin" and "tuples/s" in cells[5], cells
     page.screenshot(path=str(shots / "1-nav-list-running.png"), full_page=True)
+    row.locator("a.task-link").click()  # the row's link opens the live page in the same frame
+    listing.locator("#charts:not([hidden]) #chart-rate svg").wait_for(timeout=20_000)
+    assert listing.locator("#airflow-link").inner_text() == f"{DAG_ID} › {run_id} › {JOIN_TASK}"
 
     # the task-instance tab: live charts
     tab = f"{airflow.base}/dags/{DAG_ID}/runs/{run_id}/tasks/{JOIN_TASK}/plugin/semijoin-task"

@@ -11,6 +11,9 @@
   const empty = document.getElementById("empty");
   document.getElementById("window").textContent = hours;
 
+  /** The task's live page relative to this one (so it also works when Airflow runs under a base path). */
+  const relativePage = (j) => "task" + new URL(j.page, location.href).search;
+
   function row(j, now) {
     const task = j.map_index >= 0 ? `${j.task_id} [${j.map_index}]` : j.task_id;
     return h(
@@ -18,7 +21,8 @@
       { "data-task": `${j.dag_id}/${j.run_id}/${j.task_id}/${j.map_index}`, "data-state": j.state || "none" },
       h("td", {}, h("a", { href: airflowPage(j), target: "_top", title: "open in Airflow" }, j.dag_id)),
       h("td", { class: "run" }, j.run_id),
-      h("td", {}, h("a", { href: j.page, class: "task-link", title: "live metrics" }, task)),
+      h("td", {}, h("a", { href: "task" + new URL(j.page, location.href).search, // relative: works under a base path
+         class: "task-link", title: "live metrics" }, task)),
       h("td", {}, j.algorithm || "–"),
       h("td", {}, stateBadge(j.state)),
       h("td", { class: "num" }, fmt.rate(j.service_rate_tps)),
