@@ -147,20 +147,32 @@ def list_joins(session: Session, dag_ids: Iterable[str], *, since: dt.datetime, 
     return joins
 
 
-def history_columns(history: dict | None) -> dict:
+def history_columns(history: dict | None, latest: dict | None = None) -> dict:
     """A ``ProgressHistory.to_dict()`` as one list per series (what the charts draw).
 
-    Adds ``disk_queries_per_s``: disk queries per second of micro-batch work (disk queries /
-    batch duration), the rate the papers' cost models count in. Unknown series are dropped,
-    missing ones are lists of None; the number of points is bounded like the history itself.
+    ``latest`` (the ``semijoin_metrics`` record) is appended when it is newer than the
+    history's last point: the two XComs are pushed one after the other, and a reader between
+    the two pushes would otherwise show figures of one batch next to charts ending a batch
+    earlier. Adds ``disk_queries_per_s``: disk queries per second of micro-batch work (disk
+    queries / batch duration), the rate the papers' cost models count in. Unknown series are
+    dropped, missing ones are lists of None; the number of points is bounded like the history.
     """
-    rows = ProgressHistory.from_dict(history or {}).to_dict()["points"]
+    kept = ProgressHistory.from_dict(history or {})
+    rows = kept.to_dict()["points"]
+    at = HISTORY_SERIES.index("time")
+    if latest is not None and (not rows or _later(latest.get("time"), rows[-1][at])):
+        kept.append(latest)
+        rows = kept.to_dict()["points"]
     columns = {name: [row[i] for row in rows] for i, name in enumerate(HISTORY_SERIES)}
     columns["disk_queries_per_s"] = [
         round(q / s, 3) if isinstance(q, (int, float)) and isinstance(s, (int, float)) and s > 0 else None
         for q, s in zip(columns["disk_queries"], columns["batch_duration_s"])
     ]
     return columns
+
+
+def _later(moment, than) -> bool:
+    return isinstance(moment, (int, float)) and (not isinstance(than, (int, float)) or moment > than)
 
 
 def phase(state: str | None, has_info: bool, has_metrics: bool) -> str:
@@ -198,7 +210,7 @@ def task_join(session: Session, dag_id: str, run_id: str, task_id: str, map_inde
         )
     }
     info, latest = values.get(XCOM_INFO), values.get(XCOM_LATEST)
-    columns = history_columns(values.get(XCOM_HISTORY))
+    columns = history_columns(values.get(XCOM_HISTORY), latest)
     return {
         **_task_fields(ti),
         "phase": phase(ti.state, info is not None, latest is not None),

@@ -193,6 +193,24 @@ def test_task_returns_info_latest_record_and_history_columns(monitor_airflow, ru
     assert series["disk_queries_per_s"] == [80.0, 82.0, 84.0]
 
 
+def test_a_record_pushed_before_its_history_is_on_the_charts_too(monitor_airflow):
+    """The operator pushes the latest record, then the history: a read in between stays consistent."""
+    a = monitor_airflow
+    run = a.new_run("dag_a")
+    a.set_state("dag_a", run, "join_running", "running")
+    publish(a, "dag_a", run, "join_running", 2)
+    newer = record(2, 1_800_000_004.0)
+    a.push("dag_a", run, "join_running", XCOM_LATEST, newer)  # its history has not been pushed yet
+    task = a.client("admin").get("/semijoin/api/task", params=task_query("dag_a", run, "join_running")).json()
+    assert task["latest"] == newer
+    assert task["history"]["series"]["batch_id"] == [0, 1, 2]
+    assert task["history"]["series"]["service_rate_tps"][-1] == newer["service_rate_tps"]
+    # once the history has it, it is not there twice
+    publish(a, "dag_a", run, "join_running", 3)
+    task = a.client("admin").get("/semijoin/api/task", params=task_query("dag_a", run, "join_running")).json()
+    assert task["history"]["series"]["batch_id"] == [0, 1, 2]
+
+
 def test_task_with_no_metrics_yet(monitor_airflow, run_a):
     client = monitor_airflow.client("admin")
     waiting = client.get("/semijoin/api/task", params=task_query("dag_a", run_a, "join_waiting")).json()
@@ -368,3 +386,6 @@ def test_history_columns_tolerate_a_missing_or_older_history():
     columns = history_columns(old)
     assert columns["time"] == [1.0, 2.0] and columns["cache_hit_ratio"] == [None, None]
     assert columns["disk_queries_per_s"] == [None, 24.0]  # no rate for a zero-length batch
+    # a latest record older than the history's last point is not appended
+    assert history_columns(old, {"time": 1.5, "disk_queries": 1, "batch_duration_s": 1.0})["time"] == [1.0, 2.0]
+    assert history_columns(None, {"time": 3.0, "batch_id": 0})["batch_id"] == [0]

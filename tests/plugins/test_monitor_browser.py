@@ -234,6 +234,7 @@ def test_monitor_in_a_browser_while_a_join_runs(airflow, browser):
     first = {chart: chart_state(live, chart) for chart in CHARTS}
     assert all(state["points"] >= 3 for state in first.values()), first
     assert live.locator("#algorithm").inner_text() == "CACHEJOIN"
+    assert "Master data version" in live.locator("#kpis").inner_text()  # no change log: version 0
     assert "cache_bytes" in live.locator("#memory").inner_text()
     assert "threshold" in live.locator("#params").inner_text()
     page.screenshot(path=str(shots / "2-task-tab-live.png"), full_page=True)

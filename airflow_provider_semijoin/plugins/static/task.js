@@ -68,7 +68,7 @@
     const cols = d.history.series;
     const tile = (label, value, note) => h("div", { class: "kpi" }, h("div", { class: "kpi-label" }, label), h("div", { class: "kpi-value" }, value), note ? h("div", { class: "kpi-note" }, note) : null);
     const reasons = Object.entries(r.unmatched_by_reason || {}).map(([k, v]) => `${k}: ${fmt.count(v)}`).join(", ");
-    $("kpis").replaceChildren(
+    const tiles = [
       tile("Service rate", fmt.rate(r.service_rate_tps), `batch #${r.batch_id}: ${fmt.count(r.input_rows)} tuples in ${fmt.ms(1000 * r.batch_duration_s)}`),
       tile("Latency p50 / p99", `${fmt.ms(r.latency_ms_p50)} / ${fmt.ms(r.latency_ms_p99)}`, "arrival to output"),
       tile("Cache hit ratio", fmt.ratio(r.cache_hit_ratio), isNum(r.cache_entries) ? `${fmt.count(r.cache_entries)} entries` : null),
@@ -76,8 +76,11 @@
       tile("Disk queries", fmt.perSecond(lastOf(cols.disk_queries_per_s)), `${fmt.count(r.disk_queries)} queries, ${fmt.count(r.disk_rows)} rows in the batch`),
       tile("Deadline misses", fmt.count(r.total_deadline_misses), `${fmt.count(r.deadline_misses)} in the batch`),
       tile("Unmatched", fmt.count(r.total_unmatched), reasons || null),
-      tile("Input", fmt.count(r.total_input_rows), `${fmt.count(r.total_matched)} matched`)
-    );
+      tile("Input", fmt.count(r.total_input_rows), `${fmt.count(r.total_matched)} matched`),
+      // the version of the master table each join step read in the batch (updates, SSIJ sec. IV-E)
+      (r.master_versions || []).length ? tile("Master data version", r.master_versions.join(" / "), "read by the last batch") : null,
+    ];
+    $("kpis").replaceChildren(...tiles.filter(Boolean));
     $("kpis").hidden = false;
   }
 

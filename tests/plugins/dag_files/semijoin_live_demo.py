@@ -104,6 +104,7 @@ def live_join(duration_s: float, master_db: str, rate: float, trigger_s: float =
                 deadline_misses=stats["deadline_misses"],
                 memory_bytes=algorithm.structure_bytes(),
                 unmatched_by_reason=stats["unmatched_by_reason"],
+                master_versions=[stats["master_version"]],
                 **totals,
             ).to_dict()
             history.append(record)
