@@ -41,7 +41,7 @@ const SJ = (() => {
     if (a >= 1e6) return trim((v / 1e6).toFixed(2)) + " M";
     if (a >= 1e4) return trim((v / 1e3).toFixed(1)) + " k";
     if (a >= 100 || Number.isInteger(v)) return Math.round(v).toLocaleString("en-US");
-    return v.toPrecision(3);
+    return trim(v.toPrecision(3));
   }
 
   const fmt = {
