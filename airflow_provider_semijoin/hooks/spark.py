@@ -12,7 +12,6 @@ whose output lines are handed to a callback as they come.
 from __future__ import annotations
 
 import os
-import sys
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from ..config import option, work_folder
 from ..core.errors import ConfigError
+from ..spark.session import get_spark, python_environment
 
 DRIVER_MODULE = "airflow_provider_semijoin.spark.driver"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -42,11 +42,6 @@ def master_of(conn) -> str:
     else:
         master = f"{conn.conn_type}://{host}"
     return f"{master}:{conn.port}" if conn.port else master
-
-
-def python_env() -> dict[str, str]:
-    """Python workers must run this interpreter (else: ``No module named 'pyarrow'``)."""
-    return {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
 
 
 class SemiJoinSparkHook(BaseHook):
@@ -90,14 +85,7 @@ class SemiJoinSparkHook(BaseHook):
         """The in-process SparkSession (the active one when there is one)."""
         if not self.is_local:
             raise ConfigError(f"spark_conn_id: master {self.master!r} is not local; use submit()")
-        for name, value in python_env().items():
-            os.environ.setdefault(name, value)
-        from pyspark.sql import SparkSession
-
-        builder = SparkSession.builder.master(self.master).appName(app_name)
-        for name, value in self.conf.items():
-            builder = builder.config(name, value)
-        return builder.getOrCreate()
+        return get_spark(self.master, app_name=app_name, conf=self.conf)
 
     def submit(self, spec_file: str, *, name: str, on_line: Callable[[str], bool]) -> None:
         """Run the driver on the cluster with ``--spec spec_file``; blocks until it ends.
@@ -116,7 +104,7 @@ class SemiJoinSparkHook(BaseHook):
             conf=self.conf,
             name=name,
             application_args=["--spec", spec_file],
-            env_vars=python_env(),
+            env_vars=python_environment(),
             **options,
         )
         self._submit_hook.submit(str(launcher))

@@ -4,13 +4,16 @@ local Spark session shared by every test that runs a join.
 
 Airflow reads its configuration when it is first imported, so the variables are set when this
 conftest is loaded, before any test module imports airflow; a session that imported airflow
-earlier is refused (it would use another AIRFLOW_HOME). ``dag.test()`` only runs DAGs whose
-file is inside DAGS_FOLDER: DAGS_FOLDER is the repository, so DAGs defined in test modules and
-in example_dags/ both qualify.
+earlier is refused (it would use another AIRFLOW_HOME).
+
+``dag.test()`` only runs a DAG it finds by parsing DAGS_FOLDER (it parses the whole folder on
+every call), so tests write their DAGs as small files into a DAGS_FOLDER of their own
+(:func:`write_dag`) instead of building them inside test functions.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -33,12 +36,47 @@ AIRFLOW_ENV = {
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{AIRFLOW_HOME / 'airflow.db'}",
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
-    "AIRFLOW__CORE__DAGS_FOLDER": str(REPO),
+    "AIRFLOW__CORE__DAGS_FOLDER": str(AIRFLOW_HOME / "dags"),
     "AIRFLOW__SEMIJOIN__LOCAL_MASTER": "local[2]",
     "PYSPARK_PYTHON": sys.executable,
     "PYSPARK_DRIVER_PYTHON": sys.executable,
 }
 os.environ.update(AIRFLOW_ENV)
+(AIRFLOW_HOME / "dags").mkdir()
+
+DAG_FILE = """\
+import importlib.util
+import json
+
+import pendulum
+from airflow.sdk import DAG
+{imports}
+
+with DAG({dag_id!r}, schedule=None, start_date=pendulum.datetime(2024, 1, 1, tz="UTC"), catchup=False) as dag:
+{tasks}
+{edges}
+"""
+
+
+def write_dag(dag_id: str, tasks: dict, edges: tuple = ()):
+    """Write a DAG file into DAGS_FOLDER and return its DAG.
+
+    ``tasks`` maps task ids to ``("module:Class", {keyword arguments})`` (JSON-able arguments);
+    ``edges`` are ``(upstream, downstream)`` task id pairs.
+    """
+    classes = {path for path, _ in tasks.values()}
+    imports = "\n".join(f"from {p.split(':')[0]} import {p.split(':')[1]}" for p in sorted(classes))
+    body = "\n".join(
+        f"    {cls.split(':')[1]}(task_id={task_id!r}, **json.loads({json.dumps(kwargs)!r}))"
+        for task_id, (cls, kwargs) in tasks.items()
+    )
+    links = "\n".join(f"dag.get_task({a!r}) >> dag.get_task({b!r})" for a, b in edges)
+    path = AIRFLOW_HOME / "dags" / f"{dag_id}.py"
+    path.write_text(DAG_FILE.format(imports=imports, dag_id=dag_id, tasks=body, edges=links))
+    spec = importlib.util.spec_from_file_location(f"test_dag_{dag_id}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.dag
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -80,3 +118,9 @@ def spark():
     yield session
     session.stop()
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its connection close at exit logs to closed streams
+
+
+@pytest.fixture
+def make_dag(airflow_db):
+    """``make_dag(dag_id, tasks, edges=())``: see :func:`write_dag` (the metadata DB is ready)."""
+    return write_dag
