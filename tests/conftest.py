@@ -14,7 +14,9 @@ import uuid
 import pyarrow as pa
 import pytest
 
+from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.stores import DatabaseURL, MasterStore, store_for, write_table
+from airflow_provider_semijoin.core.stores.sql import side_tables
 
 DEFAULT_MYSQL_URL = "mysql://semijoin:semijoin@127.0.0.1:3306/semijoin_test"
 
@@ -74,9 +76,18 @@ class Backend:
     def close(self) -> None:
         try:
             for table in self.tables:
-                self.execute(f"DROP TABLE IF EXISTS {self.quote(table)}")
+                for name in with_side_tables(table):
+                    self.execute(f"DROP TABLE IF EXISTS {self.quote(name)}")
         finally:
             self.connection.close()
+
+
+def with_side_tables(table: str) -> tuple[str, ...]:
+    """``table`` and the names of its change tables (if it can have them)."""
+    try:
+        return (table, *side_tables(table))
+    except ConfigError:
+        return (table,)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("mysql", marks=pytest.mark.mysql)])
@@ -92,3 +103,19 @@ def backend(request, tmp_path, mysql_url):
 def make_master(backend):
     """``make_master(rows, key="nk", select=None) -> MasterStore`` on the test's backend."""
     return backend.make_master
+
+
+@pytest.fixture
+def sqlite_backend(tmp_path):
+    """A :class:`Backend` on SQLite only (tests that need one backend, e.g. a Spark job per case)."""
+    db = Backend("sqlite", f"sqlite:///{tmp_path / 'master.db'}")
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def mysql_backend(mysql_url):
+    """A :class:`Backend` on MySQL/MariaDB only; mark the test ``mysql``."""
+    db = Backend("mysql", mysql_url)
+    yield db
+    db.close()

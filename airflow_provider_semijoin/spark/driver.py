@@ -1,7 +1,7 @@
-"""The packaged driver: ``spark-submit ... -m``-style entry for a cluster.
+"""The packaged driver of a streaming join, for ``spark-submit`` and for a plain process.
 
-``python -m airflow_provider_semijoin.spark.driver --spec job.json`` (or, through spark-submit,
-the file ``driver.py`` with the same arguments) runs the job in the session spark-submit made,
+``python -m airflow_provider_semijoin.spark.driver --spec job.json`` (or ``spark-submit
+--master spark://host:7077 <this file> --spec job.json``, :func:`driver_path`) runs the job in the session spark-submit made,
 prints one ``SEMIJOIN_PROGRESS {json}`` line per micro-batch and a final ``SEMIJOIN_SUMMARY
 {json}`` line, and exits 2 with one line ``semijoin: error: ...`` on bad configuration. SIGTERM
 (what a scheduler sends to stop a task) stops the query between micro-batches.
@@ -18,15 +18,21 @@ import threading
 SUMMARY_PREFIX = "SEMIJOIN_SUMMARY "
 
 
+def driver_path() -> str:
+    """This file: the application spark-submit runs."""
+    return __file__
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="airflow_provider_semijoin.spark.driver")
     parser.add_argument("--spec", required=True, help="the job spec, a JSON file (JobSpec.to_dict())")
     parser.add_argument("--master", default=None, help="Spark master when not started by spark-submit (default local[2])")
     args = parser.parse_args(argv)
 
-    from ..core.errors import SemiJoinError
-    from .runner import load_spec, run_job
-    from .session import get_spark
+    # absolute imports: spark-submit runs this file as a script
+    from airflow_provider_semijoin.core.errors import SemiJoinError
+    from airflow_provider_semijoin.spark.runner import load_spec, run_job
+    from airflow_provider_semijoin.spark.session import get_spark
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

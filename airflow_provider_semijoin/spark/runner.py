@@ -37,7 +37,7 @@ from ..core.runner import run_join
 from ..core.stores import open_store
 from .sinks import dead_letter_rows, open_sink
 from .sources import CORRUPT_COLUMN, FILE_COLUMN, check_source, generator_schema, stream_frame, tuple_ids
-from .spec import JobSpec, StepSpec
+from .spec import DeadlineSpec, JobSpec, StepSpec
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +62,9 @@ class JoinStep:
     """One join step of the job: its store and algorithm (alive across micro-batches), its
     on-missing policy and, for ``retry``, the tuples held until their key appears in R."""
 
-    def __init__(self, spec: StepSpec, index: int, state_dir: Path):
+    def __init__(self, spec: StepSpec, index: int, state_dir: Path, deadline: DeadlineSpec | None = None):
         self.spec = spec
+        self.deadline = deadline
         self.index = index
         self.store = open_store(spec.master.url, spec.master.table, spec.master.key, spec.master.select)
         self.algorithm = create(spec.algorithm, self.store, spec.memory_bytes, spec.params)
@@ -106,7 +107,11 @@ class JoinStep:
         if held is not None and held.num_rows:
             since = pa.concat_arrays([held[RETRY_SINCE].combine_chunks(), since])
             rows = pa.concat_tables([held.drop_columns([RETRY_SINCE]), rows], promote_options="default")
-        run = run_join(self.algorithm, rows, self.spec.column)
+        # epoch clock: arrival times and deadlines reach the algorithm (SSIJ schedules by them)
+        run = run_join(
+            self.algorithm, rows, self.spec.column, clock=time.time,
+            arrival=rows["sj_arrival"].to_numpy(zero_copy_only=False), deadline=deadlines_of(self.deadline, rows),
+        )
         if not run.stats["exactly_once"]["ok"]:
             raise RuntimeError(f"steps[{self.index}] ({self.algorithm.name}) broke exactly-once: {run.stats['exactly_once']}")
         matched = self._rename(run.matched)
@@ -138,6 +143,7 @@ class JoinStep:
         if left != rows.num_rows:
             raise RuntimeError(f"steps[{self.index}]: {rows.num_rows} tuples entered but {left} left or wait for a retry")
         stats = run.stats
+        stats["master_version"] = self.store.seen_version
         stats["held_for_retry"] = held_next.num_rows if held_next is not None else 0
         stats["retried"] = held.num_rows if held is not None else 0
         return StepResult(passed, pa.concat_tables(dead_parts), stats)
@@ -192,7 +198,7 @@ class BatchProcessor:
         self.print_progress = print_progress
         self.clock = clock
         self.state_dir = Path(spec.checkpoint) / "sj_state"
-        self.steps = [JoinStep(step, i, self.state_dir) for i, step in enumerate(spec.steps)]
+        self.steps = [JoinStep(step, i, self.state_dir, spec.deadline) for i, step in enumerate(spec.steps)]
         self.matched_sink = open_sink(spec.sinks.matched)
         self.dead_sink = open_sink(spec.sinks.dead_letter)
         self.state = JobState()
@@ -213,6 +219,7 @@ class BatchProcessor:
     def process(self, batch: pa.Table, batch_id: int) -> dict:
         started = self.clock()
         batch = self._prepare(batch)
+        n_in = batch.num_rows
         dead = []
         if CORRUPT_COLUMN in batch.column_names:
             bad = pc.is_valid(batch[CORRUPT_COLUMN])
@@ -230,7 +237,7 @@ class BatchProcessor:
         self.matched_sink.write(batch_id, rows)
         self.dead_sink.write(batch_id, dead_rows)
         done = self.clock()
-        record = self._record(batch_id, batch, rows, dead_rows, step_stats, started, done, join_seconds)
+        record = self._record(batch_id, n_in, rows, dead_rows, step_stats, started, done, join_seconds)
         if self.print_progress:
             print(ProgressRecord.from_dict(record).to_line(), flush=True)
         if self.on_progress is not None:
@@ -245,29 +252,18 @@ class BatchProcessor:
             batch = batch.drop_columns(["sj_id"])
         return batch.add_column(0, "sj_id", ids)
 
-    def _deadlines(self, rows: pa.Table) -> np.ndarray | None:
-        deadline = self.spec.deadline
-        if deadline is None or rows.num_rows == 0:
-            return None
-        if deadline.max_latency_s is not None:
-            return rows["sj_arrival"].to_numpy() + deadline.max_latency_s
-        column = rows[deadline.column]
-        if pa.types.is_timestamp(column.type):
-            column = pc.divide(pc.cast(pc.cast(column, pa.timestamp("us")), pa.int64()), 1e6)
-        return column.cast(pa.float64()).to_numpy(zero_copy_only=False)
-
-    def _record(self, batch_id, batch, matched, dead, step_stats, started, done, join_seconds) -> dict:
+    def _record(self, batch_id, n_in, matched, dead, step_stats, started, done, join_seconds) -> dict:
         left = pa.concat_tables(
             [matched.select(["sj_id", "sj_arrival"]), dead.select(["sj_id", "sj_arrival"])], promote_options="default"
         )
         arrival = left["sj_arrival"].to_numpy() if left.num_rows else np.zeros(0)
         latency = latency_ms(np.maximum(done - arrival, 0.0))
-        deadlines = self._deadlines(left)
+        deadlines = deadlines_of(self.spec.deadline, left)
         misses = int(np.sum(done > deadlines)) if deadlines is not None else 0
         n_matched = len(pc.unique(matched["sj_id"])) if matched.num_rows else 0
         s = self.state
         s.batches += 1
-        s.input_rows += batch.num_rows
+        s.input_rows += n_in
         s.matched += n_matched
         s.unmatched += dead.num_rows
         s.output_rows += matched.num_rows
@@ -278,14 +274,14 @@ class BatchProcessor:
             algorithm="+".join(step.algorithm.name for step in self.steps),
             batch_id=batch_id,
             time=done,
-            input_rows=batch.num_rows,
+            input_rows=n_in,
             matched=n_matched,
             unmatched=dead.num_rows,
             output_rows=matched.num_rows,
-            service_rate_tps=round(batch.num_rows / join_seconds, 1) if join_seconds > 0 else None,
+            service_rate_tps=round(n_in / join_seconds, 1) if join_seconds > 0 else None,
             batch_duration_s=round(done - started, 6),
             queue_tuples=sum(st["held_for_retry"] for st in step_stats) + sum(step.algorithm.pending for step in self.steps),
-            peak_queue_tuples=batch.num_rows + sum(st["retried"] for st in step_stats),
+            peak_queue_tuples=n_in + sum(st["retried"] for st in step_stats),
             cache_entries=first.algorithm.stats().get("cache_entries"),
             cache_hit_ratio=ratios[0] if ratios else None,
             disk_queries=int(sum(st["disk_queries"] for st in step_stats)),
@@ -299,6 +295,7 @@ class BatchProcessor:
             total_matched=s.matched,
             total_unmatched=s.unmatched,
             total_deadline_misses=s.deadline_misses,
+            master_versions=[st["master_version"] for st in step_stats],
         ).to_dict()
         s.last_record = record
         return record
@@ -308,6 +305,18 @@ class BatchProcessor:
             step.close()
         self.matched_sink.close()
         self.dead_sink.close()
+
+
+def deadlines_of(deadline: DeadlineSpec | None, rows: pa.Table) -> np.ndarray | None:
+    """Each row's absolute deadline in epoch seconds (SSIJ sec. IV-F), or None without deadlines."""
+    if deadline is None or rows.num_rows == 0:
+        return None
+    if deadline.max_latency_s is not None:
+        return rows["sj_arrival"].to_numpy(zero_copy_only=False) + deadline.max_latency_s
+    column = rows[deadline.column]
+    if pa.types.is_timestamp(column.type):
+        column = pc.divide(pc.cast(pc.cast(column, pa.timestamp("us")), pa.int64()), 1e6)
+    return column.cast(pa.float64()).to_numpy(zero_copy_only=False)
 
 
 def _count(values: pa.ChunkedArray) -> dict:
@@ -400,7 +409,7 @@ def run_job(
             if query.awaitTermination(poll_s):
                 reason = "end_of_input"
                 break
-            reason = _stop_reason(spec, processor.state, stop_event, started, clock)
+            reason = _stop_reason(spec, processor.state, stop_event, started, clock, query)
         processor.stopping.set()
         with processor.busy:  # stop between micro-batches, never inside one
             query.stop()
@@ -427,7 +436,7 @@ def run_job(
     }
 
 
-def _stop_reason(spec: JobSpec, state: JobState, stop_event, started: float, clock) -> str | None:
+def _stop_reason(spec: JobSpec, state: JobState, stop_event, started: float, clock, query) -> str | None:
     stop = spec.stop
     if stop_event is not None and stop_event.is_set():
         return "stop_requested"
@@ -437,9 +446,19 @@ def _stop_reason(spec: JobSpec, state: JobState, stop_event, started: float, clo
         return "duration"
     if stop.max_batches is not None and state.batches >= stop.max_batches:
         return "max_batches"
-    if stop.end_of_input and spec.source.bounded and state.input_rows >= spec.source.total_rows:
+    if stop.end_of_input and spec.source.bounded and _committed_rows(query) >= spec.source.total_rows:
         return "end_of_input"
     return None
+
+
+def _committed_rows(query) -> int:
+    """Rows of the generator up to the last completed micro-batch (counted over restarts too)."""
+    progress = query.lastProgress
+    if not progress or not progress.get("sources"):
+        return 0
+    end = progress["sources"][0].get("endOffset")
+    offset = json.loads(end) if isinstance(end, str) else end
+    return int(offset["row"]) if isinstance(offset, dict) and "row" in offset else 0
 
 
 def load_spec(path: str) -> JobSpec:

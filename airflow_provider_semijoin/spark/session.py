@@ -22,8 +22,10 @@ def get_spark(master: str | None = None, app_name: str = "semijoin", conf: dict 
     if active is not None:
         return active
     builder = SparkSession.builder.appName(app_name)
-    if master or not os.environ.get("SPARK_MASTER_SUBMITTED"):
-        builder = builder.master(master or DEFAULT_MASTER)
+    if master:
+        builder = builder.master(master)
+    elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit, which sets the master
+        builder = builder.master(DEFAULT_MASTER)
     defaults = {
         "spark.sql.shuffle.partitions": "4",
         "spark.ui.showConsoleProgress": "false",
