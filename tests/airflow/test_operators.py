@@ -12,11 +12,6 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from sqlalchemy.orm import configure_mappers
-from airflow.models import import_all_models
-from airflow.models.taskinstance import TaskInstance
-from airflow.models.xcom import XComModel
-from airflow.utils.session import create_session
 
 from airflow_provider_semijoin.core.errors import ConfigError, SpecError
 from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
@@ -32,28 +27,11 @@ from airflow_provider_semijoin.operators.join import (
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from airflow_provider_semijoin.workloads.master import generate_master
 from airflow_provider_semijoin.workloads.zipf import zipf_rows
-
-# Map every model now, in this thread: mapping them lazily from the XCom watcher's thread while
-# dag.test() imports models in the main thread deadlocks on the import locks.
-import_all_models()
-configure_mappers()
+from metadata import task_state, xcom, xcoms
 
 OPERATORS = "airflow_provider_semijoin.operators.join"
 HYBRIDJOIN, INLJ = f"{OPERATORS}:HybridJoinOperator", f"{OPERATORS}:INLJOperator"
 SELECT = ["sk", "category"]
-
-
-def xcoms(dag_id: str, task_id: str, key: str) -> list:
-    """The values of one XCom key of a task, read from the metadata DB (what the UI plugin reads)."""
-    with create_session() as session:
-        rows = session.query(XComModel).filter_by(dag_id=dag_id, task_id=task_id, key=key).all()
-        return [XComModel.deserialize_value(row) for row in rows]
-
-
-def task_state(dag_id: str, task_id: str) -> str | None:
-    with create_session() as session:
-        ti = session.query(TaskInstance).filter_by(dag_id=dag_id, task_id=task_id).one_or_none()
-        return None if ti is None else str(ti.state)
 
 
 class XComWatcher(threading.Thread):
@@ -134,16 +112,16 @@ def test_join_operator_matches_the_oracle_and_reports_while_running(master_db, t
     # metrics were in XCom while the task ran, more than one micro-batch of them
     assert len(watcher.seen_running) >= 2, watcher.seen_running
     assert [r["batch_id"] for r in watcher.seen_running] == sorted({r["batch_id"] for r in watcher.seen_running})
-    summary = xcoms(dag_id, "join", "return_value")[0]
+    summary = xcom(dag_id, "join")
     assert (summary["input_rows"], summary["stopped_by"]) == (3000, "end_of_input")
-    history = xcoms(dag_id, "join", XCOM_HISTORY)[0]
+    history = xcom(dag_id, "join", XCOM_HISTORY)
     totals = history["series"].index("total_input_rows")
     assert history["points"][-1][totals] == 3000 and len(history["points"]) == summary["batches"]
-    info = xcoms(dag_id, "join", XCOM_INFO)[0]
+    info = xcom(dag_id, "join", XCOM_INFO)
     assert info["algorithm"] == "hybridjoin" and info["params"] == {"page_rows": 100}
     assert info["memory_bytes"] == 2 * 2**20 and info["memory_split"]
     assert "semijoin:semijoin@" not in str(info)  # the master URL is shown without its password
-    link = xcoms(dag_id, "join", SemiJoinMetricsLink().xcom_key)[0]
+    link = xcom(dag_id, "join", SemiJoinMetricsLink().xcom_key)
     assert link.startswith(f"/semijoin/ui/task?dag_id={dag_id}&run_id=manual__") and link.endswith("&task_id=join")
 
 
@@ -178,7 +156,7 @@ def test_on_kill_stops_the_query(backend, master_db, tmp_path, make_dag, spark):
         signal.signal(signal.SIGTERM, previous)
     assert str(run.state) == "failed"
     assert not spark.streams.active  # the query is stopped, not left running
-    latest = xcoms(dag_id, "join", XCOM_LATEST)[0]
+    latest = xcom(dag_id, "join", XCOM_LATEST)
     matched, dead = sink_tables(tmp_path)
     ids = matched["rid"].to_pylist() + dead["rid"].to_pylist()
     assert len(ids) == len(set(ids)) == latest["total_input_rows"] > 0

@@ -23,6 +23,7 @@ from airflow_provider_semijoin.core.stores.changes import create_change_tables, 
 from airflow_provider_semijoin.sensors.updates import MasterDataChangesSensor
 from airflow_provider_semijoin.triggers.updates import MasterDataChangesTrigger, changes_ready
 from airflow_provider_semijoin.workloads.master import generate_master
+from metadata import xcom
 
 SENSOR = "airflow_provider_semijoin.sensors.updates:MasterDataChangesSensor"
 INSTALL = "airflow_provider_semijoin.operators.updates:InstallMasterChangesOperator"
@@ -40,15 +41,6 @@ def dims(backend, connections):
 
 def changes(keys, sk_offset=1000, op="U") -> pa.Table:
     return pa.table({"op": [op] * len(keys), "nk": keys, "sk": [k + sk_offset for k in keys]})
-
-
-def xcom(dag_id: str, task_id: str):
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        row = session.query(XComModel).filter_by(dag_id=dag_id, task_id=task_id, key="return_value").one()
-        return XComModel.deserialize_value(row)
 
 
 def sk_of(backend, table, keys) -> dict:
@@ -261,8 +253,6 @@ def test_installs_while_a_join_runs_every_batch_sees_one_version(backend, connec
                 elif k is not None and k in changed:
                     observations.append((k, "old"))
         low, high = feasible_versions(observations, changed)
-        if low > high:  # DEBUG
-            Path("/tmp/afx/obs.json").write_text(json.dumps([(k, seen, changed[k], k in deleted) for k, seen in observations if k in changed]))
         assert low <= high, (f"micro-batch {batch_id} mixes versions of R: needs >= {low} and <= {high}",
                              [(k, seen, changed[k], k in deleted) for k, seen in observations if k in changed])
         seen_versions.append((low, high))
