@@ -21,6 +21,7 @@ and watches the deadline-miss ratio. ``on_kill`` asks the query to stop between 
 from __future__ import annotations
 
 import json
+import math
 import os
 import queue
 import re
@@ -81,6 +82,17 @@ def resolve_target(target: dict | None, default_path: Path, *, resolve: bool) ->
     data.setdefault("kind", "table")
     data["url"] = MasterDataHook(target["conn_id"]).get_url() if resolve else PARSE_TIME_URL
     return data
+
+
+def json_safe(value):
+    """``value`` with non-finite floats (an infinite predicted rate, a NaN ratio) as None: XCom is JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def job_name(dag_id: str, task_id: str) -> str:
@@ -193,7 +205,7 @@ class SemiJoinJobOperator(BaseOperator):
         spec.stop.stop_file = str(self._stop_file)
         link = metrics_url(ti.dag_id, ti.run_id, ti.task_id)
         ti.xcom_push(key=SemiJoinMetricsLink().xcom_key, value=link)
-        ti.xcom_push(key=XCOM_INFO, value=self.job_info(spec, link))
+        ti.xcom_push(key=XCOM_INFO, value=json_safe(self.job_info(spec, link)))
         self.log.info("Semi-join %s starts on Spark master %s: %s", spec.name, self._spark_hook.master,
                       json.dumps(spec.describe(), default=str))
         records: queue.Queue = queue.Queue()
@@ -209,7 +221,7 @@ class SemiJoinJobOperator(BaseOperator):
                 continue
             self.log.info("%s", ProgressRecord.from_dict(record).to_line())
             history.append(record)
-            ti.xcom_push(key=XCOM_LATEST, value=record)
+            ti.xcom_push(key=XCOM_LATEST, value=json_safe(record))
             ti.xcom_push(key=XCOM_HISTORY, value=history.to_dict())
             breach = breach or self._check_deadlines(history)
         worker.join()
@@ -226,7 +238,7 @@ class SemiJoinJobOperator(BaseOperator):
             )
         if breach is not None and self.on_deadline_breach == "fail":
             raise AirflowFailException(breach)
-        return summary
+        return json_safe(summary)
 
     def job_info(self, spec, link: str) -> dict:
         """``semijoin_info``: what runs, with which parameters and memory split (no credentials)."""
