@@ -91,6 +91,7 @@ def get_provider_info() -> dict:
             {
                 "integration-name": INTEGRATION,
                 "python-modules": [
+                    f"{module}.operators.job",
                     f"{module}.operators.join",
                     f"{module}.operators.updates",
                     f"{module}.pipeline.operator",
@@ -141,7 +142,7 @@ def get_provider_info() -> dict:
                 },
             }
         ],
-        "extra-links": [f"{module}.operators.join.SemiJoinMetricsLink"],
+        "extra-links": [f"{module}.operators.job.SemiJoinMetricsLink"],
         "plugins": [{"name": "semijoin", "plugin-class": PLUGIN_CLASS}],
         "config": {
             CONFIG_SECTION: {
