@@ -73,6 +73,7 @@ class JoinStep:
         self.held: pa.Table | None = None  # retry: tuples waiting, with RETRY_SINCE
         self.held_after_batch: int | None = None
         self._hits = (0, 0)
+        self.partitioned = None  # a PartitionedJoin when the job has partitions > 1
 
     # -- retry state (saved per batch, so a replayed batch starts from the state before it) ----
     def _state_path(self, batch_id: int) -> Path:
@@ -107,11 +108,13 @@ class JoinStep:
         if held is not None and held.num_rows:
             since = pa.concat_arrays([held[RETRY_SINCE].combine_chunks(), since])
             rows = pa.concat_tables([held.drop_columns([RETRY_SINCE]), rows], promote_options="default")
-        # epoch clock: arrival times and deadlines reach the algorithm (SSIJ schedules by them)
-        run = run_join(
-            self.algorithm, rows, self.spec.column, clock=time.time,
-            arrival=rows["sj_arrival"].to_numpy(zero_copy_only=False), deadline=deadlines_of(self.deadline, rows),
-        )
+        if self.partitioned is not None:
+            run = self.partitioned(rows)
+        else:  # epoch clock: arrival times and deadlines reach the algorithm (SSIJ schedules by them)
+            run = run_join(
+                self.algorithm, rows, self.spec.column, clock=time.time,
+                arrival=rows["sj_arrival"].to_numpy(zero_copy_only=False), deadline=deadlines_of(self.deadline, rows),
+            )
         if not run.stats["exactly_once"]["ok"]:
             raise RuntimeError(f"steps[{self.index}] ({self.algorithm.name}) broke exactly-once: {run.stats['exactly_once']}")
         matched = self._rename(run.matched)
@@ -143,7 +146,7 @@ class JoinStep:
         if left != rows.num_rows:
             raise RuntimeError(f"steps[{self.index}]: {rows.num_rows} tuples entered but {left} left or wait for a retry")
         stats = run.stats
-        stats["master_version"] = self.store.seen_version
+        stats.setdefault("master_version", self.store.seen_version)
         stats["held_for_retry"] = held_next.num_rows if held_next is not None else 0
         stats["retried"] = held.num_rows if held is not None else 0
         return StepResult(passed, pa.concat_tables(dead_parts), stats)
@@ -192,13 +195,19 @@ class JobState:
 class BatchProcessor:
     """``foreachBatch`` body: collect, join through every step, write the sinks, report."""
 
-    def __init__(self, spec: JobSpec, on_progress: Callable[[dict], None] | None, print_progress: bool, clock=time.time):
+    def __init__(self, spec: JobSpec, on_progress: Callable[[dict], None] | None, print_progress: bool,
+                 clock=time.time, spark=None):
         self.spec = spec
         self.on_progress = on_progress
         self.print_progress = print_progress
         self.clock = clock
         self.state_dir = Path(spec.checkpoint) / "sj_state"
         self.steps = [JoinStep(step, i, self.state_dir, spec.deadline) for i, step in enumerate(spec.steps)]
+        if spec.partitions > 1:
+            from .partitioned import PartitionedJoin
+
+            for step in self.steps:
+                step.partitioned = PartitionedJoin(spark, step.spec, spec.deadline, step.store, spec.partitions)
         self.matched_sink = open_sink(spec.sinks.matched)
         self.dead_sink = open_sink(spec.sinks.dead_letter)
         self.state = JobState()
@@ -394,7 +403,7 @@ def run_job(
         first = spec.steps[0].column
         if first not in columns:
             raise ConfigError(f"steps[0].column: {first!r} is not a column of the stream (columns: {sorted(columns - {FILE_COLUMN, 'sj_arrival', CORRUPT_COLUMN})})")
-    processor = BatchProcessor(spec, on_progress, print_progress, clock)
+    processor = BatchProcessor(spec, on_progress, print_progress, clock, spark)
     writer = frame.writeStream.foreachBatch(processor).option("checkpointLocation", spec.checkpoint).queryName(spec.name)
     stop = spec.stop
     if stop.end_of_input and spec.source.kind == "files":

@@ -85,7 +85,9 @@ def _generator_classes():
             return {"row": 0, "t0": self.clock()}
 
         def latestOffset(self, start: dict, limit) -> dict:
-            return {"row": arrived_rows(self.settings, self.clock() - start["t0"], start["row"]), "t0": start["t0"]}
+            due = arrived_rows(self.settings, self.clock() - start["t0"], start["row"])
+            cap = self.settings["max_rows_per_batch"]
+            return {"row": due if cap is None else min(due, start["row"] + cap), "t0": start["t0"]}
 
         def partitions(self, start: dict, end: dict):
             bounds = list(range(start["row"], end["row"], READ_PARTITION_ROWS)) + [end["row"]]
@@ -120,7 +122,8 @@ def _generator_classes():
 def generator_settings(source: SourceSpec) -> dict:
     return {
         name: getattr(source, name)
-        for name in ("rows_per_second", "total_rows", "master_rows", "key_type", "exponent", "shape", "missing", "bursty", "seed")
+        for name in ("rows_per_second", "total_rows", "master_rows", "key_type", "exponent", "shape", "missing", "bursty",
+                     "seed", "max_rows_per_batch")
     }
 
 

@@ -64,7 +64,8 @@ class SourceSpec:
       infer it once from the files already there. A tuple's id is ``<file name>#<row>``.
     * ``generator``: the built-in Zipf stream (:mod:`..workloads.zipf`) at ``rows_per_second``,
       optionally bursty (self-similar arrivals), ``total_rows`` in all (None: endless). Its keys
-      are those of a master of ``master_rows`` rows (:func:`..workloads.master.generate_master`).
+      are those of a master of ``master_rows`` rows (:func:`..workloads.master.generate_master`);
+      ``max_rows_per_batch`` caps a micro-batch (a backlog is read in several batches).
     * ``spark``: any Spark source by ``format`` and ``options`` (Kafka where the connector is on
       the classpath); ``id_column`` names a column that is stable across replays.
     """
@@ -85,6 +86,7 @@ class SourceSpec:
     missing: float = 0.0
     bursty: bool = False
     seed: int = 0
+    max_rows_per_batch: int | None = None
 
     def __post_init__(self):
         _one_of("kind", self.kind, SOURCE_KINDS)
@@ -109,6 +111,7 @@ class SourceSpec:
         else:
             _positive("rows_per_second", self.rows_per_second)
             _positive("total_rows", self.total_rows, optional=True, integer=True)
+            _positive("max_rows_per_batch", self.max_rows_per_batch, optional=True, integer=True)
             _positive("master_rows", self.master_rows, integer=True)
             _one_of("key_type", self.key_type, ("int", "str"))
             _one_of("shape", self.shape, SHAPES)

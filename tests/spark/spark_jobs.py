@@ -28,8 +28,7 @@ def generator_job(tmp_path, url: str, table: str, *, algorithm="hybridjoin", tot
         "stop": {"end_of_input": True},
         "trigger_interval_s": 0.2,
     }
-    for key, value in extra.items():
-        data[key] = value
+    data.update(extra)
     return JobSpec.from_dict(data)
 
 

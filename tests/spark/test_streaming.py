@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from airflow_provider_semijoin.core.joins import ALGORITHMS
@@ -37,3 +38,28 @@ def run_and_check(spark, tmp_path, backend, algorithm, rows=3000):
         ProgressRecord.from_dict(record)  # every field is a known one
         assert record["matched"] + record["unmatched"] == record["input_rows"]
     assert_sinks_equal_oracle(store, spec)
+
+
+@pytest.mark.parametrize("algorithm", ["hybridjoin", "cachejoin"])
+def test_partitions_split_a_micro_batch_over_instances_exactly_once(spark, tmp_path, sqlite_backend, algorithm):
+    store = write_master(sqlite_backend, 2000)
+    spec = generator_job(tmp_path, sqlite_backend.url, store.table, algorithm=algorithm, total_rows=6000,
+                         master_rows=2000, partitions=3)
+    records = []
+    summary = run_job(spec, spark=spark, on_progress=records.append)
+    assert summary["input_rows"] == 6000
+    assert_sinks_equal_oracle(store, spec)
+
+
+def test_range_partitioner_balances_a_zipf_hot_range(sqlite_backend):
+    from airflow_provider_semijoin.spark.partitioned import RangePartitioner
+    from airflow_provider_semijoin.workloads.zipf import zipf_rows
+
+    store = write_master(sqlite_backend, 20_000)
+    partitioner = RangePartitioner(store, 4, page_rows=100)
+    stream = zipf_rows(0, 40_000, 20_000, exponent=1.0, shape="noperm", seed=3)["nk"]
+    first = np.bincount(partitioner.assign(stream[:20_000]), minlength=4)
+    second = np.bincount(partitioner.assign(stream[20_000:]), minlength=4)
+    assert first.max() > 0.7 * 20_000  # uniform cuts: the hot head of R lands on part 0
+    assert second.max() < 0.5 * 20_000  # cuts moved by observed frequency
+    assert (np.diff(partitioner.cut_pages()) >= 0).all()
