@@ -20,6 +20,7 @@ reason), with the right surrogate keys, and a category of the version before or 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -174,9 +175,32 @@ def _latest_xcom(airflow_db: Path, key: str):
     return json.loads(value) if isinstance(value, str) else value
 
 
-def watch_progress(airflow_db: Path, total: int, done: threading.Event, first_batch: threading.Event, out) -> None:
+@contextlib.contextmanager
+def output_to(log_path: Path):
+    """Send this process's (and its children's) stdout and stderr to ``log_path``; yields a
+    stream on the terminal, for the progress bar (Airflow and Spark log a lot while the run goes)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    console = open(os.dup(1), "w", buffering=1)
+    with open(log_path, "a") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield console
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            console.close()
+
+
+def watch_progress(airflow_db: Path, total: int, done: threading.Event, first_batch: threading.Event, console) -> None:
     """A progress bar from the join task's ``semijoin_metrics`` XCom (its latest progress record)."""
-    tty = sys.stdout.isatty()
+    tty = console.isatty()
     shown = -1
     while not done.wait(0.5):
         record = _latest_xcom(airflow_db, "semijoin_metrics")
@@ -190,12 +214,13 @@ def watch_progress(airflow_db: Path, total: int, done: threading.Event, first_ba
         line = (f"join     [{bar}] {share:4.0%} {n:,}/{total:,} sales, micro-batch {record.get('batch_id')}, "
                 f"{rate or 0:,.0f} tuples/s, {record.get('total_deadline_misses') or 0} deadline misses")
         if tty:
-            print("\r" + line, end="", flush=True)
+            console.write("\r" + line)
         elif int(share * 10) > shown:  # a log, not a terminal: a line per tenth
             shown = int(share * 10)
-            out(line)
+            console.write(line + "\n")
+        console.flush()
     if tty:
-        print(flush=True)
+        console.write("\n")
 
 
 def start_api_server(env: dict, home: Path, port: int) -> subprocess.Popen:
@@ -263,7 +288,8 @@ def check_against_oracle(url: str, spec: dict, before: dict, dead_folder: Path) 
         want_product = -1 if old is None else old[0]
         categories = {None} if old is None else {old[1], new[1]}
         wrong += (product_sk != want_product) or (category not in categories) or (customer_sk != before["dim_customer"][customer][0])
-    return {"lost": lost, "duplicated": duplicated, "unknown_ids": unknown, "wrong": wrong,
+    unknown_products = sum(1 for p in stream["nk"].to_pylist() if p not in before["dim_product"])
+    return {"lost": lost, "duplicated": duplicated, "unknown_ids": unknown, "wrong": wrong, "unknown_products": unknown_products,
             "dead_letters": dead.num_rows, "expected_dead_letters": expected_dead,
             "ok": lost == duplicated == unknown == wrong == 0 and dead.num_rows == expected_dead}
 
@@ -299,18 +325,23 @@ def run_demo(home: Path, *, stream_rows: int, product_rows: int, customer_rows: 
     server = start_api_server({**os.environ, **env}, home, port)
     out(f"airflow  metadata DB ready, API server on 127.0.0.1:{port}; DAG run of {DAG_ID} starts "
         f"({time.time() - started_at:.0f} s)")
+    out(f"         (Airflow's and Spark's logs: {home / 'dag-run.log'}, task logs under {home / 'logs'})")
     done, first_batch = threading.Event(), threading.Event()
-    watcher = threading.Thread(target=watch_progress, args=(home / "airflow.db", stream_rows, done, first_batch, out), daemon=True)
     upstream = threading.Thread(target=stage_upstream_changes, args=(url, before, first_batch), daemon=True)
-    watcher.start()
-    upstream.start()
     try:
-        run = load_dag(home / "dags" / "semijoin_pipelines.py").test(use_executor=True)
+        with output_to(home / "dag-run.log") as console:
+            watcher = threading.Thread(target=watch_progress, args=(home / "airflow.db", stream_rows, done, first_batch, console),
+                                       daemon=True)
+            watcher.start()
+            upstream.start()
+            try:
+                run = load_dag(home / "dags" / "semijoin_pipelines.py").test(use_executor=True)
+            finally:
+                done.set()
+                first_batch.set()
+                watcher.join()
+                upstream.join()
     finally:
-        done.set()
-        first_batch.set()
-        watcher.join()
-        upstream.join()
         stop_process(server)
     return report(run, home, url, spec, before, started_at, out)
 
@@ -326,13 +357,13 @@ def report(run, home: Path, url: str, spec: dict, before: dict, started_at: floa
     if dead.exists():
         reasons.update(pq.read_table(dead, columns=["reason"])["reason"].to_pylist())
     n_in = summary.get("input_rows", 0)
-    unknown_products = sum(1 for p in generator_product_keys(spec) if p not in before["dim_product"])
     out(f"dag run  {run.run_id}: {run.state} ({', '.join(f'{k} {v}' for k, v in sorted(states.items()))})")
     out(f"join     {info.get('algorithm', '?')} (auto chose {', '.join(c['algorithm'] for c in info.get('auto_choices', {}).values()) or '-'}), "
         f"{summary.get('batches', 0)} micro-batches in {summary.get('duration_s', 0):.1f} s")
     out(f"input    {n_in:,} sales")
-    out(f"matched  {summary.get('output_rows', 0):,} facts in {FACT_TABLE} ({unknown_products:,} with product_sk -1: product not in dim_product)")
-    out(f"unmatched {summary.get('unmatched', 0):,} dead letters by reason: {dict(reasons) or '{}'}")
+    out(f"matched  {summary.get('output_rows', 0):,} facts in {FACT_TABLE} ({check['unknown_products']:,} with product_sk -1: product not in dim_product)")
+    out(f"unmatched by reason: customer {dict(reasons) or '{}'} -> dead letters ({summary.get('unmatched', 0):,}); "
+        f"product {{'not_in_master': {check['unknown_products']:,}}} -> unknown member -1 in fact_sales")
     rate = n_in / summary["duration_s"] if summary.get("duration_s") else 0
     out(f"rate     {rate:,.0f} sales/s end to end; last micro-batch {last.get('service_rate_tps') or 0:,.0f} tuples/s in the joins")
     out(f"latency  p99 {last.get('latency_ms_p99')} ms (last micro-batch); deadline {spec['deadline']['max_latency_s']} s: "
@@ -350,14 +381,6 @@ def report(run, home: Path, url: str, spec: dict, before: dict, started_at: floa
         f"{home / 'simple_auth_manager_passwords.json.generated'})")
     ok = str(run.state) == "success" and check["ok"] and n_in == spec["source"]["total_rows"]
     return 0 if ok else 1
-
-
-def generator_product_keys(spec: dict) -> list:
-    from .spark.sources import generator_rows, generator_settings
-    from .spark.spec import SourceSpec
-
-    settings = generator_settings(SourceSpec(**spec["source"]))
-    return generator_rows(settings, 0, settings["total_rows"])["nk"].to_pylist()
 
 
 def write_airflow_cfg(home: Path, env: dict) -> None:
