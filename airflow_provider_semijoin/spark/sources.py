@@ -64,8 +64,23 @@ def arrived_rows(settings: dict, elapsed: float, done: int) -> int:
     return due if total is None else min(due, total)
 
 
-def generator_schema(key_type: str) -> str:
-    return f"tid BIGINT, nk {'BIGINT' if key_type == 'int' else 'STRING'}, qty BIGINT, amount DOUBLE, sj_arrival DOUBLE"
+def generator_schema(settings: dict) -> str:
+    """The generator's columns (``settings`` as :func:`generator_settings` gives them)."""
+    key = "BIGINT" if settings["key_type"] == "int" else "STRING"
+    extra = "".join(f", {column} {key}" for column in settings["extra_keys"])
+    return f"tid BIGINT, nk {key}, qty BIGINT, amount DOUBLE{extra}, sj_arrival DOUBLE"
+
+
+def generator_rows(settings: dict, start: int, end: int) -> pa.Table:
+    """Rows ``start`` .. ``end - 1`` of the generator (without arrival times): always the same."""
+    s = settings
+    rows = zipf_rows(start, end, s["master_rows"], exponent=s["exponent"], shape=s["shape"], missing=s["missing"],
+                     key_type=s["key_type"], seed=s["seed"])
+    for column, extra in s["extra_keys"].items():
+        keys = zipf_rows(start, end, extra["master_rows"], exponent=extra["exponent"], shape=extra["shape"],
+                         missing=extra["missing"], key_type=s["key_type"], seed=extra["seed"])
+        rows = rows.append_column(column, keys["nk"])
+    return rows
 
 
 def _generator_classes():
@@ -85,7 +100,9 @@ def _generator_classes():
             return {"row": 0, "t0": self.clock()}
 
         def latestOffset(self, start: dict, limit) -> dict:
-            return {"row": arrived_rows(self.settings, self.clock() - start["t0"], start["row"]), "t0": start["t0"]}
+            due = arrived_rows(self.settings, self.clock() - start["t0"], start["row"])
+            cap = self.settings["max_rows_per_batch"]
+            return {"row": due if cap is None else min(due, start["row"] + cap), "t0": start["t0"]}
 
         def partitions(self, start: dict, end: dict):
             bounds = list(range(start["row"], end["row"], READ_PARTITION_ROWS)) + [end["row"]]
@@ -93,10 +110,7 @@ def _generator_classes():
 
         def read(self, partition):
             s = self.settings
-            rows = zipf_rows(
-                partition.start, partition.end, s["master_rows"], exponent=s["exponent"], shape=s["shape"],
-                missing=s["missing"], key_type=s["key_type"], seed=s["seed"],
-            )
+            rows = generator_rows(s, partition.start, partition.end)
             times = partition.t0 + arrival_offsets(partition.start, partition.end, s["rows_per_second"], s["bursty"], s["seed"])
             yield from rows.append_column("sj_arrival", pa.array(times)).to_batches()
 
@@ -109,7 +123,7 @@ def _generator_classes():
             return GENERATOR_FORMAT
 
         def schema(self) -> str:
-            return generator_schema(json.loads(self.options["settings"])["key_type"])
+            return generator_schema(json.loads(self.options["settings"]))
 
         def streamReader(self, schema):
             return GeneratorReader(self.options)
@@ -118,10 +132,13 @@ def _generator_classes():
 
 
 def generator_settings(source: SourceSpec) -> dict:
-    return {
+    settings = {
         name: getattr(source, name)
-        for name in ("rows_per_second", "total_rows", "master_rows", "key_type", "exponent", "shape", "missing", "bursty", "seed")
+        for name in ("rows_per_second", "total_rows", "master_rows", "key_type", "exponent", "shape", "missing", "bursty",
+                     "seed", "max_rows_per_batch")
     }
+    settings["extra_keys"] = {column: source.extra_key_settings(column) for column in source.extra_keys}
+    return settings
 
 
 def check_source(source: SourceSpec) -> None:

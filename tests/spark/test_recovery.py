@@ -29,7 +29,8 @@ def start_driver(spec_file) -> subprocess.Popen:
 def test_sigkill_mid_stream_then_restart_is_exactly_once(tmp_path, sqlite_backend):
     store = write_master(sqlite_backend, 400)
     data = generator_job(tmp_path, sqlite_backend.url, store.table, total_rows=12_000).to_dict()
-    data["source"]["rows_per_second"] = 2_000.0
+    data["source"]["rows_per_second"] = 4_000.0
+    data["source"]["max_rows_per_batch"] = 1_000  # at least 12 micro-batches however slow the machine
     data["trigger_interval_s"] = 0.3
     facts = f"sqlite:///{tmp_path / 'facts.db'}"
     data["sinks"]["matched"] = {"kind": "table", "url": facts, "table": "fact"}

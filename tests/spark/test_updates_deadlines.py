@@ -25,7 +25,8 @@ def test_each_micro_batch_sees_one_version_of_r_while_updates_install(spark, tmp
     create_change_tables(sqlite_backend.url, store.table, "nk")
     data = generator_job(tmp_path, sqlite_backend.url, store.table, algorithm=algorithm, total_rows=9000,
                          master_rows=330, missing=0.05).to_dict()
-    data["source"]["rows_per_second"] = 600.0
+    data["source"]["rows_per_second"] = 1500.0
+    data["source"]["max_rows_per_batch"] = 600  # many micro-batches, however slow the first one is
     data["trigger_interval_s"] = 0.2
     spec = JobSpec.from_dict(data)
 

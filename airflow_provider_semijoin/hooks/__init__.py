@@ -1,0 +1,1 @@
+"""Airflow hooks: master-data stores and Spark from Airflow connections."""

@@ -1,0 +1,57 @@
+"""The task of a surrogate-key pipeline: every step of the spec in one Spark streaming query."""
+
+from __future__ import annotations
+
+import math
+
+from ..core.units import parse_bytes
+from ..hooks.master import MasterDataHook
+from ..operators.job import SemiJoinJobOperator
+from .spec import PipelineSpec
+
+
+class SemiJoinPipelineOperator(SemiJoinJobOperator):
+    """Run a :class:`~.spec.PipelineSpec` (its dict form, as the DAG factory passes it).
+
+    Dimension connection ids become URLs, and ``algorithm: auto`` steps get the algorithm the
+    cost model predicts fastest on their dimension table, when the task runs; the choice is
+    logged and shown in ``semijoin_info``.
+    """
+
+    def __init__(self, *, pipeline: dict | PipelineSpec, **kwargs) -> None:
+        spec = pipeline if isinstance(pipeline, PipelineSpec) else PipelineSpec(**pipeline)
+        deadline = spec.deadline or {}
+        kwargs.setdefault("spark_conn_id", spec.spark_conn_id)
+        super().__init__(
+            checkpoint=spec.checkpoint, stop=dict(spec.stop), trigger_interval_s=spec.trigger_interval_s,
+            partitions=spec.partitions, deadline_max_latency_s=deadline.get("max_latency_s"),
+            deadline_column=deadline.get("column"), **kwargs,
+        )
+        self.pipeline = spec.to_dict()
+        self.auto_choices: dict = {}
+
+    def job_dict(self, *, resolve: bool) -> dict:
+        spec = PipelineSpec(**self.pipeline)
+        if not resolve:
+            return spec.job_dict(None)
+        base = self.job_fields(resolve=True)
+        data = spec.job_dict(lambda conn_id: MasterDataHook(conn_id).get_url(), self._choose,
+                             self.output_folder(), base["checkpoint"])
+        return {**data, "name": base["name"], "checkpoint": base["checkpoint"], "stop": base["stop"]}
+
+    def _choose(self, step, url: str) -> str:
+        from ..core.stores import open_store
+        from .auto import choose_algorithm
+
+        dimension = step.dimension
+        with open_store(url, dimension.table, dimension.natural_key, dimension.select) as store:
+            name, rates = choose_algorithm(store, parse_bytes(step.memory), step.skew)
+        # a rate without bound (every tuple served from memory) is shown as such: JSON has no inf
+        shown = {k: round(v, 1) if math.isfinite(v) else "unbounded" for k, v in rates.items()}
+        self.auto_choices[step.column] = {"algorithm": name, "predicted_tps": shown}
+        self.log.info("Step %s: algorithm auto chose %s (predicted tuples/s: %s)", step.column, name,
+                      self.auto_choices[step.column]["predicted_tps"])
+        return name
+
+    def job_info(self, spec, link: str) -> dict:
+        return {**super().job_info(spec, link), "auto_choices": self.auto_choices}

@@ -1,0 +1,332 @@
+"""Declarative surrogate-key replacement: a pipeline spec, as dataclasses or as a YAML file.
+
+A pipeline streams one source through a chain of surrogate-key steps, all in one Spark query,
+into a fact sink. Each step swaps a business (natural) key of the stream for the surrogate key
+of a dimension table, through a semi-stream join::
+
+    dag_id: sales_facts
+    source: {kind: files, path: /landing/sales, format: parquet}
+    steps:
+      - column: product_code                 # the stream's natural key
+        dimension:
+          conn_id: warehouse                 # an Airflow connection (resolved when the task runs)
+          table: dim_product
+          natural_key: product_code
+          surrogate_key: product_sk
+        algorithm: auto                      # or any registry name
+        memory: 64M
+        on_missing: unknown_member           # or dead_letter, or retry (+ retry_grace_s)
+        unknown_member: -1
+    sinks:
+      matched: {kind: table, conn_id: warehouse, table: fact_sales}
+      dead_letter: {path: /warehouse/dead_letters}
+
+Everything is validated when the spec is built (``__post_init__``): the spec's own fields here,
+then source, sinks, stop, deadline and each step's algorithm parameters through
+:class:`~..spark.spec.JobSpec` itself, with placeholders where a connection will be. A bad
+spec raises :class:`SpecError` ``"<file>: <field path>: <what is wrong>"``. Connection ids
+become URLs only in :meth:`PipelineSpec.job_dict` at run time.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..core.errors import ConfigError, SpecError
+from ..core.stores.sql import check_identifier
+
+AUTO = "auto"
+ON_MISSING = ("unknown_member", "dead_letter", "retry")
+PLACEHOLDER_URL = "sqlite:///resolved-at-run-time.db"
+PLACEHOLDER_FOLDER = "resolved-at-run-time"
+_DAG_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
+
+
+def _identifier(path: str, value) -> str:
+    try:
+        return check_identifier(value, path)
+    except ConfigError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def _mapping(path: str, value, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise SpecError(f"{path}: {value!r} is not a mapping; expected {what}")
+    return value
+
+
+def _optional_number(path: str, value, *, positive: bool = True) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (positive and value <= 0):
+        raise SpecError(f"{path}: {value!r} is not a positive number")
+
+
+def from_mapping(cls, data, path: str):
+    """``cls(**data)``: unknown and missing fields refused, errors prefixed with ``path``."""
+    where = f"{path}." if path else ""
+    data = _mapping(path or cls.__name__, data, f"the fields of {cls.__name__}")
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise SpecError(f"{where}{unknown[0]}: not a field of {cls.__name__}; expected one of {names}")
+    for f in dataclasses.fields(cls):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and f.name not in data:
+            raise SpecError(f"{where}{f.name}: missing")
+    try:
+        return cls(**data)
+    except SpecError as exc:
+        raise SpecError(f"{where}{exc}") from None
+
+
+@dataclass
+class Dimension:
+    """The dimension table a step joins: ``table`` in the database of Airflow connection
+    ``conn_id`` (None: the default master connection), keyed by ``natural_key``."""
+
+    table: str
+    natural_key: str
+    surrogate_key: str
+    conn_id: str | None = None
+    columns: list = field(default_factory=list)
+
+    def __post_init__(self):
+        for name in ("table", "natural_key", "surrogate_key"):
+            _identifier(name, getattr(self, name))
+        if self.conn_id is not None and (not isinstance(self.conn_id, str) or not self.conn_id):
+            raise SpecError(f"conn_id: {self.conn_id!r} is not an Airflow connection id")
+        if not isinstance(self.columns, list):
+            raise SpecError(f"columns: {self.columns!r} is not a list; expected dimension columns to carry along")
+        for i, column in enumerate(self.columns):
+            _identifier(f"columns[{i}]", column)
+        if self.surrogate_key == self.natural_key:
+            raise SpecError(f"surrogate_key: {self.surrogate_key!r} is the natural key; expected the dimension's surrogate key column")
+
+    @property
+    def select(self) -> list[str]:
+        return [self.surrogate_key, *[c for c in self.columns if c != self.surrogate_key]]
+
+
+@dataclass
+class SurrogateKeyStep:
+    """Replace the stream's ``column`` by the dimension's surrogate key.
+
+    ``on_missing``: ``unknown_member`` (the tuple goes on with the surrogate key
+    ``unknown_member``, e.g. -1, the dimension's "unknown" row), ``dead_letter`` (it leaves on
+    the dead-letter sink), ``retry`` (it waits ``retry_grace_s`` seconds for a late dimension
+    row, then dead letter). ``algorithm`` ``auto`` lets the cost model choose at run time.
+    """
+
+    column: str
+    dimension: Any
+    algorithm: str = AUTO
+    params: dict = field(default_factory=dict)
+    memory: Any = "50M"
+    on_missing: str = "unknown_member"
+    unknown_member: Any = -1
+    retry_grace_s: float | None = None
+    keep_natural_key: bool = False
+    rename: dict = field(default_factory=dict)
+    skew: float = 1.0
+
+    def __post_init__(self):
+        _identifier("column", self.column)
+        if not isinstance(self.dimension, Dimension):
+            self.dimension = from_mapping(Dimension, self.dimension, "dimension")
+        if not isinstance(self.algorithm, str) or not self.algorithm:
+            raise SpecError(f"algorithm: {self.algorithm!r} is not an algorithm name; expected 'auto' or a registry name")
+        _mapping("params", self.params, "algorithm parameters")
+        if self.algorithm == AUTO and self.params:
+            raise SpecError("params: given with algorithm 'auto'; expected no parameters (name an algorithm to set them)")
+        if self.on_missing not in ON_MISSING:
+            raise SpecError(f"on_missing: {self.on_missing!r} is not one of {list(ON_MISSING)}")
+        if self.on_missing == "unknown_member" and (self.unknown_member is None or isinstance(self.unknown_member, (dict, list, bool))):
+            raise SpecError(f"unknown_member: {self.unknown_member!r} is not a surrogate key value; expected e.g. -1")
+        if self.on_missing == "retry" and self.retry_grace_s is None:
+            raise SpecError("retry_grace_s: missing; expected the seconds a tuple waits for its dimension row (on_missing: retry)")
+        _optional_number("retry_grace_s", self.retry_grace_s)
+        if not isinstance(self.keep_natural_key, bool):
+            raise SpecError(f"keep_natural_key: {self.keep_natural_key!r} is not true or false")
+        _mapping("rename", self.rename, "dimension columns -> output names")
+        _optional_number("skew", self.skew, positive=False)
+
+    def step_dict(self, url: str, algorithm: str) -> dict:
+        """The JobSpec step (``url`` of the dimension database, ``algorithm`` resolved)."""
+        unknown = None
+        if self.on_missing == "unknown_member":
+            unknown = {self.rename.get(self.dimension.surrogate_key, self.dimension.surrogate_key): self.unknown_member}
+        return {
+            "column": self.column,
+            "master": {"url": url, "table": self.dimension.table, "key": self.dimension.natural_key,
+                       "select": self.dimension.select},
+            "algorithm": algorithm,
+            "params": dict(self.params),
+            "memory": self.memory,
+            "on_missing": self.on_missing,
+            "unknown_member": unknown,
+            "retry_grace_s": self.retry_grace_s if self.on_missing == "retry" else None,
+            "rename": dict(self.rename),
+            "drop_column": not self.keep_natural_key,
+        }
+
+
+@dataclass
+class DeadlineMonitor:
+    """A DeadlineMissSensor next to the join: fail (or alert) above ``threshold`` misses."""
+
+    threshold: float
+    window_s: float = 60.0
+    min_tuples: int = 100
+    fail_on_breach: bool = True
+
+    def __post_init__(self):
+        from ..sensors.deadline import check_threshold
+
+        try:
+            check_threshold(self.threshold, self.window_s, self.min_tuples)
+        except ConfigError as exc:
+            raise SpecError(str(exc)) from None
+        if not isinstance(self.fail_on_breach, bool):
+            raise SpecError(f"fail_on_breach: {self.fail_on_breach!r} is not true or false")
+
+
+@dataclass
+class UpdateInstall:
+    """For each dimension: wait for its pending changes, install them (SSIJ semantics)."""
+
+    min_pending: int = 1
+    max_delay_s: float | None = None
+    deferrable: bool = True
+    poke_interval: float = 30.0
+
+    def __post_init__(self):
+        if isinstance(self.min_pending, bool) or not isinstance(self.min_pending, int) or self.min_pending < 1:
+            raise SpecError(f"min_pending: {self.min_pending!r} is not a positive integer")
+        _optional_number("max_delay_s", self.max_delay_s)
+        _optional_number("poke_interval", self.poke_interval)
+        if not isinstance(self.deferrable, bool):
+            raise SpecError(f"deferrable: {self.deferrable!r} is not true or false")
+
+
+@dataclass
+class PipelineSpec:
+    """A surrogate-key pipeline: ``source`` -> ``steps`` (one Spark query) -> ``sinks``.
+
+    ``source``, ``stop`` and ``deadline`` are those of the job spec (:mod:`..spark.spec`);
+    a sink is ``{path: ...}`` (Parquet) or ``{kind: table, conn_id: ..., table: ...}``.
+    """
+
+    dag_id: str
+    source: dict
+    steps: list
+    sinks: dict = field(default_factory=dict)
+    schedule: str | None = None
+    start_date: str = "2024-01-01"
+    description: str | None = None
+    tags: list = field(default_factory=list)
+    stop: dict = field(default_factory=dict)
+    deadline: dict | None = None
+    trigger_interval_s: float = 1.0
+    partitions: int = 1
+    checkpoint: str | None = None
+    spark_conn_id: str | None = None
+    deadline_monitor: Any = None
+    install_updates: Any = None
+
+    def __post_init__(self):
+        if not isinstance(self.dag_id, str) or not _DAG_ID.match(self.dag_id):
+            raise SpecError(f"dag_id: {self.dag_id!r} is not a DAG id; expected letters, digits, '_', '.' or '-'")
+        if not isinstance(self.steps, list) or not self.steps:
+            raise SpecError(f"steps: {self.steps!r} is not a list of steps; expected at least one surrogate-key step")
+        self.steps = [s if isinstance(s, SurrogateKeyStep) else from_mapping(SurrogateKeyStep, s, f"steps[{i}]")
+                      for i, s in enumerate(self.steps)]
+        if self.schedule is not None and not isinstance(self.schedule, str):
+            raise SpecError(f"schedule: {self.schedule!r} is not a cron expression or preset such as '@daily'")
+        try:
+            import pendulum
+
+            pendulum.parse(str(self.start_date))
+        except Exception:
+            raise SpecError(f"start_date: {self.start_date!r} is not a date; expected e.g. 2024-01-01") from None
+        if not isinstance(self.tags, list) or not all(isinstance(t, str) for t in self.tags):
+            raise SpecError(f"tags: {self.tags!r} is not a list of strings")
+        _mapping("sinks", self.sinks, "matched and dead_letter sinks")
+        if self.deadline_monitor is not None and not isinstance(self.deadline_monitor, DeadlineMonitor):
+            self.deadline_monitor = from_mapping(DeadlineMonitor, self.deadline_monitor, "deadline_monitor")
+        if self.deadline_monitor is not None and self.deadline is None:
+            raise SpecError("deadline_monitor: given, but the tuples have no deadline; expected a deadline "
+                            "(max_latency_s or column)")
+        if self.install_updates is not None and not isinstance(self.install_updates, UpdateInstall):
+            self.install_updates = from_mapping(UpdateInstall, self.install_updates, "install_updates")
+        self.job_dict(resolve=None)  # everything the job spec checks, with placeholders
+
+    @property
+    def dimensions(self) -> list[Dimension]:
+        """The distinct dimension tables of the steps (in step order)."""
+        seen = {}
+        for step in self.steps:
+            seen.setdefault((step.dimension.conn_id, step.dimension.table), step.dimension)
+        return list(seen.values())
+
+    def job_dict(self, resolve: Callable[[str | None], str] | None, choose=None, output_folder: Path | None = None,
+                 checkpoint: str | None = None) -> dict:
+        """The JobSpec as data. ``resolve(conn_id) -> URL`` and ``choose(step, url) -> algorithm``
+        run at task run time; with ``resolve=None`` (parse time) the spec is only validated."""
+        from ..spark.spec import JobSpec
+
+        steps = []
+        for step in self.steps:
+            url = resolve(step.dimension.conn_id) if resolve else PLACEHOLDER_URL
+            algorithm = step.algorithm
+            if algorithm == AUTO:
+                algorithm = choose(step, url) if choose else "hybridjoin"
+            steps.append(step.step_dict(url, algorithm))
+        sinks = {}
+        for name in ("matched", "dead_letter"):
+            target = copy.deepcopy(self.sinks.get(name))
+            if target is None:
+                target = {"path": str(output_folder / name) if output_folder else PLACEHOLDER_FOLDER}
+            elif isinstance(target, dict) and "conn_id" in target:
+                conn_id = target.pop("conn_id")
+                target.setdefault("kind", "table")
+                target["url"] = resolve(conn_id) if resolve else PLACEHOLDER_URL
+            sinks[name] = target
+        data = {
+            "name": re.sub(r"[^A-Za-z0-9_]", "_", self.dag_id)[:64],
+            "source": self.source,
+            "steps": steps,
+            "sinks": sinks,
+            "checkpoint": self.checkpoint or checkpoint or PLACEHOLDER_FOLDER,
+            "stop": self.stop,
+            "deadline": self.deadline,
+            "trigger_interval_s": self.trigger_interval_s,
+            "partitions": self.partitions,
+        }
+        JobSpec.from_dict(data)  # raises SpecError with the field's path
+        return data
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def load_pipeline(path) -> PipelineSpec:
+    """A pipeline spec from a YAML file; errors start with the file's name."""
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise SpecError(f"{path}: not valid YAML{where} ({getattr(exc, 'problem', None) or exc})") from None
+    try:
+        return from_mapping(PipelineSpec, data, "")
+    except SpecError as exc:
+        raise SpecError(f"{path}: {exc}") from None

@@ -1,0 +1,1 @@
+"""Airflow sensors: pending master-data changes, deadline-miss ratios of running joins."""

@@ -1,0 +1,119 @@
+"""Deadline monitoring: the share of tuples that missed their deadline over a sliding window.
+
+A join with per-tuple deadlines (SSIJ paper sec. IV-F: a deadline column, or arrival plus a
+maximum latency) counts the tuples that left after their deadline in every progress record.
+The window ratio is read from the ``semijoin_history`` XCom the join task keeps up to date: its
+cumulative series (``total_deadline_misses``, ``total_input_rows``) make the count over the last
+``window_s`` seconds exact even where the history has thinned its older points.
+
+Two ways to act on it: the join operators' ``deadline_miss_threshold`` option (the task itself
+stops and fails, or warns), and :class:`DeadlineMissSensor`, a task next to the join that fails
+(an alert through the usual failure callbacks and notifiers) or lets an alert branch run.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from ..core.errors import ConfigError
+from ..core.progress import XCOM_HISTORY
+
+FINISHED = ("success", "failed", "skipped", "upstream_failed", "removed")
+
+
+def window_misses(history: dict | None, window_s: float) -> tuple[int, int]:
+    """``(misses, tuples)`` over the ``window_s`` seconds before the newest point of ``history``."""
+    if not history or not history.get("points"):
+        return 0, 0
+    index = {name: i for i, name in enumerate(history["series"])}
+    t, misses, rows = index["time"], index["total_deadline_misses"], index["total_input_rows"]
+    points = [p for p in history["points"] if p[t] is not None]
+    if not points:
+        return 0, 0
+    newest = points[-1]
+    before = [p for p in points if p[t] < newest[t] - window_s]
+    base_misses, base_rows = (before[-1][misses] or 0, before[-1][rows] or 0) if before else (0, 0)
+    return int((newest[misses] or 0) - base_misses), int((newest[rows] or 0) - base_rows)
+
+
+def check_miss_ratio(history: dict | None, threshold: float, window_s: float, min_tuples: int) -> str | None:
+    """A sentence describing the breach when more than ``threshold`` of the tuples of the window
+    (at least ``min_tuples`` of them) missed their deadline; None otherwise."""
+    misses, tuples = window_misses(history, window_s)
+    if tuples < max(min_tuples, 1) or misses / tuples <= threshold:
+        return None
+    return (
+        f"{misses} of {tuples} tuples ({misses / tuples:.1%}) missed their deadline in the last "
+        f"{window_s:g} s, above the threshold of {threshold:.1%}"
+    )
+
+
+def check_threshold(threshold, window_s, min_tuples, names=("threshold", "window_s", "min_tuples")) -> None:
+    """Validate the three settings of a deadline watch; ``names`` are the arguments as the user wrote them."""
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold < 1:
+        raise ConfigError(f"{names[0]}: {threshold!r} is not a ratio in [0, 1)")
+    if isinstance(window_s, bool) or not isinstance(window_s, (int, float)) or window_s <= 0:
+        raise ConfigError(f"{names[1]}: {window_s!r} is not a positive number of seconds")
+    if isinstance(min_tuples, bool) or not isinstance(min_tuples, int) or min_tuples < 1:
+        raise ConfigError(f"{names[2]}: {min_tuples!r} is not a positive integer")
+
+
+class DeadlineMissSensor(BaseSensorOperator):
+    """Watch a running join task's deadline-miss ratio over a sliding window.
+
+    :param join_task_id: the join task of the same DAG run (its ``semijoin_history`` XCom).
+    :param threshold: ratio of missed deadlines in the window that counts as a breach.
+    :param window_s: the window, in seconds of the join's progress records.
+    :param min_tuples: the window must hold at least this many tuples to be judged.
+    :param fail_on_breach: True (default): a breach fails this task (alert through its failure
+        callbacks); it succeeds when the join ends without one. False: the sensor waits *for* a
+        breach and succeeds on one (its XCom says what happened, for a downstream alert task);
+        when the join ends without a breach it is skipped, and so is the alert.
+    """
+
+    template_fields = ("join_task_id",)
+    ui_color = "#f5d7d7"
+
+    def __init__(
+        self,
+        *,
+        join_task_id: str,
+        threshold: float,
+        window_s: float = 60.0,
+        min_tuples: int = 100,
+        fail_on_breach: bool = True,
+        **kwargs,
+    ) -> None:
+        kwargs.setdefault("poke_interval", 5)
+        super().__init__(**kwargs)
+        check_threshold(threshold, window_s, min_tuples)
+        self.join_task_id = join_task_id
+        self.threshold = threshold
+        self.window_s = window_s
+        self.min_tuples = min_tuples
+        self.fail_on_breach = fail_on_breach
+
+    def poke(self, context) -> PokeReturnValue:
+        ti = context["ti"]
+        # the join's state first: its last progress records are in XCom before it ends
+        finished = self._join_state(ti) in FINISHED
+        history = ti.xcom_pull(task_ids=self.join_task_id, key=XCOM_HISTORY)
+        breach = check_miss_ratio(history, self.threshold, self.window_s, self.min_tuples)
+        misses, tuples = window_misses(history, self.window_s)
+        result = {"breach": breach, "misses": misses, "tuples": tuples, "window_s": self.window_s}
+        self.log.info("Deadline misses of %s in the last %g s: %d of %d tuples", self.join_task_id, self.window_s, misses, tuples)
+        if breach is not None:
+            if self.fail_on_breach:
+                raise AirflowFailException(f"{self.join_task_id}: {breach}")
+            return PokeReturnValue(is_done=True, xcom_value=result)
+        if finished:
+            if self.fail_on_breach:
+                return PokeReturnValue(is_done=True, xcom_value=result)
+            raise AirflowSkipException(f"{self.join_task_id} ended without a deadline breach")
+        return PokeReturnValue(is_done=False)
+
+    def _join_state(self, ti) -> str | None:
+        states = ti.get_task_states(dag_id=ti.dag_id, task_ids=[self.join_task_id], run_ids=[ti.run_id])
+        state = states.get(ti.run_id, {}).get(self.join_task_id)
+        return None if state is None else str(getattr(state, "value", state))

@@ -1,0 +1,104 @@
+"""Wait for pending changes to a master table (deferrable, or poke / reschedule mode).
+
+Upstream systems stage changes to R in ``<R>__sj_pending`` (:func:`..core.stores.changes.stage_changes`);
+this sensor succeeds when a batch is ready - ``min_pending`` changes wait, or some have waited
+``max_delay_s`` seconds - and a downstream :class:`~..operators.updates.InstallMasterChangesOperator`
+installs them in one transaction with the SSIJ semantics (sec. IV-E) while joins run against R.
+It never looks at ``information_schema.UPDATE_TIME`` (MySQL caches it for a day).
+
+Deferrable (``deferrable=True``): the waiting happens in the triggerer
+(:class:`~..triggers.updates.MasterDataChangesTrigger`). In ``reschedule`` mode the time the
+pending changes were first seen is kept in ``context["task_state_store"]`` across pokes.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowException
+
+from ..core.errors import ConfigError
+from ..core.stores.sql import check_identifier
+from ..triggers.updates import MasterDataChangesTrigger, changes_ready, count_pending
+
+PENDING_SINCE = "semijoin_pending_since"
+
+
+class MasterDataChangesSensor(BaseSensorOperator):
+    """Succeed when changes to ``table`` are ready to install; its XCom is the pending count.
+
+    :param master_conn_id: the master database (see :class:`~..hooks.master.MasterDataHook`).
+    :param table: R; :param key: R's join key (the change tables are keyed by it).
+    :param min_pending: changes that make a batch.
+    :param max_delay_s: or install fewer once the first of them has waited this long.
+    :param deferrable: wait in the triggerer instead of a worker slot.
+    """
+
+    template_fields = ("master_conn_id", "table", "key")
+    ui_color = "#d7ecf5"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        key: str,
+        master_conn_id: str | None = None,
+        min_pending: int = 1,
+        max_delay_s: float | None = None,
+        deferrable: bool = False,
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        if "{{" not in str(table):
+            check_identifier(table, "table")
+        if "{{" not in str(key):
+            check_identifier(key, "key")
+        if isinstance(min_pending, bool) or not isinstance(min_pending, int) or min_pending < 1:
+            raise ConfigError(f"min_pending: {min_pending!r} is not a positive integer")
+        if max_delay_s is not None and (isinstance(max_delay_s, bool) or not isinstance(max_delay_s, (int, float)) or max_delay_s <= 0):
+            raise ConfigError(f"max_delay_s: {max_delay_s!r} is not a positive number of seconds")
+        self.master_conn_id = master_conn_id
+        self.table = table
+        self.key = key
+        self.min_pending = min_pending
+        self.max_delay_s = max_delay_s
+        self.deferrable = deferrable
+        self._pending_since: float | None = None
+
+    def poke(self, context) -> PokeReturnValue:
+        pending = count_pending(self.master_conn_id, self.table, self.key)
+        now = time.time()
+        # a rescheduled sensor is a new process at every poke: keep the sighting in the task's state store
+        store = context["task_state_store"] if self.reschedule else None
+        since = store.get(PENDING_SINCE) if self.reschedule else self._pending_since
+        since = (since or now) if pending else None
+        if self.reschedule:
+            store.set(PENDING_SINCE, since)
+        else:
+            self._pending_since = since
+        self.log.info("%d pending changes to %s", pending, self.table)
+        ready = changes_ready(pending, since, now, self.min_pending, self.max_delay_s)
+        return PokeReturnValue(is_done=ready, xcom_value=pending if ready else None)
+
+    def execute(self, context):
+        if not self.deferrable:
+            return super().execute(context)
+        first = self.poke(context)  # ready already: no deferral
+        if first.is_done:
+            return first.xcom_value
+        self.defer(
+            trigger=MasterDataChangesTrigger(
+                self.master_conn_id, self.table, self.key, self.min_pending, self.max_delay_s,
+                float(self.poke_interval), self._pending_since,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout) if self.timeout else None,
+        )
+
+    def execute_complete(self, context, event: dict):
+        if event.get("status") != "ready":
+            raise AirflowException(f"waiting for changes to {self.table} failed: {event.get('message')}")
+        self.log.info("%d pending changes to %s are ready (the first waited %.1f s)", event["pending"], self.table, event["waited_s"])
+        return event["pending"]

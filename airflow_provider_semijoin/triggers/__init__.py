@@ -1,0 +1,1 @@
+"""Airflow triggers (run in the triggerer; they must live in the installed package)."""

@@ -1,0 +1,93 @@
+"""The trigger of the master-data update sensor: it waits in the triggerer for pending changes.
+
+Pending changes are rows in R's ``<R>__sj_pending`` table (:mod:`..core.stores.changes`), which
+upstream systems fill and :class:`~..operators.updates.InstallMasterChangesOperator` installs.
+The trigger only reads (it is idempotent: several copies of it may run after a triggerer
+restart and they all report the same thing); its blocking database calls run in a thread
+through ``sync_to_async``, never in the triggerer's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from asgiref.sync import sync_to_async
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+
+def changes_ready(pending: int, pending_since: float | None, now: float, min_pending: int, max_delay_s: float | None) -> bool:
+    """True when a batch should be installed: ``min_pending`` changes wait, or some changes have
+    waited ``max_delay_s`` seconds (so a trickle of updates is not held back forever)."""
+    if pending >= min_pending:
+        return True
+    return pending > 0 and max_delay_s is not None and pending_since is not None and now - pending_since >= max_delay_s
+
+
+def count_pending(master_conn_id: str | None, table: str, key: str) -> int:
+    """Pending changes of R (its change tables are created when missing, so upstream can stage)."""
+    from ..core.stores.changes import create_change_tables, pending_changes
+    from ..hooks.master import MasterDataHook
+
+    connection = MasterDataHook(master_conn_id).get_conn()
+    try:
+        create_change_tables(connection, table, key)
+        return pending_changes(connection, table)
+    finally:
+        connection.close()
+
+
+class MasterDataChangesTrigger(BaseTrigger):
+    """Fires once changes to ``table`` are ready to install (see :func:`changes_ready`).
+
+    ``pending_since`` carries, across a deferral, the time pending changes were first seen.
+    """
+
+    def __init__(
+        self,
+        master_conn_id: str | None,
+        table: str,
+        key: str,
+        min_pending: int = 1,
+        max_delay_s: float | None = None,
+        poll_interval: float = 5.0,
+        pending_since: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.master_conn_id = master_conn_id
+        self.table = table
+        self.key = key
+        self.min_pending = min_pending
+        self.max_delay_s = max_delay_s
+        self.poll_interval = poll_interval
+        self.pending_since = pending_since
+
+    def serialize(self) -> tuple[str, dict]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "master_conn_id": self.master_conn_id,
+                "table": self.table,
+                "key": self.key,
+                "min_pending": self.min_pending,
+                "max_delay_s": self.max_delay_s,
+                "poll_interval": self.poll_interval,
+                "pending_since": self.pending_since,
+            },
+        )
+
+    async def run(self):
+        count = sync_to_async(count_pending)
+        since = self.pending_since
+        while True:
+            try:
+                pending = await count(self.master_conn_id, self.table, self.key)
+            except Exception as exc:  # reported to the sensor, which fails with it
+                yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
+                return
+            now = time.time()
+            since = (since or now) if pending else None
+            if changes_ready(pending, since, now, self.min_pending, self.max_delay_s):
+                yield TriggerEvent({"status": "ready", "pending": pending, "waited_s": round(now - since, 3)})
+                return
+            await asyncio.sleep(self.poll_interval)
