@@ -36,7 +36,7 @@ def test_tiny_spark_bench_reports_every_path_exactly_once(spark, tmp_path, capsy
         assert r["tuples_per_s"] > 0 and r["exactly_once"]["ok"] and r["exactly_once"]["tuples"] > 0, r
         if r["path"] != CORE_BATCHES:  # the latency run of the path: at the offered rate, exactly once too
             assert r["latency_ms_p99"] > 0 and r["latency"]["exactly_once"]["ok"]
-            assert r["latency"]["offered_tps"] == shape["latency_rate"]
+            assert r["latency"]["offered_tps"] == shape["latency_rate"] and isinstance(r["latency_kept_up"], bool)
     for name in ("hybridjoin", picked):
         spark_row, batches = rows[(name, PIPELINE)], rows[(name, CORE_BATCHES)]
         assert spark_row["exactly_once"]["tuples"] == sum(spark_row["batch_rows"])  # each micro-batch, whole
