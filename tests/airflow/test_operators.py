@@ -4,10 +4,13 @@ query, parse-time validation of the arguments."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import sys
 import threading
 import time
+import urllib.request
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,6 +31,10 @@ from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from airflow_provider_semijoin.workloads.master import generate_master
 from airflow_provider_semijoin.workloads.zipf import zipf_rows
 from metadata import task_state, xcom, xcoms
+
+# the Spark tests' standalone cluster (a master and a worker daemon), reused as it is
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spark"))
+from test_cluster import spark_env, standalone_cluster  # noqa: E402,F401 (a fixture)
 
 OPERATORS = "airflow_provider_semijoin.operators.join"
 HYBRIDJOIN, INLJ = f"{OPERATORS}:HybridJoinOperator", f"{OPERATORS}:INLJOperator"
@@ -198,3 +205,36 @@ def test_deadline_threshold_needs_deadlines():
     with pytest.raises(ConfigError, match=r"^deadline_miss_threshold: given, but the tuples have no deadline"):
         HybridJoinOperator(task_id="j", column="nk", master_table="d", master_key="nk", source=generator(1, 1),
                            deadline_miss_threshold=0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_cluster_connection_runs_the_driver_through_spark_submit(master_db, tmp_path, make_dag, connections,
+                                                                 standalone_cluster, monkeypatch):
+    """A spark:// connection: the operator submits the packaged driver with SparkSubmitHook to a
+    standalone master + worker, forwards the driver's progress lines to XCom, and returns its summary."""
+    backend, table = master_db
+    url, master_ui = standalone_cluster
+    connections("cluster", url)
+    for name, value in spark_env().items():
+        if name in ("SPARK_HOME", "SPARK_LOCAL_IP"):
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")  # spark-submit
+    dag_id = f"cluster_{table}"
+    dag = make_dag(dag_id, {"join": (f"{OPERATORS}:CacheJoinOperator", dict(
+        column="nk", master_table=table, master_key="nk", select=SELECT, master_conn_id="dims", memory="1M",
+        source=generator(2000, 2000), sinks=sinks(tmp_path), checkpoint=str(tmp_path / "cp"),
+        stop={"end_of_input": True}, trigger_interval_s=0.5, spark_conn_id="cluster",
+        spark_conf={"spark.executor.memory": "512m", "spark.executorEnv.PYSPARK_PYTHON": sys.executable},
+    ))})
+    run = dag.test()
+    assert str(run.state) == "success"
+    summary = xcom(dag_id, "join")
+    history = xcom(dag_id, "join", XCOM_HISTORY)
+    assert summary["input_rows"] == 2000 and len(history["points"]) == summary["batches"] >= 1
+    assert xcom(dag_id, "join", XCOM_INFO)["spark_master"] == url
+    apps = json.load(urllib.request.urlopen(f"http://127.0.0.1:{master_ui}/json/", timeout=5))
+    assert [app["name"] for app in apps["completedapps"]] == [f"semijoin-{dag_id}__join"]
+    stream = zipf_rows(0, 2000, 2000, exponent=1.0, missing=0.1, seed=11)
+    with open_store(backend.url, table, "nk", SELECT) as store:
+        assert sink_pairs(tmp_path) == hash_join(store, stream, "nk")
