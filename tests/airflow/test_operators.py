@@ -145,7 +145,7 @@ def test_on_kill_stops_the_query(backend, master_db, tmp_path, make_dag, spark):
     dag_id = f"kill_{table}"
     dag = make_dag(dag_id, {"join": (INLJ, dict(
         column="nk", master_table=table, master_key="nk", select=SELECT, master_conn_id="dims",
-        memory="1M", source=generator(None, 300), sinks=sinks(tmp_path), checkpoint=str(tmp_path / "cp"),
+        memory="1M", source=generator(None, 300), sinks=sinks(tmp_path), checkpoint=str(tmp_path / "{{ dag.dag_id }}"),
         trigger_interval_s=0.3,
     ))})
 
@@ -168,6 +168,7 @@ def test_on_kill_stops_the_query(backend, master_db, tmp_path, make_dag, spark):
         signal.signal(signal.SIGTERM, previous)
     assert str(run.state) == "failed"
     assert not spark.streams.active  # the query is stopped, not left running
+    assert (tmp_path / dag_id / "commits").is_dir()  # the templated checkpoint was rendered
     latest = xcom(dag_id, "join", XCOM_LATEST)
     matched, dead = sink_tables(tmp_path)
     ids = matched["rid"].to_pylist() + dead["rid"].to_pylist()
@@ -198,6 +199,17 @@ def test_templated_arguments_are_validated_when_the_task_runs():
     op = SemiStreamJoinOperator(task_id="j", column="nk", master_table="{{ params.table }}", master_key="nk",
                                 memory="lots", source=generator(10, 10))
     assert op.memory == "lots"  # not checked yet: the table is a template
+
+
+def test_deadline_arguments_reach_the_job_spec():
+    op = HybridJoinOperator(task_id="j", column="nk", master_table="d", master_key="nk", source=generator(1, 1),
+                            deadline_column="due_at", stop={"duration_s": 5})
+    job = op.job_dict(resolve=False)
+    assert job["deadline"] == {"max_latency_s": None, "column": "due_at"}
+    assert job["stop"] == {"duration_s": 5}
+    with pytest.raises(SpecError, match=r"^j: deadline_column: 'due at' is not a valid identifier"):
+        HybridJoinOperator(task_id="j", column="nk", master_table="d", master_key="nk", source=generator(1, 1),
+                           deadline_column="due at")
 
 
 def test_named_operators_fix_their_algorithm():
