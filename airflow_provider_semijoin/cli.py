@@ -146,7 +146,8 @@ def _shares(text: str | None) -> list[float] | None:
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
-    return run_demo(Path(args.dir), rows=args.rows, stream_rows=args.stream_rows, memory=parse_bytes(args.memory), out=print)
+    return run_demo(Path(args.dir), stream_rows=args.stream_rows, product_rows=args.product_rows,
+                    customer_rows=args.customer_rows, rows_per_second=args.rate, out=functools.partial(print, flush=True))
 
 
 # -- parser -------------------------------------------------------------------------------------
@@ -214,11 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", help="write the report as JSON")
     b.set_defaults(func=cmd_bench)
 
-    d = sub.add_parser("demo", help="generate data in SQLite, run HYBRIDJOIN, check it against a hash join")
-    d.add_argument("--dir", default="semijoin-demo")
-    d.add_argument("--rows", type=int, default=200_000, help="master rows")
-    d.add_argument("--stream-rows", type=int, default=200_000)
-    d.add_argument("--memory", default="4MB")
+    d = sub.add_parser("demo", help="the main job: the reference pipeline (dags/) as an Airflow DAG run on embedded defaults")
+    d.add_argument("--dir", default=".semijoin-home", help="AIRFLOW_HOME of the run (metadata DB, DAGs, warehouse)")
+    d.add_argument("--stream-rows", type=int, default=200_000, help="sales in the stream")
+    d.add_argument("--product-rows", type=int, default=200_000, help="rows of dim_product")
+    d.add_argument("--customer-rows", type=int, default=50_000, help="rows of dim_customer")
+    d.add_argument("--rate", type=float, default=4000, help="sales per second the stream delivers")
     d.set_defaults(func=cmd_demo)
     return parser
 

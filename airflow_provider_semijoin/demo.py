@@ -1,54 +1,394 @@
-"""``semijoin demo``: the main job on embedded defaults.
+"""``semijoin demo``: the main job - the reference pipeline as an Airflow DAG run, on embedded defaults.
 
-Generates a product master table in SQLite and a Zipf-skewed sales stream (2% of its keys
-absent from the master), runs HYBRIDJOIN under a memory budget far smaller than the master
-table, writes matched and unmatched rows, and checks the output twice: every stream tuple
-left exactly once, and the output equals a plain hash join of the stream with all of R.
+Everything lives in one folder (default ``./.semijoin-home``), the run's ``AIRFLOW_HOME``:
+
+* ``airflow.cfg`` and ``airflow.db``: Airflow with a SQLite metadata database, the LocalExecutor
+  (the join, the deadline monitor and the update sensors run side by side) and local Spark;
+* ``dags/``: the reference pipeline of the repository's ``dags/`` (its YAML spec, with the stream
+  and dimension sizes of this run), turned into the DAG ``semijoin_sales_facts`` by the factory;
+* ``semijoin/master.db``: the embedded warehouse: ``dim_product`` and ``dim_customer``
+  (:func:`..workloads.master.generate_master`, seeds 0 and 3) and the fact table ``fact_sales``.
+
+The run: an API server (the Execution API the task processes talk to) starts, then
+``dag.test(use_executor=True)`` runs one DAG run. While the join streams, an "upstream system"
+stages category changes to ``dim_product`` and name changes to ``dim_customer``; the update
+sensors see them and the install tasks apply them (SSIJ semantics) under the running join.
+Afterwards the output is checked against an oracle: a plain hash join of the regenerated stream
+with the dimension tables - every sale leaves exactly once (a fact row or a dead letter with its
+reason), with the right surrogate keys, and a category of the version before or after the update.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter
 from pathlib import Path
 
-from .core.files import write_table
-from .core.joins import create
-from .core.oracle import engine_pairs, hash_join
-from .core.runner import run_join
-from .core.stores import open_store
-from .workloads import generate_master, zipf_stream
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import yaml
 
-SELECT = ["sk", "name", "category", "price"]
+from .core.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+PIPELINE = REPO / "dags" / "pipelines" / "sales_facts.yaml"
+DAG_ID = "semijoin_sales_facts"
+JOIN_TASK = "surrogate_keys"
+FACT_TABLE = "fact_sales"
+PRODUCT_SEED, CUSTOMER_SEED = 0, 3
+CHANGED_KEYS = 40  # per dimension, staged by the "upstream system" while the join runs
+BAR_WIDTH = 30
 
 
-def run_demo(folder: Path, *, rows: int, stream_rows: int, memory: int, out=print) -> int:
-    folder.mkdir(parents=True, exist_ok=True)
-    url = f"sqlite:///{folder / 'master.db'}"
-    info = generate_master(url, "product", rows, seed=0)
-    out(f"master   {info['n_rows']:,} rows in {folder / 'master.db'} (table product, {'reused' if info['reused'] else 'generated'})")
-    stream = zipf_stream(stream_rows, rows, exponent=1.0, shape="noperm", missing=0.02, seed=1)
-    write_table(folder / "stream.parquet", stream, what="stream")
-    out(f"stream   {stream.num_rows:,} sales, Zipf exponent 1 (hot products clustered), 2% unknown products")
-    with open_store(url, "product", "nk", SELECT) as store:
-        algorithm = create("hybridjoin", store, memory)
-        result = run_join(algorithm, stream, "nk")
-        expected = hash_join(store, stream, "nk")
-    got = engine_pairs(result.matched, result.unmatched, SELECT, "tid")
-    write_table(folder / "matched.parquet", result.matched, what="out")
-    write_table(folder / "unmatched.parquet", result.unmatched, what="unmatched")
-    s = result.stats
-    split = s["memory_split"]
-    r_bytes = rows * 120
-    out(
-        f"join     HYBRIDJOIN, memory {memory / 2**20:.1f} MiB (about {memory / r_bytes:.0%} of R): "
-        f"H_S holds {split['stream_table_capacity_tuples']:,} tuples, pages of {split['page_rows']} rows"
-    )
-    out(f"rate     {s['service_rate_tps']:,.0f} tuples/s ({s['wall_s']:.2f} s, {s['disk_queries']:,} disk queries, {s['disk_rows']:,} rows read)")
-    out(f"latency  processing time p50 {s['processing_ms_p50']} ms, p99 {s['processing_ms_p99']} ms")
-    out(f"output   {s['tuples_matched']:,} matched, {s['tuples_unmatched']:,} unmatched {s['unmatched_by_reason']} -> {folder}/matched.parquet, unmatched.parquet")
-    out(f"memory   peak {s['structure_bytes_peak']:,} bytes of a {memory:,}-byte budget")
-    once = s["exactly_once"]
-    out(f"check    exactly once: {'yes' if once['ok'] else 'NO'} (lost {once['lost']}, duplicated {once['duplicated']})")
-    same = got == expected
-    out(f"check    equal to a plain hash join of the stream with all of R: {'yes' if same else 'NO'} "
-        f"({sum(expected[0].values()):,} matched pairs, {sum(expected[1].values()):,} unmatched)")
-    return 0 if once["ok"] and same and s["structure_bytes_peak"] <= memory else 1
+def pipeline_spec(stream_rows: int, product_rows: int, customer_rows: int, rows_per_second: float) -> dict:
+    """The reference pipeline's YAML as data, with this run's sizes."""
+    spec = yaml.safe_load(PIPELINE.read_text())
+    source = spec["source"]
+    source.update(total_rows=stream_rows, master_rows=product_rows, rows_per_second=rows_per_second,
+                  max_rows_per_batch=max(1000, min(source["max_rows_per_batch"], stream_rows // 8)))
+    source["extra_keys"]["customer_nk"]["master_rows"] = customer_rows
+    return spec
+
+
+def airflow_settings(home: Path, port: int) -> dict:
+    """The environment of this run's Airflow (also written to ``airflow.cfg`` for ``airflow standalone``)."""
+    return {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "6",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API_AUTH__JWT_SECRET": _jwt_secret(home),
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+        "AIRFLOW__SEMIJOIN__LOCAL_MASTER": "local[2]",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+
+
+def _jwt_secret(home: Path) -> str:
+    path = home / ".jwt_secret"
+    if not path.exists():
+        path.write_text(os.urandom(48).hex())
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def prepare_home(home: Path, spec: dict) -> None:
+    """The DAGs folder of this run (the factory file and the sized spec) and a fresh work folder."""
+    dags = home / "dags"
+    shutil.rmtree(dags, ignore_errors=True)
+    (dags / "pipelines").mkdir(parents=True)
+    shutil.copy(REPO / "dags" / "semijoin_pipelines.py", dags / "semijoin_pipelines.py")
+    (dags / "pipelines" / PIPELINE.name).write_text(
+        f"# {PIPELINE.relative_to(REPO)} with the sizes of this `semijoin demo` run\n" + yaml.safe_dump(spec, sort_keys=False))
+    for name in ("checkpoints", "output", "stop"):  # a new run starts from the beginning of the stream
+        shutil.rmtree(home / "semijoin" / name, ignore_errors=True)
+
+
+def prepare_warehouse(url: str, product_rows: int, customer_rows: int) -> dict:
+    """The two dimension tables (reused when they already hold this data set), no pending
+    changes, no facts. Returns the dimensions as they are before the run: {table: {nk: row}}."""
+    from .core.stores.changes import create_change_tables
+    from .core.stores.sql import DatabaseURL
+    from .workloads.master import generate_master
+
+    before = {}
+    for table, rows, seed in (("dim_product", product_rows, PRODUCT_SEED), ("dim_customer", customer_rows, CUSTOMER_SEED)):
+        generate_master(url, table, rows, seed=seed, reuse=False)  # the last run's installs changed it
+        create_change_tables(url, table, "nk")
+        connection = DatabaseURL.parse(url).connect()
+        try:
+            connection.execute(f'DELETE FROM "{table}__sj_pending"')
+            connection.execute(f'DROP TABLE IF EXISTS "{FACT_TABLE}"')
+            connection.commit()
+            before[table] = _dimension(connection, table)
+        finally:
+            connection.close()
+    return before
+
+
+def _dimension(connection, table: str) -> dict:
+    cursor = connection.execute(f'SELECT nk, sk, category FROM "{table}"')
+    return {int(nk): (int(sk), category) for nk, sk, category in cursor.fetchall()}
+
+
+def stage_upstream_changes(url: str, before: dict, started: threading.Event, seed: int = 11) -> None:
+    """The upstream system: once the first facts are in, change the category of CHANGED_KEYS
+    products and the name of CHANGED_KEYS customers (surrogate keys stay: SCD type 1)."""
+    from .core.stores.changes import stage_changes
+    from .core.stores.sql import DatabaseURL
+
+    started.wait()
+    rng = np.random.default_rng(seed)
+    for table, column in (("dim_product", "category"), ("dim_customer", "name")):
+        connection = DatabaseURL.parse(url).connect()
+        try:
+            keys = rng.choice(sorted(before[table]), CHANGED_KEYS, replace=False)
+            cursor = connection.execute(f'SELECT * FROM "{table}" WHERE nk IN ({",".join(map(str, keys))})')
+            names = [d[0] for d in cursor.description]
+            rows = pa.Table.from_pylist([dict(zip(names, r)) for r in cursor.fetchall()])
+            changed = pc.binary_join_element_wise(rows[column], pa.scalar(" (changed)"), "")
+            rows = rows.set_column(names.index(column), column, changed)
+            stage_changes(connection, table, "nk", rows.add_column(0, "op", pa.array(["U"] * rows.num_rows)))
+        finally:
+            connection.close()
+
+
+def _latest_xcom(airflow_db: Path, key: str):
+    try:
+        connection = sqlite3.connect(f"file:{airflow_db}?mode=ro", uri=True, timeout=1)
+        try:
+            row = connection.execute(
+                "SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND key = ? ORDER BY timestamp DESC LIMIT 1",
+                (DAG_ID, JOIN_TASK, key)).fetchone()
+        finally:
+            connection.close()
+    except sqlite3.Error:
+        return None
+    if row is None:
+        return None
+    value = json.loads(row[0]) if isinstance(row[0], (str, bytes)) else row[0]
+    return json.loads(value) if isinstance(value, str) else value
+
+
+@contextlib.contextmanager
+def output_to(log_path: Path):
+    """Send this process's (and its children's) stdout and stderr to ``log_path``; yields a
+    stream on the terminal, for the progress bar (Airflow and Spark log a lot while the run goes)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    console = open(os.dup(1), "w", buffering=1)
+    with open(log_path, "a") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield console
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            console.close()
+
+
+def watch_progress(airflow_db: Path, total: int, done: threading.Event, first_batch: threading.Event, console) -> None:
+    """A progress bar from the join task's ``semijoin_metrics`` XCom (its latest progress record)."""
+    tty = console.isatty()
+    shown = -1
+    while not done.wait(0.5):
+        record = _latest_xcom(airflow_db, "semijoin_metrics")
+        if not record:
+            continue
+        first_batch.set()
+        n = record.get("total_input_rows") or 0
+        share = min(n / total, 1.0)
+        bar = "#" * int(share * BAR_WIDTH) + "." * (BAR_WIDTH - int(share * BAR_WIDTH))
+        rate = record.get("service_rate_tps")
+        line = (f"join     [{bar}] {share:4.0%} {n:,}/{total:,} sales, micro-batch {record.get('batch_id')}, "
+                f"{rate or 0:,.0f} tuples/s, {record.get('total_deadline_misses') or 0} deadline misses")
+        if tty:
+            console.write("\r" + line)
+        elif int(share * 10) > shown:  # a log, not a terminal: a line per tenth
+            shown = int(share * 10)
+            console.write(line + "\n")
+        console.flush()
+    if tty:
+        console.write("\n")
+
+
+def start_api_server(env: dict, home: Path, port: int) -> subprocess.Popen:
+    log = open(home / "api-server.log", "w")
+    server = subprocess.Popen([sys.executable, "-m", "airflow", "api-server", "--port", str(port), "--host", "127.0.0.1"],
+                              env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"the Airflow API server ended at start-up; see {home / 'api-server.log'}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=2)
+            return server
+        except OSError:
+            time.sleep(1)
+    server.terminate()
+    raise RuntimeError(f"the Airflow API server did not answer within 180 s; see {home / 'api-server.log'}")
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def check_against_oracle(url: str, spec: dict, before: dict, dead_folder: Path) -> dict:
+    """Every sale of the stream left exactly once, as the hash join of the stream with the
+    dimensions says: a fact row with the product's and customer's surrogate keys (-1 for an
+    unknown product) and the category before or after the update, or a dead letter (unknown customer)."""
+    from .core.stores.sql import DatabaseURL
+    from .spark.sources import generator_rows, generator_settings
+    from .spark.spec import SourceSpec
+
+    settings = generator_settings(SourceSpec(**spec["source"]))
+    stream = generator_rows(settings, 0, settings["total_rows"])
+    connection = DatabaseURL.parse(url).connect()
+    try:
+        after = {table: _dimension(connection, table) for table in before}
+        facts = connection.execute(f'SELECT sj_id, product_sk, category, customer_sk FROM "{FACT_TABLE}"').fetchall()
+    finally:
+        connection.close()
+    dead = pq.read_table(dead_folder) if dead_folder.exists() else pa.table({"sj_id": pa.array([], pa.string())})
+    left = Counter([str(f[0]) for f in facts] + dead["sj_id"].to_pylist())
+    tids = [str(t) for t in stream["tid"].to_pylist()]
+    lost = sum(1 for t in tids if t not in left)
+    duplicated = sum(c - 1 for c in left.values() if c > 1)
+    unknown = len(set(left) - set(tids))
+    fact_of = {str(f[0]): f[1:] for f in facts}
+    wrong = 0
+    expected_dead = 0
+    for tid, product, customer in zip(tids, stream["nk"].to_pylist(), stream["customer_nk"].to_pylist()):
+        if customer not in before["dim_customer"]:
+            expected_dead += 1
+            wrong += tid in fact_of
+            continue
+        got = fact_of.get(tid)
+        if got is None:
+            wrong += 1
+            continue
+        product_sk, category, customer_sk = got
+        old, new = before["dim_product"].get(product), after["dim_product"].get(product)
+        want_product = -1 if old is None else old[0]
+        categories = {None} if old is None else {old[1], new[1]}
+        wrong += (product_sk != want_product) or (category not in categories) or (customer_sk != before["dim_customer"][customer][0])
+    unknown_products = sum(1 for p in stream["nk"].to_pylist() if p not in before["dim_product"])
+    return {"lost": lost, "duplicated": duplicated, "unknown_ids": unknown, "wrong": wrong, "unknown_products": unknown_products,
+            "dead_letters": dead.num_rows, "expected_dead_letters": expected_dead,
+            "ok": lost == duplicated == unknown == wrong == 0 and dead.num_rows == expected_dead}
+
+
+def load_dag(path: Path):
+    module_spec = importlib.util.spec_from_file_location("semijoin_demo_pipelines", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return getattr(module, DAG_ID)
+
+
+def run_demo(home: Path, *, stream_rows: int, product_rows: int, customer_rows: int, rows_per_second: float,
+             out=print) -> int:
+    if stream_rows < 1000 or product_rows < 100 or customer_rows < 100:
+        raise ConfigError("demo: --stream-rows must be at least 1000, --product-rows and --customer-rows at least 100")
+    started_at = time.time()
+    home = home.resolve()
+    (home / "semijoin").mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    env = airflow_settings(home, port)
+    spec = pipeline_spec(stream_rows, product_rows, customer_rows, rows_per_second)
+    prepare_home(home, spec)
+    write_airflow_cfg(home, env)
+    os.environ.update(env)  # before airflow is imported: it reads its configuration once
+    url = f"sqlite:///{home / 'semijoin' / 'master.db'}"
+    before = prepare_warehouse(url, product_rows, customer_rows)
+    out(f"home     {home} (AIRFLOW_HOME: metadata DB airflow.db, DAGs, warehouse semijoin/master.db)")
+    out(f"master   dim_product {product_rows:,} rows, dim_customer {customer_rows:,} rows (SQLite)")
+    out(f"stream   {stream_rows:,} sales at {rows_per_second:,.0f}/s, Zipf product and customer keys "
+        f"(2% unknown products -> unknown member -1, 1% unknown customers -> dead letter)")
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env={**os.environ, **env}, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    server = start_api_server({**os.environ, **env}, home, port)
+    out(f"airflow  metadata DB ready, API server on 127.0.0.1:{port}; DAG run of {DAG_ID} starts "
+        f"({time.time() - started_at:.0f} s)")
+    out(f"         (Airflow's and Spark's logs: {home / 'dag-run.log'}, task logs under {home / 'logs'})")
+    done, first_batch = threading.Event(), threading.Event()
+    upstream = threading.Thread(target=stage_upstream_changes, args=(url, before, first_batch), daemon=True)
+    try:
+        with output_to(home / "dag-run.log") as console:
+            watcher = threading.Thread(target=watch_progress, args=(home / "airflow.db", stream_rows, done, first_batch, console),
+                                       daemon=True)
+            watcher.start()
+            upstream.start()
+            try:
+                run = load_dag(home / "dags" / "semijoin_pipelines.py").test(use_executor=True)
+            finally:
+                done.set()
+                first_batch.set()
+                watcher.join()
+                upstream.join()
+    finally:
+        stop_process(server)
+    return report(run, home, url, spec, before, started_at, out)
+
+
+def report(run, home: Path, url: str, spec: dict, before: dict, started_at: float, out) -> int:
+    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    summary = _latest_xcom(home / "airflow.db", "return_value") or {}
+    last = summary.get("last_progress") or {}
+    info = _latest_xcom(home / "airflow.db", "semijoin_info") or {}
+    check = check_against_oracle(url, spec, before, home / "semijoin" / "output" / DAG_ID / JOIN_TASK / "dead_letter")
+    reasons = Counter()
+    dead = home / "semijoin" / "output" / DAG_ID / JOIN_TASK / "dead_letter"
+    if dead.exists():
+        reasons.update(pq.read_table(dead, columns=["reason"])["reason"].to_pylist())
+    n_in = summary.get("input_rows", 0)
+    out(f"dag run  {run.run_id}: {run.state} ({', '.join(f'{k} {v}' for k, v in sorted(states.items()))})")
+    out(f"join     {info.get('algorithm', '?')} (auto chose {', '.join(c['algorithm'] for c in info.get('auto_choices', {}).values()) or '-'}), "
+        f"{summary.get('batches', 0)} micro-batches in {summary.get('duration_s', 0):.1f} s")
+    out(f"input    {n_in:,} sales")
+    out(f"matched  {summary.get('output_rows', 0):,} facts in {FACT_TABLE} ({check['unknown_products']:,} with product_sk -1: product not in dim_product)")
+    out(f"unmatched by reason: customer {dict(reasons) or '{}'} -> dead letters ({summary.get('unmatched', 0):,}); "
+        f"product {{'not_in_master': {check['unknown_products']:,}}} -> unknown member -1 in fact_sales")
+    rate = n_in / summary["duration_s"] if summary.get("duration_s") else 0
+    out(f"rate     {rate:,.0f} sales/s end to end; last micro-batch {last.get('service_rate_tps') or 0:,.0f} tuples/s in the joins")
+    out(f"latency  p99 {last.get('latency_ms_p99')} ms (last micro-batch); deadline {spec['deadline']['max_latency_s']} s: "
+        f"{summary.get('deadline_misses', 0):,} misses")
+    out(f"updates  {CHANGED_KEYS} product and {CHANGED_KEYS} customer changes installed while the join ran: "
+        f"install_dim_product {states.get('install_dim_product')}, install_dim_customer {states.get('install_dim_customer')}")
+    out(f"check    exactly once against the oracle (hash join of the stream with the dimensions): "
+        f"{'yes' if check['ok'] else 'NO'} (lost {check['lost']}, duplicated {check['duplicated']}, "
+        f"wrong keys {check['wrong']}, dead letters {check['dead_letters']:,} of {check['expected_dead_letters']:,} expected)")
+    out(f"time     {time.time() - started_at:.0f} s in all")
+    out("")
+    out("Watch it in the Airflow UI (DAG semijoin_sales_facts, menu Semi-joins, task tab Semi-join):")
+    out(f"  AIRFLOW_HOME={home} {Path(sys.executable).parent / 'airflow'} standalone")
+    out("  then open http://localhost:8080 (user admin; the password is printed at start and kept in "
+        f"{home / 'simple_auth_manager_passwords.json.generated'})")
+    ok = str(run.state) == "success" and check["ok"] and n_in == spec["source"]["total_rows"]
+    return 0 if ok else 1
+
+
+def write_airflow_cfg(home: Path, env: dict) -> None:
+    """``airflow.cfg`` of this home, so ``airflow standalone`` with AIRFLOW_HOME=home sees the same run."""
+    keep = {k: v for k, v in env.items() if k.startswith("AIRFLOW__") and "EXECUTION_API" not in k and "__API__" not in k}
+    sections: dict = {}
+    for name, value in keep.items():
+        _, section, key = name.split("__", 2)
+        sections.setdefault(section.lower(), {})[key.lower()] = value
+    (home / "airflow.cfg").write_text("".join(
+        f"[{section}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items()) + "\n" for section, values in sections.items()))

@@ -1,4 +1,4 @@
-"""``semijoin bench`` at a tiny size and ``semijoin demo``: they run and check what they claim.
+"""``semijoin bench`` at a tiny size and ``semijoin demo`` (the main job): they run and check what they claim.
 
 Speed is never asserted here: the benchmark measures it, tests only check that the report is
 complete and consistent (each algorithm measured, within its memory budget, rates positive).
@@ -7,6 +7,11 @@ complete and consistent (each algorithm measured, within its memory budget, rate
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +19,8 @@ from airflow_provider_semijoin.bench import BenchConfig
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import ALGORITHMS
-from airflow_provider_semijoin.core.files import read_table
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_bench_tiny_reports_every_algorithm_and_shape(tmp_path, capsys):
@@ -80,11 +86,25 @@ def test_sweep_cache_option_names_a_bad_share(tmp_path, capsys):
     assert "--sweep-cache[1]: 'lots' is not a number" in capsys.readouterr().err
 
 
-def test_demo_checks_exactly_once_and_the_oracle(tmp_path, capsys):
-    assert main(["demo", "--dir", str(tmp_path), "--rows", "20000", "--stream-rows", "30000", "--memory", "512KB"]) == 0
-    out = capsys.readouterr().out
-    assert "exactly once: yes (lost 0, duplicated 0)" in out
-    assert "equal to a plain hash join of the stream with all of R: yes" in out
-    matched, unmatched = read_table(tmp_path / "matched.parquet"), read_table(tmp_path / "unmatched.parquet")
-    assert matched.num_rows + unmatched.num_rows == 30000
-    assert 0 < unmatched.num_rows < 0.05 * 30000  # 2% of keys are absent from R
+def test_main_job_runs_the_reference_pipeline_as_a_dag_run(tmp_path):
+    """``semijoin demo`` at a small size, in a process of its own (it sets up its own Airflow):
+    the DAG run succeeds, every task ran, and the summary's oracle check passes."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "airflow_provider_semijoin.cli", "demo", "--dir", str(tmp_path / "home"),
+         "--stream-rows", "4000", "--product-rows", "5000", "--customer-rows", "2000", "--rate", "2000"],
+        capture_output=True, text=True, env=env, timeout=300)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    assert re.search(r"join     \[#{30}\] 100% 4,000/4,000 sales", out)
+    assert re.search(r"dag run  manual__\S+: success \(changes_dim_customer success, changes_dim_product success, "
+                     r"deadline_monitor (success|skipped), install_dim_customer success, install_dim_product success, "
+                     r"surrogate_keys success\)", out)
+    assert "input    4,000 sales" in out
+    assert "exactly once against the oracle (hash join of the stream with the dimensions): yes (lost 0, duplicated 0, wrong keys 0" in out
+    facts = int(re.search(r"matched  ([\d,]+) facts", out).group(1).replace(",", ""))
+    dead = int(re.search(r"-> dead letters \(([\d,]+)\)", out).group(1).replace(",", ""))
+    assert facts + dead == 4000 and 0 < dead < 200  # 1% of customer keys are unknown
+    assert f"AIRFLOW_HOME={tmp_path / 'home'}" in out and "standalone" in out
+    assert (tmp_path / "home" / "airflow.cfg").exists()

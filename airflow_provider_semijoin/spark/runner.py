@@ -36,7 +36,7 @@ from ..core.reasons import Unmatched
 from ..core.runner import run_join
 from ..core.stores import open_store
 from .sinks import dead_letter_rows, open_sink
-from .sources import CORRUPT_COLUMN, FILE_COLUMN, check_source, generator_schema, stream_frame, tuple_ids
+from .sources import CORRUPT_COLUMN, FILE_COLUMN, check_source, generator_schema, generator_settings, stream_frame, tuple_ids
 from .spec import DeadlineSpec, JobSpec, StepSpec
 
 log = logging.getLogger(__name__)
@@ -374,7 +374,7 @@ def _source_columns(spec: JobSpec) -> set[str] | None:
     """The stream's columns when known before Spark starts (generator, files with a schema)."""
     source = spec.source
     if source.kind == "generator":
-        ddl = generator_schema(source.key_type)
+        ddl = generator_schema(generator_settings(source))
     elif source.kind == "files" and source.schema is not None:
         ddl = source.schema
     else:

@@ -64,8 +64,23 @@ def arrived_rows(settings: dict, elapsed: float, done: int) -> int:
     return due if total is None else min(due, total)
 
 
-def generator_schema(key_type: str) -> str:
-    return f"tid BIGINT, nk {'BIGINT' if key_type == 'int' else 'STRING'}, qty BIGINT, amount DOUBLE, sj_arrival DOUBLE"
+def generator_schema(settings: dict) -> str:
+    """The generator's columns (``settings`` as :func:`generator_settings` gives them)."""
+    key = "BIGINT" if settings["key_type"] == "int" else "STRING"
+    extra = "".join(f", {column} {key}" for column in settings["extra_keys"])
+    return f"tid BIGINT, nk {key}, qty BIGINT, amount DOUBLE{extra}, sj_arrival DOUBLE"
+
+
+def generator_rows(settings: dict, start: int, end: int) -> pa.Table:
+    """Rows ``start`` .. ``end - 1`` of the generator (without arrival times): always the same."""
+    s = settings
+    rows = zipf_rows(start, end, s["master_rows"], exponent=s["exponent"], shape=s["shape"], missing=s["missing"],
+                     key_type=s["key_type"], seed=s["seed"])
+    for column, extra in s["extra_keys"].items():
+        keys = zipf_rows(start, end, extra["master_rows"], exponent=extra["exponent"], shape=extra["shape"],
+                         missing=extra["missing"], key_type=s["key_type"], seed=extra["seed"])
+        rows = rows.append_column(column, keys["nk"])
+    return rows
 
 
 def _generator_classes():
@@ -95,10 +110,7 @@ def _generator_classes():
 
         def read(self, partition):
             s = self.settings
-            rows = zipf_rows(
-                partition.start, partition.end, s["master_rows"], exponent=s["exponent"], shape=s["shape"],
-                missing=s["missing"], key_type=s["key_type"], seed=s["seed"],
-            )
+            rows = generator_rows(s, partition.start, partition.end)
             times = partition.t0 + arrival_offsets(partition.start, partition.end, s["rows_per_second"], s["bursty"], s["seed"])
             yield from rows.append_column("sj_arrival", pa.array(times)).to_batches()
 
@@ -111,7 +123,7 @@ def _generator_classes():
             return GENERATOR_FORMAT
 
         def schema(self) -> str:
-            return generator_schema(json.loads(self.options["settings"])["key_type"])
+            return generator_schema(json.loads(self.options["settings"]))
 
         def streamReader(self, schema):
             return GeneratorReader(self.options)
@@ -120,11 +132,13 @@ def _generator_classes():
 
 
 def generator_settings(source: SourceSpec) -> dict:
-    return {
+    settings = {
         name: getattr(source, name)
         for name in ("rows_per_second", "total_rows", "master_rows", "key_type", "exponent", "shape", "missing", "bursty",
                      "seed", "max_rows_per_batch")
     }
+    settings["extra_keys"] = {column: source.extra_key_settings(column) for column in source.extra_keys}
+    return settings
 
 
 def check_source(source: SourceSpec) -> None:

@@ -25,6 +25,8 @@ SOURCE_KINDS = ("files", "generator", "spark")
 FILE_FORMATS = ("parquet", "csv", "json")
 SINK_KINDS = ("parquet", "table")
 ON_MISSING = ("dead_letter", "unknown_member", "retry")
+GENERATOR_COLUMNS = ("tid", "nk", "qty", "amount", "sj_arrival")
+EXTRA_KEY_SETTINGS = ("master_rows", "exponent", "shape", "missing", "seed")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
@@ -66,6 +68,9 @@ class SourceSpec:
       optionally bursty (self-similar arrivals), ``total_rows`` in all (None: endless). Its keys
       are those of a master of ``master_rows`` rows (:func:`..workloads.master.generate_master`);
       ``max_rows_per_batch`` caps a micro-batch (a backlog is read in several batches).
+      ``extra_keys`` adds more foreign-key columns, each a Zipf stream of its own over another
+      master: ``{"customer_nk": {"master_rows": 20000, "seed": 7}}`` (``exponent``, ``shape``,
+      ``missing``, ``seed`` default to the source's; a sale carries a product and a customer key).
     * ``spark``: any Spark source by ``format`` and ``options`` (Kafka where the connector is on
       the classpath); ``id_column`` names a column that is stable across replays.
     """
@@ -87,6 +92,7 @@ class SourceSpec:
     bursty: bool = False
     seed: int = 0
     max_rows_per_batch: int | None = None
+    extra_keys: dict = field(default_factory=dict)
 
     def __post_init__(self):
         _one_of("kind", self.kind, SOURCE_KINDS)
@@ -121,6 +127,30 @@ class SourceSpec:
                 raise SpecError(f"missing: {self.missing!r} is not a fraction between 0 and 1")
             if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
                 raise SpecError(f"seed: {self.seed!r} is not an integer >= 0")
+            self._check_extra_keys()
+        if self.kind != "generator" and self.extra_keys:
+            raise SpecError(f"extra_keys: given for a {self.kind} source; expected it only with kind 'generator'")
+
+    def _check_extra_keys(self) -> None:
+        if not isinstance(self.extra_keys, dict):
+            raise SpecError(f"extra_keys: {self.extra_keys!r} is not a mapping of column names to key settings")
+        for column, settings in self.extra_keys.items():
+            _identifier(f"extra_keys.{column}", column)
+            if column in GENERATOR_COLUMNS:
+                raise SpecError(f"extra_keys.{column}: already a column of the generator; expected a new column name")
+            if not isinstance(settings, dict) or "master_rows" not in settings:
+                raise SpecError(f"extra_keys.{column}: {settings!r} is not a mapping with master_rows")
+            unknown = sorted(set(settings) - set(EXTRA_KEY_SETTINGS))
+            if unknown:
+                raise SpecError(f"extra_keys.{column}.{unknown[0]}: not a key setting (settings: {list(EXTRA_KEY_SETTINGS)})")
+            try:  # the same checks as the source's own settings
+                SourceSpec(**{**self.extra_key_settings(column), "key_type": self.key_type})
+            except SpecError as exc:
+                raise SpecError(f"extra_keys.{column}.{exc}") from None
+
+    def extra_key_settings(self, column: str) -> dict:
+        """The Zipf settings of extra key ``column``: its own, else the source's."""
+        return {name: self.extra_keys[column].get(name, getattr(self, name)) for name in EXTRA_KEY_SETTINGS}
 
     @property
     def bounded(self) -> bool:

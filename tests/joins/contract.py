@@ -210,20 +210,20 @@ class MasterWriter(threading.Thread):
         columns: dict[str, list] = {"op": [], "nk": [], **{c: [] for c in self.select}}
         for i, key in enumerate(chosen.tolist()):
             if self.rng.random() < 0.3:
-                columns["op"].append("D"), columns["nk"].append(key)
-                for c in self.select:
-                    columns[c].append(None)
-                state.pop(key, None)
-                continue
-            rows = []
-            for j in range(int(self.rng.integers(1, 4)) if self.one_to_k else 1):
-                self._next_id += 1
-                values = {"id": self._next_id, "v": version * 1000 + 10 * i + j, "label": f"v{version}"}
-                rows.append(tuple(values[c] for c in self.select))
-                columns["op"].append("U"), columns["nk"].append(key)
+                changed = [("D", dict.fromkeys(self.select))]
+            else:
+                k = int(self.rng.integers(1, 4)) if self.one_to_k else 1
+                changed = [("U", {"id": self._next_id + j, "v": version * 1000 + 10 * i + j, "label": f"v{version}"})
+                           for j in range(k)]
+                self._next_id += k
+            for op, values in changed:
+                columns["op"].append(op)
+                columns["nk"].append(key)
                 for c in self.select:
                     columns[c].append(values[c])
-            state[key] = rows
+            state[key] = [tuple(values[c] for c in self.select) for op, values in changed if op == "U"]
+            if not state[key]:
+                del state[key]
         return pa.table({"op": pa.array(columns.pop("op"), pa.string()), "nk": pa.array(columns.pop("nk"), pa.int64()),
                          **{c: pa.array(v, pa.int64() if c != "label" else pa.string()) for c, v in columns.items()}}), state
 
