@@ -66,9 +66,9 @@ from ..stores.base import MasterPage, PageMap
 from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer, join_page, not_in_master, probe, ranges
 
 POLICIES = ("utility", "lru")
-SB_SHARE = 0.1  # default SB_thresh: stream-buffer tuples filling this share of the usable budget
+SB_SHARE = 0.3  # default SB_thresh: stream-buffer tuples filling this share of the usable budget (Fig. 13)
 IB_PER_SB = 4  # default IB_thresh = SB_thresh / 4 (Table II: IB 250,000, SB 1,000,000 tuples)
-IB_SIZE_PER_THRESH = 4  # default input-buffer size: four online batches
+IB_SIZE_PER_THRESH = 2  # default input-buffer size: one batch taken, one arriving
 SCAN_SHARE = 0.25  # a read sequence takes at most this share of the budget (caps maxScan)
 PAIR_BYTES = 8 + 8  # an II entry: SB position and page
 # per page of R: CR's cached flag, utility, time of last use, bytes and segment; II's count; a join
@@ -162,10 +162,10 @@ class _Segment:
     keys: np.ndarray
     rows: pa.Table
     row_page: np.ndarray
+    nbytes: int = field(init=False)
 
-    @property
-    def nbytes(self) -> int:
-        return int(self.keys.nbytes + self.rows.nbytes + self.row_page.nbytes)
+    def __post_init__(self) -> None:
+        self.nbytes = int(self.keys.nbytes + self.rows.nbytes + self.row_page.nbytes)  # Table.nbytes is slow
 
 
 class PageCache:
@@ -194,10 +194,7 @@ class PageCache:
         self._schema = schema
         self._segments: list[_Segment] = []
         self._next_id = 0
-
-    @property
-    def nbytes(self) -> int:
-        return sum(s.nbytes for s in self._segments)
+        self.nbytes = 0  # bytes of the segments (the rows of evicted pages included until compact())
 
     @property
     def slab(self) -> _Segment:
@@ -227,6 +224,7 @@ class PageCache:
                            row_page[rows].astype(np.int32))
         self._next_id += 1
         self._segments.append(segment)
+        self.nbytes += segment.nbytes
         counts = np.bincount(segment.row_page - keep[0], minlength=int(keep[-1] - keep[0] + 1))[keep - keep[0]]
         sizes = np.floor(segment.nbytes * counts / max(len(rows), 1)).astype(np.int64)
         self.cached[keep] = True
@@ -281,6 +279,7 @@ class PageCache:
         self._next_id += 1
         self.home[self.cached] = slab.id
         self._segments = [slab]
+        self.nbytes = slab.nbytes
         self.compactions += 1
 
     def garbage(self) -> int:
@@ -348,8 +347,8 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
     params = {
         "page_rows": Param(int, 64, "rows of R per page (a block; Table II: 64 tuples per block)", 1),
         "ib_thresh": Param(int, 0, "IB_thresh: stream tuples per online phase; 0 = SB_thresh / 4", 0),
-        "sb_thresh": Param(int, 0, "SB_thresh: tuples in SB that start a join phase; 0 = a tenth of the budget", 0),
-        "ib_size": Param(int, 0, "input buffer IB: most arrived tuples it holds; 0 = 4 * IB_thresh", 0),
+        "sb_thresh": Param(int, 0, "SB_thresh: tuples in SB that start a join phase; 0 = 30% of the budget", 0),
+        "ib_size": Param(int, 0, "input buffer IB: most arrived tuples it holds; 0 = 2 * IB_thresh", 0),
         "max_scan": Param(int, 200, "maxScan: most pages one read sequence (one range query) covers", 1),
         "cache_policy": Param(str, "utility", "which pages CR keeps: utility (ToKeep/ToRemove, sec. IV-C) or lru"),
         "range_lo": Param(int, 0, "range join: R.key >= stream key + range_lo (integer keys; 0, 0 = equality)"),
