@@ -14,7 +14,9 @@ import uuid
 import pyarrow as pa
 import pytest
 
+from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.stores import DatabaseURL, MasterStore, store_for, write_table
+from airflow_provider_semijoin.core.stores.sql import side_tables
 
 DEFAULT_MYSQL_URL = "mysql://semijoin:semijoin@127.0.0.1:3306/semijoin_test"
 
@@ -74,9 +76,18 @@ class Backend:
     def close(self) -> None:
         try:
             for table in self.tables:
-                self.execute(f"DROP TABLE IF EXISTS {self.quote(table)}")
+                for name in with_side_tables(table):
+                    self.execute(f"DROP TABLE IF EXISTS {self.quote(name)}")
         finally:
             self.connection.close()
+
+
+def with_side_tables(table: str) -> tuple[str, ...]:
+    """``table`` and the names of its change tables (if it can have them)."""
+    try:
+        return (table, *side_tables(table))
+    except ConfigError:
+        return (table,)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("mysql", marks=pytest.mark.mysql)])

@@ -6,10 +6,17 @@ feed the rest through a :class:`~.joins.base.StreamBuffer`, step the algorithm u
 drained, and build the matched table (stream columns + selected master columns, one row per
 matching master row) and the unmatched table (stream columns + ``reason``). The exactly-once
 check is part of every run: each stream tuple must leave exactly once, matched or unmatched.
+
+Deadlines (SSIJ sec. IV-F): each tuple may carry an arrival time and an absolute deadline in
+the clock's units; the run reports the latency from arrival to completion and counts the tuples
+completed after their deadline (unmatched ones too: leaving late is late).
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
+import numbers
 import time
 from dataclasses import dataclass
 
@@ -27,9 +34,25 @@ STALL_STEPS = 1000  # steps in a row without progress before the run is declared
 
 @dataclass
 class JoinRun:
+    """What a run produced; ``completed_at`` holds when each stream row left (clock units)."""
+
     matched: pa.Table
     unmatched: pa.Table
     stats: dict
+    completed_at: np.ndarray
+
+
+def per_row_times(name: str, values, n: int) -> np.ndarray:
+    """``values`` (a sequence, numpy or Arrow array of numbers) as one float64 per stream row."""
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        values = values.to_numpy(zero_copy_only=False)
+    try:
+        times = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: expected one number per stream row (a time in clock units)") from None
+    if times.shape != (n,):
+        raise ConfigError(f"{name}: {times.size} values for {n} stream rows; expected one per row")
+    return times
 
 
 def check_exactly_once(n: int, matched_ids: np.ndarray, unmatched_ids: np.ndarray) -> dict:
@@ -44,45 +67,31 @@ def check_exactly_once(n: int, matched_ids: np.ndarray, unmatched_ids: np.ndarra
     }
 
 
-def run_join(
-    algorithm: JoinAlgorithm,
-    stream: pa.Table,
-    stream_key: str,
-    *,
-    clock: Clock = time.perf_counter,
-) -> JoinRun:
-    """Join ``stream`` (an Arrow table) with R through ``algorithm``; the stream is taken whole."""
-    if stream_key not in stream.column_names:
-        raise ConfigError(
-            f"stream-key: column {stream_key!r} is not in the stream (columns: {stream.column_names})"
-        )
-    clash = sorted(set(algorithm.schema.names) & set(stream.column_names))
-    if clash:
-        raise ConfigError(
-            f"select: master column {clash[0]!r} is also a stream column; select other columns or rename it"
-        )
-    n = stream.num_rows
+@contextlib.contextmanager
+def one_version_of_r(algorithm: JoinAlgorithm):
+    """Everything the algorithm reads of R inside sees one version of it (SSIJ sec. IV-E).
+
+    When R has a change log: enter the store's snapshot and drop what the algorithm cached of
+    the keys changed since its last one, before any probe; yields how many cached entries were
+    dropped. Without a change log nobody installs versions: plain reads, nothing to drop.
+    """
     store = algorithm.store
-    io_before = store.counters.as_dict()
-    started = clock()
-    normalized = normalize(stream[stream_key], store.key_type)
-    row_ids = np.arange(n, dtype=np.int64)
-    valid = normalized.valid
-    outputs = [
-        JoinOutput(
-            np.zeros(0, np.int64), algorithm.schema.empty_table(), row_ids[~valid], normalized.reason[~valid]
-        )
-    ]
-    entered = np.full(n, started)
-    completed = np.full(n, started)
-    buffer = StreamBuffer(store.key_type, clock)
-    buffer.append(row_ids[valid], normalized.keys[valid])
-    buffer.close()
+    if not store.has_change_log():
+        yield 0
+        return
+    with store.snapshot() as changed:
+        yield algorithm.invalidate(changed) if len(changed) else 0
+
+
+def drain(algorithm: JoinAlgorithm, buffer: StreamBuffer, entered: np.ndarray, completed: np.ndarray) -> list[JoinOutput]:
+    """Step ``algorithm`` until ``buffer`` (closed) is exhausted and nothing is pending; logs when
+    each tuple entered (``entered``) and left (``completed``) in the buffer's clock units."""
+    outputs = []
     stalled = 0
     while not (buffer.exhausted and algorithm.pending == 0):
         before = (buffer.available, algorithm.pending)
         out = algorithm.step(buffer)
-        now = clock()
+        now = buffer.clock()
         for ids, t in buffer.taken:
             entered[ids] = t
         buffer.taken.clear()
@@ -93,6 +102,69 @@ def run_join(
         stalled = 0 if progress else stalled + 1
         if stalled >= STALL_STEPS:
             raise RuntimeError(f"{algorithm.name} made no progress in {STALL_STEPS} steps with {algorithm.pending} tuples pending")
+    return outputs
+
+
+def run_join(
+    algorithm: JoinAlgorithm,
+    stream: pa.Table,
+    stream_key: str,
+    *,
+    clock: Clock = time.perf_counter,
+    arrival=None,
+    deadline=None,
+    max_latency_s: float | None = None,
+) -> JoinRun:
+    """Join ``stream`` (an Arrow table) with R through ``algorithm``; the stream is taken whole.
+
+    ``arrival``: when each row arrived (clock units; default: the run's start). ``deadline``:
+    each row's absolute deadline (clock units, NaN = none), or ``max_latency_s``: every row's
+    deadline is its arrival + max_latency_s (SSIJ sec. IV-F). The stats report
+    ``latency_ms_p50``/``latency_ms_p99`` (completion - arrival), ``deadline_misses`` (tuples
+    completed after their deadline, unmatched ones included) and ``tuples_with_deadline``.
+    """
+    if stream_key not in stream.column_names:
+        raise ConfigError(
+            f"stream-key: column {stream_key!r} is not in the stream (columns: {stream.column_names})"
+        )
+    clash = sorted(set(algorithm.schema.names) & set(stream.column_names))
+    if clash:
+        raise ConfigError(
+            f"select: master column {clash[0]!r} is also a stream column; select other columns or rename it"
+        )
+    n = stream.num_rows
+    arrived = None if arrival is None else per_row_times("arrival", arrival, n)
+    if arrived is not None and not np.isfinite(arrived).all():
+        raise ConfigError(f"arrival: row {int(np.flatnonzero(~np.isfinite(arrived))[0])} is not a finite time")
+    if deadline is not None and max_latency_s is not None:
+        raise ConfigError("deadline: give per-row deadlines or max_latency_s, not both")
+    if max_latency_s is not None and not (
+        isinstance(max_latency_s, numbers.Real) and not isinstance(max_latency_s, bool) and 0 <= max_latency_s < math.inf
+    ):
+        raise ConfigError(f"max_latency_s: {max_latency_s!r} must be a number >= 0 (seconds in clock units)")
+    deadlines = None if deadline is None else per_row_times("deadline", deadline, n)
+    store = algorithm.store
+    io_before = store.counters.as_dict()
+    started = clock()
+    if arrived is None:
+        arrived = np.full(n, started)
+    if max_latency_s is not None:
+        deadlines = arrived + max_latency_s
+    entered = np.full(n, started)
+    completed = np.full(n, started)
+    with one_version_of_r(algorithm) as invalidated:
+        normalized = normalize(stream[stream_key], store.key_type)
+        row_ids = np.arange(n, dtype=np.int64)
+        valid = normalized.valid
+        outputs = [
+            JoinOutput(
+                np.zeros(0, np.int64), algorithm.schema.empty_table(), row_ids[~valid], normalized.reason[~valid]
+            )
+        ]
+        buffer = StreamBuffer(store.key_type, clock)
+        buffer.append(row_ids[valid], normalized.keys[valid], None if deadlines is None else deadlines[valid])
+        buffer.close()
+        outputs += drain(algorithm, buffer, entered, completed)
     wall = clock() - started
     result = JoinOutput.concat(outputs, algorithm.schema)
     matched = stream.take(result.matched_ids)
@@ -104,6 +176,8 @@ def run_join(
     io_after = store.counters.as_dict()
     reasons, counts = np.unique(labels(result.unmatched_reason), return_counts=True)
     processing = latency_ms(completed - entered)
+    latency = latency_ms(completed - arrived)
+    late = 0 if deadlines is None else int(np.count_nonzero(completed > deadlines))
     stats = {
         "algorithm": algorithm.name,
         "tuples_in": n,
@@ -116,7 +190,13 @@ def run_join(
         **{k: round(io_after[k] - io_before[k], 6) for k in io_after},
         "processing_ms_p50": processing["p50"],
         "processing_ms_p99": processing["p99"],
+        "latency_ms_p50": latency["p50"],
+        "latency_ms_p99": latency["p99"],
+        "deadline_misses": late,
+        "tuples_with_deadline": 0 if deadlines is None else int(np.count_nonzero(~np.isnan(deadlines))),
         "exactly_once": check_exactly_once(n, result.matched_ids, result.unmatched_ids),
+        "master_version": store.seen_version,
+        "invalidated": invalidated,
         **algorithm.stats(),
     }
-    return JoinRun(matched, unmatched, stats)
+    return JoinRun(matched, unmatched, stats, completed)

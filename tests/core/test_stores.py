@@ -111,8 +111,17 @@ def test_page_map_of_string_keys_with_control_characters_is_in_byte_order(backen
 def test_page_map_of_an_empty_master(backend):
     store = backend.make_master(master([]))
     pm = store.page_map(4)
-    assert pm.n_pages == 0 and pm.n_keys == 0 and pm.n_rows == 0
-    assert pm.page_of(np.array([0, 5])).tolist() == [-1, -1]
+    assert pm.n_keys == 0 and pm.n_rows == 0
+    assert pm.n_pages == 1  # one page covering no key: keys inserted later get a page (PageMap.cover)
+    edges = [-(2**63), -1, 0, 1, 5, 2**63 - 1]
+    assert pm.page_of(np.array(edges)).tolist() == [-1] * len(edges)
+
+
+def test_page_map_of_an_empty_string_master_covers_no_key(backend):
+    store = backend.make_master(master(["x"]))
+    backend.execute(f"DELETE FROM {backend.quote(store.table)}")
+    pm = store_for(backend.connection, store.table, "nk").page_map(4)
+    assert pm.n_keys == 0 and pm.page_of(np.array([b"", b"\x01", b"x", b"\xff"], "S1")).tolist() == [-1] * 4
 
 
 @pytest.mark.parametrize("page_rows", [0, -3, 2.5, "5", None])

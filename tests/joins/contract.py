@@ -149,6 +149,29 @@ def record_loads(store) -> list[tuple[int, int]]:
     return calls
 
 
+class StepClock:
+    """A clock that reads how many steps ``algorithm`` has begun (0 before the first), and
+    ``completed[row]``: the step that completed each stream row, read from the steps' outputs
+    (0 for rows that never reach a step), independently of the runner's own bookkeeping."""
+
+    def __init__(self, algorithm, n_rows: int):
+        self.now = 0.0
+        self.completed = np.zeros(n_rows)
+        step = algorithm.step
+
+        def counted_step(buffer):
+            self.now += 1.0
+            out = step(buffer)
+            self.completed[out.matched_ids] = self.now
+            self.completed[out.unmatched_ids] = self.now
+            return out
+
+        algorithm.step = counted_step
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def reasons_by_row(run: JoinRun) -> dict[int, str]:
     return dict(zip(run.unmatched[ROW_ID].to_pylist(), run.unmatched["reason"].to_pylist()))
 
@@ -396,6 +419,41 @@ class JoinContract:
         store = backend.make_master(master_of([]))
         run = self.join(store, stream_of([1, 2, None, 2]))
         assert reasons_by_row(run) == {0: "not_in_master", 1: "not_in_master", 2: "null_key", 3: "not_in_master"}
+
+    # -- deadlines (SSIJ sec. IV-F) -----------------------------------------------------------
+    def deadline_case(self, backend, seed: int) -> tuple:
+        """R, a stream of present, absent, out-of-range and invalid keys, a small budget (many
+        steps), and the algorithm with a :class:`StepClock`."""
+        store = backend.make_master(master_of(range(0, 400, 2)))
+        rng = np.random.default_rng(seed)
+        values = [str(v) for v in rng.integers(-20, 420, 500)] + ["x", None, "2.5"] * 10
+        stream = stream_of(rng.permutation(np.array(values, dtype=object)).tolist(), pa.string())
+        algorithm = self.make(store, int(self.smallest_budget(store) * 1.5))
+        return store, stream, algorithm, StepClock(algorithm, stream.num_rows), rng
+
+    def test_deadline_misses_are_counted_exactly(self, backend):
+        """A tuple misses when it completes after its deadline, matched or not; NaN = none."""
+        store, stream, algorithm, clock, rng = self.deadline_case(backend, 29)
+        deadlines = rng.choice([0.0, 0.5, 2.0, 6.0, np.inf, np.nan], stream.num_rows)
+        run = run_join(algorithm, stream, STREAM_KEY, clock=clock, deadline=pa.array(deadlines))
+        assert_exact(store, stream, run)
+        assert np.array_equal(run.completed_at, clock.completed)
+        late = clock.completed > np.nan_to_num(deadlines, nan=np.inf)
+        assert run.stats["deadline_misses"] == int(late.sum()) > 0
+        assert run.stats["tuples_with_deadline"] == int((~np.isnan(deadlines)).sum())
+        invalid = [row for row, why in reasons_by_row(run).items() if why in ("bad_key", "null_key")]
+        assert len(invalid) == 30 and (run.completed_at[invalid] == 0).all()  # they leave at the start
+
+    def test_max_latency_sets_deadlines_from_arrival(self, backend):
+        store, stream, algorithm, clock, rng = self.deadline_case(backend, 31)
+        arrival = -rng.uniform(0, 3, stream.num_rows)  # arrived before the run started (at 0)
+        run = run_join(algorithm, stream, STREAM_KEY, clock=clock, arrival=arrival, max_latency_s=2.5)
+        assert_exact(store, stream, run)
+        latency_s = clock.completed - arrival
+        assert run.stats["deadline_misses"] == int((latency_s > 2.5).sum())
+        assert run.stats["tuples_with_deadline"] == stream.num_rows
+        p50, p99 = np.percentile(latency_s, [50, 99]) * 1000
+        assert (run.stats["latency_ms_p50"], run.stats["latency_ms_p99"]) == (round(p50, 3), round(p99, 3))
 
     # -- memory ------------------------------------------------------------------------------
     @pytest.mark.parametrize("factor", [1.0, 30.0])

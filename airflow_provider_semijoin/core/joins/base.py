@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -31,20 +32,52 @@ Clock = Callable[[], float]
 
 @dataclass
 class StreamChunk:
-    """Stream tuples as columns: ``row_ids`` (int64) and ``keys`` (R's key dtype)."""
+    """Stream tuples as columns: ``row_ids`` (int64), ``keys`` (R's key dtype) and ``deadlines``
+    (float64 absolute deadlines in the buffer's clock units, NaN where a tuple has none)."""
 
     row_ids: np.ndarray
     keys: np.ndarray
+    deadlines: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.deadlines is None:
+            self.deadlines = np.full(len(self.row_ids), np.nan)
 
     def __len__(self) -> int:
         return len(self.row_ids)
+
+    def select(self, which: np.ndarray) -> "StreamChunk":
+        """The tuples at ``which`` (a boolean mask, positions or a slice), deadlines carried along."""
+        return StreamChunk(self.row_ids[which], self.keys[which], self.deadlines[which])
+
+    @classmethod
+    def concat(cls, parts: list["StreamChunk"]) -> "StreamChunk":
+        if len(parts) == 1:
+            return parts[0]
+        return cls(
+            np.concatenate([p.row_ids for p in parts]),
+            np.concatenate([p.keys for p in parts]),
+            np.concatenate([p.deadlines for p in parts]),
+        )
+
+
+def earliest_of(deadlines: np.ndarray) -> float:
+    """The earliest of ``deadlines`` ignoring NaN (no deadline); inf when there is none."""
+    if len(deadlines) == 0:
+        return math.inf
+    earliest = float(np.fmin.reduce(deadlines))
+    return math.inf if math.isnan(earliest) else earliest
 
 
 class StreamBuffer:
     """The stream buffer of the papers: arrived tuples waiting, in arrival order.
 
-    ``append`` adds tuples; ``close`` says no more will come. ``take(n)`` hands out up to ``n``
-    tuples in arrival order and logs ``(row_ids, clock())`` in ``taken`` for the runner.
+    ``append`` adds tuples, each with an optional absolute deadline; ``close`` says no more will
+    come. ``take(n)`` hands out up to ``n`` tuples in arrival order, ``take_by_deadline(n)`` the
+    ``n`` with the earliest deadlines (SSIJ sec. IV-F: "the stream tuples that are processed
+    during the online phase are selected from the IB in increasing order of their deadline
+    value"); both log ``(row_ids, clock())`` in ``taken`` for the runner.
+    :attr:`earliest_deadline` is "the closest deadline for the tuples in the IB" (sec. IV-F).
     """
 
     def __init__(self, key_type: KeyType, clock: Clock = time.perf_counter):
@@ -52,6 +85,7 @@ class StreamBuffer:
         self.clock = clock
         self._chunks: deque[StreamChunk] = deque()
         self._available = 0
+        self._earliest: float | None = math.inf  # None: to be recomputed
         self.closed = False
         self.taken: list[tuple[np.ndarray, float]] = []
 
@@ -63,17 +97,35 @@ class StreamBuffer:
     def exhausted(self) -> bool:
         return self.closed and self._available == 0
 
-    def append(self, row_ids: np.ndarray, keys: np.ndarray) -> None:
+    @property
+    def earliest_deadline(self) -> float:
+        """The earliest deadline among the waiting tuples (inf when none has one)."""
+        if self._earliest is None:
+            self._earliest = min((earliest_of(c.deadlines) for c in self._chunks), default=math.inf)
+        return self._earliest
+
+    def append(self, row_ids: np.ndarray, keys: np.ndarray, deadlines: np.ndarray | None = None) -> None:
+        """Add tuples in arrival order; ``deadlines`` (float64, clock units, NaN = none) is optional."""
         if self.closed:
             raise RuntimeError("append to a closed stream buffer")
+        if deadlines is not None and len(deadlines) != len(row_ids):
+            raise ValueError(f"deadlines: {len(deadlines)} values for {len(row_ids)} tuples")
         if len(row_ids):
-            self._chunks.append(StreamChunk(np.asarray(row_ids, np.int64), keys.astype(self.key_type.dtype, copy=False)))
-            self._available += len(row_ids)
+            chunk = StreamChunk(
+                np.asarray(row_ids, np.int64),
+                keys.astype(self.key_type.dtype, copy=False),
+                None if deadlines is None else np.asarray(deadlines, np.float64),
+            )
+            self._chunks.append(chunk)
+            self._available += len(chunk)
+            if self._earliest is not None and deadlines is not None:
+                self._earliest = min(self._earliest, earliest_of(chunk.deadlines))
 
     def close(self) -> None:
         self.closed = True
 
     def take(self, n: int) -> StreamChunk:
+        """Up to ``n`` tuples in arrival order."""
         parts: list[StreamChunk] = []
         want = min(int(n), self._available)
         while want > 0:
@@ -82,15 +134,29 @@ class StreamBuffer:
                 parts.append(self._chunks.popleft())
                 want -= len(head)
             else:
-                parts.append(StreamChunk(head.row_ids[:want], head.keys[:want]))
-                self._chunks[0] = StreamChunk(head.row_ids[want:], head.keys[want:])
+                parts.append(head.select(slice(None, want)))
+                self._chunks[0] = head.select(slice(want, None))
                 want = 0
         if not parts:
             return StreamChunk(np.zeros(0, np.int64), np.zeros(0, self.key_type.dtype))
-        chunk = parts[0] if len(parts) == 1 else StreamChunk(
-            np.concatenate([p.row_ids for p in parts]), np.concatenate([p.keys for p in parts])
-        )
+        return self._hand_out(StreamChunk.concat(parts))
+
+    def take_by_deadline(self, n: int) -> StreamChunk:
+        """Up to ``n`` tuples, earliest deadline first; ties and tuples without a deadline
+        (which come after every deadline) in arrival order. The rest keep arrival order."""
+        want = min(int(n), self._available)
+        if want == 0 or self.earliest_deadline == math.inf:
+            return self.take(want)
+        waiting = StreamChunk.concat(list(self._chunks))
+        order = np.argsort(np.where(np.isnan(waiting.deadlines), math.inf, waiting.deadlines), kind="stable")
+        self._chunks.clear()
+        if want < len(waiting):
+            self._chunks.append(waiting.select(np.sort(order[want:])))
+        return self._hand_out(waiting.select(order[:want]))
+
+    def _hand_out(self, chunk: StreamChunk) -> StreamChunk:
         self._available -= len(chunk)
+        self._earliest = None
         self.taken.append((chunk.row_ids, self.clock()))
         return chunk
 
@@ -286,6 +352,13 @@ class JoinAlgorithm:
     def memory_split(self) -> dict:
         """How the budget was divided between the structures, in bytes."""
         return {}
+
+    def invalidate(self, keys: np.ndarray) -> int:
+        """Drop what is cached of R for ``keys`` (changed by an installed update, SSIJ sec.
+        IV-E); returns how many cached entries were dropped. Called between joins, inside the
+        snapshot of the next one (:func:`..runner.one_version_of_r`), before any probe. The
+        default: nothing of R is cached across steps."""
+        return 0
 
     def stats(self) -> dict:
         c = self.counters

@@ -149,7 +149,7 @@ class FrontStage(JoinAlgorithm):
         if self._probed_since_decay >= self._decay_every:
             self.cache.decay()
             self._probed_since_decay = 0
-        self._misses.append(chunk.row_ids[~hit], chunk.keys[~hit])
+        self._misses.append(chunk.row_ids[~hit], chunk.keys[~hit], chunk.deadlines[~hit])
         out = JoinOutput.empty(self.schema)
         if len(probe_idx):
             out = JoinOutput(chunk.row_ids[probe_idx], self.cache.rows(log_rows), out.unmatched_ids,

@@ -143,7 +143,7 @@ class InListLRUJoin(InListJoin):
         self.counters.extra["cache_hits"] += int(hit.sum())
         hits = JoinOutput(chunk.row_ids[probe_idx], self.cache.rows(log_rows), np.zeros(0, np.int64),
                           np.zeros(0, np.int8), chunk.keys[probe_idx])
-        missed = StreamChunk(chunk.row_ids[~hit], chunk.keys[~hit])
+        missed = chunk.select(~hit)
         looked_up = self._lookup(missed) if len(missed) else JoinOutput.empty(self.schema)
         if len(missed) and self.cache.capacity and len(self._found):
             keys, counts = np.unique(self._found.keys, return_counts=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .base import DEFAULT_PAGE_ROWS, IOCounters, MasterPage, MasterStore, PageMap
+from .changes import Installed, create_change_tables, install_changes, pending_changes, stage_changes
 from .mysql import MySqlStore
 from .sql import MYSQL, SQLITE, DatabaseURL, dialect_of, redact, write_table
 from .sqlite import SqliteStore
@@ -29,13 +30,18 @@ __all__ = [
     "DEFAULT_PAGE_ROWS",
     "DatabaseURL",
     "IOCounters",
+    "Installed",
     "MasterPage",
     "MasterStore",
     "MySqlStore",
     "PageMap",
     "SqliteStore",
+    "create_change_tables",
+    "install_changes",
     "open_store",
+    "pending_changes",
     "redact",
+    "stage_changes",
     "store_for",
     "write_table",
 ]

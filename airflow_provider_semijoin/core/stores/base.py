@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from ..errors import ConfigError, StoreError
 from ..keys import KeyType
-from .sql import Dialect
+from .sql import Dialect, side_tables, table_exists
 
 DEFAULT_PAGE_ROWS = 500
 
@@ -65,11 +65,13 @@ class MasterPage:
         return cls(np.concatenate([p.keys for p in pages]), pa.concat_tables([p.rows for p in pages]))
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class PageMap:
     """Page boundaries of R: page ``p`` holds keys in ``[bounds[p], bounds[p+1])``.
 
-    The last page ends at ``max_key``. ``n_keys`` is the number of distinct keys of R.
+    The last page ends at ``max_key``. ``n_keys`` is the number of distinct keys of R. The map
+    of an empty R has one page that covers no key (``max_key < bounds[0]``), so that keys
+    inserted later (:meth:`cover`) have a page to live on.
     """
 
     bounds: np.ndarray
@@ -93,6 +95,16 @@ class PageMap:
             pages[keys > self.max_key] = -1
         return pages
 
+    def cover(self, lo, hi) -> None:
+        """Widen the key range to include ``[lo, hi]`` (keys inserted into R, SSIJ sec. IV-E):
+        the first page starts at ``lo`` at the latest, the last ends at ``hi`` at the earliest.
+        Changed in place: every algorithm holding this map sees it."""
+        if self.max_key < self.bounds[0]:  # covers nothing yet: R was empty
+            self.bounds[0], self.max_key = lo, hi
+            return
+        self.bounds[0] = min(self.bounds[0], lo)
+        self.max_key = max(self.max_key, hi)
+
     def key_range(self, first: int, count: int = 1) -> tuple:
         """``(lo, hi)`` of pages ``first .. first+count-1``; ``hi`` is None for the last page."""
         last = first + count
@@ -104,6 +116,7 @@ class ColumnInfo:
     name: str
     sql_type: str
     arrow_type: pa.DataType
+    declaration: str = ""  # the type to declare a copy of the column with (charset, collation)
 
 
 class MasterStore:
@@ -139,6 +152,7 @@ class MasterStore:
                 raise StoreError(
                     f"select: column {name!r} is not in table {table!r} (columns: {sorted(by_name)})"
                 )
+        self.columns = columns
         self.select = list(select)
         self.schema = pa.schema([(n, by_name[n].arrow_type) for n in self.select])
         self.key_unique = self._check_index(by_name[key])
@@ -150,6 +164,9 @@ class MasterStore:
         self._costs: tuple[float, float] | None = None
         self._max_rows_per_key: int | None = None
         self._row_bytes: dict[int, float] = {}
+        self._has_change_log = False
+        self._in_snapshot = False
+        self.seen_version = self.version()  # what R's page maps and the caches built on it reflect
 
     # -- catalogue (per dialect) -------------------------------------------------------------
     def _describe(self) -> list[ColumnInfo]:
@@ -267,10 +284,10 @@ class MasterStore:
             keys = self.key_type.from_db([r[0] for r in rows])
             n_keys = int(rows[-1][1]) if rows else 0
             starts = np.array([(int(r[1]) - 1) % page_rows == 0 for r in rows], dtype=bool)
-            empty = np.zeros(0, dtype=self.key_type.dtype)
-            self._page_maps[page_rows] = PageMap(
-                bounds=keys[starts] if rows else empty,
-                max_key=keys[-1] if rows else self.key_type.dtype.type(0),
+            nothing = self.key_type.dtype.type(0 if self.key_type.kind == "int" else b"")
+            self._page_maps[page_rows] = PageMap(  # an empty R: one page covering no key
+                bounds=keys[starts] if rows else np.array([nothing + 1 if self.key_type.kind == "int" else b"\x01"], self.key_type.dtype),
+                max_key=keys[-1] if rows else nothing,
                 page_rows=page_rows,
                 n_keys=n_keys,
                 n_rows=self.n_rows,
@@ -349,7 +366,7 @@ class MasterStore:
 
     def row_bytes(self, page_map: PageMap) -> float:
         """v_R: bytes one loaded row of R takes in memory (key + selected columns), sampled."""
-        if page_map.n_pages == 0:
+        if page_map.n_keys == 0:
             return float(self.key_type.itemsize)
         if page_map.page_rows not in self._row_bytes:
             saved = IOCounters(**vars(self.counters))
@@ -362,6 +379,97 @@ class MasterStore:
         """Bytes a loaded result of ``rows`` rows may take: v_R per row plus the per-column
         overhead of a small Arrow table (offsets and validity buffers)."""
         return int(math.ceil(rows * self.row_bytes(page_map))) + 16 * (2 + len(self.select))
+
+    # -- versions of R (SSIJ sec. IV-E) -------------------------------------------------------
+    def _query(self, sql: str, params=()) -> list[tuple]:
+        """A bookkeeping query (change log, transactions): not counted as I/O on R."""
+        cursor = self.connection.cursor()
+        try:
+            cursor.execute(sql, tuple(params))
+            return list(cursor.fetchall() or [])
+        finally:
+            cursor.close()
+
+    def has_change_log(self) -> bool:
+        """Whether R has a change log (``<R>__sj_changes``, see :mod:`.changes`)."""
+        if not self._has_change_log:
+            try:
+                log, _ = side_tables(self.table)
+            except ConfigError:  # a name too long for change tables: R cannot have them
+                return False
+            self._has_change_log = table_exists(self.connection, log)
+            self._qlog = self.dialect.quote(log)
+        return self._has_change_log
+
+    def version(self) -> int:
+        """The version of R: how many change batches were installed (0 without a change log)."""
+        if not self.has_change_log():
+            return 0
+        return int(self._query(f"SELECT COALESCE(MAX(version), 0) FROM {self._qlog}")[0][0])
+
+    def changes_since(self, version: int) -> tuple[int, np.ndarray]:
+        """``(new version, distinct keys changed after version)``, the keys in R's key dtype."""
+        new = self.version()
+        if new <= version:
+            return new, np.zeros(0, self.key_type.dtype)
+        p = self.dialect.param
+        rows = self._query(
+            f"SELECT DISTINCT {self._qk}, op FROM {self._qlog} WHERE version > {p} AND version <= {p}",
+            (int(version), new),
+        )
+        keys = [r[0] for r in rows]
+        if self.key_type.kind == "str":
+            encoded = [k.encode("utf-8") if isinstance(k, str) else bytes(k) for k in keys]
+            too_long = [(k, op) for k, (_, op) in zip(encoded, rows) if len(k) > self.key_type.width]
+            inserted = [k for k, op in too_long if op == "U"]
+            if inserted:
+                raise StoreError(
+                    f"key: an installed change puts key {inserted[0].decode('utf-8')!r} into {self.table!r}, "
+                    f"longer than the {self.key_type.width} bytes of its longest key when the join started; "
+                    "string keys are held at that width, so restart the join to see it"
+                )
+            gone = {k for k, _ in too_long}  # deleted keys longer than any key R had: never cached
+            keys = [k for k in encoded if k not in gone]
+        return new, np.unique(self.key_type.from_db(keys))
+
+    def note_changes(self, keys: np.ndarray) -> None:
+        """Keys of R changed: every page map keeps covering R, so a key inserted below R's
+        smallest or above its largest key is not declared absent without I/O."""
+        if len(keys):
+            ordered = np.sort(keys)  # (numpy has no min/max of byte strings)
+            for page_map in self._page_maps.values():
+                page_map.cover(ordered[0], ordered[-1])
+
+    @contextlib.contextmanager
+    def snapshot(self):
+        """One consistent read of R for everything loaded inside (SSIJ sec. IV-E: "each stream
+        tuple sees a consistent view of the database: either the relation instance before or
+        the relation instance after an update").
+
+        Yields the keys changed since :attr:`seen_version`, read from the change log inside the
+        snapshot, after the page maps were widened for them (:meth:`note_changes`); the caller
+        drops what it cached of them before any probe. :attr:`seen_version` becomes the
+        snapshot's version. Re-entrant: an inner snapshot is part of the outer one and yields
+        no keys. One store serves one algorithm: the changed keys are handed out once.
+        """
+        if self._in_snapshot:
+            yield np.zeros(0, self.key_type.dtype)
+            return
+        began = self._begin_snapshot()
+        self._in_snapshot = True
+        try:
+            version, changed = self.changes_since(self.seen_version)
+            self.note_changes(changed)
+            self.seen_version = version
+            yield changed
+        finally:
+            self._in_snapshot = False
+            if began:
+                self._query("COMMIT")
+
+    def _begin_snapshot(self) -> bool:
+        """Start a read transaction (True) or join one the connection already has (False)."""
+        raise NotImplementedError
 
     def close(self) -> None:
         self.connection.close()

@@ -25,11 +25,11 @@ class MySqlStore(MasterStore):
     def _describe(self) -> list[ColumnInfo]:
         rows = self._catalogue(
             "SELECT COLUMN_NAME, COLUMN_TYPE, DATA_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE, "
-            "COLLATION_NAME FROM information_schema.COLUMNS "
+            "COLLATION_NAME, CHARACTER_SET_NAME FROM information_schema.COLUMNS "
             "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
         )
         columns = []
-        for name, column_type, data_type, precision, scale, collation in rows:
+        for name, column_type, data_type, precision, scale, collation, charset in rows:
             if name == self.key and collation and collation not in NOPAD_BINARY_COLLATIONS:
                 raise StoreError(
                     f"key: column {name!r} of {self.table!r} has collation {collation}; expected a "
@@ -37,7 +37,8 @@ class MySqlStore(MasterStore):
                     f"MODIFY {name} {column_type} COLLATE utf8mb4_nopad_bin) so that keys compare and "
                     "sort byte for byte"
                 )
-            columns.append(ColumnInfo(name, column_type, arrow_type_for(data_type, precision, scale)))
+            declaration = f"{column_type} CHARACTER SET {charset} COLLATE {collation}" if collation else column_type
+            columns.append(ColumnInfo(name, column_type, arrow_type_for(data_type, precision, scale), declaration))
         return columns
 
     def _indexes(self) -> list[tuple[str, bool]]:
@@ -77,6 +78,12 @@ class MySqlStore(MasterStore):
             yield
         finally:
             self.connection.converter = converter
+
+    def _begin_snapshot(self) -> bool:
+        """A REPEATABLE READ transaction whose read view starts now (InnoDB's consistent read)."""
+        self._query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        self._query("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        return True
 
     def _key_width_sql(self) -> str:
         return f"SELECT MAX(LENGTH({self._qk})) FROM {self._qt}"

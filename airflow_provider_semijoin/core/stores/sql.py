@@ -32,6 +32,36 @@ def check_identifier(name: str, what: str) -> str:
     return name
 
 
+CHANGES_SUFFIX = "__sj_changes"  # the change log of R: (version, key, op)
+PENDING_SUFFIX = "__sj_pending"  # changes staged for R, not installed yet
+
+
+def side_tables(table: str) -> tuple[str, str]:
+    """The names of R's change log and pending-changes tables (SSIJ sec. IV-E updates)."""
+    check_identifier(table, "table")
+    longest = max(len(CHANGES_SUFFIX), len(PENDING_SUFFIX))
+    if len(table) + longest > 64:
+        raise ConfigError(
+            f"table: {table!r} is too long to have change tables (at most {64 - longest} characters, "
+            f"so that {table}{CHANGES_SUFFIX} is a valid identifier)"
+        )
+    return table + CHANGES_SUFFIX, table + PENDING_SUFFIX
+
+
+def table_exists(connection, name: str) -> bool:
+    """Whether the table ``name`` exists in the connection's (current) database."""
+    if dialect_of(connection) is SQLITE:
+        sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    else:
+        sql = "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s"
+    cursor = connection.cursor()
+    try:
+        cursor.execute(sql, (name,))
+        return bool(cursor.fetchall())
+    finally:
+        cursor.close()
+
+
 @dataclass(frozen=True)
 class Dialect:
     name: str

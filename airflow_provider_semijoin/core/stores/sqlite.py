@@ -38,7 +38,7 @@ class SqliteStore(MasterStore):
 
     def _describe(self) -> list[ColumnInfo]:
         rows = self.connection.execute(f"PRAGMA table_info({self._qt})").fetchall()
-        return [ColumnInfo(r[1], r[2], _sqlite_arrow_type(r[2])) for r in rows]
+        return [ColumnInfo(r[1], r[2], _sqlite_arrow_type(r[2]), r[2]) for r in rows]
 
     def _indexes(self) -> list[tuple[str, bool]]:
         found = []
@@ -51,6 +51,14 @@ class SqliteStore(MasterStore):
             if pk == 1 and declared.upper() == "INTEGER":
                 found.append((name, True))
         return found
+
+    def _begin_snapshot(self) -> bool:
+        """A read transaction: its snapshot starts with its first read (in WAL mode, installs go
+        on meanwhile; :func:`.changes.create_change_tables` switches the database to WAL)."""
+        if self.connection.in_transaction:
+            return False
+        self._query("BEGIN")
+        return True
 
     def _key_width_sql(self) -> str:
         return f"SELECT MAX(LENGTH(CAST({self._qk} AS BLOB))) FROM {self._qt}"
