@@ -53,6 +53,7 @@ the online phase (its matches leave at once) and with the others in the join pha
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -61,8 +62,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import ConfigError
-from ..reasons import Unmatched
 from ..stores.base import MasterPage, PageMap
+from ..stores.changes import Installed, install_changes
 from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer, join_page, not_in_master, probe, ranges
 
 POLICIES = ("utility", "lru")
@@ -74,6 +75,9 @@ PAIR_BYTES = 8 + 8  # an II entry: SB position and page
 # per page of R: CR's cached flag, utility, time of last use, bytes and segment; II's count; a join
 # phase's ToKeep flag, time of use once read and utility
 PER_PAGE_BYTES = 1 + 8 + 8 + 8 + 8 + 8 + 1 + 8 + 8
+DEADLINE_SAFETY = 2.0  # the join-phase estimate is doubled when deadlines decide (sec. IV-F)
+DEADLINE_SLACK = 0.1  # a tuple is due when a tenth of its time from arrival to deadline is left
+GAP_DECAY = 0.9  # the time between steps a deadline check allows for: a slowly decaying maximum
 TICK_SCALE = 2.0**-40  # the time of last use breaks ties between equal utilities
 INT64 = np.iinfo(np.int64)
 
@@ -215,8 +219,10 @@ class PageCache:
         np.add.at(self.utility, pages, 1)
         self.last_used[pages] = self.tick
 
-    def stage(self, loaded: MasterPage, row_page: np.ndarray, keep: np.ndarray, recency: np.ndarray) -> None:
-        """Cache the pages ``keep`` (sorted) of a loaded sequence whose rows lie on ``row_page``."""
+    def stage(self, loaded: MasterPage, row_page: np.ndarray, keep: np.ndarray, utility: np.ndarray,
+              recency: np.ndarray) -> None:
+        """Cache the pages ``keep`` (sorted) of a loaded sequence whose rows lie on ``row_page``,
+        with their ``utility`` in the running join phase and their time of use ``recency``."""
         if len(keep) == 0:
             return
         rows = np.flatnonzero(np.isin(row_page, keep, assume_unique=False))
@@ -231,7 +237,7 @@ class PageCache:
         self.home[keep] = segment.id
         self.page_bytes[keep] = sizes
         self.last_used[keep] = recency
-        self.utility[keep] = 0
+        self.utility[keep] = utility
         self.pages += len(keep)
         self.live_bytes += int(sizes.sum())
 
@@ -294,17 +300,18 @@ class _Tuples:
 
     row_ids: np.ndarray
     keys: np.ndarray
-    deadlines: np.ndarray
+    deadlines: np.ndarray  # inf: none
+    due: np.ndarray  # when a join phase must start for the tuple to meet its deadline (sec. IV-F)
 
     def __len__(self) -> int:
         return len(self.row_ids)
 
     def take(self, idx) -> "_Tuples":
-        return _Tuples(self.row_ids[idx], self.keys[idx], self.deadlines[idx])
+        return _Tuples(self.row_ids[idx], self.keys[idx], self.deadlines[idx], self.due[idx])
 
     @classmethod
     def concat(cls, parts: list["_Tuples"]) -> "_Tuples":
-        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("row_ids", "keys", "deadlines")))
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("row_ids", "keys", "deadlines", "due")))
 
 
 @dataclass
@@ -319,7 +326,7 @@ class _StreamBuffer:
     pair_page: list[np.ndarray] = field(default_factory=list)
     size: int = 0
     pairs: int = 0
-    min_deadline: float = math.inf
+    min_due: float = math.inf
 
 
 @dataclass
@@ -334,7 +341,8 @@ class _JoinPhase:
     plan: list[tuple[int, int]]
     keep: np.ndarray  # per page of R: in ToKeep
     recency: np.ndarray  # per page of R: its time of last use once read (LRU)
-    priority: np.ndarray  # per page of R: its utility in this phase
+    utility: np.ndarray  # per page of R: its entries in II
+    priority: np.ndarray  # per page of R: what ranks it (its utility, or its recency for LRU)
     requested: int
     started: float
     open: int
@@ -372,56 +380,67 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self.rows_per_page = max(self.page_map.n_rows / max(n_pages, 1), 1.0)
         self.page_s = row_s * self.rows_per_page  # T of sec. IV-D: reading one more page
         self.max_dist = 1.0 + self.query_s / self.page_s
-        self.page_bytes = store.result_bytes(self.page_map, math.ceil(self.rows_per_page)) + 4 * math.ceil(self.rows_per_page)
-        self._page_range_bounds()
+        self.page_bytes = math.ceil(self.rows_per_page * (store.row_bytes(self.page_map) + 4))  # + the row's page
+        self.pages_per_tuple = self._pages_per_tuple()
         key_size = store.key_type.itemsize
-        self.ib_tuple_bytes = 8 + key_size + 8
-        self.sb_tuple_bytes = 8 + key_size + 8 + 1 + 4 + self.pages_per_tuple * PAIR_BYTES
-        self.fixed_bytes = self.page_map.nbytes + n_pages * PER_PAGE_BYTES + self._page_hi.nbytes
+        self.ib_tuple_bytes = 8 + key_size + 8 + 8
+        self.sb_tuple_bytes = 8 + key_size + 8 + 8 + 1 + 4 + self.pages_per_tuple * PAIR_BYTES
+        self.fixed_bytes = self.page_map.nbytes + n_pages * PER_PAGE_BYTES
         self._size(s)
         self.cache = PageCache(n_pages, store.key_type.dtype, self.schema, s["cache_policy"])
         self.estimate = JoinPhaseEstimate(self.query_s + self.page_s)
-        self._ib = _Tuples(np.zeros(0, np.int64), np.zeros(0, store.key_type.dtype), np.zeros(0))
+        self._ib = _Tuples(np.zeros(0, np.int64), np.zeros(0, store.key_type.dtype), np.zeros(0), np.zeros(0))
         self._sb = _StreamBuffer()
         self._ii_count = np.zeros(n_pages, dtype=np.int64)
         self._requested = 0  # pages with an II entry: |P_u| of the next join phase
         self._phase: _JoinPhase | None = None
-        self._online_s = 0.0  # duration of the last online phase (the deadline margin)
+        self._online_s = 0.0  # duration of the last online phase
+        self._gap_s = 0.0  # time between the last two steps: how late a deadline check may come
+        self._last_step: float | None = None
+        self._cycle: contextlib.ExitStack | None = None  # the snapshot of R of the current cycle
         self.counters.extra.update(
             online_phases=0, join_phases=0, forced_join_phases=0, sequences=0, pages_requested=0,
-            pages_read=0, cache_hits=0, cache_probes=0,
+            pages_read=0, cache_hits=0, cache_probes=0, updates_installed=0, invalidated_pages=0,
         )
 
     # -- sizing ---------------------------------------------------------------------------------
-    def _page_range_bounds(self) -> None:
-        """Per page the largest key it may hold (range joins clip a tuple's range to each page),
-        and the most pages one tuple's key range can overlap."""
+    def _pages_per_tuple(self) -> int:
+        """The most pages one tuple's key range can overlap (1 for an equi-join)."""
+        if self.range == (0, 0):
+            return 1
         bounds = self.page_map.bounds
-        if self.range == (0, 0) or len(bounds) == 0:
-            self._page_hi = np.zeros(0, np.int64)
-            self.pages_per_tuple = 1
-            return
-        self._page_hi = np.append(bounds[1:] - 1, np.int64(self.page_map.max_key))
-        width = self.range[1] - self.range[0]
-        reach = np.where(bounds > INT64.max - width, INT64.max, bounds + width)
-        self.pages_per_tuple = int((np.searchsorted(bounds, reach, side="right") - np.arange(len(bounds))).max())
+        reach = _shift(bounds, self.range[1] - self.range[0])
+        return int((np.searchsorted(bounds, reach, side="right") - np.arange(len(bounds))).max())
+
+    def _page_last_key(self, pages: np.ndarray) -> np.ndarray:
+        """The largest key each page may hold (read live: inserts widen the page map, sec. IV-E)."""
+        pm = self.page_map
+        following = np.minimum(pages + 1, pm.n_pages - 1)
+        return np.where(pages + 1 < pm.n_pages, pm.bounds[following] - 1, np.int64(pm.max_key))
 
     def _size(self, s: dict) -> None:
-        """maxScan, SB_thresh, IB_thresh and the size of IB from the budget (sec. IV-A)."""
+        """maxScan, SB_thresh, IB_thresh and the size of IB from the budget (sec. IV-A). A read
+        sequence takes at most a quarter of the budget, and less if the stream buffers need it."""
         n_pages = max(self.page_map.n_pages, 1)
         room = self.memory - self.fixed_bytes
         self.max_scan = int(min(s["max_scan"], n_pages, max(1, SCAN_SHARE * room // self.page_bytes)))
-        self.scan_bytes = self.store.result_bytes(self.page_map, math.ceil(self.max_scan * self.rows_per_page))
-        usable = room - self.scan_bytes
+        usable = room - self._scan_bytes(self.max_scan)
         sb = s["sb_thresh"] or max(1, int(SB_SHARE * usable // self.sb_tuple_bytes))
         ib = s["ib_thresh"] or max(1, sb // IB_PER_SB)
         self.sb_thresh, self.ib_thresh = sb, ib
         self.ib_size = max(s["ib_size"] or IB_SIZE_PER_THRESH * ib, ib)
+        while self.max_scan > 1 and self.fixed_bytes + self._scan_bytes(self.max_scan) + self._stream_peak() > self.memory:
+            self.max_scan -= 1
+        self.scan_bytes = self._scan_bytes(self.max_scan)
         needed = self.fixed_bytes + self.scan_bytes + self._stream_peak()
         if needed > self.memory:
             what = (f"the page map, one read sequence of {self.max_scan} pages, IB of {self.ib_size} and SB of "
                     f"{sb + ib} tuples")
             raise self._budget_error(needed, what)
+
+    def _scan_bytes(self, pages: int) -> int:
+        """The read buffer: one sequence of ``pages`` pages as loaded."""
+        return self.store.result_bytes(self.page_map, math.ceil(pages * self.rows_per_page))
 
     def _stream_peak(self) -> int:
         """Bytes IB and SB/II hold at most (SB reaches SB_thresh + IB_thresh - 1 tuples)."""
@@ -457,6 +476,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
             "cache_pages_now": self.cache.pages,
             "page_rows": self.page_map.page_rows,
             "pages": self.page_map.n_pages,
+            "page_bytes": self.page_bytes,
             "ib_thresh": self.ib_thresh,
             "sb_thresh": self.sb_thresh,
             "ib_size": self.ib_size,
@@ -474,23 +494,89 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
 
     # -- one step -------------------------------------------------------------------------------
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
+        now = self.clock()
+        if self._last_step is not None:
+            self._gap_s = max(now - self._last_step, GAP_DECAY * self._gap_s)
+        self._last_step = now
         self._accept(buffer)
         if self._phase is not None:
-            return self._join_next()
+            out = self._join_next()
+            self._end_cycle()
+            return out
         ib, end = self._ib, buffer.exhausted
-        horizon = self.clock() + self._online_s + self.estimate.seconds(self._requested + min(len(ib), self.ib_thresh))
-        urgent = int((ib.deadlines <= horizon).sum()) if len(ib) else 0
+        urgent = int((ib.due <= self._horizon(min(len(ib), self.ib_thresh))).sum()) if len(ib) else 0
         outputs = []
         if len(ib) >= self.ib_thresh or urgent or (end and len(ib)):
+            self._begin_cycle()
             outputs.append(self._online(max(min(self.ib_thresh, len(ib)), urgent)))
         sb = self._sb
-        due = sb.min_deadline <= self.clock() + self._online_s + self.estimate.seconds(self._requested)
+        due = sb.min_due <= self._horizon(0)
         if sb.size and (sb.size >= self.sb_thresh or due or (end and not len(self._ib))):
             if due and sb.size < self.sb_thresh:
                 self.counters.extra["forced_join_phases"] += 1
             self._start_join_phase()
             outputs.append(self._join_next())
+        self._end_cycle()
         return JoinOutput.concat(outputs, self.schema)
+
+    def _horizon(self, new_pages: int) -> float:
+        """Sec. IV-F: a deadline before this time is due - a join phase must start now to meet
+        it. The join phase is priced by the cost model for the pages of II plus ``new_pages``
+        (doubled: the model is a worst case of past phases, not a bound of the next one), plus
+        an online phase and the time until the next step, when the check comes again. A tuple
+        is due a tenth of its time from arrival to deadline before the deadline (the paper
+        triggers the join phase when its estimate comes "close to the maximum latency")."""
+        pages = self._requested + new_pages
+        return self.clock() + self._gap_s + self._online_s + DEADLINE_SAFETY * self.estimate.seconds(pages)
+
+    # -- versions of R (sec. IV-E) --------------------------------------------------------------------
+    def _begin_cycle(self) -> None:
+        """A cycle (online phases up to the join phase that empties SB) reads one snapshot of R;
+        on entry, cached pages of the keys changed since the last one are dropped before any
+        probe. Inside a snapshot someone else holds (``run_join``'s), it is part of that one."""
+        if self._cycle is None and self.store.has_change_log():
+            self._cycle = contextlib.ExitStack()
+            changed = self._cycle.enter_context(self.store.snapshot())
+            self.counters.extra["invalidated_pages"] += self.invalidate(changed)
+
+    def _end_cycle(self) -> None:
+        """Close the cycle's snapshot once no tuple is half joined (SB empty, no join phase)."""
+        if self._cycle is not None and self._phase is None and self._sb.size == 0:
+            self._cycle.close()
+            self._cycle = None
+
+    def invalidate(self, keys: np.ndarray) -> int:
+        """Drop the cached pages holding ``keys`` (changed in R); returns how many were cached."""
+        pages = np.unique(self.page_map.page_of(np.asarray(keys, self.store.key_type.dtype)))
+        stale = pages[(pages >= 0) & self.cache.cached[np.maximum(pages, 0)]]
+        self.cache.evict(stale)
+        return len(stale)
+
+    def install_updates(self, changes: pa.Table | None = None, max_rows: int | None = None) -> tuple[JoinOutput, Installed]:
+        """Sec. IV-E, "Installing Updates": install a batch of changes to R while the join runs.
+
+        The join phase is forced first, so no tuple has joined part of its pages with R before
+        the batch and would join the rest after it; the tuples waiting in IB stay there while the
+        batch installs (``changes``, or the pending changes: see
+        :func:`..stores.changes.install_changes`, one transaction on the store's connection);
+        the next cycle's snapshot drops the cached pages of the changed keys. Returns what the
+        forced join phase completed (hand it on like a step's output) and the installed batch.
+        Call it between steps, not inside ``run_join`` (which reads one version of R for its
+        whole run).
+        """
+        if self.store._in_snapshot and self._cycle is None:
+            raise ConfigError("install_updates: R is read inside a snapshot this join did not open "
+                              "(run_join holds one per run); install between runs")
+        outputs = []
+        if self._phase is None and self._sb.size:
+            self.counters.extra["forced_join_phases"] += 1
+            self._start_join_phase()
+        while self._phase is not None:
+            outputs.append(self._join_next())
+        self._end_cycle()
+        installed = install_changes(self.store.connection, self.store.table, self.store.key, changes, max_rows)
+        self.counters.extra["updates_installed"] += 1
+        return JoinOutput.concat(outputs, self.schema), installed
 
     # -- memory -----------------------------------------------------------------------------------
     def _free(self) -> int:
@@ -517,9 +603,14 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         if n <= 0:
             return
         self._make_room(n * self.ib_tuple_bytes)
-        chunk = self._take(buffer, n)
-        deadlines = np.full(len(chunk), np.inf)
-        self._ib = _Tuples.concat([self._ib, _Tuples(chunk.row_ids, chunk.keys, deadlines)])
+        chunk = buffer.take_by_deadline(n)  # the closest deadlines first (sec. IV-F)
+        self.counters.tuples_in += len(chunk)
+        deadlines = np.where(np.isnan(chunk.deadlines), np.inf, chunk.deadlines)
+        now = self.clock()
+        ahead = np.isfinite(deadlines) & (deadlines > now)  # (no deadline, or past it: due at the deadline)
+        due = deadlines.copy()
+        due[ahead] -= DEADLINE_SLACK * (deadlines[ahead] - now)
+        self._ib = _Tuples.concat([self._ib, _Tuples(chunk.row_ids, chunk.keys, deadlines, due)])
 
     # -- the online phase (Alg. 1) ------------------------------------------------------------------
     def _take_ib(self, n: int) -> _Tuples:
@@ -549,10 +640,8 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         if self.range == (0, 0):
             first = pm.page_of(lo)
             return first, (first >= 0).astype(np.int64)
-        if pm.n_pages == 0:
-            return np.zeros(len(lo), np.int64), np.zeros(len(lo), np.int64)
         smallest, largest = pm.bounds[0], np.int64(pm.max_key)
-        inside = (hi >= smallest) & (lo <= largest)
+        inside = (hi >= smallest) & (lo <= largest) & (smallest <= largest)  # (an empty R covers no key)
         first = pm.page_of(np.maximum(lo, smallest))
         last = pm.page_of(np.minimum(hi, largest))
         return first, np.where(inside, last - first + 1, 0)
@@ -565,7 +654,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
             probe_idx, master_idx, _ = probe(MasterPage(keys, rows), lo, self.store.key_unique)
             return probe_idx, master_idx
         lo = np.maximum(lo, self.page_map.bounds[pages])
-        hi = np.minimum(hi, self._page_hi[pages])
+        hi = np.minimum(hi, self._page_last_key(pages))
         left = np.searchsorted(keys, lo, side="left")
         counts = np.maximum(np.searchsorted(keys, hi, side="right") - left, 0)
         return np.repeat(np.arange(len(lo)), counts), ranges(left, counts)
@@ -617,7 +706,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         sb.pair_page.append(pair_p)
         sb.size += len(entering)
         sb.pairs += len(pair_p)
-        sb.min_deadline = min(sb.min_deadline, float(entering.deadlines.min()))
+        sb.min_due = min(sb.min_due, float(entering.due.min()))
         pages, counts = np.unique(pair_p, return_counts=True)
         self._requested += int((self._ii_count[pages] == 0).sum())
         self._ii_count[pages] += counts
@@ -632,9 +721,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         matched, remaining = np.concatenate(sb.matched), np.concatenate(sb.remaining)
         self._sb = _StreamBuffer()
         requested = np.flatnonzero(self._ii_count)  # P_u in position order (line 2)
-        utility = self._ii_count[requested]
-        self._ii_count[requested] = 0
-        self._requested = 0
+        utility = self._ii_count[requested]  # cleared when the phase ends
         plan = read_plan(requested, self.max_scan, self.query_s, self.page_s)  # line 3
         extra = self.counters.extra
         extra["join_phases"] += 1
@@ -646,7 +733,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         priority = np.zeros(n_pages)
         priority[requested] = recency[requested] if self.cache.policy == "lru" else utility + recency[requested] * TICK_SCALE
         self._phase = _JoinPhase(tuples, matched, remaining, pair_sb, pair_page, plan, np.zeros(n_pages, bool),
-                                 recency, priority, len(requested), self.clock(), len(tuples))
+                                 recency, self._ii_count, priority, len(requested), self.clock(), len(tuples))
         self._phase.keep[self._to_keep(requested, priority[requested])] = True  # line 1
         self.cache.tick += len(read_order) + 1
 
@@ -690,6 +777,8 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         if phase.next == len(phase.plan):
             self.estimate.observe(phase.requested, self.clock() - phase.started)
             self.cache.utility[:] = 0
+            self._ii_count[:] = 0
+            self._requested = 0
             self._phase = None
         return out
 
@@ -723,7 +812,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         need = np.cumsum(sizes)
         free = self._make_room(int(need[-1]), below=float(phase.priority[pages].min()))
         kept = np.sort(pages[: int(np.searchsorted(need, free, side="right"))])
-        self.cache.stage(loaded, row_page, kept, phase.recency[kept])
+        self.cache.stage(loaded, row_page, kept, phase.utility[kept], phase.recency[kept])
         self._make_room(0)  # the estimate of their bytes was short: the lowest priority leave
 
 
