@@ -103,3 +103,19 @@ def backend(request, tmp_path, mysql_url):
 def make_master(backend):
     """``make_master(rows, key="nk", select=None) -> MasterStore`` on the test's backend."""
     return backend.make_master
+
+
+@pytest.fixture
+def sqlite_backend(tmp_path):
+    """A :class:`Backend` on SQLite only (tests that need one backend, e.g. a Spark job per case)."""
+    db = Backend("sqlite", f"sqlite:///{tmp_path / 'master.db'}")
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def mysql_backend(mysql_url):
+    """A :class:`Backend` on MySQL/MariaDB only; mark the test ``mysql``."""
+    db = Backend("mysql", mysql_url)
+    yield db
+    db.close()

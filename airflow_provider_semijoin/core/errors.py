@@ -15,3 +15,7 @@ class ConfigError(SemiJoinError, ValueError):
 
 class StoreError(SemiJoinError):
     """The master-data store is missing something the join needs (table, column, index)."""
+
+
+class SpecError(ConfigError):
+    """A job or pipeline spec is invalid; the message starts with the field's path (``steps[1].algorithm: ...``)."""

@@ -38,8 +38,8 @@ class ProgressRecord:
     output_rows: int  # matched rows written (K per tuple for 1:K)
     service_rate_tps: float | None  # input_rows / batch_duration_s
     batch_duration_s: float
-    queue_tuples: int = 0  # tuples the algorithm held at the end of the batch (0 after a drain)
-    peak_queue_tuples: int = 0
+    queue_tuples: int = 0  # tuples still held at the end of the batch (retries; 0 after a drain)
+    peak_queue_tuples: int = 0  # tuples handed to the join in this batch (the stream buffer's fill)
     cache_entries: int | None = None
     cache_hit_ratio: float | None = None
     disk_queries: int = 0
@@ -53,6 +53,7 @@ class ProgressRecord:
     total_matched: int = 0
     total_unmatched: int = 0
     total_deadline_misses: int = 0
+    master_versions: list = field(default_factory=list)  # version of R each join step read (one per step)
 
     def to_dict(self) -> dict:
         return asdict(self)

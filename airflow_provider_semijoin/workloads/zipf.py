@@ -157,6 +157,13 @@ STREAM_OPTIONS = {
 }
 
 
+def _merged_options(master_rows: int, options: dict) -> dict:
+    unknown = sorted(set(options) - set(STREAM_OPTIONS))
+    if unknown:
+        raise ConfigError(f"option: {unknown[0]!r} is not one of {list(STREAM_OPTIONS)}")
+    return _check_options(master_rows, **{**STREAM_OPTIONS, **options})
+
+
 def zipf_stream_chunks(chunk_rows: int, master_rows: int, **options) -> Iterator[pa.Table]:
     """An endless iterator of consecutive :func:`zipf_stream` chunks of ``chunk_rows`` tuples.
 
@@ -165,18 +172,34 @@ def zipf_stream_chunks(chunk_rows: int, master_rows: int, **options) -> Iterator
     seeded by (seed, i), so the stream is reproducible however far it is read. Arguments are
     checked at the call, not at the first chunk.
     """
-    unknown = sorted(set(options) - set(STREAM_OPTIONS))
-    if unknown:
-        raise ConfigError(f"option: {unknown[0]!r} is not one of {list(STREAM_OPTIONS)}")
-    merged = {**STREAM_OPTIONS, **options}
-    options = _check_options(master_rows, **merged)
+    options = _merged_options(master_rows, options)
     chunk_rows = check_int(chunk_rows, "chunk_rows", minimum=1)
 
     def chunks() -> Iterator[pa.Table]:
         index = 0
         while True:
-            tid = options["first_tid"] + index * chunk_rows
-            yield _stream(chunk_rows, _rng(options["seed"], index), **{**options, "first_tid": tid})
+            yield _block(index, chunk_rows, options)
             index += 1
 
     return chunks()
+
+
+def _block(index: int, block_rows: int, options: dict) -> pa.Table:
+    tid = options["first_tid"] + index * block_rows
+    return _stream(block_rows, _rng(options["seed"], index), **{**options, "first_tid": tid})
+
+
+def zipf_rows(start: int, end: int, master_rows: int, *, block_rows: int = 4096, **options) -> pa.Table:
+    """Tuples ``start`` .. ``end - 1`` of the endless stream ``zipf_stream_chunks(block_rows, ...)``.
+
+    Any range can be drawn on its own and always gives the same tuples (a Spark source replaying
+    a micro-batch after a crash reads exactly what it read before).
+    """
+    options = _merged_options(master_rows, options)
+    start, end = check_int(start, "start", minimum=0), check_int(end, "end", minimum=0)
+    block_rows = check_int(block_rows, "block_rows", minimum=1)
+    if end <= start:
+        return _stream(0, _rng(options["seed"], 0), **options)
+    first, last = start // block_rows, (end - 1) // block_rows
+    blocks = pa.concat_tables(_block(i, block_rows, options) for i in range(first, last + 1))
+    return blocks.slice(start - first * block_rows, end - start)

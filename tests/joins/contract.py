@@ -388,6 +388,16 @@ class JoinContract:
         for row, key in enumerate(keys.tolist()):
             assert pairs[row] == multiplicity.get(key, 0), (row, key)
 
+    def test_one_algorithm_joins_run_after_run(self, backend):
+        """Spark micro-batches: one algorithm object (caches alive) drains stream after stream."""
+        store = backend.make_master(master_of(range(0, 400, 2)))
+        algorithm = self.make(store)
+        rng = np.random.default_rng(7)
+        for _ in range(4):
+            stream = stream_of(zipf_keys(rng, np.arange(0, 440, 2), 300, 1.0))
+            assert_exact(store, stream, run_join(algorithm, stream, STREAM_KEY))
+        assert algorithm.pending == 0
+
     # -- degenerate streams ------------------------------------------------------------------
     def test_empty_stream(self, backend):
         store = backend.make_master(master_of(range(0, 50, 2)))

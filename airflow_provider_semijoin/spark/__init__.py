@@ -1,0 +1,1 @@
+"""Spark Structured Streaming runner for the join engine (imports pyspark lazily)."""

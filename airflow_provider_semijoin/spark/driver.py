@@ -1,0 +1,50 @@
+"""The packaged driver of a streaming join, for ``spark-submit`` and for a plain process.
+
+``python -m airflow_provider_semijoin.spark.driver --spec job.json`` (or ``spark-submit
+--master spark://host:7077 <this file> --spec job.json``, :func:`driver_path`) runs the job in the session spark-submit made,
+prints one ``SEMIJOIN_PROGRESS {json}`` line per micro-batch and a final ``SEMIJOIN_SUMMARY
+{json}`` line, and exits 2 with one line ``semijoin: error: ...`` on bad configuration. SIGTERM
+(what a scheduler sends to stop a task) stops the query between micro-batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+
+SUMMARY_PREFIX = "SEMIJOIN_SUMMARY "
+
+
+def driver_path() -> str:
+    """This file: the application spark-submit runs."""
+    return __file__
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="airflow_provider_semijoin.spark.driver")
+    parser.add_argument("--spec", required=True, help="the job spec, a JSON file (JobSpec.to_dict())")
+    parser.add_argument("--master", default=None, help="Spark master when not started by spark-submit (default local[2])")
+    args = parser.parse_args(argv)
+
+    # absolute imports: spark-submit runs this file as a script
+    from airflow_provider_semijoin.core.errors import SemiJoinError
+    from airflow_provider_semijoin.spark.runner import load_spec, run_job
+    from airflow_provider_semijoin.spark.session import get_spark
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        spec = load_spec(args.spec)
+        summary = run_job(spec, spark=get_spark(args.master, app_name=f"semijoin-{spec.name}"), stop_event=stop, print_progress=True)
+    except SemiJoinError as exc:
+        print(f"semijoin: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    print(SUMMARY_PREFIX + json.dumps(summary, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

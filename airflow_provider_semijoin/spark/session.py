@@ -1,0 +1,41 @@
+"""Spark sessions for the streaming runner (NOTES-platform.md: Python workers need this venv)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+DEFAULT_MASTER = "local[2]"
+
+
+def python_environment() -> dict[str, str]:
+    """Workers and the driver must run this interpreter, or they lack pyarrow and this package."""
+    return {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+
+
+def get_spark(master: str | None = None, app_name: str = "semijoin", conf: dict | None = None):
+    """The active session, or a new one on ``master`` (default ``local[2]``)."""
+    os.environ.update(python_environment())
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit, which sets the master
+        builder = builder.master(DEFAULT_MASTER)
+    defaults = {
+        "spark.sql.shuffle.partitions": "4",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.python.worker.reuse": "true",
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+        "spark.sql.streaming.stopTimeout": "60s",
+    }
+    for key, value in {**defaults, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

@@ -1,0 +1,207 @@
+"""Stream sources of the runner: a landing folder, the built-in generator, any Spark source.
+
+Every source gives the runner a streaming DataFrame with two columns of its own next to the
+user's: ``sj_id``, a tuple id stable across replays (what makes the idempotent sinks exact), and
+``sj_arrival``, the tuple's arrival time in epoch seconds (latency and deadlines count from it).
+
+The generator is a Python streaming data source of Spark 4 (:mod:`pyspark.sql.datasource`):
+an offset is ``{"row": n, "t0": epoch}``; rows ``[start, end)`` are always the same tuples
+(:func:`..workloads.zipf.zipf_rows`) with arrival times ``t0 + a(i)`` where ``a`` is the pacing at
+``rows_per_second`` (uniform, or the self-similar bursts of :mod:`..workloads.bursty`). A replayed
+micro-batch therefore reads exactly what the first attempt read.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from ..core.errors import ConfigError
+from ..workloads.bursty import bursty_arrivals
+from ..workloads.zipf import zipf_rows
+from .spec import SourceSpec
+
+GENERATOR_FORMAT = "semijoin_generator"
+CORRUPT_COLUMN = "_corrupt_record"
+FILE_COLUMN = "sj_file"
+ARRIVAL_BLOCK = 65536  # rows per block of bursty arrival times (each block seeded on its own)
+READ_PARTITION_ROWS = 100_000
+
+
+def arrival_offsets(start: int, end: int, rows_per_second: float, bursty: bool, seed: int) -> np.ndarray:
+    """Seconds after t0 at which rows ``start`` .. ``end - 1`` arrive (non-decreasing)."""
+    rows = np.arange(start, end, dtype=np.int64)
+    if not bursty:
+        return rows / float(rows_per_second)
+    out = np.empty(len(rows))
+    for block in np.unique(rows // ARRIVAL_BLOCK):
+        times = bursty_arrivals(ARRIVAL_BLOCK, mean_rate=rows_per_second, seed=int(seed) * 7919 + int(block))
+        inside = rows // ARRIVAL_BLOCK == block
+        out[inside] = block * ARRIVAL_BLOCK / rows_per_second + times[rows[inside] - block * ARRIVAL_BLOCK]
+    return out
+
+
+def arrived_rows(settings: dict, elapsed: float, done: int) -> int:
+    """How many rows of the generator have arrived ``elapsed`` seconds after t0 (at least ``done``)."""
+    total = settings["total_rows"]
+    rate = settings["rows_per_second"]
+    if not settings["bursty"]:
+        due = int(np.floor(elapsed * rate)) + 1 if elapsed >= 0 else 0
+    else:
+        due = done
+        while total is None or due < total:
+            block_end = (due // ARRIVAL_BLOCK + 1) * ARRIVAL_BLOCK
+            times = arrival_offsets(due, block_end, rate, True, settings["seed"])
+            arrived = int(np.searchsorted(times, elapsed, side="right"))
+            due += arrived
+            if due < block_end:
+                break
+    due = max(due, done)
+    return due if total is None else min(due, total)
+
+
+def generator_schema(key_type: str) -> str:
+    return f"tid BIGINT, nk {'BIGINT' if key_type == 'int' else 'STRING'}, qty BIGINT, amount DOUBLE, sj_arrival DOUBLE"
+
+
+def _generator_classes():
+    """The data source classes (built on first use: pyspark is imported only here)."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    class RowRange(InputPartition):
+        def __init__(self, start: int, end: int, t0: float):
+            self.start, self.end, self.t0 = start, end, t0
+
+    class GeneratorReader(DataSourceStreamReader):
+        def __init__(self, options: dict, clock=time.time):
+            self.settings = json.loads(options["settings"])
+            self.clock = clock
+
+        def initialOffset(self) -> dict:
+            return {"row": 0, "t0": self.clock()}
+
+        def latestOffset(self, start: dict, limit) -> dict:
+            return {"row": arrived_rows(self.settings, self.clock() - start["t0"], start["row"]), "t0": start["t0"]}
+
+        def partitions(self, start: dict, end: dict):
+            bounds = list(range(start["row"], end["row"], READ_PARTITION_ROWS)) + [end["row"]]
+            return [RowRange(a, b, end["t0"]) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+        def read(self, partition):
+            s = self.settings
+            rows = zipf_rows(
+                partition.start, partition.end, s["master_rows"], exponent=s["exponent"], shape=s["shape"],
+                missing=s["missing"], key_type=s["key_type"], seed=s["seed"],
+            )
+            times = partition.t0 + arrival_offsets(partition.start, partition.end, s["rows_per_second"], s["bursty"], s["seed"])
+            yield from rows.append_column("sj_arrival", pa.array(times)).to_batches()
+
+        def commit(self, end: dict) -> None:
+            pass
+
+    class GeneratorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return GENERATOR_FORMAT
+
+        def schema(self) -> str:
+            return generator_schema(json.loads(self.options["settings"])["key_type"])
+
+        def streamReader(self, schema):
+            return GeneratorReader(self.options)
+
+    return GeneratorSource
+
+
+def generator_settings(source: SourceSpec) -> dict:
+    return {
+        name: getattr(source, name)
+        for name in ("rows_per_second", "total_rows", "master_rows", "key_type", "exponent", "shape", "missing", "bursty", "seed")
+    }
+
+
+def check_source(source: SourceSpec) -> None:
+    """What can be checked before Spark starts: the landing folder exists."""
+    if source.kind == "files" and not Path(source.path).is_dir():
+        raise ConfigError(f"source.path: folder {source.path!r} does not exist (expected the landing folder of the stream)")
+
+
+def file_schema(spark, source: SourceSpec):
+    """The landing files' schema: as given, or inferred once from the files already there."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    if source.schema is not None:
+        try:
+            schema = StructType.fromDDL(source.schema)
+        except Exception as exc:  # pyspark raises its own parse errors
+            raise ConfigError(f"source.schema: {source.schema!r} is not a Spark DDL schema ({str(exc).splitlines()[0]})") from None
+    else:
+        files = [p for p in Path(source.path).iterdir() if p.is_file() and not p.name.startswith((".", "_"))]
+        if not files:
+            raise ConfigError(
+                f"source.schema: missing, and the landing folder {source.path!r} holds no file to infer it from "
+                "(give a schema such as 'id BIGINT, nk STRING')"
+            )
+        reader = spark.read.format(source.format).options(**_reader_options(source))
+        schema = reader.load(source.path).schema
+    if source.format != "parquet" and CORRUPT_COLUMN not in schema.fieldNames():
+        schema = StructType(list(schema.fields) + [StructField(CORRUPT_COLUMN, StringType(), True)])
+    return schema
+
+
+def _reader_options(source: SourceSpec) -> dict:
+    options = {"header": "true"} if source.format == "csv" else {}
+    if source.format != "parquet":
+        options.update(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT_COLUMN)
+    return {**options, **{k: str(v) for k, v in source.options.items()}}
+
+
+def stream_frame(spark, source: SourceSpec, arrival_column: str | None = None):
+    """The streaming DataFrame of ``source`` with ``sj_arrival`` (and ``sj_file`` for files)."""
+    from pyspark.sql import functions as F
+
+    if source.kind == "generator":
+        spark.dataSource.register(_generator_classes())
+        return (
+            spark.readStream.format(GENERATOR_FORMAT)
+            .option("settings", json.dumps(generator_settings(source)))
+            .load()
+        )
+    if source.kind == "files":
+        reader = spark.readStream.format(source.format).schema(file_schema(spark, source)).options(**_reader_options(source))
+        if source.max_files_per_trigger:
+            reader = reader.option("maxFilesPerTrigger", source.max_files_per_trigger)
+        frame = reader.load(source.path)
+        frame = frame.withColumn(FILE_COLUMN, F.col("_metadata.file_name"))
+        arrival = F.col("_metadata.file_modification_time")
+    else:
+        frame = spark.readStream.format(source.format).options(**{k: str(v) for k, v in source.options.items()}).load()
+        arrival = F.current_timestamp()
+    if arrival_column is not None:
+        arrival = F.col(arrival_column)
+    return frame.withColumn("sj_arrival", F.unix_micros(arrival.cast("timestamp")) / 1e6)
+
+
+def tuple_ids(batch: pa.Table, source: SourceSpec) -> pa.Array:
+    """``sj_id`` of each row of a collected micro-batch: stable across replays of the batch.
+
+    Generator: its ``tid``. Files: ``<file name>#<row>`` with the row's position among the
+    batch's rows of that file (a replay reads the same files, split the same way). Other
+    sources: the user's ``id_column``, as text.
+    """
+    if source.id_column is not None:
+        return batch[source.id_column].cast(pa.string())
+    if source.kind == "generator":
+        return batch["tid"].cast(pa.string())
+    files = batch[FILE_COLUMN].to_numpy(zero_copy_only=False).astype(object)
+    order = np.argsort(files, kind="stable")
+    sorted_files = files[order]
+    starts = np.r_[0, np.flatnonzero(sorted_files[1:] != sorted_files[:-1]) + 1]
+    position = np.arange(len(files)) - np.repeat(starts, np.diff(np.r_[starts, len(files)]))
+    row_in_file = np.empty(len(files), dtype=np.int64)
+    row_in_file[order] = position
+    return pa.array([f"{f}#{r}" for f, r in zip(files, row_in_file)], pa.string())

@@ -1,0 +1,56 @@
+"""Helpers of the streaming tests: bounded generator jobs and the oracle check of their sinks."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pyarrow as pa
+
+from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
+from airflow_provider_semijoin.spark.sinks import read_parquet_sink
+from airflow_provider_semijoin.spark.spec import JobSpec
+from airflow_provider_semijoin.workloads.master import master_table
+from airflow_provider_semijoin.workloads.zipf import zipf_rows
+
+SELECT = ["name", "category"]
+
+
+def generator_job(tmp_path, url: str, table: str, *, algorithm="hybridjoin", total_rows=3000, master_rows=400,
+                  missing=0.1, params=None, memory="1M", **extra) -> JobSpec:
+    """A bounded generator stream -> one join step -> Parquet sinks, stopping at the end of input."""
+    data = {
+        "source": {"kind": "generator", "total_rows": total_rows, "rows_per_second": 50_000.0,
+                   "master_rows": master_rows, "missing": missing, "seed": 1},
+        "steps": [{"column": "nk", "master": {"url": url, "table": table, "key": "nk", "select": SELECT},
+                   "algorithm": algorithm, "memory": memory, "params": params or {}}],
+        "sinks": {"matched": {"path": str(tmp_path / "matched")}, "dead_letter": {"path": str(tmp_path / "dead")}},
+        "checkpoint": str(tmp_path / "checkpoint"),
+        "stop": {"end_of_input": True},
+        "trigger_interval_s": 0.2,
+    }
+    for key, value in extra.items():
+        data[key] = value
+    return JobSpec.from_dict(data)
+
+
+def write_master(backend, n_rows: int):
+    """R of the generator's keys (odd keys, see workloads.master) on the test's backend."""
+    return backend.make_master(master_table(n_rows), select=SELECT)
+
+
+def sink_pairs(matched: pa.Table, dead: pa.Table) -> tuple[Counter, Counter]:
+    """The sinks in the oracle's form: row id = the generator's tid."""
+    unmatched = pa.table({"tid": pa.array([int(i) for i in dead["sj_id"].to_pylist()], pa.int64()), "reason": dead["reason"]})
+    return engine_pairs(matched, unmatched, SELECT, "tid")
+
+
+def assert_sinks_equal_oracle(store, spec: JobSpec, matched: pa.Table | None = None) -> None:
+    """Every generated tuple left exactly once, and exactly as the plain hash join says."""
+    source = spec.source
+    stream = zipf_rows(0, source.total_rows, source.master_rows, missing=source.missing, seed=source.seed)
+    expected = hash_join(store, stream, "nk")
+    if matched is None:
+        matched = read_parquet_sink(spec.sinks.matched.path)
+    got = sink_pairs(matched, read_parquet_sink(spec.sinks.dead_letter.path))
+    assert got[0] == expected[0]
+    assert got[1] == expected[1]
