@@ -725,7 +725,6 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         plan = read_plan(requested, self.max_scan, self.query_s, self.page_s)  # line 3
         extra = self.counters.extra
         extra["join_phases"] += 1
-        extra["pages_requested"] += len(requested)
         n_pages = self.page_map.n_pages
         recency = np.zeros(n_pages, dtype=np.int64)
         read_order = ranges(*np.array(plan, dtype=np.int64).T)
@@ -766,6 +765,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self.counters.loads += 1
         extra["sequences"] += 1
         extra["pages_read"] += count
+        extra["pages_requested"] += int(np.count_nonzero(phase.utility[first : first + count]))
         a, b = np.searchsorted(phase.pair_page, [first, first + count])
         pair_sb, pair_page = phase.pair_sb[a:b], phase.pair_page[a:b]
         if self.range == (0, 0):  # one page per tuple: each completes here
