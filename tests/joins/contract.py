@@ -4,11 +4,15 @@ A plain module (pytest does not collect it): each ``tests/joins/test_<algorithm>
 ``class Test<Algorithm>(JoinContract)`` with ``algorithm`` and its ``params``. Every test runs
 the algorithm through :func:`run_join` and compares its output with the oracle's plain hash
 join as multisets of (stream row id, master row) and (stream row id, reason) pairs, and checks
-the run's exactly-once report.
+the run's exactly-once report. Deadlines (SSIJ sec. IV-F): misses counted exactly with a clock that
+counts steps. Updates (SSIJ sec. IV-E): while a writer installs hundreds of batches, every run of
+the same algorithm object equals the join with the one version of R it saw.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -19,9 +23,10 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from airflow_provider_semijoin.core.errors import ConfigError
-from airflow_provider_semijoin.core.joins import ALGORITHMS, create
+from airflow_provider_semijoin.core.joins import ALGORITHMS, JoinAlgorithm, create
 from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
 from airflow_provider_semijoin.core.runner import JoinRun, run_join
+from airflow_provider_semijoin.core.stores import DatabaseURL, create_change_tables, install_changes, stage_changes
 
 ROW_ID = "rid"  # the stream's row position: the oracle numbers stream tuples 0..n-1
 STREAM_KEY = "sk"
@@ -170,6 +175,87 @@ class StepClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class MasterWriter(threading.Thread):
+    """Installs ``batches`` small update batches into R from a connection of its own while joins
+    run (SSIJ sec. IV-E): each batch changes 1-4 distinct keys drawn with ``weights`` from
+    ``keys`` (hot keys change often): an upsert (new values; a new key when it was absent,
+    below, inside or above R's key range; K = 1-3 rows for a 1:K master) or a delete. Odd
+    versions are staged and installed from pending, even ones given directly.
+
+    ``states[v]`` is R after version v as ``{key: [master row tuple, ...]}``: the oracle.
+    It starts after ``reading`` is set (the first join has read version 0).
+    """
+
+    def __init__(self, backend, store, initial: pa.Table, keys: np.ndarray, weights: np.ndarray,
+                 batches: int, seed: int):
+        super().__init__(daemon=True)
+        self.url, self.table, self.select = backend.url, store.table, store.select
+        self.one_to_k = "id" in initial.column_names
+        self.keys, self.weights, self.batches = keys, weights, batches
+        self.rng = np.random.default_rng(seed)
+        state: dict = {}
+        for row in initial.to_pylist():
+            state.setdefault(row["nk"], []).append(tuple(row[c] for c in self.select))
+        self.states = [state]
+        self.reading = threading.Event()
+        self.error: BaseException | None = None
+        self._next_id = 10**6
+
+    def batch(self, version: int) -> tuple[pa.Table, dict]:
+        """A batch of changes and R after it."""
+        state = dict(self.states[-1])
+        chosen = self.rng.choice(self.keys, size=int(self.rng.integers(1, 5)), replace=False, p=self.weights)
+        columns: dict[str, list] = {"op": [], "nk": [], **{c: [] for c in self.select}}
+        for i, key in enumerate(chosen.tolist()):
+            if self.rng.random() < 0.3:
+                columns["op"].append("D"), columns["nk"].append(key)
+                for c in self.select:
+                    columns[c].append(None)
+                state.pop(key, None)
+                continue
+            rows = []
+            for j in range(int(self.rng.integers(1, 4)) if self.one_to_k else 1):
+                self._next_id += 1
+                values = {"id": self._next_id, "v": version * 1000 + 10 * i + j, "label": f"v{version}"}
+                rows.append(tuple(values[c] for c in self.select))
+                columns["op"].append("U"), columns["nk"].append(key)
+                for c in self.select:
+                    columns[c].append(values[c])
+            state[key] = rows
+        return pa.table({"op": pa.array(columns.pop("op"), pa.string()), "nk": pa.array(columns.pop("nk"), pa.int64()),
+                         **{c: pa.array(v, pa.int64() if c != "label" else pa.string()) for c, v in columns.items()}}), state
+
+    def run(self) -> None:
+        connection = DatabaseURL.parse(self.url).connect()
+        try:
+            self.reading.wait(60)
+            for version in range(1, self.batches + 1):
+                changes, state = self.batch(version)
+                if version % 2:
+                    stage_changes(connection, self.table, "nk", changes)
+                    installed = install_changes(connection, self.table, "nk")
+                else:
+                    installed = install_changes(connection, self.table, "nk", changes)
+                assert installed.version == version, (installed, version)
+                self.states.append(state)
+        except BaseException as exc:  # the test thread reports it
+            self.error = exc
+        finally:
+            connection.close()
+
+
+def expected_pairs(state: dict, stream: pa.Table) -> tuple[Counter, Counter]:
+    """The join of an int-key stream (no null keys) with the R of ``state``."""
+    matched, unmatched = Counter(), Counter()
+    for row_id, key in enumerate(stream[STREAM_KEY].to_pylist()):
+        if key in state:
+            for master_row in state[key]:
+                matched[(row_id, master_row)] += 1
+        else:
+            unmatched[(row_id, "not_in_master")] += 1
+    return matched, unmatched
 
 
 def reasons_by_row(run: JoinRun) -> dict[int, str]:
@@ -464,6 +550,54 @@ class JoinContract:
         assert run.stats["tuples_with_deadline"] == stream.num_rows
         p50, p99 = np.percentile(latency_s, [50, 99]) * 1000
         assert (run.stats["latency_ms_p50"], run.stats["latency_ms_p99"]) == (round(p50, 3), round(p99, 3))
+
+    # -- master-data updates (SSIJ sec. IV-E) ------------------------------------------------
+    update_batches = 200
+
+    @pytest.mark.parametrize("master", ["unique", "1:K"])
+    def test_every_tuple_sees_one_version_of_r_while_updates_install(self, backend, master):
+        """A writer installs small batches (upserts, inserts in and outside R's key range,
+        deletes) while the SAME algorithm object joins the stream in run after run (its
+        caches live on, like across Spark micro-batches). Every run's output equals the join
+        with the version of R that run saw: each tuple saw one version, never a mix, and left
+        exactly once."""
+        rng = np.random.default_rng(41)
+        if master == "unique":
+            initial = master_of(range(0, 400, 2))
+            store = backend.make_master(initial)
+        else:
+            initial = one_to_k_master({k: int(rng.integers(1, 4)) for k in range(0, 400, 2)})
+            store = backend.make_master(initial, primary_key="id", select=["id", "v"])
+        create_change_tables(backend.connection, store.table, "nk")
+        keys = rng.permutation(np.arange(-40, 440))  # hottest first; R holds 0..398 even
+        weights = 1.0 / np.arange(1, len(keys) + 1)
+        weights /= weights.sum()
+        algorithm = self.make(store)
+        writer = MasterWriter(backend, store, initial, keys, weights, self.update_batches, seed=43)
+        writer.start()
+        runs = []
+        try:
+            while True:
+                finished = not writer.is_alive()  # a run that starts after the last install sees it
+                stream = stream_of(keys[rng.choice(len(keys), 300, p=weights)].tolist())
+                runs.append((stream, run_join(algorithm, stream, STREAM_KEY)))
+                writer.reading.set()
+                if finished:
+                    break
+                time.sleep(0.005)  # let the writer have the GIL now and then
+        finally:
+            writer.reading.set()
+            writer.join()
+        assert writer.error is None, repr(writer.error)
+        for stream, run in runs:
+            version = run.stats["master_version"]
+            assert run.stats["exactly_once"]["ok"], run.stats["exactly_once"]
+            got = engine_pairs(run.matched, run.unmatched, store.select, ROW_ID)
+            assert got == expected_pairs(writer.states[version], stream), f"a run that saw version {version}"
+        versions = [run.stats["master_version"] for _, run in runs]
+        assert versions[0] == 0 and versions[-1] == self.update_batches and versions == sorted(versions)
+        if type(algorithm).invalidate is not JoinAlgorithm.invalidate:  # it caches R: stale entries were dropped
+            assert sum(run.stats["invalidated"] for _, run in runs) > 0
 
     # -- memory ------------------------------------------------------------------------------
     @pytest.mark.parametrize("factor", [1.0, 30.0])

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from airflow_provider_semijoin.core.costmodel import hit_ratio
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import StreamBuffer, create
+from airflow_provider_semijoin.core.joins.master_cache import MasterCache
 from airflow_provider_semijoin.core.keys import normalize
 from airflow_provider_semijoin.workloads import master_table, zipf_stream
 
@@ -137,3 +138,16 @@ def test_memory_split_follows_the_cost_model(zipf_master):
     small = create("cachejoin", zipf_master, 200 << 10).memory_split()["cache_keys"]
     large = create("cachejoin", zipf_master, 400 << 10).memory_split()["cache_keys"]
     assert 0 < small < large <= N_KEYS
+
+
+def test_invalidate_drops_changed_keys_and_they_can_be_cached_again():
+    """SSIJ sec. IV-E: entries of changed keys go (all K rows of a key); not counted as evictions."""
+    cache = MasterCache(4, 2, np.dtype(np.int64), pa.schema([("v", pa.int64())]), "lfu")
+    cache.admit(np.array([1, 5, 9]), np.ones(3), pa.table({"v": [10, 11, 50, 90]}), np.array([2, 1, 1]))
+    assert cache.invalidate(np.array([5, 1, 7])) == 2 and cache.invalidate(np.array([], np.int64)) == 0
+    hit, _, log_rows = cache.probe(np.array([1, 5, 9]))
+    assert hit.tolist() == [False, False, True] and cache.rows(log_rows)["v"].to_pylist() == [90]
+    assert (cache.size, cache.evictions) == (1, 0)
+    cache.admit(np.array([1]), np.ones(1), pa.table({"v": [12]}), np.array([1]))
+    hit, _, log_rows = cache.probe(np.array([1]))
+    assert hit.tolist() == [True] and cache.rows(log_rows)["v"].to_pylist() == [12]

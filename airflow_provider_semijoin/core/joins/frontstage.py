@@ -22,7 +22,11 @@ Engineering the papers leave open, decided here:
   not hold its slot forever when the hot set shifts;
 * the memory split between H_R and the wrapped algorithm comes from the cost model
   (:func:`..costmodel.best_cache_size`, CMESHJOIN eq. 1-4) unless ``cache_keys`` is given;
-* a key with K rows in R is cached with all K of them, so 1:K joins stay exact.
+* a key with K rows in R is cached with all K of them, so 1:K joins stay exact;
+* master-data updates (SSIJ sec. IV-E semantics): before a join reads a new version of R,
+  :meth:`FrontStage.invalidate` drops the H_R entries of the keys that changed, so a tuple never
+  meets a cached row of an older version;
+* the same object joins stream after stream (Spark micro-batches): H_R lives on between them.
 
 Everything is columnar: H_R (:mod:`.master_cache`) is a sorted key array probed with
 ``searchsorted``, its master rows live in an Arrow row log.
@@ -190,6 +194,10 @@ class FrontStage(JoinAlgorithm):
             self.threshold += 1  # H_R churns: the threshold is too low
         self._steps_since_adapt = 0
         self._evictions_at_adapt = self.cache.evictions
+
+    def invalidate(self, keys: np.ndarray) -> int:
+        """Drop the H_R entries of changed keys (and whatever the wrapped algorithm caches)."""
+        return self.cache.invalidate(keys) + self.algorithm.invalidate(keys)
 
     # -- accounting -------------------------------------------------------------------------
     @property

@@ -8,7 +8,9 @@ semi-stream join: take a micro-batch, look its distinct keys up with ``key IN (.
 of at most ``in_list_max`` keys, hash-join in memory. The batch is sized from the memory budget:
 each tuple of the batch costs its key and row id, each distinct key at most K rows of R.
 ``inlist-lru`` is the same engineer's second version: the same memory budget, a share of it
-(``cache_fraction``) spent on an LRU cache of master rows probed before the IN queries.
+(``cache_fraction``) spent on an LRU cache of master rows probed before the IN queries; its
+entries of keys changed by a master-data update are dropped before the next join reads R
+(SSIJ sec. IV-E).
 """
 
 from __future__ import annotations
@@ -149,6 +151,10 @@ class InListLRUJoin(InListJoin):
             keys, counts = np.unique(self._found.keys, return_counts=True)
             self.cache.admit(keys, np.zeros(len(keys)), self._found.rows, counts)
         return JoinOutput.concat([hits, looked_up], self.schema)
+
+    def invalidate(self, keys: np.ndarray) -> int:
+        """Drop the LRU cache's entries of changed keys."""
+        return self.cache.invalidate(keys)
 
     def structure_bytes(self) -> int:
         return self._held + self.cache.nbytes

@@ -153,7 +153,23 @@ class MasterCache:
         self._sorted_slot = np.insert(self._sorted_slot, at, slots)
         self.size += len(keys)
 
+    def invalidate(self, keys: np.ndarray) -> int:
+        """Drop the entries of ``keys`` (changed in R, SSIJ sec. IV-E): a key's rows must be
+        loaded again from the version of R the next join reads. Returns the entries dropped;
+        they do not count as evictions (the adaptive threshold reacts to evictions only)."""
+        if self.size == 0 or len(keys) == 0:
+            return 0
+        hit, pos = self._find(np.asarray(keys, self._sorted_keys.dtype))
+        dropped = np.unique(pos[hit])
+        self._drop_at(dropped)
+        return len(dropped)
+
     def _evict_at(self, victims_at: np.ndarray) -> None:
+        """Overwrite the entries at positions ``victims_at`` of the sorted index (H_R is full)."""
+        self._drop_at(victims_at)
+        self.evictions += len(victims_at)
+
+    def _drop_at(self, victims_at: np.ndarray) -> None:
         """Drop the entries at positions ``victims_at`` of the sorted index."""
         victims = self._sorted_slot[victims_at]
         n = len(victims)
@@ -165,7 +181,6 @@ class MasterCache:
         self._free[self._n_free : self._n_free + n] = victims
         self._n_free += n
         self.size -= n
-        self.evictions += n
 
     def _compact_log(self) -> None:
         used = self._sorted_slot
