@@ -454,10 +454,17 @@ def test_updates_installed_while_the_join_runs_are_seen_whole_by_every_tuple(bac
 def test_install_updates_refuses_to_run_inside_someone_elses_snapshot(backend):
     store = backend.make_master(master_of(range(10)))
     create_change_tables(backend.connection, store.table, "nk")
-    algorithm = create("ssij", store, 1 << 20)
+    algorithm = create("ssij", store, 1 << 20, {"ib_thresh": 3, "sb_thresh": 10})
+    changes = pa.table({"op": ["D"], "nk": [3], "v": [None], "label": [None]})
     with store.snapshot():
         with pytest.raises(ConfigError, match=r"^install_updates: R is read inside a snapshot this join did not open"):
-            algorithm.install_updates(pa.table({"op": ["D"], "nk": [3], "v": [None], "label": [None]}))
+            algorithm.install_updates(changes)
+        buffer = StreamBuffer(store.key_type)
+        buffer.append(np.arange(3), np.array([1, 3, 5]))
+        algorithm.step(buffer)  # the tuples wait in SB: a cycle is open, part of the outer snapshot
+        assert algorithm.pending == 3
+        with pytest.raises(ConfigError, match=r"^install_updates: R is read inside a snapshot this join did not open"):
+            algorithm.install_updates(changes)
 
 
 @pytest.mark.parametrize("master", ["unique", "1:K"])

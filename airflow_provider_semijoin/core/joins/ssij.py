@@ -398,6 +398,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self._gap_s = 0.0  # time between the last two steps: how late a deadline check may come
         self._last_step: float | None = None
         self._cycle: contextlib.ExitStack | None = None  # the snapshot of R of the current cycle
+        self._cycle_owns = False  # the cycle's snapshot is not part of an outer one (run_join's)
         self.counters.extra.update(
             online_phases=0, join_phases=0, forced_join_phases=0, sequences=0, pages_requested=0,
             pages_read=0, cache_hits=0, cache_probes=0, updates_installed=0, invalidated_pages=0,
@@ -495,7 +496,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
     # -- one step -------------------------------------------------------------------------------
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
         now = self.clock()
-        if self._last_step is not None:
+        if self._last_step is not None and self.pending:  # (an idle pause between streams does not count)
             self._gap_s = max(now - self._last_step, GAP_DECAY * self._gap_s)
         self._last_step = now
         self._accept(buffer)
@@ -535,6 +536,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         on entry, cached pages of the keys changed since the last one are dropped before any
         probe. Inside a snapshot someone else holds (``run_join``'s), it is part of that one."""
         if self._cycle is None and self.store.has_change_log():
+            self._cycle_owns = not self.store._in_snapshot
             self._cycle = contextlib.ExitStack()
             changed = self._cycle.enter_context(self.store.snapshot())
             self.counters.extra["invalidated_pages"] += self.invalidate(changed)
@@ -564,7 +566,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         Call it between steps, not inside ``run_join`` (which reads one version of R for its
         whole run).
         """
-        if self.store._in_snapshot and self._cycle is None:
+        if self.store._in_snapshot and not (self._cycle is not None and self._cycle_owns):
             raise ConfigError("install_updates: R is read inside a snapshot this join did not open "
                               "(run_join holds one per run); install between runs")
         outputs = []
