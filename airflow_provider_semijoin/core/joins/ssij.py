@@ -216,7 +216,7 @@ class PageCache:
     def touch(self, pages: np.ndarray) -> None:
         """Cached ``pages`` joined one stream tuple each (Alg. 1 line 5)."""
         self.tick += 1
-        np.add.at(self.utility, pages, 1)
+        self.utility += np.bincount(pages, minlength=len(self.utility))
         self.last_used[pages] = self.tick
 
     def stage(self, loaded: MasterPage, row_page: np.ndarray, keep: np.ndarray, utility: np.ndarray,
