@@ -246,6 +246,24 @@ def test_the_stream_takes_memory_from_the_cache_and_never_overflows(backend):
     assert paced.peak <= memory and algorithm.counters.structure_bytes_peak <= memory
 
 
+@pytest.mark.parametrize("policy", ["utility", "lru"])
+def test_the_budget_holds_when_pages_differ_in_bytes(backend, policy):
+    """Pages of very different sizes (labels of 1 to 300 characters): the cache's estimates of
+    a page's bytes are off, yet after every step the structures fit the budget."""
+    rng = np.random.default_rng(31)
+    keys = np.arange(0, 12000, 2)
+    master = pa.table({"nk": pa.array(keys, pa.int64()),
+                       "label": pa.array(["x" * int(n) for n in rng.integers(1, 100, len(keys))], pa.string())})
+    store = backend.make_master(master)
+    params = {"page_rows": 1, "ib_thresh": 100, "sb_thresh": 300, "max_scan": 6, "cache_policy": policy}
+    memory = memory_for(store, params, 1500)
+    stream = stream_of(zipf_keys(rng, keys, 20000, 0.8).tolist())
+    algorithm = create("ssij", store, memory, params)
+    run = run_join(algorithm, stream, STREAM_KEY)
+    assert_exact(store, stream, run)
+    assert algorithm.cache.evictions > 100 and run.stats["structure_bytes_peak"] <= memory
+
+
 def test_a_budget_that_cannot_hold_the_stream_buffers_is_refused(backend):
     store = backend.make_master(wide_master(50))
     with pytest.raises(ConfigError, match=r"^memory: 40000 bytes is too small for ssij: the page map, one read "

@@ -252,12 +252,10 @@ class PageCache:
         self.pages -= len(pages)
         self.evictions += len(pages)
 
-    def victims(self, need: int, exclude: np.ndarray | None = None, below: float = math.inf) -> np.ndarray:
-        """The cached pages of lowest priority (under ``below``, not in ``exclude``) whose bytes
-        add up to ``need`` (all of them if they do not)."""
+    def victims(self, need: int, below: float = math.inf) -> np.ndarray:
+        """The cached pages of lowest priority (under ``below``) whose bytes add up to ``need``
+        (all of them if they do not)."""
         candidates = np.flatnonzero(self.cached)
-        if exclude is not None and len(candidates):
-            candidates = candidates[~exclude[candidates]]
         prio = self.priority(candidates)
         candidates, prio = candidates[prio < below], prio[prio < below]
         order = np.argsort(prio, kind="stable")
@@ -287,9 +285,13 @@ class PageCache:
         self._segments = [slab]
         self.nbytes = slab.nbytes
         self.compactions += 1
+        # the bytes of each page, measured on the slab now (the shares kept before were estimates)
+        rows = np.bincount(slab.row_page, minlength=len(self.cached))
+        self.page_bytes[:] = np.floor(rows * (slab.nbytes / max(len(slab.row_page), 1))).astype(np.int64)
+        self.live_bytes = slab.nbytes
 
     def garbage(self) -> int:
-        """Bytes of evicted pages still held by their segments."""
+        """Bytes of evicted pages still held by their segments (0 right after :meth:`compact`)."""
         return self.nbytes - self.live_bytes
 
 
@@ -588,15 +590,15 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         """Evict cached pages (lowest priority first, only those under ``below``) until ``need``
         bytes are free; returns the bytes free then (less than ``need`` only with ``below``: the
         budget holds the stream buffers at their peak with an empty CR)."""
-        free = self._free()
-        if free >= need:
-            return free
-        lacking = need - free - self.cache.garbage()
-        if lacking > 0:
-            self.cache.evict(self.cache.victims(lacking, below=below))
-        if self.cache.garbage():
-            self.cache.compact()
-        return self._free()
+        while (free := self._free()) < need:
+            if self.cache.garbage() > 0:  # the rows of evicted pages are still held: drop them first
+                self.cache.compact()
+                continue
+            victims = self.cache.victims(need - free, below=below)
+            if len(victims) == 0:
+                break
+            self.cache.evict(victims)
+        return free
 
     def _accept(self, buffer: StreamBuffer) -> None:
         """Move arrived tuples into IB up to its size; an arriving tuple evicts the cached page of
