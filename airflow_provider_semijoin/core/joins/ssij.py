@@ -42,7 +42,15 @@ one scan, so P_u splits into independent clusters there.
 Deadlines (sec. IV-F): IB hands tuples to the online phase in deadline order; a join phase is
 forced when the closest deadline in SB (or in IB) would otherwise pass, estimated by a cost
 model that starts at one random I/O per page and learns the worst observed time per page of
-past join phases of a similar size (log2 buckets of |P_u|).
+past join phases of a similar size (log2 buckets of |P_u|). A tuple is due when a tenth of its
+time from arrival to deadline is left (the paper: "close to the maximum latency").
+
+Updates (sec. IV-E): a *cycle* - the online phases up to the join phase that empties SB - reads
+one snapshot of R (:meth:`.stores.base.MasterStore.snapshot`, when R has a change log); on
+entry the cached pages of the keys changed since the last cycle are dropped before any probe,
+so a tuple joins its cached and its read pages with one version of R. Between cycles no tuple
+is half joined. :meth:`SemiStreamedIndexJoin.install_updates` is the paper's "Installing
+Updates": force the join phase, install the batch while the stream waits in IB, resume.
 
 1:K joins: a page holds whole keys, so a tuple meets all K rows of its key on one page. Range
 conditions (``range_lo``, ``range_hi``: R.key between key+range_lo and key+range_hi, integer
