@@ -120,6 +120,8 @@ def cmd_algorithms(args) -> int:
 def cmd_bench(args) -> int:
     from .bench import BenchConfig, run_bench
 
+    if args.spark:
+        return cmd_bench_spark(args)
     config = BenchConfig(
         master=args.master, rows=args.rows, memory=parse_bytes(args.memory), zipf=args.zipf,
         shapes=_columns(args.shapes), algorithms=_columns(args.algorithms), warmup_s=args.warmup,
@@ -134,6 +136,23 @@ def cmd_bench(args) -> int:
         _print_json(report, args.out)
         print(f"wrote {args.out}")
     return 0 if all(r["memory_ok"] for r in report["results"]) else 1
+
+
+def cmd_bench_spark(args) -> int:
+    from .bench import BenchConfig
+    from .spark.bench import SparkBenchConfig, run_spark_bench
+
+    config = SparkBenchConfig(
+        BenchConfig(master=args.master, rows=args.rows, memory=parse_bytes(args.memory), zipf=args.zipf,
+                    shapes=_columns(args.shapes) or ["noperm"], warmup_s=args.warmup, window_s=args.window,
+                    params=_params(args.set), seed=args.seed),
+        algorithms=_columns(args.algorithms), batch_rows=args.spark_batch_rows, latency_rate=args.spark_rate,
+    )
+    report = run_spark_bench(config, out=functools.partial(print, flush=True))
+    if args.out:
+        _print_json(report, args.out)
+        print(f"wrote {args.out}")
+    return 0 if all(r["exactly_once"]["ok"] for shape in report["shapes"] for r in shape["rows"]) else 1
 
 
 def _shares(text: str | None) -> list[float] | None:
@@ -213,8 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--rows", type=int, default=2_000_000)
     b.add_argument("--memory", default=DEFAULT_MEMORY)
     b.add_argument("--zipf", type=float, default=1.0)
-    b.add_argument("--shapes", default="noperm,random",
-                   help="stream shapes: noperm, random (Zipf over R) and temporal (SSIJ's temporal locality)")
+    b.add_argument("--shapes", default=None,
+                   help="stream shapes, comma separated: noperm, random (Zipf over R) and temporal (SSIJ's temporal "
+                        "locality); default noperm,random, with --spark noperm")
     b.add_argument("--algorithms", default=None, help="comma separated (default: all)")
     b.add_argument("--warmup", type=float, default=10.0, help="seconds before the measurement window")
     b.add_argument("--window", type=float, default=20.0, help="seconds of the measurement window")
@@ -238,6 +258,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also measure MySQL's own index join of an in-memory stream chunk with R (SSIJ Figure 9)")
     b.add_argument("--dbms-chunk", type=int, default=1_000_000, help="stream tuples of that chunk (default 1000000)")
     b.add_argument("--out", help="write the report as JSON")
+    b.add_argument("--spark", action="store_true",
+                   help="measure the Spark pipeline (HYBRIDJOIN and the best cache algorithm, or --algorithms) against "
+                        "the core engine alone and Spark's own stream-static join")
+    b.add_argument("--spark-batch-rows", type=int, default=1_000_000,
+                   help="with --spark: tuples per micro-batch of the throughput runs (default about one H_S of HYBRIDJOIN at 50 MB)")
+    b.add_argument("--spark-rate", type=float, default=None,
+                   help="with --spark: tuples/s offered in the latency runs (default: half the slowest Spark path's throughput)")
     b.set_defaults(func=cmd_bench)
 
     d = sub.add_parser("demo", help="the main job: the reference pipeline (dags/) as an Airflow DAG run on embedded defaults")

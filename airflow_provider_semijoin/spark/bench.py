@@ -1,0 +1,703 @@
+"""``semijoin bench --spark``: what the Spark pipeline sustains, what Spark costs, and Spark's
+own stream-static join, measured in one run on the same master table and the same stream.
+
+For HYBRIDJOIN and the best cache algorithm (picked by measuring the cache family in the core
+engine first, :func:`pick_cache_algorithm`; or the algorithms given) it measures three paths:
+
+* ``spark pipeline``: the product's streaming query (:func:`.runner.run_job`): the built-in
+  generator source -> ``foreachBatch`` (collect, drain through the engine, Parquet sinks).
+* ``core, Spark's batches``: :func:`..core.runner.run_join` over the same stream tuples in the
+  same micro-batches, without Spark. Overhead ratio = this rate / the pipeline's rate: what
+  Spark itself costs (source, scheduling, Arrow transfers, sinks, progress).
+* ``core, continuous``: the engine alone fed without micro-batches, as ``semijoin bench``
+  measures it. Its ratio adds what draining every micro-batch before it commits costs: the
+  service rate is w / c_loop with w, the tuples matched per page load, growing with the tuples
+  in H_S (HYBRIDJOIN sec. 4.4, eq. 2 and 4); a drained HYBRIDJOIN empties H_S at the end of each
+  batch, loading the pages of its last tuples for few matches - in a Zipf batch some tuple
+  waits on nearly every page, so a drain reads about all of R - where a continuous one keeps
+  H_S full.
+
+and once Spark's own way, ``spark stream-static``: ``foreachBatch`` joins each micro-batch with
+R read afresh from the database (a left join planned by Spark, then the same Parquet sinks), R
+through Spark's JDBC source with Debian's MariaDB driver jar (``libmariadb-java``), or, where no
+driver is available (SQLite, no jar), through our store's full scan into a DataFrame.
+
+Throughput (the papers' service rate, HYBRIDJOIN sec. 6.1): the source offers more than the
+pipeline can take - every generated tuple has arrived, and an admission limit of
+``batch_rows`` tuples per micro-batch (what Kafka's ``maxOffsetsPerTrigger`` does) keeps the
+batches at one size - so the rate is the pipeline's, not the source's. The window opens
+``warmup_s`` after the end of the first micro-batch (which carries Spark's start-up) at the end
+of a micro-batch and closes at the end of the first micro-batch ``window_s`` later; the rate is
+the tuples of its micro-batches over that time. The core paths keep a backlog and run their
+clock only while joining, as ``semijoin bench`` does.
+
+Latency: the same paths offered a fixed moderate rate (``latency_rate``, default half of the
+slowest Spark path's throughput, so every path can keep up), p99 from a tuple's arrival (the
+generator's scheduled time) to the end of the micro-batch that wrote it (core, continuous: to
+its completion) over the window. Exactly once: every path's output is checked - each tuple
+offered up to the last completed micro-batch (or, in the core, fed and then drained) left once,
+matched or unmatched (the bench's R has a unique key, so once means one output row).
+
+Machines are shared and noisy: compare the rows of one run, not figures from different runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..bench import CHUNK_ROWS, BenchConfig, _backlog_target, measure
+from ..core.calibration import calibrate
+from ..core.costmodel import CACHE_ALGORITHMS
+from ..core.errors import ConfigError
+from ..core.joins import ALGORITHMS, StreamBuffer, create
+from ..core.keys import normalize
+from ..core.metrics import latency_ms
+from ..core.reasons import Unmatched
+from ..core.runner import drain, run_join
+from ..core.stores import open_store, redact
+from ..core.stores.sql import MYSQL, DatabaseURL
+from ..workloads import generate_master
+from ..workloads.zipf import zipf_rows
+from .runner import run_job
+from .sinks import ParquetSink, dead_letter_rows
+from .sources import _generator_classes, generator_settings, stream_frame
+from .spec import JobSpec, SourceSpec
+
+KEY = "nk"  # the join key of the bench's master table and stream
+DEFAULT_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"  # Debian's libmariadb-java
+JDBC_DRIVER = "org.mariadb.jdbc.Driver"
+JDBC_FETCH_ROWS = 10_000  # the driver streams R in rows of this many instead of holding it whole
+CAPPED_FORMAT = "semijoin_generator_capped"
+BACKLOG_RATE = 1e12  # tuples/s offered in the throughput runs: all have arrived, the admission limit decides
+STREAM_STATIC = "spark-join"
+R_KEY = "sj_master_key"  # R's key column in the stream-static join (the stream has its own nk)
+PIPELINE, CORE_BATCHES, CORE_CONTINUOUS = "spark pipeline", "core, Spark's batches", "core, continuous"
+STOP_GRACE_S = 300.0  # a run whose window is not complete this long after warm-up + window stops anyway
+
+
+@dataclass
+class SparkBenchConfig:
+    """The core bench's settings (master, rows, memory, zipf, shapes, warm-up, window, params,
+    seed) plus the Spark ones. ``algorithms`` None: HYBRIDJOIN and the best cache algorithm.
+    ``latency_rate`` None: half of the slowest Spark path's throughput."""
+
+    core: BenchConfig
+    algorithms: list[str] | None = None
+    batch_rows: int = 1_000_000
+    latency_rate: float | None = None
+    trigger_s: float = 0.5
+    spark_master: str = "local[2]"
+    jdbc_jar: str | None = DEFAULT_JDBC_JAR
+    workdir: str | None = None
+
+    def __post_init__(self) -> None:
+        for i, name in enumerate(self.algorithms or []):
+            if name not in ALGORITHMS:
+                raise ConfigError(f"algorithms[{i}]: {name!r} is not one of {sorted(ALGORITHMS)}")
+        if isinstance(self.batch_rows, bool) or not isinstance(self.batch_rows, int) or self.batch_rows < 1:
+            raise ConfigError(f"batch_rows: {self.batch_rows!r} is not a positive number of tuples per micro-batch")
+        if self.latency_rate is not None and (isinstance(self.latency_rate, bool) or not self.latency_rate > 0):
+            raise ConfigError(f"latency_rate: {self.latency_rate!r} is not a positive number of tuples per second")
+        if isinstance(self.trigger_s, bool) or not self.trigger_s > 0:
+            raise ConfigError(f"trigger_s: {self.trigger_s!r} is not a positive number of seconds")
+
+
+# -- the source of the throughput runs ------------------------------------------------------------
+def capped_generator_source():
+    """The built-in generator with an admission limit: at most ``max_rows_per_batch`` tuples per
+    micro-batch (a Spark 4.2 ``ReadMaxRows`` read limit), the rest stays offered for later."""
+    from pyspark.sql.datasource import DataSourceStreamReader
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    generator = _generator_classes()
+
+    class CappedReader(DataSourceStreamReader):
+        def __init__(self, inner, max_rows: int):
+            self.inner, self.max_rows = inner, max_rows
+
+        def initialOffset(self) -> dict:
+            return self.inner.initialOffset()
+
+        def getDefaultReadLimit(self):
+            return ReadMaxRows(self.max_rows)
+
+        def latestOffset(self, start: dict, limit) -> dict:
+            end = self.inner.latestOffset(start, limit)
+            if isinstance(limit, ReadMaxRows):
+                end["row"] = min(end["row"], start["row"] + limit.max_rows)
+            return end
+
+        def partitions(self, start: dict, end: dict):
+            return self.inner.partitions(start, end)
+
+        def read(self, partition):
+            return self.inner.read(partition)
+
+        def commit(self, end: dict) -> None:
+            self.inner.commit(end)
+
+    class CappedGenerator(generator):
+        @classmethod
+        def name(cls) -> str:
+            return CAPPED_FORMAT
+
+        def streamReader(self, schema):
+            return CappedReader(super().streamReader(schema), int(self.options["max_rows_per_batch"]))
+
+    return CappedGenerator
+
+
+def source_fields(config: BenchConfig, shape: str, rate: float | None, batch_rows: int) -> dict:
+    """The job's ``source`` and ``arrival_column``: the generator offered at ``rate``, or (None)
+    a backlog through the capped generator, whose arrival times come in its own column."""
+    generator = SourceSpec(kind="generator", rows_per_second=rate or BACKLOG_RATE, master_rows=config.rows,
+                           exponent=config.zipf, shape=shape, seed=config.seed)
+    if rate is not None:
+        return {"source": dataclasses.asdict(generator), "arrival_column": None}
+    options = {"settings": json.dumps(generator_settings(generator)), "max_rows_per_batch": batch_rows}
+    capped = SourceSpec(kind="spark", format=CAPPED_FORMAT, options=options, id_column="tid")
+    return {"source": dataclasses.asdict(capped), "arrival_column": "sj_arrival"}
+
+
+def stream_rows(config: BenchConfig, shape: str, start: int, end: int) -> pa.Table:
+    """Tuples ``start .. end - 1`` of the generator's stream (the same ones Spark reads)."""
+    return zipf_rows(start, end, config.rows, exponent=config.zipf, shape=shape, seed=config.seed)
+
+
+# -- the window of micro-batches -------------------------------------------------------------------
+class BatchWindow:
+    """Collects one progress record per micro-batch; sets ``stop`` once the window is complete.
+
+    The window opens at the end of the first micro-batch ending ``warmup_s`` or more after the
+    end of the first one, and holds the micro-batches after it up to the first one ending
+    ``window_s`` or more after it opened."""
+
+    def __init__(self, warmup_s: float, window_s: float):
+        self.warmup_s, self.window_s = warmup_s, window_s
+        self.records: list[dict] = []
+        self.opened: int | None = None  # index of the record whose end opens the window
+        self.closed: int | None = None  # index of the window's last record
+        self.stop = threading.Event()
+
+    def __call__(self, record: dict) -> None:
+        self.records.append(record)
+        last = len(self.records) - 1
+        if self.opened is None and record["time"] >= self.records[0]["time"] + self.warmup_s:
+            self.opened = last
+        elif self.opened is not None and self.closed is None and record["time"] >= self.opened_at + self.window_s:
+            self.closed = last
+            self.stop.set()
+
+    @property
+    def opened_at(self) -> float:
+        return self.records[self.opened]["time"]
+
+    def batches(self) -> list[dict]:
+        """The window's records (up to the last one seen if the run ended before it closed)."""
+        if self.opened is None:
+            return []
+        end = self.closed if self.closed is not None else len(self.records) - 1
+        return self.records[self.opened + 1 : end + 1]
+
+    def rate(self) -> float | None:
+        batches = self.batches()
+        if not batches:
+            return None
+        return round(sum(r["input_rows"] for r in batches) / (batches[-1]["time"] - self.opened_at), 1)
+
+
+class TupleLedger:
+    """How often each stream tuple (row id = its position in the stream) left the join."""
+
+    def __init__(self):
+        self.left = np.zeros(CHUNK_ROWS, np.uint8)
+
+    def record(self, ids: np.ndarray) -> None:
+        """One more exit for each of ``ids`` (row ids >= 0)."""
+        if len(ids) and ids.max() >= len(self.left):
+            self.left = np.concatenate([self.left, np.zeros(max(len(self.left), int(ids.max()) + 1), np.uint8)])
+        np.add.at(self.left, ids, 1)
+
+    def check(self, fed: int) -> dict:
+        counts = self.left[:fed]
+        beyond = int(np.count_nonzero(self.left[fed:]))
+        return {"ok": bool((counts == 1).all()) and beyond == 0, "lost": int(np.count_nonzero(counts == 0)),
+                "duplicated": int(np.count_nonzero(counts > 1)) + beyond, "tuples": fed}
+
+
+# -- reading the sinks back ------------------------------------------------------------------------
+def sink_columns(path: Path, batch_ids: list[int], columns: list[str]) -> pa.Table:
+    tables = [pq.read_table(path / f"batch={b}" / "part-0.parquet", columns=columns) for b in batch_ids]
+    return pa.concat_tables(tables) if tables else pa.table({c: pa.array([], pa.float64()) for c in columns})
+
+
+def check_sinks(out: Path, window: BatchWindow) -> dict:
+    """Every tuple the recorded micro-batches took (rows 0 .. n-1 of the generator) is in the
+    sinks exactly once: one matched row (R's key is unique) or one dead-letter row."""
+    n = sum(r["input_rows"] for r in window.records)
+    ids = [r["batch_id"] for r in window.records]
+    written = pa.concat_tables([sink_columns(out / "matched", ids, ["sj_id"]), sink_columns(out / "dead", ids, ["sj_id"])])
+    ledger = TupleLedger()
+    ledger.record(pc.cast(written["sj_id"], pa.int64()).to_numpy())
+    return ledger.check(n)
+
+
+def window_latency(out: Path, window: BatchWindow) -> dict:
+    """p50 / p99 from each window tuple's arrival to the end of the micro-batch that wrote it."""
+    seconds = []
+    for record in window.batches():
+        arrived = sink_columns(out / "matched", [record["batch_id"]], ["sj_arrival"])["sj_arrival"].to_numpy()
+        dead = sink_columns(out / "dead", [record["batch_id"]], ["sj_arrival"])["sj_arrival"].to_numpy()
+        seconds.append(record["time"] - np.concatenate([arrived, dead]))
+    return latency_ms(np.concatenate(seconds) if seconds else np.zeros(0))
+
+
+def batch_split(window: BatchWindow) -> dict | None:
+    """Where a pipeline micro-batch's time goes (means over the window): the engine
+    (run_join's own clock), the rest of foreachBatch (output tables, sinks, progress) and Spark
+    outside foreachBatch (source, planning, collecting the batch to the driver as Arrow)."""
+    batches = window.batches()
+    if not batches or batches[0].get("batch_duration_s") is None:
+        return None
+    ends = [window.opened_at] + [r["time"] for r in batches]
+    cycle = float(np.mean(np.diff(ends)))
+    inside = float(np.mean([r["batch_duration_s"] for r in batches]))
+    engine = float(np.mean([r["input_rows"] / r["service_rate_tps"] if r["service_rate_tps"] else 0.0 for r in batches]))
+    return {"cycle": round(cycle, 3), "engine": round(engine, 3), "rest_of_foreach_batch": round(inside - engine, 3),
+            "spark_outside_foreach_batch": round(cycle - inside, 3)}
+
+
+def spark_result(algorithm: str, path: str, window: BatchWindow, out: Path, rate: float | None) -> dict:
+    batches = window.batches()
+    result = {
+        "algorithm": algorithm,
+        "path": path,
+        "offered_tps": rate,
+        "tuples_per_s": window.rate(),
+        "batches": len(window.records),
+        "window_batches": len(batches),
+        "window_tuples": sum(r["input_rows"] for r in batches),
+        "window_complete": window.closed is not None,
+        "batch_rows": [r["input_rows"] for r in window.records],
+        "first_window_batch": (window.opened + 1) if window.opened is not None else None,
+        "batch_split_s": batch_split(window),
+        "exactly_once": check_sinks(out, window),
+    }
+    if rate is not None:
+        latency = window_latency(out, window)
+        result.update(latency_ms_p50=latency["p50"], latency_ms_p99=latency["p99"])
+    return result
+
+
+# -- the Spark pipeline ----------------------------------------------------------------------------
+def run_pipeline(spark, config: SparkBenchConfig, table: str, algorithm: str, shape: str, out: Path,
+                 rate: float | None) -> dict:
+    """The product's streaming query for ``algorithm``: a backlog (``rate`` None) or ``rate``."""
+    core = config.core
+    spec = JobSpec.from_dict({
+        **source_fields(core, shape, rate, config.batch_rows),
+        "steps": [{"column": KEY, "master": {"url": core.master, "table": table, "key": KEY},
+                   "algorithm": algorithm, "memory": core.memory, "params": core.params_for(algorithm)}],
+        "sinks": {"matched": {"path": str(out / "matched")}, "dead_letter": {"path": str(out / "dead")}},
+        "checkpoint": str(out / "checkpoint"),
+        "name": "semijoin_bench",
+        "trigger_interval_s": config.trigger_s if rate is not None else 0.001,
+        "stop": {"duration_s": core.warmup_s + core.window_s + STOP_GRACE_S},
+    })
+    window = BatchWindow(core.warmup_s, core.window_s)
+    run_job(spec, spark=spark, on_progress=window, stop_event=window.stop)
+    return spark_result(algorithm, PIPELINE, window, out, rate)
+
+
+# -- Spark's own stream-static join ----------------------------------------------------------------
+class MasterReader:
+    """R as a Spark DataFrame, read afresh at every call: through Spark's JDBC source (MySQL /
+    MariaDB with the driver jar on Spark's classpath, read in key ranges by all cores), or
+    through our store's full scan (one range query over every page) otherwise."""
+
+    def __init__(self, spark, url: str, table: str, jdbc: bool):
+        self.spark, self.url, self.table = spark, url, table
+        self.store = open_store(url, table, KEY)
+        self.columns = [KEY, *self.store.select]
+        self.jdbc = jdbc and self.store.dialect is MYSQL
+        self.via = "JDBC" if self.jdbc else "store scan"
+
+    def __call__(self):
+        return self._jdbc() if self.jdbc else self._scan()
+
+    def _jdbc(self):
+        db = DatabaseURL.parse(self.url)
+        reader = (
+            self.spark.read.format("jdbc")
+            .option("url", f"jdbc:mysql://{db.host}:{db.port}/{db.database}")  # Spark's MySQL dialect (backquotes)
+            .option("driver", JDBC_DRIVER)
+            .option("user", db.user)
+            .option("password", db.password)
+            .option("dbtable", MYSQL.quote(self.table, "table"))
+            .option("fetchsize", JDBC_FETCH_ROWS)
+        )
+        page_map = self.store.page_map()
+        if self.store.key_type.kind == "int" and page_map.n_keys:
+            reader = (
+                reader.option("partitionColumn", KEY)
+                .option("lowerBound", int(page_map.bounds[0]))
+                .option("upperBound", int(page_map.max_key) + 1)
+                .option("numPartitions", self.spark.sparkContext.defaultParallelism)
+            )
+        return reader.load().select(*self.columns)
+
+    def _scan(self):
+        page_map = self.store.page_map()
+        page = self.store.load_pages(page_map, 0, page_map.n_pages)
+        keys = pa.array(page.keys)
+        if self.store.key_type.kind == "str":
+            keys = keys.cast(pa.string())
+        return self.spark.createDataFrame(page.rows.add_column(0, KEY, keys))
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class StreamStaticJoin:
+    """``foreachBatch`` body of Spark's stream-static join: the micro-batch left-joined with R
+    read afresh, collected, written to the same Parquet sinks as the pipeline's, one progress
+    record (``batch_id``, ``time``, ``input_rows``) per micro-batch."""
+
+    def __init__(self, read_master: MasterReader, out: Path, on_progress, clock=time.time):
+        self.read_master = read_master
+        self.matched = ParquetSink(str(out / "matched"))
+        self.dead = ParquetSink(str(out / "dead"))
+        self.on_progress = on_progress
+        self.clock = clock
+        self.stopping = threading.Event()
+        self.busy = threading.Lock()  # held during a micro-batch: the query stops between them
+
+    def __call__(self, frame, batch_id: int) -> None:
+        with self.busy:
+            if not self.stopping.is_set():  # once the window is measured, the rest passes untouched
+                self._join(frame, batch_id)
+
+    def _join(self, frame, batch_id: int) -> None:
+        master = self.read_master().withColumnRenamed(KEY, R_KEY)
+        rows = frame.join(master, frame[KEY] == master[R_KEY], "left").toArrow()
+        rows = rows.add_column(0, "sj_id", pc.cast(rows["tid"], pa.string()))
+        found = pc.is_valid(rows[R_KEY])
+        missed = rows.filter(pc.invert(found)).select([c for c in rows.column_names if c not in master.columns])
+        reasons = pc.if_else(pc.is_null(missed[KEY]), Unmatched.NULL_KEY.label, Unmatched.NOT_IN_MASTER.label)
+        self.matched.write(batch_id, rows.filter(found).drop_columns([R_KEY]))
+        self.dead.write(batch_id, dead_letter_rows(missed, 0, reasons))
+        self.on_progress({"batch_id": batch_id, "time": self.clock(), "input_rows": rows.num_rows})
+
+
+def run_stream_static(spark, config: SparkBenchConfig, table: str, shape: str, out: Path, rate: float | None,
+                      jdbc: bool, poll_s: float = 0.2) -> dict:
+    """Spark's stream-static join over the same stream, a backlog (``rate`` None) or ``rate``."""
+    core = config.core
+    fields = source_fields(core, shape, rate, config.batch_rows)
+    frame = stream_frame(spark, SourceSpec(**fields["source"]), fields["arrival_column"])
+    window = BatchWindow(core.warmup_s, core.window_s)
+    read_master = MasterReader(spark, core.master, table, jdbc)
+    join = StreamStaticJoin(read_master, out, window)
+    trigger = f"{config.trigger_s if rate is not None else 0.001} seconds"
+    query = (frame.writeStream.foreachBatch(join).option("checkpointLocation", str(out / "checkpoint"))
+             .queryName("semijoin_bench_stream_static").trigger(processingTime=trigger).start())
+    give_up = time.monotonic() + core.warmup_s + core.window_s + STOP_GRACE_S
+    try:
+        while not window.stop.wait(poll_s) and time.monotonic() < give_up:
+            if not query.isActive:
+                break
+    finally:
+        join.stopping.set()
+        with join.busy:
+            query.stop()
+        read_master.close()
+    if query.exception() is not None:
+        raise RuntimeError(f"the stream-static query failed: {str(query.exception()).splitlines()[0]}")
+    return {**spark_result(STREAM_STATIC, f"spark stream-static, R via {read_master.via}", window, out, rate),
+            "master_read": read_master.via}
+
+
+# -- the core engine alone -------------------------------------------------------------------------
+def run_core_batches(config: BenchConfig, table: str, algorithm: str, shape: str, batch_rows: list[int],
+                     first_window_batch: int, clock=time.perf_counter) -> dict:
+    """:func:`run_join` over the stream tuples of a Spark run, in the same micro-batches (each
+    drained); the rate over the Spark run's window batches counts only the time in run_join."""
+    window_s, window_tuples, ok, start = 0.0, 0, True, 0
+    with open_store(config.master, table, KEY) as store:
+        engine = create(algorithm, store, config.memory, config.params_for(algorithm))
+        for i, n in enumerate(batch_rows):
+            rows = stream_rows(config, shape, start, start + n)
+            started = clock()
+            run = run_join(engine, rows, KEY)
+            took = clock() - started
+            ok = ok and run.stats["exactly_once"]["ok"] and run.stats["tuples_in"] == n
+            if i >= first_window_batch:
+                window_s += took
+                window_tuples += n
+            start += n
+    return {
+        "algorithm": algorithm,
+        "path": CORE_BATCHES,
+        "tuples_per_s": round(window_tuples / window_s, 1) if window_s else None,
+        "window_tuples": window_tuples,
+        "exactly_once": {"ok": ok, "tuples": start},
+    }
+
+
+def run_core_continuous(config: BenchConfig, table: str, algorithm: str, shape: str, rate: float | None,
+                        clock=time.perf_counter, sleep=time.sleep) -> dict:
+    """The engine fed without micro-batches. ``rate`` None: a backlog, the clock running only
+    while the algorithm steps (as ``semijoin bench``); otherwise tuples arrive at ``rate`` per
+    second in real time and the latency counts from arrival to completion. At the end the
+    buffer is closed and drained: every tuple fed must have left exactly once."""
+    duration = config.warmup_s + config.window_s
+    ledger = TupleLedger()
+    with open_store(config.master, table, KEY) as store:
+        engine = create(algorithm, store, config.memory, config.params_for(algorithm))
+        buffer = StreamBuffer(store.key_type, clock)
+        offered = stream_rows(config, shape, 0, int(rate * duration) + 1) if rate is not None else None
+        keys = normalize(offered[KEY], store.key_type).keys if offered is not None else None
+        fed, joined_s, window_tuples, latencies = 0, 0.0, 0, []
+        started = clock()
+        while (joined_s if rate is None else clock() - started) < duration:
+            if rate is None:
+                while buffer.available < _backlog_target(engine):
+                    chunk = stream_rows(config, shape, fed, fed + CHUNK_ROWS)
+                    buffer.append(chunk["tid"].to_numpy(), normalize(chunk[KEY], store.key_type).keys)
+                    fed += CHUNK_ROWS
+            else:
+                due = min(len(keys), int((clock() - started) * rate) + 1)
+                buffer.append(np.arange(fed, due), keys[fed:due])
+                fed = due
+                if buffer.available == 0 and engine.pending == 0:
+                    sleep(min(0.01, max(0.0, started + fed / rate - clock())))
+                    continue
+            step_started = clock()
+            out = engine.step(buffer)
+            done = clock()
+            buffer.taken.clear()
+            joined_s += done - step_started
+            ids = np.concatenate([out.matched_ids, out.unmatched_ids])
+            ledger.record(ids)
+            in_window = (joined_s if rate is None else done - started) > config.warmup_s
+            if in_window:
+                window_tuples += out.completed
+                if rate is not None:
+                    latencies.append(done - (started + np.unique(ids) / rate))
+        window_s = (joined_s if rate is None else clock() - started) - config.warmup_s
+        buffer.close()
+        for out in drain(engine, buffer, np.zeros(fed), np.zeros(fed)):
+            ledger.record(np.concatenate([out.matched_ids, out.unmatched_ids]))
+    result = {
+        "algorithm": algorithm,
+        "path": CORE_CONTINUOUS,
+        "offered_tps": rate,
+        "tuples_per_s": round(window_tuples / window_s, 1) if window_s > 0 else None,
+        "window_tuples": window_tuples,
+        "exactly_once": ledger.check(fed),
+    }
+    if rate is not None:
+        latency = latency_ms(np.concatenate(latencies) if latencies else np.zeros(0))
+        result.update(latency_ms_p50=latency["p50"], latency_ms_p99=latency["p99"])
+    return result
+
+
+def pick_cache_algorithm(config: BenchConfig, table: str, shape: str, out=print) -> tuple[str, list[dict]]:
+    """The cache algorithm with the highest service rate in the core engine (``semijoin bench``'s
+    measurement, half its warm-up and window each), and every one's result."""
+    quick = dataclasses.replace(config, shapes=[shape], algorithms=list(CACHE_ALGORITHMS),
+                                warmup_s=config.warmup_s / 2, window_s=config.window_s / 2, io_samples=0)
+    with open_store(config.master, table, KEY) as store:
+        costs = calibrate(store)
+    results = []
+    for name in CACHE_ALGORITHMS:
+        r = measure(quick, table, name, shape, costs=costs)
+        out(f"  core engine {name:<14} {r['service_rate_tps']:>12,.0f} tuples/s")
+        results.append({"algorithm": name, "service_rate_tps": r["service_rate_tps"]})
+    return max(results, key=lambda r: r["service_rate_tps"])["algorithm"], results
+
+
+# -- the whole run ---------------------------------------------------------------------------------
+def moderate_rate(spark_rates: list[float | None]) -> float:
+    """Half the slowest Spark path's throughput, rounded down to two significant digits."""
+    slowest = min(r for r in spark_rates if r) / 2
+    digits = 10 ** max(0, int(np.floor(np.log10(slowest))) - 1)
+    return float(max(1, int(slowest // digits) * digits))
+
+
+def spark_session(config: SparkBenchConfig, spark=None):
+    """``(session, created, jdbc)``: the given or active session, or a new one on
+    ``spark_master`` with the JDBC driver jar; ``jdbc``: the jar is on its classpath. The
+    capped generator is registered in it."""
+    jar = config.jdbc_jar if config.jdbc_jar and Path(config.jdbc_jar).is_file() else None
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        from .session import get_spark
+
+        created = SparkSession.getActiveSession() is None
+        spark = get_spark(config.spark_master, app_name="semijoin-bench", conf={"spark.jars": jar} if jar else None)
+    else:
+        created = False
+    jdbc = bool(jar) and jar in spark.sparkContext.getConf().get("spark.jars", "")
+    spark.dataSource.register(capped_generator_source())
+    return spark, created, jdbc
+
+
+def run_spark_bench(config: SparkBenchConfig, out=print, spark=None, clock=time.perf_counter) -> dict:
+    core = config.core
+    table = f"bench_r{core.rows}"
+    started = clock()
+    info = generate_master(core.master, table, core.rows, seed=0)
+    out(f"master {redact(core.master)} table {table}: {core.rows:,} rows "
+        f"({'reused' if info['reused'] else 'generated'}, {clock() - started:.1f} s)")
+    workdir = Path(config.workdir or tempfile.mkdtemp(prefix="semijoin-spark-bench-"))
+    report = {"config": describe(config), "command": command(config), "shapes": []}
+    try:
+        for shape in core.shapes:
+            report["shapes"].append(bench_shape(config, table, shape, workdir / shape, out, spark, clock))
+    finally:
+        if config.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    report["seconds"] = round(clock() - started, 1)
+    out(f"command ({report['seconds']:,.0f} s): {report['command']}")
+    return report
+
+
+def bench_shape(config: SparkBenchConfig, table: str, shape: str, workdir: Path, out, spark, clock) -> dict:
+    """Every path of every algorithm on one stream shape. Each algorithm's core paths run right
+    after its Spark pipeline, so the rows compared in a ratio ran under the same machine load."""
+    core = config.core
+    picked = None
+    algorithms = list(config.algorithms or [])
+    if not algorithms:
+        out(f"{shape}: picking the cache algorithm in the core engine "
+            f"({core.warmup_s / 2:g} s warm-up, {core.window_s / 2:g} s window each)")
+        best, picked = pick_cache_algorithm(core, table, shape, out)
+        algorithms = ["hybridjoin", best]
+    spark, created, jdbc = spark_session(config, spark)
+    runs = itertools.count()
+
+    def run_dir() -> Path:
+        return workdir / f"run{next(runs)}"
+
+    rows = []
+    try:
+        for name in algorithms:
+            pipeline = run_pipeline(spark, config, table, name, shape, run_dir(), None)
+            batches = run_core_batches(core, table, name, shape, pipeline["batch_rows"], pipeline["first_window_batch"] or 0, clock)
+            continuous = run_core_continuous(core, table, name, shape, None, clock)
+            for r in (batches, continuous):
+                r["overhead_ratio"] = _ratio(r["tuples_per_s"], pipeline["tuples_per_s"])
+            rows += [pipeline, batches, continuous]
+            for r in (pipeline, batches, continuous):
+                out(f"  {shape} {name:<14} {r['path']:<24} {r['tuples_per_s'] or 0:>12,.0f} tuples/s")
+        static = run_stream_static(spark, config, table, shape, run_dir(), None, jdbc)
+        rows.append(static)
+        out(f"  {shape} {STREAM_STATIC:<14} {static['path']:<24} {static['tuples_per_s'] or 0:>12,.0f} tuples/s")
+        rate = config.latency_rate or moderate_rate([r["tuples_per_s"] for r in rows if is_spark(r)])
+        out(f"  latency runs offered {rate:,.0f} tuples/s (trigger {config.trigger_s:g} s)")
+        for r in rows:
+            if r["path"] == PIPELINE:
+                paced = run_pipeline(spark, config, table, r["algorithm"], shape, run_dir(), rate)
+            elif r["path"] == CORE_CONTINUOUS:
+                paced = run_core_continuous(core, table, r["algorithm"], shape, rate, clock)
+            elif r["algorithm"] == STREAM_STATIC:
+                paced = run_stream_static(spark, config, table, shape, run_dir(), rate, jdbc)
+            else:
+                continue
+            r.update(latency=paced, latency_ms_p99=paced["latency_ms_p99"])
+            out(f"  {shape} {r['algorithm']:<14} {r['path']:<24} p99 {paced['latency_ms_p99'] or 0:>10,.1f} ms")
+    finally:
+        if created:
+            spark.stop()
+    result = {"shape": shape, "latency_rate": rate, "cache_pick": picked, "rows": rows}
+    for line in format_table(result, config):
+        out(line)
+    return result
+
+
+def is_spark(row: dict) -> bool:
+    return row["path"] == PIPELINE or row["algorithm"] == STREAM_STATIC
+
+
+def _ratio(core_rate: float | None, spark_rate: float | None) -> float | None:
+    return round(core_rate / spark_rate, 2) if core_rate and spark_rate else None
+
+
+# -- the table and the command ---------------------------------------------------------------------
+def format_table(result: dict, config: SparkBenchConfig) -> list[str]:
+    core = config.core
+    lines = [
+        "",
+        f"Spark bench, shape {result['shape']}, Zipf {core.zipf:g}, memory {core.memory / 2**20:.4g} MiB, "
+        f"R = {core.rows:,} rows, Spark {config.spark_master}",
+        f"tuples/s: backlog, {config.batch_rows:,} tuples per micro-batch, window {core.window_s:g} s after "
+        f"{core.warmup_s:g} s warm-up; p99: arrival to output at {result['latency_rate']:,.0f} tuples/s offered",
+        f"{'algorithm':<14} {'path':<38} {'tuples/s':>11} {'p99 ms':>10} {'overhead':>8} {'exactly once':>12}",
+    ]
+    for r in result["rows"]:
+        p99 = r.get("latency_ms_p99")
+        ratio = r.get("overhead_ratio")
+        once = r["exactly_once"]["ok"] and r.get("latency", {}).get("exactly_once", {"ok": True})["ok"]
+        lines.append(
+            f"{r['algorithm']:<14} {r['path']:<38} {r['tuples_per_s'] or 0:>11,.0f} "
+            f"{f'{p99:,.1f}' if p99 is not None else '-':>10} {f'{ratio:.2f}' if ratio is not None else '-':>8} "
+            f"{'yes' if once else 'NO':>12}"
+        )
+    lines.append("overhead = core tuples/s / Spark pipeline tuples/s of the same algorithm")
+    for r in result["rows"]:
+        split = r.get("batch_split_s")
+        if split:
+            lines.append(
+                f"{r['algorithm']} pipeline micro-batch {split['cycle']:.2f} s = engine {split['engine']:.2f} s "
+                f"+ output, sinks {split['rest_of_foreach_batch']:.2f} s + Spark (source, collect, scheduling) "
+                f"{split['spark_outside_foreach_batch']:.2f} s (window means)"
+            )
+    if result["cache_pick"]:
+        cells = ", ".join(f"{r['algorithm']} {r['service_rate_tps']:,.0f}" for r in result["cache_pick"])
+        lines.append(f"cache algorithm picked in the core engine (tuples/s): {cells}")
+    return lines
+
+
+def size_text(n_bytes: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n_bytes % size == 0:
+            return f"{n_bytes // size}{unit}"
+    return str(n_bytes)
+
+
+def describe(config: SparkBenchConfig) -> dict:
+    data = dataclasses.asdict(config)
+    data["core"]["master"] = redact(config.core.master)
+    for unused in ("algorithms", "sweep_cache", "io_samples"):  # the core bench's, not this one's
+        data["core"].pop(unused)
+    return data
+
+
+def command(config: SparkBenchConfig) -> str:
+    """The ``semijoin bench --spark`` command line that repeats this run (password redacted)."""
+    core = config.core
+    parts = ["semijoin bench --spark", f"--master {redact(core.master)}", f"--rows {core.rows}",
+             f"--memory {size_text(core.memory)}", f"--zipf {core.zipf:g}", f"--shapes {','.join(core.shapes)}"]
+    if config.algorithms:
+        parts.append(f"--algorithms {','.join(config.algorithms)}")
+    parts += [f"--warmup {core.warmup_s:g}", f"--window {core.window_s:g}", f"--seed {core.seed}",
+              f"--spark-batch-rows {config.batch_rows}"]
+    if config.latency_rate:
+        parts.append(f"--spark-rate {config.latency_rate:g}")
+    parts += [f"--set {k}={v}" for k, v in core.params.items()]
+    return " ".join(parts)

@@ -1,0 +1,109 @@
+"""``semijoin bench --spark`` at a tiny size on SQLite: the table has every path of every
+algorithm, and every path let every tuple it took leave exactly once. Speed is never asserted."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from airflow_provider_semijoin.bench import BenchConfig
+from airflow_provider_semijoin.cli import main
+from airflow_provider_semijoin.core.costmodel import CACHE_ALGORITHMS
+from airflow_provider_semijoin.core.errors import ConfigError
+from airflow_provider_semijoin.spark.bench import (
+    CORE_BATCHES, CORE_CONTINUOUS, PIPELINE, STREAM_STATIC, BatchWindow, SparkBenchConfig, TupleLedger, check_sinks,
+    moderate_rate,
+)
+from airflow_provider_semijoin.spark.sinks import ParquetSink
+
+
+def test_tiny_spark_bench_reports_every_path_exactly_once(spark, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    args = ["bench", "--spark", "--master", f"sqlite:///{tmp_path / 'b.db'}", "--rows", "3000", "--memory", "256KB",
+            "--warmup", "0.4", "--window", "0.8", "--spark-batch-rows", "1500", "--out", str(out)]
+    assert main(args) == 0
+    (shape,) = json.loads(out.read_text())["shapes"]
+    picked = max(shape["cache_pick"], key=lambda r: r["service_rate_tps"])["algorithm"]
+    assert [r["algorithm"] for r in shape["cache_pick"]] == list(CACHE_ALGORITHMS)
+    rows = {(r["algorithm"], r["path"]): r for r in shape["rows"]}
+    paths = (PIPELINE, CORE_BATCHES, CORE_CONTINUOUS)
+    assert list(rows) == [(a, p) for a in ("hybridjoin", picked) for p in paths] + [
+        (STREAM_STATIC, "spark stream-static, R via store scan")]
+    for r in shape["rows"]:
+        assert r["tuples_per_s"] > 0 and r["exactly_once"]["ok"] and r["exactly_once"]["tuples"] > 0, r
+        if r["path"] != CORE_BATCHES:  # the latency run of the path: at the offered rate, exactly once too
+            assert r["latency_ms_p99"] > 0 and r["latency"]["exactly_once"]["ok"]
+            assert r["latency"]["offered_tps"] == shape["latency_rate"]
+    for name in ("hybridjoin", picked):
+        spark_row, batches = rows[(name, PIPELINE)], rows[(name, CORE_BATCHES)]
+        assert spark_row["exactly_once"]["tuples"] == sum(spark_row["batch_rows"])  # each micro-batch, whole
+        assert set(spark_row["batch_rows"][1:-1]) <= {1500} and spark_row["window_batches"] >= 1
+        assert batches["exactly_once"]["tuples"] == spark_row["exactly_once"]["tuples"]  # the same tuples again
+        for path in (CORE_BATCHES, CORE_CONTINUOUS):
+            core = rows[(name, path)]
+            assert core["overhead_ratio"] == round(core["tuples_per_s"] / spark_row["tuples_per_s"], 2)
+    printed = capsys.readouterr().out.splitlines()
+    header = printed.index(next(line for line in printed if line.startswith("algorithm ")))
+    assert printed[header].split() == ["algorithm", "path", "tuples/s", "p99", "ms", "overhead", "exactly", "once"]
+    table = printed[header + 1 : header + 1 + len(rows)]
+    assert [line.split()[0] for line in table] == [a for a, _ in rows]
+    assert all(line.endswith(" yes") for line in table)
+    assert printed[-2].startswith("command (") and "semijoin bench --spark --master sqlite:///" in printed[-2]
+    assert "--spark-batch-rows 1500" in printed[-2] and "--memory 256KiB" in printed[-2]
+
+
+def test_sink_check_finds_a_lost_and_a_duplicated_tuple(tmp_path):
+    window = BatchWindow(0, 1)
+    for batch_id, n in enumerate([3, 2]):
+        window({"batch_id": batch_id, "time": float(batch_id), "input_rows": n})
+    matched, dead = ParquetSink(str(tmp_path / "matched")), ParquetSink(str(tmp_path / "dead"))
+
+    def ids(*values):
+        return pa.table({"sj_id": pa.array([str(v) for v in values])})
+
+    matched.write(0, ids(0, 2))
+    dead.write(0, ids(1))
+    matched.write(1, ids(3))
+    dead.write(1, ids(4))
+    assert check_sinks(tmp_path, window) == {"ok": True, "lost": 0, "duplicated": 0, "tuples": 5}
+    dead.write(1, ids(3))  # tuple 4 lost, tuple 3 twice
+    assert check_sinks(tmp_path, window) == {"ok": False, "lost": 1, "duplicated": 1, "tuples": 5}
+
+
+def test_tuple_ledger_counts_every_exit():
+    ledger = TupleLedger()
+    ledger.record(np.array([0, 2, 1]))
+    assert ledger.check(3)["ok"] and not ledger.check(4)["ok"]
+    ledger.record(np.array([250_000]))  # beyond what was fed, and beyond the first allocation
+    assert ledger.check(3) == {"ok": False, "lost": 0, "duplicated": 1, "tuples": 3}
+
+
+def test_window_opens_after_the_warm_up_and_closes_after_the_window():
+    window = BatchWindow(warmup_s=2.0, window_s=3.0)
+    for batch_id, (end, n) in enumerate([(10.0, 5), (11.0, 7), (12.5, 9), (14.0, 4), (15.6, 6), (16.0, 8)]):
+        window({"batch_id": batch_id, "time": end, "input_rows": n})
+    assert window.opened == 2 and window.closed == 4 and window.stop.is_set()
+    assert [r["batch_id"] for r in window.batches()] == [3, 4]
+    assert window.rate() == round(10 / 3.1, 1)
+
+
+def test_moderate_rate_is_half_the_slowest_rounded_down():
+    assert moderate_rate([89_117.3, None, 94_444.0]) == 44_000.0
+    assert moderate_rate([7.0]) == 3.0
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"algorithms": ["hybridjoin", "hybrid"]}, r"^algorithms\[1\]: 'hybrid' is not one of \["),
+        ({"batch_rows": 0}, r"^batch_rows: 0 is not a positive number of tuples per micro-batch$"),
+        ({"latency_rate": -5.0}, r"^latency_rate: -5.0 is not a positive number of tuples per second$"),
+        ({"trigger_s": 0}, r"^trigger_s: 0 is not a positive number of seconds$"),
+    ],
+)
+def test_spark_bench_config_errors_name_the_field(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        SparkBenchConfig(BenchConfig(master="sqlite:///x.db"), **kwargs)
