@@ -407,6 +407,9 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self._online_s = 0.0  # duration of the last online phase
         self._gap_s = 0.0  # time between the last two steps: how late a deadline check may come
         self._last_step: float | None = None
+        # deadlines are in the units of the stream buffer's clock (the runner's): time is read from
+        # it from the first step on
+        self._time = self.clock
         self._cycle: contextlib.ExitStack | None = None  # the snapshot of R of the current cycle
         self._cycle_owns = False  # the cycle's snapshot is not part of an outer one (run_join's)
         self.counters.extra.update(
@@ -505,7 +508,8 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
 
     # -- one step -------------------------------------------------------------------------------
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
-        now = self.clock()
+        self._time = buffer.clock
+        now = self._time()
         if self._last_step is not None and self.pending:  # (an idle pause between streams does not count)
             self._gap_s = max(now - self._last_step, GAP_DECAY * self._gap_s)
         self._last_step = now
@@ -538,7 +542,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         is due a tenth of its time from arrival to deadline before the deadline (the paper
         triggers the join phase when its estimate comes "close to the maximum latency")."""
         pages = self._requested + new_pages
-        return self.clock() + self._gap_s + self._online_s + DEADLINE_SAFETY * self.estimate.seconds(pages)
+        return self._time() + self._gap_s + self._online_s + DEADLINE_SAFETY * self.estimate.seconds(pages)
 
     # -- versions of R (sec. IV-E) --------------------------------------------------------------------
     def _begin_cycle(self) -> None:
@@ -618,7 +622,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         chunk = buffer.take_by_deadline(n)  # the closest deadlines first (sec. IV-F)
         self.counters.tuples_in += len(chunk)
         deadlines = np.where(np.isnan(chunk.deadlines), np.inf, chunk.deadlines)
-        now = self.clock()
+        now = self._time()
         ahead = np.isfinite(deadlines) & (deadlines > now)  # (no deadline, or past it: due at the deadline)
         due = deadlines.copy()
         due[ahead] -= DEADLINE_SLACK * (deadlines[ahead] - now)
@@ -672,7 +676,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         return np.repeat(np.arange(len(lo)), counts), ranges(left, counts)
 
     def _online(self, n: int) -> JoinOutput:
-        started = self.clock()
+        started = self._time()
         extra = self.counters.extra
         extra["online_phases"] += 1
         batch = self._take_ib(n)
@@ -702,7 +706,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         outputs.append(not_in_master(batch.row_ids[lost], self.schema))
         if waits.any():  # lines 13-19: SB and II, evicting cached pages if memory is short
             self._to_stream_buffer(batch, waits, matched, missing, pair_t[~cached], pair_p[~cached])
-        self._online_s = self.clock() - started
+        self._online_s = self._time() - started
         return JoinOutput.concat(outputs, self.schema)
 
     def _to_stream_buffer(self, batch: _Tuples, waits: np.ndarray, matched: np.ndarray, missing: np.ndarray,
@@ -744,7 +748,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         priority = np.zeros(n_pages)
         priority[requested] = recency[requested] if self.cache.policy == "lru" else utility + recency[requested] * TICK_SCALE
         self._phase = _JoinPhase(tuples, matched, remaining, pair_sb, pair_page, plan, np.zeros(n_pages, bool),
-                                 recency, self._ii_count, priority, len(requested), self.clock(), len(tuples))
+                                 recency, self._ii_count, priority, len(requested), self._time(), len(tuples))
         self._phase.keep[self._to_keep(requested, priority[requested])] = True  # line 1
         self.cache.tick += len(read_order) + 1
 
@@ -787,7 +791,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
             out = self._join_ranges(phase, loaded, pair_sb, pair_page)
         self._keep(phase, loaded, first, count)
         if phase.next == len(phase.plan):
-            self.estimate.observe(phase.requested, self.clock() - phase.started)
+            self.estimate.observe(phase.requested, self._time() - phase.started)
             self.cache.utility[:] = 0
             self._ii_count[:] = 0
             self._requested = 0
