@@ -14,10 +14,16 @@ measured on this machine at the start of the run (:func:`.core.calibration.calib
 S and T of the store the algorithm ran on. ``sweep_cache`` measures and predicts every cache
 algorithm at several sizes of H_R (the papers' Figure 2 / 5(b)) and reports the empirical
 optimum next to the model's.
+
+SSIJ's experiments (SSIJ paper sec. VI), each opt-in: its page-cache policy against LRU
+(Figure 11, :func:`ssij_policies`), a maxScan sweep (Figure 15, :func:`sweep_max_scan`), the
+temporal-locality stream (sec. VI-A: shape ``temporal``, :mod:`.workloads.temporal`) and the
+comparison with the DBMS's own index join (Figure 9, :func:`dbms_join`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -29,12 +35,15 @@ from .core.errors import ConfigError
 from .core.joins import ALGORITHMS, StreamBuffer, create
 from .core.keys import normalize
 from .core.metrics import latency_ms
-from .core.stores import open_store, redact
-from .workloads import generate_master, zipf_stream_chunks
+from .core.stores import DatabaseURL, open_store, redact
+from .core.stores.sql import MYSQL
+from .workloads import generate_master, temporal_stream_chunks, zipf_stream, zipf_stream_chunks
 from .workloads.zipf import RANDOM_SHAPE_SEED
 
-SHAPES = ("noperm", "random")
+MODEL_SHAPES = ("noperm", "random")  # Zipf over all of R: what the cost models describe
+SHAPES = MODEL_SHAPES + ("temporal",)  # + the SSIJ paper's temporal-locality stream
 CHUNK_ROWS = 100_000
+SSIJ_POLICIES = ("utility", "lru")
 
 
 @dataclass
@@ -51,9 +60,15 @@ class BenchConfig:
     seed: int = 0
     sweep_cache: list[float] | None = None  # shares of the memory for H_R, per cache algorithm
     io_samples: int = 8  # S and T of the predictions from loads at random places of R; 0: the store's
+    temporal_interval: int = 1_000_000  # tuples per interval of the temporal-locality stream
+    temporal_fraction: float = 0.05  # share of R's keys one interval draws from
+    ssij_policies: bool = False  # SSIJ's cache policy against LRU (Figure 11)
+    sweep_max_scan: list[int] | None = None  # maxScan values SSIJ is measured at (Figure 15)
+    dbms_join: bool = False  # the DBMS's own index join of a stream chunk with R (Figure 9)
+    dbms_chunk: int = 1_000_000  # stream tuples the DBMS joins in one statement
 
     def __post_init__(self) -> None:
-        self.shapes = list(self.shapes or SHAPES)
+        self.shapes = list(self.shapes or MODEL_SHAPES)
         self.algorithms = list(self.algorithms or ALGORITHMS)
         for i, shape in enumerate(self.shapes):
             if shape not in SHAPES:
@@ -73,10 +88,30 @@ class BenchConfig:
                 raise ConfigError(f"sweep_cache[{i}]: {share!r} is not a share of the memory in (0, 1)")
         if isinstance(self.io_samples, bool) or not isinstance(self.io_samples, int) or self.io_samples < 0:
             raise ConfigError(f"io_samples: {self.io_samples!r} must be a whole number >= 0")
+        self.sweep_max_scan = list(self.sweep_max_scan or [])
+        for i, value in enumerate(self.sweep_max_scan):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"sweep_max_scan[{i}]: {value!r} is not a number of pages >= 1")
+        for name in ("temporal_interval", "dbms_chunk"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}: {value!r} must be a whole number >= 1")
+        if not 0 < self.temporal_fraction <= 1:
+            raise ConfigError(f"temporal_fraction: {self.temporal_fraction!r} is not a share of R's keys in (0, 1]")
+        if self.dbms_join and DatabaseURL.parse(self.master).dialect is not MYSQL:
+            raise ConfigError(f"dbms_join: the comparison runs inside MySQL/MariaDB; {redact(self.master)!r} is not one")
 
     def params_for(self, algorithm: str) -> dict:
         prefix = algorithm + "."
         return {k[len(prefix):]: v for k, v in self.params.items() if k.startswith(prefix)}
+
+
+def stream_chunks(config: BenchConfig, shape: str):
+    """The benchmark stream of ``shape``: Zipf over R (noperm, random) or temporal locality."""
+    if shape == "temporal":
+        return temporal_stream_chunks(CHUNK_ROWS, config.rows, interval_tuples=config.temporal_interval,
+                                      fraction=config.temporal_fraction, exponent=config.zipf, seed=config.seed)
+    return zipf_stream_chunks(CHUNK_ROWS, config.rows, exponent=config.zipf, shape=shape, seed=config.seed)
 
 
 def _backlog_target(algorithm) -> int:
@@ -93,8 +128,9 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
     with open_store(config.master, table, "nk") as store:
         algorithm = create(algorithm_name, store, config.memory, {**config.params_for(algorithm_name), **(params or {})})
         costs = _store_costs(config, store, costs)
-        model = explain(algorithm_name, algorithm, costs, config.rows, config.zipf, shape, shape_seed=RANDOM_SHAPE_SEED)
-        chunks = zipf_stream_chunks(CHUNK_ROWS, config.rows, exponent=config.zipf, shape=shape, seed=config.seed)
+        model = explain(algorithm_name, algorithm, costs, config.rows, config.zipf, shape,
+                        shape_seed=RANDOM_SHAPE_SEED) if shape in MODEL_SHAPES else None
+        chunks = stream_chunks(config, shape)
         buffer = StreamBuffer(store.key_type, clock)
         entered = np.zeros(0)
         fed = 0
@@ -148,8 +184,12 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
         "memory_ok": stats["structure_bytes_peak"] <= config.memory,
         "memory_split": stats["memory_split"],
         "cache_hit_ratio": stats.get("cache_hit_ratio"),
-        "extra": {k: v for k, v in stats.items() if k in ("pq_loads", "starvation_loads", "threshold_now", "cache_admissions")},
+        "extra": {k: v for k, v in stats.items() if k in EXTRA_STATS},
     }
+
+
+EXTRA_STATS = ("pq_loads", "starvation_loads", "threshold_now", "cache_admissions",  # the cache and PQ families
+               "join_phases", "sequences", "pages_requested", "pages_read", "cache_evictions")  # SSIJ
 
 
 def _store_costs(config: BenchConfig, store, costs: ComponentCosts | None) -> ComponentCosts:
@@ -241,6 +281,12 @@ def run_bench(config: BenchConfig, out=print) -> dict:
     }
     if config.sweep_cache:
         report["sweep"] = sweep_cache(config, table, costs, out)
+    if config.ssij_policies:
+        report["ssij_policies"] = ssij_policies(config, table, costs, out)
+    if config.sweep_max_scan:
+        report["ssij_max_scan"] = sweep_max_scan(config, table, costs, out)
+    if config.dbms_join:
+        report["dbms_join"] = dbms_join(config, table, costs, out)
     return report
 
 
@@ -300,7 +346,7 @@ def sweep_cache(config: BenchConfig, table: str, costs: ComponentCosts, out=prin
     results, optima = [], []
     out("")
     out(f"cache sweep: H_R at {', '.join(f'{s:.0%}' for s in config.sweep_cache)} of the memory")
-    for shape in config.shapes:
+    for shape in [shape for shape in config.shapes if shape in MODEL_SHAPES]:
         for name in names:
             plan = _sweep_plan(config, table, name, shape, costs)
             rows = []
@@ -371,3 +417,123 @@ def format_sweep(results: list[dict], optima: list[dict]) -> list[str]:
             f"{cell(o['eq4_best_share'], o['eq4_best_cache_keys']):>18}"
         )
     return lines
+
+
+# -- SSIJ's experiments (SSIJ paper sec. VI) --------------------------------------------------------
+def _ssij_row(r: dict) -> str:
+    extra = r["extra"]
+    return (f"{r['service_rate_tps']:>11,.0f} {r['cache_hit_ratio'] if r['cache_hit_ratio'] is not None else '-':>9} "
+            f"{r['disk_queries_per_s']:>9,.1f} {r['rows_per_query']:>10,.0f} {r['disk_time_share']:>10.0%} "
+            f"{extra.get('join_phases', 0):>6} {extra.get('pages_read', 0) / max(extra.get('pages_requested', 0), 1):>9.2f}")
+
+
+SSIJ_HEADER = (f"{'tuples/s':>11} {'hit ratio':>9} {'queries/s':>9} {'rows/query':>10} {'disk share':>10} "
+               f"{'phases':>6} {'read/req':>9}")
+
+
+def ssij_policies(config: BenchConfig, table: str, costs: ComponentCosts, out=print) -> dict:
+    """Figure 11: SSIJ with its ToKeep/ToRemove policy (utility counters) and with LRU, on every
+    shape, same data and budget; the ratio is measured in this run."""
+    results = []
+    out("")
+    out("SSIJ cache policy (Figure 11): utility (ToKeep/ToRemove) vs LRU")
+    for shape in config.shapes:
+        for policy in SSIJ_POLICIES:
+            r = measure(config, table, "ssij", shape, costs=costs, params={"cache_policy": policy})
+            r["cache_policy"] = policy
+            out(f"  {shape:<8} {policy:<8} {r['service_rate_tps']:>11,.0f} tuples/s")
+            results.append(r)
+    out("")
+    out(f"SSIJ cache policy, Zipf {config.zipf}, memory {config.memory / 2**20:.4g} MiB, R = {config.rows:,} rows")
+    out(f"{'shape':<8} {'policy':<8} " + SSIJ_HEADER + f" {'x LRU':>6}")
+    for r in results:
+        lru = next(x for x in results if x["shape"] == r["shape"] and x["cache_policy"] == "lru")
+        ratio = r["service_rate_tps"] / lru["service_rate_tps"] if lru["service_rate_tps"] else None
+        out(f"{r['shape']:<8} {r['cache_policy']:<8} {_ssij_row(r)} {_ratio(ratio):>6}")
+    return {"results": results}
+
+
+def sweep_max_scan(config: BenchConfig, table: str, costs: ComponentCosts, out=print) -> dict:
+    """Figure 15: SSIJ's service rate over maxScan (the most pages one range query reads)."""
+    results = []
+    out("")
+    out(f"SSIJ maxScan sweep (Figure 15): {', '.join(map(str, config.sweep_max_scan))} pages")
+    for shape in config.shapes:
+        for max_scan in config.sweep_max_scan:
+            r = measure(config, table, "ssij", shape, costs=costs, params={"max_scan": max_scan})
+            r["max_scan"] = max_scan
+            out(f"  {shape:<8} maxScan {max_scan:>6} {r['service_rate_tps']:>11,.0f} tuples/s")
+            results.append(r)
+    out("")
+    out(f"SSIJ maxScan, Zipf {config.zipf}, memory {config.memory / 2**20:.4g} MiB, R = {config.rows:,} rows")
+    out(f"{'shape':<8} {'maxScan':>7} {'effective':>9} " + SSIJ_HEADER)
+    for r in results:
+        out(f"{r['shape']:<8} {r['max_scan']:>7} {r['memory_split']['max_scan']:>9} {_ssij_row(r)}")
+    return {"results": results}
+
+
+def dbms_join(config: BenchConfig, table: str, costs: ComponentCosts, out=print) -> dict:
+    """Figure 9 (sec. VI-C): the DBMS's own index join. A chunk of ``dbms_chunk`` stream tuples
+    with uniform keys (the paper's setup) is loaded into an in-memory table (MEMORY engine,
+    not timed), then ONE statement joins it with R inside the server and writes the result
+    into another in-memory table, so no row crosses to the client; tuples per second of that
+    statement (run twice: the second with a warm buffer pool), and of the same join aggregated
+    instead of written (the lookups alone), against SSIJ's service rate on the same uniform
+    stream and the configured budget."""
+    uniform = dataclasses.replace(config, zipf=0.0)
+    chunk = zipf_stream(config.dbms_chunk, config.rows, exponent=0.0, seed=config.seed)
+    connection = DatabaseURL.parse(config.master).connect()
+    runs = []
+    try:
+        cursor = connection.cursor()
+        heap = max(256 << 20, 400 * config.dbms_chunk)  # the stream copy and the result, in memory
+        cursor.execute(f"SET SESSION max_heap_table_size = {heap}, tmp_table_size = {heap}")
+        cursor.execute("DROP TEMPORARY TABLE IF EXISTS sj_stream_chunk")
+        cursor.execute("CREATE TEMPORARY TABLE sj_stream_chunk (tid BIGINT NOT NULL, nk BIGINT NOT NULL) ENGINE=MEMORY")
+        rows = list(zip(chunk["tid"].to_pylist(), chunk["nk"].to_pylist()))
+        for at in range(0, len(rows), 20_000):
+            cursor.executemany("INSERT INTO sj_stream_chunk (tid, nk) VALUES (%s, %s)", rows[at : at + 20_000])
+        with open_store(config.master, table, "nk") as store:
+            columns = ", ".join(f"r.{MYSQL.quote(c)}" for c in store.select)
+        select = f"SELECT s.tid, {columns} FROM sj_stream_chunk s JOIN {MYSQL.quote(table, 'table')} r ON r.nk = s.nk"
+        cursor.execute(f"EXPLAIN {select}")
+        plan = [dict(zip([d[0] for d in cursor.description], row)) for row in cursor.fetchall()]
+        cursor.execute("SELECT @@innodb_buffer_pool_size")
+        buffer_pool = int(cursor.fetchone()[0])
+        for attempt in ("cold", "warm"):
+            cursor.execute("DROP TEMPORARY TABLE IF EXISTS sj_join_result")
+            cursor.execute(f"CREATE TEMPORARY TABLE sj_join_result ENGINE=MEMORY {select} LIMIT 0")
+            started = time.perf_counter()
+            cursor.execute(f"INSERT INTO sj_join_result {select}")
+            seconds = time.perf_counter() - started
+            runs.append({"run": f"{attempt} buffer pool", "seconds": round(seconds, 3), "result_rows": cursor.rowcount,
+                         "tuples_per_s": round(config.dbms_chunk / seconds, 1)})
+            out(f"  DBMS index join ({attempt} buffer pool): {config.dbms_chunk:,} tuples in {seconds:.2f} s")
+        started = time.perf_counter()
+        cursor.execute(f"SELECT COUNT(*), SUM(r.{MYSQL.quote('sk')}) FROM sj_stream_chunk s "
+                       f"JOIN {MYSQL.quote(table, 'table')} r ON r.nk = s.nk")
+        matched = int(cursor.fetchone()[0])
+        seconds = time.perf_counter() - started
+        runs.append({"run": "aggregated, no result", "seconds": round(seconds, 3), "result_rows": matched,
+                     "tuples_per_s": round(config.dbms_chunk / seconds, 1)})
+        out(f"  DBMS index join (aggregated, no result written): {config.dbms_chunk:,} tuples in {seconds:.2f} s")
+        cursor.execute("DROP TEMPORARY TABLE IF EXISTS sj_join_result")
+        cursor.execute("DROP TEMPORARY TABLE sj_stream_chunk")
+        cursor.close()
+    finally:
+        connection.close()
+    ssij = measure(uniform, table, "ssij", "noperm", costs=costs)
+    out(f"  SSIJ on the same uniform stream: {ssij['service_rate_tps']:,.0f} tuples/s")
+    best = max(r["tuples_per_s"] for r in runs)
+    access = "; ".join(f"{p.get('table')}: {p.get('type')} {p.get('key') or ''}".strip() for p in plan)
+    out("")
+    out(f"DBMS index join vs SSIJ (Figure 9), uniform stream, R = {config.rows:,} rows")
+    out(f"{'join':<34} {'memory':>18} {'tuples/s':>11} {'x DBMS':>7}")
+    for r in runs:
+        out(f"{'DBMS, ' + r['run']:<34} {f'pool {buffer_pool / 2**20:.0f} MiB':>18} "
+            f"{r['tuples_per_s']:>11,.0f} {r['tuples_per_s'] / best:>7.2f}")
+    out(f"{'SSIJ':<34} {f'{config.memory / 2**20:.4g} MiB':>18} {ssij['service_rate_tps']:>11,.0f} "
+        f"{ssij['service_rate_tps'] / best:>7.2f}")
+    out(f"plan: {access}")
+    return {"dbms": runs, "plan": plan, "buffer_pool_bytes": buffer_pool, "ssij": ssij,
+            "ssij_over_best_dbms": round(ssij["service_rate_tps"] / best, 3)}

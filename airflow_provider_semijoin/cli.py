@@ -127,6 +127,9 @@ def cmd_bench(args) -> int:
         shapes=_columns(args.shapes), algorithms=_columns(args.algorithms), warmup_s=args.warmup,
         window_s=args.window, params=_params(args.set), seed=args.seed,
         sweep_cache=_shares(args.sweep_cache), io_samples=args.io_samples,
+        temporal_interval=args.temporal_interval, temporal_fraction=args.temporal_fraction,
+        ssij_policies=args.ssij_policies, sweep_max_scan=_whole_numbers(args.sweep_max_scan, "--sweep-max-scan"),
+        dbms_join=args.dbms_join, dbms_chunk=args.dbms_chunk,
     )
     report = run_bench(config, out=functools.partial(print, flush=True))
     if args.out:
@@ -160,6 +163,16 @@ def _shares(text: str | None) -> list[float] | None:
         except ValueError:
             raise ConfigError(f"--sweep-cache[{i}]: {item!r} is not a number (expected shares of the memory such as 0.05)") from None
     return shares or None
+
+
+def _whole_numbers(text: str | None, option: str) -> list[int] | None:
+    values = []
+    for i, item in enumerate(_columns(text) or []):
+        try:
+            values.append(int(item))
+        except ValueError:
+            raise ConfigError(f"{option}[{i}]: {item!r} is not a whole number") from None
+    return values or None
 
 
 def cmd_demo(args) -> int:
@@ -219,7 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--rows", type=int, default=2_000_000)
     b.add_argument("--memory", default=DEFAULT_MEMORY)
     b.add_argument("--zipf", type=float, default=1.0)
-    b.add_argument("--shapes", default=None, help="comma separated (default: noperm,random; with --spark: noperm)")
+    b.add_argument("--shapes", default=None,
+                   help="stream shapes, comma separated: noperm, random (Zipf over R) and temporal (SSIJ's temporal "
+                        "locality); default noperm,random, with --spark noperm")
     b.add_argument("--algorithms", default=None, help="comma separated (default: all)")
     b.add_argument("--warmup", type=float, default=10.0, help="seconds before the measurement window")
     b.add_argument("--window", type=float, default=20.0, help="seconds of the measurement window")
@@ -231,6 +246,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--io-samples", type=int, default=8,
                    help="predict with S and T fitted to this many loads of each of three sizes at random places "
                         "of R (default 8); 0: the store's own calibration, which the algorithms size themselves with")
+    b.add_argument("--temporal-interval", type=int, default=1_000_000,
+                   help="tuples per interval of the temporal shape (default 1000000)")
+    b.add_argument("--temporal-fraction", type=float, default=0.05,
+                   help="share of R's keys one interval of the temporal shape draws from (default 0.05)")
+    b.add_argument("--ssij-policies", action="store_true",
+                   help="also measure SSIJ's page-cache policy against LRU (SSIJ Figure 11)")
+    b.add_argument("--sweep-max-scan", metavar="PAGES",
+                   help="also measure SSIJ at these maxScan values, e.g. 1,10,50,200,1000 (SSIJ Figure 15)")
+    b.add_argument("--dbms-join", action="store_true",
+                   help="also measure MySQL's own index join of an in-memory stream chunk with R (SSIJ Figure 9)")
+    b.add_argument("--dbms-chunk", type=int, default=1_000_000, help="stream tuples of that chunk (default 1000000)")
     b.add_argument("--out", help="write the report as JSON")
     b.add_argument("--spark", action="store_true",
                    help="measure the Spark pipeline (HYBRIDJOIN and the best cache algorithm, or --algorithms) against "

@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+import uuid
 
 import pytest
 
@@ -21,6 +22,7 @@ from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import ALGORITHMS
 
 REPO = Path(__file__).resolve().parents[1]
+from airflow_provider_semijoin.core.stores import DatabaseURL
 
 
 def test_bench_tiny_reports_every_algorithm_and_shape(tmp_path, capsys):
@@ -33,9 +35,9 @@ def test_bench_tiny_reports_every_algorithm_and_shape(tmp_path, capsys):
     assert {(r["algorithm"], r["shape"]) for r in results} == {(a, s) for a in ALGORITHMS for s in ["noperm", "random"]}
     for r in results:
         assert r["service_rate_tps"] > 0 and r["tuples_in_window"] > 0
-        assert (r["cache_hit_ratio"] is not None) == (r["algorithm"] in ("inlist-lru", "ssj", "cmeshjoin", "cachejoin", "cachejoin-l", "cachejoin-pq"))
+        assert (r["cache_hit_ratio"] is not None) == (r["algorithm"] in ("inlist-lru", "ssj", "cmeshjoin", "cachejoin", "cachejoin-l", "cachejoin-pq", "ssij"))
         assert r["memory_ok"] and r["structure_bytes_peak"] <= 512 * 1024
-        if r["algorithm"] == "inlist-lru":  # no cost model
+        if r["algorithm"] in ("inlist-lru", "ssij"):  # no cost model
             assert r["predicted_tps"] is None
         else:
             assert r["predicted_tps"] > 0 and r["measured_over_predicted"] > 0 and r["model"]
@@ -54,6 +56,11 @@ def test_bench_tiny_reports_every_algorithm_and_shape(tmp_path, capsys):
         ({"window_s": 0}, r"window: warm-up 10.0 s and window 0 s"),
         ({"sweep_cache": [0.1, 1.5]}, r"sweep_cache\[1\]: 1.5 is not a share of the memory"),
         ({"io_samples": -2}, r"io_samples: -2 must be a whole number"),
+        ({"shapes": ["temporal", "uniform"]}, r"shapes\[1\]: 'uniform' is not one of \['noperm', 'random', 'temporal'\]"),
+        ({"sweep_max_scan": [10, 0]}, r"sweep_max_scan\[1\]: 0 is not a number of pages >= 1"),
+        ({"temporal_interval": 0}, r"temporal_interval: 0 must be a whole number >= 1"),
+        ({"temporal_fraction": 0.0}, r"temporal_fraction: 0.0 is not a share of R's keys in \(0, 1\]"),
+        ({"dbms_join": True}, r"dbms_join: the comparison runs inside MySQL/MariaDB; 'sqlite:///x.db' is not one"),
     ],
 )
 def test_bench_config_errors_name_the_field(kwargs, message):
@@ -108,3 +115,53 @@ def test_main_job_runs_the_reference_pipeline_as_a_dag_run(tmp_path):
     assert facts + dead == 4000 and 0 < dead < 200  # 1% of customer keys are unknown
     assert f"AIRFLOW_HOME={tmp_path / 'home'}" in out and "standalone" in out
     assert (tmp_path / "home" / "airflow.cfg").exists()
+
+
+def test_ssij_experiments_report_policies_max_scan_and_the_temporal_shape(tmp_path, capsys):
+    out = tmp_path / "ssij.json"
+    args = ["bench", "--master", f"sqlite:///{tmp_path / 'b.db'}", "--rows", "6000", "--memory", "256KB",
+            "--warmup", "0.1", "--window", "0.2", "--shapes", "noperm,temporal", "--temporal-interval", "3000",
+            "--algorithms", "ssij,meshjoin", "--ssij-policies", "--sweep-max-scan", "1,8", "--out", str(out)]
+    assert main(args) == 0
+    report = json.loads(out.read_text())
+    assert {(r["algorithm"], r["shape"]) for r in report["results"]} == {
+        (a, s) for a in ("ssij", "meshjoin") for s in ("noperm", "temporal")}
+    temporal = [r for r in report["results"] if r["shape"] == "temporal"]
+    assert all(r["predicted_tps"] is None and r["service_rate_tps"] > 0 for r in temporal)  # no model for it
+    policies = report["ssij_policies"]["results"]
+    assert [(r["shape"], r["cache_policy"]) for r in policies] == [
+        ("noperm", "utility"), ("noperm", "lru"), ("temporal", "utility"), ("temporal", "lru")]
+    scans = report["ssij_max_scan"]["results"]
+    assert [(r["shape"], r["max_scan"]) for r in scans] == [("noperm", 1), ("noperm", 8), ("temporal", 1), ("temporal", 8)]
+    assert [r["memory_split"]["max_scan"] for r in scans if r["max_scan"] == 1] == [1, 1]
+    for r in policies + scans:
+        assert r["memory_ok"] and r["extra"]["pages_read"] >= r["extra"]["pages_requested"] > 0
+    printed = capsys.readouterr().out
+    assert "SSIJ cache policy, Zipf 1.0" in printed and "SSIJ maxScan, Zipf 1.0" in printed
+
+
+@pytest.fixture
+def bench_rows(mysql_url):
+    """A row count of its own (the bench names R after it) and R dropped afterwards."""
+    rows = 5000 + uuid.uuid4().int % 100_000
+    yield rows
+    connection = DatabaseURL.parse(mysql_url).connect()
+    cursor = connection.cursor()
+    cursor.execute(f"DROP TABLE IF EXISTS bench_r{rows}")
+    cursor.execute("DELETE FROM semijoin_datasets WHERE table_name = %s", (f"bench_r{rows}",))
+    connection.close()
+
+
+@pytest.mark.mysql
+def test_dbms_join_runs_one_statement_inside_mysql(mysql_url, bench_rows, tmp_path, capsys):
+    out = tmp_path / "dbms.json"
+    args = ["bench", "--master", mysql_url, "--rows", str(bench_rows), "--memory", "256KB", "--warmup", "0.1",
+            "--window", "0.2", "--shapes", "noperm", "--algorithms", "ssij", "--dbms-join", "--dbms-chunk", "3000",
+            "--out", str(out)]
+    assert main(args) == 0
+    dbms = json.loads(out.read_text())["dbms_join"]
+    assert [r["run"] for r in dbms["dbms"]] == ["cold buffer pool", "warm buffer pool", "aggregated, no result"]
+    assert all(r["result_rows"] == 3000 and r["tuples_per_s"] > 0 for r in dbms["dbms"])  # every key is in R
+    assert any(p["type"] == "eq_ref" for p in dbms["plan"])  # an index lookup of R per stream tuple
+    assert dbms["ssij"]["service_rate_tps"] > 0 and dbms["ssij_over_best_dbms"] > 0
+    assert "DBMS index join vs SSIJ (Figure 9)" in capsys.readouterr().out

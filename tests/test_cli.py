@@ -133,9 +133,10 @@ def test_algorithms_lists_every_registry_entry_with_its_paper(capsys):
     listed = {a["name"]: a for a in json.loads(capsys.readouterr().out)}
     assert set(listed) == {
         "inlj", "inlist", "inlist-lru", "meshjoin", "hybridjoin", "hybridjoin-l", "hybridjoin-pq",
-        "ssj", "cmeshjoin", "cachejoin", "cachejoin-l", "cachejoin-pq",
+        "ssj", "cmeshjoin", "cachejoin", "cachejoin-l", "cachejoin-pq", "ssij",
     }
     assert "Algorithm 1" in listed["cmeshjoin"]["paper"]
+    assert "sec. IV" in listed["ssij"]["paper"] and listed["ssij"]["params"]["max_scan"]["default"] == 200
     assert "sec. 4" in listed["hybridjoin-pq"]["paper"]
     assert listed["hybridjoin-l"]["params"]["lookup_position"]["default"] == 0.3
 

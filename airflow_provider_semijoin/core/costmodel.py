@@ -445,7 +445,8 @@ def explain(algorithm: str, split_or_algorithm, costs: "ComponentCosts", n_keys:
             settings: dict | None = None) -> Prediction | None:
     """The model of ``algorithm`` for the memory split it chose (``algorithm.memory_split()``,
     or the algorithm itself), on R of ``n_keys`` distinct keys and a Zipf(``exponent``) stream
-    of ``shape``; None for an algorithm without a model (``inlist-lru``).
+    of ``shape``; None for an algorithm without a model (``inlist-lru``, and ``ssij``: its paper
+    gives a worst case (sec. V), not a model of its service rate).
 
     ``p_n`` replaces the model's hit ratio p_N of H_R (eq. 1) by another one, e.g. the measured
     hit ratio, to tell the error of p_N from the rest. ``settings`` are the algorithm's
@@ -461,7 +462,7 @@ def explain(algorithm: str, split_or_algorithm, costs: "ComponentCosts", n_keys:
         raise ConfigError(f"p_n: {p_n!r} must be in [0, 1)")
     split, own = _split_of(split_or_algorithm)
     c = costs
-    if algorithm == "inlist-lru":
+    if algorithm in ("inlist-lru", "ssij"):
         return None
     if algorithm not in MODELLED:
         raise ConfigError(f"algorithm: {algorithm!r} has no cost model (models: {sorted(MODELLED)})")

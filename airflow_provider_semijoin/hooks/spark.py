@@ -24,14 +24,7 @@ from ..config import option, work_folder
 from ..core.errors import ConfigError
 from ..spark.session import get_spark, python_environment
 
-DRIVER_MODULE = "airflow_provider_semijoin.spark.driver"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
-
-# spark-submit runs a file, not a module: this launcher runs the driver as `python -m` would.
-LAUNCHER = (
-    "import runpy\n"
-    f"runpy.run_module({DRIVER_MODULE!r}, run_name='__main__', alter_sys=True)\n"
-)
 
 
 def master_of(conn) -> str:
@@ -93,11 +86,9 @@ class SemiJoinSparkHook(BaseHook):
         Each output line goes to ``on_line`` first; the lines it returns False for are logged
         by :class:`SparkSubmitHook` as usual (it consumes the progress lines itself).
         """
-        folder = work_folder()
-        launcher = folder / "semijoin_driver_launcher.py"
-        if not launcher.exists() or launcher.read_text() != LAUNCHER:
-            launcher.write_text(LAUNCHER)
-        options = {"py_files": str(package_zip(folder)), **self.submit_options}
+        from ..spark.driver import driver_path
+
+        options = {"py_files": str(package_zip(work_folder())), **self.submit_options}
         self._submit_hook = _TappedSparkSubmitHook(
             on_line,
             conn_id=self.spark_conn_id,
@@ -107,7 +98,7 @@ class SemiJoinSparkHook(BaseHook):
             env_vars=python_environment(),
             **options,
         )
-        self._submit_hook.submit(str(launcher))
+        self._submit_hook.submit(driver_path())
 
     def on_kill(self) -> None:
         """Kill the spark-submit process (and the driver on the cluster, as SparkSubmitHook does)."""

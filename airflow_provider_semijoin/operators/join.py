@@ -27,7 +27,6 @@ _ARGUMENTS = (
     ("deadline.max_latency_s", "deadline_max_latency_s"),
     ("deadline.column", "deadline_column"),
 )
-UNREGISTERED_YET = ("ssij",)  # written on another branch: its name is checked at run time
 
 
 def argument_error(task_id: str, error: SpecError) -> SpecError:
@@ -108,8 +107,6 @@ class SemiStreamJoinOperator(SemiJoinJobOperator):
         self._validate_at_parse_time()
 
     def _validate_at_parse_time(self) -> None:
-        if self.algorithm in UNREGISTERED_YET and self.algorithm not in ALGORITHMS:
-            return
         data = self.job_dict(resolve=False)
         if has_template(data):
             return  # checked when the task runs, after rendering

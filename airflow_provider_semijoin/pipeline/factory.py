@@ -67,8 +67,9 @@ def build_dag(spec: PipelineSpec, source_file: str | None = None):
 
 
 def dags_from_folder(folder, namespace: dict | None = None) -> dict:
-    """A DAG per ``*.yaml`` / ``*.yml`` file of ``folder`` (put into ``namespace``, the caller's
-    ``globals()``, where Airflow looks for them). Raises one SpecError naming every invalid file."""
+    """A DAG per ``*.yaml`` / ``*.yml`` file of ``folder``, put into ``namespace`` (the DAG file's
+    ``globals()``: Airflow looks for DAGs there, and the DAGs' ``fileloc`` becomes that file).
+    Raises one SpecError naming every invalid file."""
     folder = Path(folder)
     if not folder.is_dir():
         raise SpecError(f"{folder}: not a folder; expected the folder of the pipeline YAML files")
@@ -86,6 +87,8 @@ def dags_from_folder(folder, namespace: dict | None = None) -> dict:
         dags[spec.dag_id] = build_dag(spec, path.name)
     if namespace is not None:
         namespace.update(dags)
+        for dag in dags.values():  # workers load a DAG from its DAG file, not from this module
+            dag.fileloc = namespace.get("__file__", dag.fileloc)
     if errors:
         raise SpecError("\n".join(errors))
     return dags

@@ -103,6 +103,14 @@ def _check_options(master_rows, exponent, shape, missing, key_type, seed, first_
 def _stream(n, rng, *, master_rows, exponent, shape, missing, key_type, first_tid, **_) -> pa.Table:
     ranks = zipf_ranks(n, master_rows, exponent, rng)
     positions = ranks if shape == "noperm" else _random_shape(master_rows)[ranks]
+    return stream_table(positions, rng, missing=missing, key_type=key_type, first_tid=first_tid)
+
+
+def stream_table(positions: np.ndarray, rng: np.random.Generator, *, missing: float, key_type: str,
+                 first_tid: int) -> pa.Table:
+    """The stream tuples whose keys are R's keys at ``positions`` (a fraction ``missing`` of
+    them replaced by the absent key just below), with the columns of :func:`zipf_stream`."""
+    n = len(positions)
     is_missing = rng.random(n) < missing
     present = key_array(positions, key_type)
     if is_missing.any():

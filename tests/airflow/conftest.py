@@ -2,9 +2,9 @@
 metadata DB migrated once per test session, connections as ``AIRFLOW_CONN_*`` variables, and one
 local Spark session shared by every test that runs a join.
 
-Airflow reads its configuration when it is first imported, so the variables are set when this
-conftest is loaded, before any test module imports airflow; a session that imported airflow
-earlier is refused (it would use another AIRFLOW_HOME).
+Airflow binds its metadata DB when it is first imported, so the variables are set when this
+conftest is loaded; when another test package imported Airflow earlier (with a DB of its own),
+the ORM is pointed here again, before every test module of this folder.
 
 ``dag.test()`` only runs a DAG it finds by parsing DAGS_FOLDER (it parses the whole folder on
 every call), so tests write their DAGs as small files into a DAGS_FOLDER of their own
@@ -28,9 +28,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="semijoin-airflow-"))
 
-if "airflow" in sys.modules and os.environ.get("AIRFLOW_HOME") != str(AIRFLOW_HOME):
-    raise RuntimeError("airflow was imported before tests/airflow/conftest.py could point it at a test AIRFLOW_HOME")
-
 AIRFLOW_ENV = {
     "AIRFLOW_HOME": str(AIRFLOW_HOME),
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{AIRFLOW_HOME / 'airflow.db'}",
@@ -41,8 +38,26 @@ AIRFLOW_ENV = {
     "PYSPARK_PYTHON": sys.executable,
     "PYSPARK_DRIVER_PYTHON": sys.executable,
 }
-os.environ.update(AIRFLOW_ENV)
+
+
+def point_airflow_here() -> None:
+    """This folder's environment, and Airflow's ORM on its DB if Airflow was imported already."""
+    os.environ.update(AIRFLOW_ENV)
+    if "airflow.settings" in sys.modules:
+        from airflow import settings
+
+        if settings.SQL_ALCHEMY_CONN != AIRFLOW_ENV["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]:
+            settings.configure_vars()
+            settings.reconfigure_orm()
+
+
+point_airflow_here()
 (AIRFLOW_HOME / "dags").mkdir()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _airflow_here():
+    point_airflow_here()
 
 DAG_FILE = """\
 import importlib.util

@@ -34,6 +34,7 @@ def test_one_dag_per_operator_and_sensor():
     assert sorted(bag.dag_ids) == sorted(
         [f"example_semijoin_{a}" for a in ALGORITHM_DAGS]
         + ["example_semijoin_updates", "example_semijoin_deadlines", "example_surrogate_keys"])
+    assert bag.dags["example_surrogate_keys"].fileloc == str(EXAMPLES / "example_surrogate_keys.py")
     kinds = {type(task).__name__ for dag in bag.dags.values() for task in dag.tasks}
     assert {"INLJOperator", "MeshJoinOperator", "HybridJoinOperator", "HybridJoinLOperator", "HybridJoinPQOperator",
             "SSJOperator", "CacheJoinOperator", "CacheJoinLOperator", "CacheJoinPQOperator", "CMeshJoinOperator",

@@ -4,10 +4,14 @@ query, parse-time validation of the arguments."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
+import sys
 import threading
 import time
+import urllib.request
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,6 +32,10 @@ from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from airflow_provider_semijoin.workloads.master import generate_master
 from airflow_provider_semijoin.workloads.zipf import zipf_rows
 from metadata import task_state, xcom, xcoms
+
+# the Spark tests' standalone cluster (a master and a worker daemon), reused as it is
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spark"))
+from test_cluster import spark_env, standalone_cluster  # noqa: E402,F401 (a fixture)
 
 OPERATORS = "airflow_provider_semijoin.operators.join"
 HYBRIDJOIN, INLJ = f"{OPERATORS}:HybridJoinOperator", f"{OPERATORS}:INLJOperator"
@@ -88,7 +96,7 @@ def sinks(tmp_path) -> dict:
     return {"matched": {"path": str(tmp_path / "matched")}, "dead_letter": {"path": str(tmp_path / "dead")}}
 
 
-def test_join_operator_matches_the_oracle_and_reports_while_running(master_db, tmp_path, make_dag, spark):
+def test_join_operator_matches_the_oracle_and_reports_while_running(master_db, tmp_path, make_dag, spark, capfd):
     backend, table = master_db
     dag_id = f"join_{backend.name}_{table}"
     dag = make_dag(dag_id, {"join": (HYBRIDJOIN, dict(
@@ -104,6 +112,10 @@ def test_join_operator_matches_the_oracle_and_reports_while_running(master_db, t
         watcher.done.set()
         watcher.join()
     assert str(run.state) == "success"
+    logged = "".join(capfd.readouterr())
+    assert "SEMIJOIN_PROGRESS" in logged and "starts on Spark master local[2]" in logged
+    credentials = re.search(r"//([^/@]+:[^/@]+)@", backend.url)
+    assert credentials is None or credentials.group(1) not in logged  # the task log shows user:***@host
     stream = zipf_rows(0, 3000, 2000, exponent=1.0, missing=0.1, seed=11)
     with open_store(backend.url, table, "nk", SELECT) as store:
         expected = hash_join(store, stream, "nk")
@@ -120,7 +132,7 @@ def test_join_operator_matches_the_oracle_and_reports_while_running(master_db, t
     info = xcom(dag_id, "join", XCOM_INFO)
     assert info["algorithm"] == "hybridjoin" and info["params"] == {"page_rows": 100}
     assert info["memory_bytes"] == 2 * 2**20 and info["memory_split"]
-    assert "semijoin:semijoin@" not in str(info)  # the master URL is shown without its password
+    assert credentials is None or credentials.group(1) not in json.dumps(info)  # the URL without its password
     link = xcom(dag_id, "join", SemiJoinMetricsLink().xcom_key)
     assert link.startswith(f"/semijoin/ui/task?dag_id={dag_id}&run_id=manual__") and link.endswith("&task_id=join")
 
@@ -133,7 +145,7 @@ def test_on_kill_stops_the_query(backend, master_db, tmp_path, make_dag, spark):
     dag_id = f"kill_{table}"
     dag = make_dag(dag_id, {"join": (INLJ, dict(
         column="nk", master_table=table, master_key="nk", select=SELECT, master_conn_id="dims",
-        memory="1M", source=generator(None, 300), sinks=sinks(tmp_path), checkpoint=str(tmp_path / "cp"),
+        memory="1M", source=generator(None, 300), sinks=sinks(tmp_path), checkpoint=str(tmp_path / "{{ dag.dag_id }}"),
         trigger_interval_s=0.3,
     ))})
 
@@ -156,6 +168,7 @@ def test_on_kill_stops_the_query(backend, master_db, tmp_path, make_dag, spark):
         signal.signal(signal.SIGTERM, previous)
     assert str(run.state) == "failed"
     assert not spark.streams.active  # the query is stopped, not left running
+    assert (tmp_path / dag_id / "commits").is_dir()  # the templated checkpoint was rendered
     latest = xcom(dag_id, "join", XCOM_LATEST)
     matched, dead = sink_tables(tmp_path)
     ids = matched["rid"].to_pylist() + dead["rid"].to_pylist()
@@ -188,6 +201,17 @@ def test_templated_arguments_are_validated_when_the_task_runs():
     assert op.memory == "lots"  # not checked yet: the table is a template
 
 
+def test_deadline_arguments_reach_the_job_spec():
+    op = HybridJoinOperator(task_id="j", column="nk", master_table="d", master_key="nk", source=generator(1, 1),
+                            deadline_column="due_at", stop={"duration_s": 5})
+    job = op.job_dict(resolve=False)
+    assert job["deadline"] == {"max_latency_s": None, "column": "due_at"}
+    assert job["stop"] == {"duration_s": 5}
+    with pytest.raises(SpecError, match=r"^j: deadline_column: 'due at' is not a valid identifier"):
+        HybridJoinOperator(task_id="j", column="nk", master_table="d", master_key="nk", source=generator(1, 1),
+                           deadline_column="due at")
+
+
 def test_named_operators_fix_their_algorithm():
     with pytest.raises(SpecError, match=r"^j: algorithm: INLJOperator always runs 'inlj'; use SemiStreamJoinOperator"):
         INLJOperator(task_id="j", algorithm="meshjoin", column="nk", master_table="d", master_key="nk", source=generator(1, 1))
@@ -198,3 +222,36 @@ def test_deadline_threshold_needs_deadlines():
     with pytest.raises(ConfigError, match=r"^deadline_miss_threshold: given, but the tuples have no deadline"):
         HybridJoinOperator(task_id="j", column="nk", master_table="d", master_key="nk", source=generator(1, 1),
                            deadline_miss_threshold=0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_cluster_connection_runs_the_driver_through_spark_submit(master_db, tmp_path, make_dag, connections,
+                                                                 standalone_cluster, monkeypatch):
+    """A spark:// connection: the operator submits the packaged driver with SparkSubmitHook to a
+    standalone master + worker, forwards the driver's progress lines to XCom, and returns its summary."""
+    backend, table = master_db
+    url, master_ui = standalone_cluster
+    connections("cluster", url)
+    for name, value in spark_env().items():
+        if name in ("SPARK_HOME", "SPARK_LOCAL_IP"):
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")  # spark-submit
+    dag_id = f"cluster_{table}"
+    dag = make_dag(dag_id, {"join": (f"{OPERATORS}:CacheJoinOperator", dict(
+        column="nk", master_table=table, master_key="nk", select=SELECT, master_conn_id="dims", memory="1M",
+        source=generator(2000, 2000), sinks=sinks(tmp_path), checkpoint=str(tmp_path / "cp"),
+        stop={"end_of_input": True}, trigger_interval_s=0.5, spark_conn_id="cluster",
+        spark_conf={"spark.executor.memory": "512m", "spark.executorEnv.PYSPARK_PYTHON": sys.executable},
+    ))})
+    run = dag.test()
+    assert str(run.state) == "success"
+    summary = xcom(dag_id, "join")
+    history = xcom(dag_id, "join", XCOM_HISTORY)
+    assert summary["input_rows"] == 2000 and len(history["points"]) == summary["batches"] >= 1
+    assert xcom(dag_id, "join", XCOM_INFO)["spark_master"] == url
+    apps = json.load(urllib.request.urlopen(f"http://127.0.0.1:{master_ui}/json/", timeout=5))
+    assert [app["name"] for app in apps["completedapps"]] == [f"semijoin-{dag_id}__join"]
+    stream = zipf_rows(0, 2000, 2000, exponent=1.0, missing=0.1, seed=11)
+    with open_store(backend.url, table, "nk", SELECT) as store:
+        assert sink_pairs(tmp_path) == hash_join(store, stream, "nk")

@@ -40,7 +40,9 @@ def test_airflow_reads_the_declarative_connection_form():
     assert widgets["extra__semijoin_master__dialect"].field["schema"]["enum"] == ["sqlite", "mysql", None]
     assert widgets["extra__semijoin_master__page_rows"].field["value"] == 500
     assert manager.field_behaviours["semijoin_master"]["hidden_fields"] == ["extra"]
-    assert manager.hooks["semijoin_master"].hook_name == "Semi-join master data"
+    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+
+    assert ProvidersManagerTaskRuntime().hooks["semijoin_master"].hook_name == "Semi-join master data"
 
 
 def test_plugin_entry_point_matches_provider_info():

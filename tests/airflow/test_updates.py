@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.stores import DatabaseURL, write_table
@@ -131,7 +132,7 @@ def test_trigger_reports_an_unreachable_database():
     assert event == {"status": "error", "message": "ConfigError: master_conn_id: connection 'no_such_conn' is not defined "
                      "(add it in the Airflow UI, with `airflow connections add`, or as AIRFLOW_CONN_NO_SUCH_CONN)"}
     sensor = MasterDataChangesSensor(task_id="w", master_conn_id="no_such_conn", table="dim", key="nk")
-    with pytest.raises(Exception, match=r"^waiting for changes to dim failed: ConfigError: master_conn_id: connection"):
+    with pytest.raises(AirflowException, match=r"^waiting for changes to dim failed: ConfigError: master_conn_id: connection"):
         sensor.execute_complete({}, event)
 
 
@@ -174,7 +175,7 @@ def feasible_versions(observations, changed: dict) -> tuple[int, float]:
 @pytest.mark.parametrize("backend", ["mysql"], indirect=True)
 def test_installs_while_a_join_runs_every_batch_sees_one_version(backend, connections, make_dag, tmp_path, spark):
     """Upstream stages 300 changes (updates and deletes) to a MariaDB master while a CACHEJOIN task
-    streams 14 micro-batches over it; an update DAG in another Airflow process (deferrable sensor -> install, three
+    streams 24 micro-batches over it; an update DAG in another Airflow process (deferrable sensor -> install, three
     times) installs them. Every micro-batch's output equals the join with one version of R."""
     table = backend.table_name()
     generate_master(backend.connection, table, 2000, seed=3, reuse=False)
@@ -189,7 +190,7 @@ def test_installs_while_a_join_runs_every_batch_sees_one_version(backend, connec
     chain = {}
     for i in range(3):
         chain[f"wait{i}"] = (SENSOR, dict(master_conn_id="dims", table=table, key="nk", min_pending=60,
-                                          deferrable=True, poke_interval=0.3, timeout=120))
+                                          deferrable=True, poke_interval=0.3, timeout=60))
         chain[f"install{i}"] = (INSTALL, dict(master_conn_id="dims", table=table, key="nk"))
     names = list(chain)
     make_dag(updates_dag, chain, edges=list(zip(names, names[1:])))
@@ -198,7 +199,7 @@ def test_installs_while_a_join_runs_every_batch_sees_one_version(backend, connec
         dict(column="nk", master_table=table, master_key="nk", select=["sk"], master_conn_id="dims", memory="1M",
              source={"kind": "generator", "rows_per_second": 400, "master_rows": 2000, "missing": 0.05, "seed": 2},
              sinks={"matched": {"path": str(tmp_path / "matched")}, "dead_letter": {"path": str(tmp_path / "dead")}},
-             checkpoint=str(tmp_path / "cp"), stop={"max_batches": 14}, trigger_interval_s=0.5),
+             checkpoint=str(tmp_path / "cp"), stop={"max_batches": 24}, trigger_interval_s=0.5),
     )})
 
     # the update DAG runs in an Airflow process of its own, with its own metadata DB
@@ -206,6 +207,17 @@ def test_installs_while_a_join_runs_every_batch_sees_one_version(backend, connec
     shutil.copy(Path(os.environ["AIRFLOW_HOME"]) / "airflow.db", tmp_path / "updates.db")
     updater = subprocess.Popen([sys.executable, "-m", "airflow", "dags", "test", updates_dag],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output, waiting = [], threading.Event()
+
+    def read_updater():  # its first sensor has deferred: the trigger polls the pending changes
+        for line in updater.stdout:
+            output.append(line)
+            if "running trigger in line" in line:
+                waiting.set()
+
+    reader = threading.Thread(target=read_updater, daemon=True)
+    reader.start()
+    assert waiting.wait(120), "".join(output)[-3000:]
 
     def upstream():  # stages 20 changes every 0.3 s once the join's first micro-batch is out
         connection = DatabaseURL.parse(backend.url).connect()
@@ -225,8 +237,9 @@ def test_installs_while_a_join_runs_every_batch_sees_one_version(backend, connec
         run = join_dag.test()
     finally:
         stager.join()
-        output, _ = updater.communicate(timeout=180)
-    assert updater.returncode == 0, output[-3000:]
+        updater.wait(timeout=90)
+        reader.join()
+    assert updater.returncode == 0, "".join(output)[-3000:]
     assert str(run.state) == "success"
 
     changed = {int(k): int(v) for v, k in backend.execute(f"SELECT version, nk FROM `{table}__sj_changes`")}

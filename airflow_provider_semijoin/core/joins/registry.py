@@ -12,12 +12,13 @@ from .frontstage import CacheJoin, CacheJoinL, CacheJoinPQ, CMeshJoin, SemiStrea
 from .hybridjoin import HybridJoin, HybridJoinL, HybridJoinPQ
 from .indexjoin import IndexNestedLoopJoin, InListJoin, InListLRUJoin
 from .meshjoin import MeshJoin
+from .ssij import SemiStreamedIndexJoin
 
 ALGORITHMS: dict[str, type[JoinAlgorithm]] = {
     cls.name: cls
     for cls in (
         IndexNestedLoopJoin, InListJoin, InListLRUJoin, MeshJoin, HybridJoin, HybridJoinL, HybridJoinPQ,
-        SemiStreamJoin, CMeshJoin, CacheJoin, CacheJoinL, CacheJoinPQ,
+        SemiStreamJoin, CMeshJoin, CacheJoin, CacheJoinL, CacheJoinPQ, SemiStreamedIndexJoin,
     )
 }
 

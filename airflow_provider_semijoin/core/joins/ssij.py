@@ -1,0 +1,839 @@
+"""SSIJ: M. A. Bornea, A. Deligiannakis, Y. Kotidis, V. Vassalos, "Semi-Streamed Index Join for
+Near-Real Time Execution of ETL Transformations" (ICDE 2011), section IV.
+
+Three phases (sec. IV-B, Algorithms 1 and 2):
+
+* **pending**: arrived tuples wait in the input buffer IB until IB_thresh of them are there (or
+  a deadline, or the end of the stream, says not to wait);
+* **online** (Alg. 1): the batch is sorted by key and looked up in the index (the page map,
+  pinned in memory like the B+tree's inner nodes, sec. III) in one vectorised pass; tuples whose
+  pages are all in the page cache CR are joined at once (and raise the utility counters of those
+  pages); the others go to the stream buffer SB, and each page they still need is recorded in
+  the inverted index II;
+* **join** (Alg. 2): when SB_thresh tuples wait in SB (or a deadline forces it), the pages P_u
+  of II are read with the optimal read plan (sec. IV-D) and joined with SB through II; SB is
+  flushed and the utility counters are cleared.
+
+Here one :meth:`step` is the pending/online decision (plus the first read of a join phase it
+starts) or one sequence of the running join phase, so arrivals between steps land in IB while
+a join phase runs, as in the paper.
+
+The page cache CR (sec. IV-A, IV-C) keeps whole pages with a utility counter each. At the start
+of a join phase the utility of every page is known without I/O (cached pages: their counters;
+pages of P_u: their number of entries in II), so ToKeep (pages of P_u that stay cached) and
+ToRemove (cached pages they replace) are decided once, from one sort, not from a list kept
+sorted on every hit. ``cache_policy=lru`` replaces the utility by the time of last use (the
+paper's Figure 11 comparison): pages read in a join phase are then the most recent of all.
+
+Memory (sec. IV-A) is accounted in bytes: the page map, the per-page arrays, a buffer for one
+read sequence of maxScan pages, IB, SB, II and CR. IB, SB and II take what they hold; CR takes
+what is left and gives it back: an arriving tuple or a growing SB evicts the cached pages of
+lowest utility (the current ToRemove first), so the stream never overflows while a cached page
+can be evicted. The budget is checked at the start to hold the index, the read buffer, a full IB
+(``ib_size`` tuples) and a full SB with an empty CR, so the stream never overflows at all;
+arrivals beyond ``ib_size`` wait in the engine's stream buffer, outside the join.
+
+The read plan (sec. IV-D) is the paper's dynamic program over the pages of P_u sorted by
+position, OPT[j] = min over scans of length i <= maxScan ending on a page of P_u of
+S + T*i + OPT[next], with S and T (per page) from the store's measured costs; each planned
+sequence is one index range query. Pages further apart than maxDist = 1 + S/T are never worth
+one scan, so P_u splits into independent clusters there.
+
+Deadlines (sec. IV-F): IB hands tuples to the online phase in deadline order; a join phase is
+forced when the closest deadline in SB (or in IB) would otherwise pass, estimated by a cost
+model that starts at one random I/O per page and learns the worst observed time per page of
+past join phases of a similar size (log2 buckets of |P_u|). A tuple is due when a tenth of its
+time from arrival to deadline is left (the paper: "close to the maximum latency").
+
+Updates (sec. IV-E): a *cycle* - the online phases up to the join phase that empties SB - reads
+one snapshot of R (:meth:`.stores.base.MasterStore.snapshot`, when R has a change log); on
+entry the cached pages of the keys changed since the last cycle are dropped before any probe,
+so a tuple joins its cached and its read pages with one version of R. Between cycles no tuple
+is half joined. :meth:`SemiStreamedIndexJoin.install_updates` is the paper's "Installing
+Updates": force the join phase, install the batch while the stream waits in IB, resume.
+
+1:K joins: a page holds whole keys, so a tuple meets all K rows of its key on one page. Range
+conditions (``range_lo``, ``range_hi``: R.key between key+range_lo and key+range_hi, integer
+keys): a tuple needs every page its key range overlaps; it is joined with the cached ones in
+the online phase (its matches leave at once) and with the others in the join phase, and leaves
+``not_in_master`` once all its pages are joined without a match.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import ConfigError
+from ..stores.base import MasterPage, PageMap
+from ..stores.changes import Installed, install_changes
+from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer, join_page, not_in_master, probe, ranges
+
+POLICIES = ("utility", "lru")
+SB_SHARE = 0.3  # default SB_thresh: stream-buffer tuples filling this share of the usable budget (Fig. 13)
+IB_PER_SB = 4  # default IB_thresh = SB_thresh / 4 (Table II: IB 250,000, SB 1,000,000 tuples)
+IB_SIZE_PER_THRESH = 2  # default input-buffer size: one batch taken, one arriving
+SCAN_SHARE = 0.25  # a read sequence takes at most this share of the budget (caps maxScan)
+PAIR_BYTES = 8 + 8  # an II entry: SB position and page
+# per page of R: CR's cached flag, utility, time of last use, bytes and segment; II's count; a join
+# phase's ToKeep flag, time of use once read and utility
+PER_PAGE_BYTES = 1 + 8 + 8 + 8 + 8 + 8 + 1 + 8 + 8
+DEADLINE_SAFETY = 2.0  # the join-phase estimate is doubled when deadlines decide (sec. IV-F)
+DEADLINE_SLACK = 0.1  # a tuple is due when a tenth of its time from arrival to deadline is left
+GAP_DECAY = 0.9  # the time between steps a deadline check allows for: a slowly decaying maximum
+TICK_SCALE = 2.0**-40  # the time of last use breaks ties between equal utilities
+INT64 = np.iinfo(np.int64)
+
+
+# -- the optimal read plan (sec. IV-D) ------------------------------------------------------------
+def plan_cost(plan: list[tuple[int, int]], query_s: float, page_s: float) -> float:
+    """Cost of a read plan: one query (S) per sequence plus T per page it reads."""
+    return sum(query_s + page_s * count for _, count in plan)
+
+
+def read_plan(pages: np.ndarray, max_scan: int, query_s: float, page_s: float) -> list[tuple[int, int]]:
+    """The cheapest way to read ``pages`` (sorted, distinct positions) in sequences ``(first, count)``
+    of at most ``max_scan`` pages that start and end on requested pages (sec. IV-D).
+
+    OPT[j] = min over k >= j with x_k - x_j < max_scan of S + T*(x_k - x_j + 1) + OPT[k+1]:
+    the minimum over k of T*x_k + OPT[k+1] is a sliding window (k's bound falls with j), kept in
+    a monotone deque, so the program runs in O(|P_u|) after the split into clusters at gaps of
+    maxDist = 1 + S/T pages or more (a scan across such a gap never beats two queries).
+    """
+    x = np.asarray(pages, dtype=np.int64)
+    if len(x) == 0:
+        return []
+    max_dist = 1.0 + query_s / page_s
+    gaps = np.diff(x)
+    cut = np.flatnonzero((gaps >= max_dist) | (gaps >= max_scan)) + 1
+    plan: list[tuple[int, int]] = []
+    for cluster in np.split(x, cut):
+        if len(cluster) == 1:
+            plan.append((int(cluster[0]), 1))
+        else:
+            plan += _cluster_plan(cluster.tolist(), max_scan, query_s, page_s)
+    return plan
+
+
+def _cluster_plan(x: list[int], max_scan: int, query_s: float, page_s: float) -> list[tuple[int, int]]:
+    m = len(x)
+    opt = [0.0] * (m + 1)
+    choice = [0] * m
+    window: deque[tuple[float, int]] = deque()  # (T*x_k + OPT[k+1], k), increasing values from the left
+    last = m - 1  # the largest k a scan starting at x_j may end on
+    for j in range(m - 1, -1, -1):
+        value = page_s * x[j] + opt[j + 1]
+        while window and window[0][0] >= value:
+            window.popleft()
+        window.appendleft((value, j))
+        while x[last] - x[j] >= max_scan:
+            last -= 1
+        while window[-1][1] > last:
+            window.pop()
+        best, k = window[-1]
+        opt[j] = query_s + page_s * (1 - x[j]) + best
+        choice[j] = k
+    plan, j = [], 0
+    while j < m:
+        k = choice[j]
+        plan.append((x[j], x[k] - x[j] + 1))
+        j = k + 1
+    return plan
+
+
+# -- the join-phase cost model of sec. IV-F ------------------------------------------------------
+class JoinPhaseEstimate:
+    """Seconds a join phase reading ``pages`` pages takes: one random I/O per page until phases
+    of a similar size (the same power of two of pages) were seen, then their worst time per page."""
+
+    def __init__(self, random_read_s: float):
+        self.random_read_s = random_read_s
+        self.worst_per_page: dict[int, float] = {}
+
+    def seconds(self, pages: int) -> float:
+        if pages <= 0:
+            return 0.0
+        return pages * self.worst_per_page.get(int(pages).bit_length(), self.random_read_s)
+
+    def observe(self, pages: int, seconds: float) -> None:
+        bucket = int(pages).bit_length()
+        self.worst_per_page[bucket] = max(self.worst_per_page.get(bucket, 0.0), seconds / pages)
+
+
+# -- the page cache CR (sec. IV-A, IV-C) -----------------------------------------------------------
+@dataclass
+class _Segment:
+    """Rows of cached pages in key order: ``keys``, ``rows`` and the page of each row."""
+
+    id: int
+    keys: np.ndarray
+    rows: pa.Table
+    row_page: np.ndarray
+    nbytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.nbytes = int(self.keys.nbytes + self.rows.nbytes + self.row_page.nbytes)  # Table.nbytes is slow
+
+
+class PageCache:
+    """CR: whole pages of R with a utility counter each (or the time of last use, for LRU).
+
+    The rows live in a *slab* (one Arrow chunk in key order, probed with ``searchsorted``) and in
+    segments staged during a join phase (the kept pages of each read sequence), merged into the
+    slab before the next probe. An evicted page leaves its rows in its segment until the next
+    merge (:meth:`compact`) - they are never probed, since only cached pages are - and
+    :attr:`nbytes` counts them until then.
+    """
+
+    def __init__(self, n_pages: int, key_dtype: np.dtype, schema: pa.Schema, policy: str):
+        self.policy = policy
+        self.cached = np.zeros(n_pages, dtype=bool)
+        self.utility = np.zeros(n_pages, dtype=np.int64)
+        self.last_used = np.zeros(n_pages, dtype=np.int64)
+        self.page_bytes = np.zeros(n_pages, dtype=np.int64)
+        self.home = np.full(n_pages, -1, dtype=np.int64)  # the segment holding the live copy
+        self.tick = 0
+        self.pages = 0
+        self.live_bytes = 0
+        self.evictions = 0
+        self.compactions = 0
+        self._key_dtype = key_dtype
+        self._schema = schema
+        self._segments: list[_Segment] = []
+        self._next_id = 0
+        self.nbytes = 0  # bytes of the segments (the rows of evicted pages included until compact())
+
+    @property
+    def slab(self) -> _Segment:
+        """The merged rows of every cached page (:meth:`compact` first if pages were staged)."""
+        if len(self._segments) != 1:
+            self.compact()
+        return self._segments[0]
+
+    def priority(self, pages: np.ndarray) -> np.ndarray:
+        """Which pages to keep first: higher is better (utility, ties: used more recently)."""
+        if self.policy == "lru":
+            return self.last_used[pages].astype(np.float64)
+        return self.utility[pages] + self.last_used[pages] * TICK_SCALE
+
+    def touch(self, pages: np.ndarray) -> None:
+        """Cached ``pages`` joined one stream tuple each (Alg. 1 line 5)."""
+        self.tick += 1
+        self.utility += np.bincount(pages, minlength=len(self.utility))
+        self.last_used[pages] = self.tick
+
+    def stage(self, loaded: MasterPage, row_page: np.ndarray, keep: np.ndarray, utility: np.ndarray,
+              recency: np.ndarray) -> None:
+        """Cache the pages ``keep`` (sorted) of a loaded sequence whose rows lie on ``row_page``,
+        with their ``utility`` in the running join phase and their time of use ``recency``."""
+        if len(keep) == 0:
+            return
+        rows = np.flatnonzero(np.isin(row_page, keep, assume_unique=False))
+        segment = _Segment(self._next_id, loaded.keys[rows], loaded.rows.take(rows).combine_chunks(),
+                           row_page[rows].astype(np.int32))
+        self._next_id += 1
+        self._segments.append(segment)
+        self.nbytes += segment.nbytes
+        counts = np.bincount(segment.row_page - keep[0], minlength=int(keep[-1] - keep[0] + 1))[keep - keep[0]]
+        sizes = np.floor(segment.nbytes * counts / max(len(rows), 1)).astype(np.int64)
+        self.cached[keep] = True
+        self.home[keep] = segment.id
+        self.page_bytes[keep] = sizes
+        self.last_used[keep] = recency
+        self.utility[keep] = utility
+        self.pages += len(keep)
+        self.live_bytes += int(sizes.sum())
+
+    def evict(self, pages: np.ndarray) -> None:
+        if len(pages) == 0:
+            return
+        self.cached[pages] = False
+        self.home[pages] = -1
+        self.live_bytes -= int(self.page_bytes[pages].sum())
+        self.page_bytes[pages] = 0
+        self.utility[pages] = 0
+        self.pages -= len(pages)
+        self.evictions += len(pages)
+
+    def victims(self, need: int, below: float = math.inf) -> np.ndarray:
+        """The cached pages of lowest priority (under ``below``) whose bytes add up to ``need``
+        (all of them if they do not)."""
+        candidates = np.flatnonzero(self.cached)
+        prio = self.priority(candidates)
+        candidates, prio = candidates[prio < below], prio[prio < below]
+        order = np.argsort(prio, kind="stable")
+        freed = np.cumsum(self.page_bytes[candidates[order]])
+        return candidates[order[: int(np.searchsorted(freed, need, side="left")) + 1]]
+
+    def compact(self) -> None:
+        """Merge every segment's live rows into one slab in key order (evicted rows are dropped)."""
+        parts = []
+        for segment in self._segments:
+            live = np.flatnonzero(self.home[segment.row_page] == segment.id)
+            if len(live) == len(segment.row_page):
+                parts.append(segment)
+            elif len(live):
+                parts.append(_Segment(segment.id, segment.keys[live], segment.rows.take(live), segment.row_page[live]))
+        if not parts:
+            slab = _Segment(self._next_id, np.zeros(0, self._key_dtype), self._schema.empty_table(), np.zeros(0, np.int32))
+        elif len(parts) == 1:
+            slab = _Segment(self._next_id, parts[0].keys, parts[0].rows.combine_chunks(), parts[0].row_page)
+        else:
+            keys = np.concatenate([p.keys for p in parts])
+            order = np.argsort(keys, kind="stable")
+            rows = pa.concat_tables([p.rows for p in parts]).combine_chunks().take(order)
+            slab = _Segment(self._next_id, keys[order], rows, np.concatenate([p.row_page for p in parts])[order])
+        self._next_id += 1
+        self.home[self.cached] = slab.id
+        self._segments = [slab]
+        self.nbytes = slab.nbytes
+        self.compactions += 1
+        # the bytes of each page, measured on the slab now (the shares kept before were estimates)
+        rows = np.bincount(slab.row_page, minlength=len(self.cached))
+        self.page_bytes[:] = np.floor(rows * (slab.nbytes / max(len(slab.row_page), 1))).astype(np.int64)
+        self.live_bytes = slab.nbytes
+
+    def garbage(self) -> int:
+        """Bytes of evicted pages still held by their segments (0 right after :meth:`compact`)."""
+        return self.nbytes - self.live_bytes
+
+
+# -- the stream tuples: IB, SB, II ----------------------------------------------------------------
+@dataclass
+class _Tuples:
+    """Stream tuples as columns (IB in arrival order; SB in the order they entered it)."""
+
+    row_ids: np.ndarray
+    keys: np.ndarray
+    deadlines: np.ndarray  # inf: none
+    due: np.ndarray  # when a join phase must start for the tuple to meet its deadline (sec. IV-F)
+
+    def __len__(self) -> int:
+        return len(self.row_ids)
+
+    def take(self, idx) -> "_Tuples":
+        return _Tuples(self.row_ids[idx], self.keys[idx], self.deadlines[idx], self.due[idx])
+
+    @classmethod
+    def concat(cls, parts: list["_Tuples"]) -> "_Tuples":
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("row_ids", "keys", "deadlines", "due")))
+
+
+@dataclass
+class _StreamBuffer:
+    """SB with its inverted index II: per tuple whether it matched yet and how many of its pages
+    are still to be joined; per II entry (``pair_sb``, ``pair_page``) a page it waits for."""
+
+    tuples: list[_Tuples] = field(default_factory=list)
+    matched: list[np.ndarray] = field(default_factory=list)
+    remaining: list[np.ndarray] = field(default_factory=list)
+    pair_sb: list[np.ndarray] = field(default_factory=list)
+    pair_page: list[np.ndarray] = field(default_factory=list)
+    size: int = 0
+    pairs: int = 0
+    min_due: float = math.inf
+
+
+@dataclass
+class _JoinPhase:
+    """A running join phase: SB and II (sorted by page) as arrays, the plan and where it is."""
+
+    sb: _Tuples
+    matched: np.ndarray
+    remaining: np.ndarray
+    pair_sb: np.ndarray
+    pair_page: np.ndarray
+    plan: list[tuple[int, int]]
+    keep: np.ndarray  # per page of R: in ToKeep
+    recency: np.ndarray  # per page of R: its time of last use once read (LRU)
+    utility: np.ndarray  # per page of R: its entries in II
+    priority: np.ndarray  # per page of R: what ranks it (its utility, or its recency for LRU)
+    requested: int
+    started: float
+    open: int
+    next: int = 0
+
+
+class SemiStreamedIndexJoin(JoinAlgorithm):
+    name = "ssij"
+    paper = "SSIJ (Bornea, Deligiannakis, Kotidis, Vassalos, ICDE 2011), sec. IV, Alg. 1-2"
+    params = {
+        "page_rows": Param(int, 64, "rows of R per page (a block; Table II: 64 tuples per block)", 1),
+        "ib_thresh": Param(int, 0, "IB_thresh: stream tuples per online phase; 0 = SB_thresh / 4", 0),
+        "sb_thresh": Param(int, 0, "SB_thresh: tuples in SB that start a join phase; 0 = 30% of the budget", 0),
+        "ib_size": Param(int, 0, "input buffer IB: most arrived tuples it holds; 0 = 2 * IB_thresh", 0),
+        "max_scan": Param(int, 200, "maxScan: most pages one read sequence (one range query) covers", 1),
+        "cache_policy": Param(str, "utility", "which pages CR keeps: utility (ToKeep/ToRemove, sec. IV-C) or lru"),
+        "range_lo": Param(int, 0, "range join: R.key >= stream key + range_lo (integer keys; 0, 0 = equality)"),
+        "range_hi": Param(int, 0, "range join: R.key <= stream key + range_hi"),
+    }
+
+    def __init__(self, store, memory, **kwargs):
+        super().__init__(store, memory, **kwargs)
+        s = self.settings
+        if s["cache_policy"] not in POLICIES:
+            raise ConfigError(f"{self.name}.cache_policy: {s['cache_policy']!r} is not one of {list(POLICIES)}")
+        self.range = (s["range_lo"], s["range_hi"])
+        if self.range != (0, 0):
+            if store.key_type.kind != "int":
+                raise ConfigError(f"{self.name}.range_lo: a range condition needs an integer key; {store.key!r} is a string")
+            if s["range_lo"] > s["range_hi"]:
+                raise ConfigError(f"{self.name}.range_hi: {s['range_hi']} must be >= range_lo {s['range_lo']}")
+        self.query_s, row_s = store.calibrate()
+        self.page_map: PageMap = store.page_map(s["page_rows"])
+        n_pages = self.page_map.n_pages
+        self.rows_per_page = max(self.page_map.n_rows / max(n_pages, 1), 1.0)
+        self.page_s = row_s * self.rows_per_page  # T of sec. IV-D: reading one more page
+        self.max_dist = 1.0 + self.query_s / self.page_s
+        self.page_bytes = math.ceil(self.rows_per_page * (store.row_bytes(self.page_map) + 4))  # + the row's page
+        self.pages_per_tuple = self._pages_per_tuple()
+        key_size = store.key_type.itemsize
+        self.ib_tuple_bytes = 8 + key_size + 8 + 8
+        self.sb_tuple_bytes = 8 + key_size + 8 + 8 + 1 + 4 + self.pages_per_tuple * PAIR_BYTES
+        self.fixed_bytes = self.page_map.nbytes + n_pages * PER_PAGE_BYTES
+        self._size(s)
+        self.cache = PageCache(n_pages, store.key_type.dtype, self.schema, s["cache_policy"])
+        self.estimate = JoinPhaseEstimate(self.query_s + self.page_s)
+        self._ib = _Tuples(np.zeros(0, np.int64), np.zeros(0, store.key_type.dtype), np.zeros(0), np.zeros(0))
+        self._sb = _StreamBuffer()
+        self._ii_count = np.zeros(n_pages, dtype=np.int64)
+        self._requested = 0  # pages with an II entry: |P_u| of the next join phase
+        self._phase: _JoinPhase | None = None
+        self._online_s = 0.0  # duration of the last online phase
+        self._gap_s = 0.0  # time between the last two steps: how late a deadline check may come
+        self._last_step: float | None = None
+        # deadlines are in the units of the stream buffer's clock (the runner's): time is read from
+        # it from the first step on
+        self._time = self.clock
+        self._cycle: contextlib.ExitStack | None = None  # the snapshot of R of the current cycle
+        self._cycle_owns = False  # the cycle's snapshot is not part of an outer one (run_join's)
+        self.counters.extra.update(
+            online_phases=0, join_phases=0, forced_join_phases=0, sequences=0, pages_requested=0,
+            pages_read=0, cache_hits=0, cache_probes=0, updates_installed=0, invalidated_pages=0,
+        )
+
+    # -- sizing ---------------------------------------------------------------------------------
+    def _pages_per_tuple(self) -> int:
+        """The most pages one tuple's key range can overlap (1 for an equi-join)."""
+        if self.range == (0, 0):
+            return 1
+        bounds = self.page_map.bounds
+        reach = _shift(bounds, self.range[1] - self.range[0])
+        return int((np.searchsorted(bounds, reach, side="right") - np.arange(len(bounds))).max())
+
+    def _page_last_key(self, pages: np.ndarray) -> np.ndarray:
+        """The largest key each page may hold (read live: inserts widen the page map, sec. IV-E)."""
+        pm = self.page_map
+        following = np.minimum(pages + 1, pm.n_pages - 1)
+        return np.where(pages + 1 < pm.n_pages, pm.bounds[following] - 1, np.int64(pm.max_key))
+
+    def _size(self, s: dict) -> None:
+        """maxScan, SB_thresh, IB_thresh and the size of IB from the budget (sec. IV-A). A read
+        sequence takes at most a quarter of the budget, and less if the stream buffers need it."""
+        n_pages = max(self.page_map.n_pages, 1)
+        room = self.memory - self.fixed_bytes
+        self.max_scan = int(min(s["max_scan"], n_pages, max(1, SCAN_SHARE * room // self.page_bytes)))
+        usable = room - self._scan_bytes(self.max_scan)
+        sb = s["sb_thresh"] or max(1, int(SB_SHARE * usable // self.sb_tuple_bytes))
+        ib = s["ib_thresh"] or max(1, sb // IB_PER_SB)
+        self.sb_thresh, self.ib_thresh = sb, ib
+        self.ib_size = max(s["ib_size"] or IB_SIZE_PER_THRESH * ib, ib)
+        while self.max_scan > 1 and self.fixed_bytes + self._scan_bytes(self.max_scan) + self._stream_peak() > self.memory:
+            self.max_scan -= 1
+        self.scan_bytes = self._scan_bytes(self.max_scan)
+        needed = self.fixed_bytes + self.scan_bytes + self._stream_peak()
+        if needed > self.memory:
+            what = (f"the page map, one read sequence of {self.max_scan} pages, IB of {self.ib_size} and SB of "
+                    f"{sb + ib} tuples")
+            raise self._budget_error(needed, what)
+
+    def _scan_bytes(self, pages: int) -> int:
+        """The read buffer: one sequence of ``pages`` pages as loaded."""
+        return self.store.result_bytes(self.page_map, math.ceil(pages * self.rows_per_page))
+
+    def _stream_peak(self) -> int:
+        """Bytes IB and SB/II hold at most (SB reaches SB_thresh + IB_thresh - 1 tuples)."""
+        return self.ib_size * self.ib_tuple_bytes + (self.sb_thresh + self.ib_thresh) * self.sb_tuple_bytes
+
+    # -- the contract -----------------------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        return len(self._ib) + self._sb.size + (self._phase.open if self._phase else 0)
+
+    @property
+    def demand(self) -> int:
+        return self.ib_size - len(self._ib)
+
+    def _stream_bytes(self) -> int:
+        ib = len(self._ib) * self.ib_tuple_bytes
+        sb = self._sb.size * (self.sb_tuple_bytes - self.pages_per_tuple * PAIR_BYTES) + self._sb.pairs * PAIR_BYTES
+        phase = self._phase
+        if phase is not None:
+            sb += len(phase.sb) * (self.sb_tuple_bytes - self.pages_per_tuple * PAIR_BYTES) + len(phase.pair_sb) * PAIR_BYTES
+        return ib + sb
+
+    def structure_bytes(self) -> int:
+        return self.fixed_bytes + self.scan_bytes + self._stream_bytes() + self.cache.nbytes
+
+    def memory_split(self) -> dict:
+        return {
+            "page_map_bytes": self.page_map.nbytes,
+            "page_arrays_bytes": self.fixed_bytes - self.page_map.nbytes,
+            "read_buffer_bytes": self.scan_bytes,
+            "stream_buffers_peak_bytes": self._stream_peak(),
+            "cache_bytes_now": self.cache.nbytes,
+            "cache_pages_now": self.cache.pages,
+            "page_rows": self.page_map.page_rows,
+            "pages": self.page_map.n_pages,
+            "page_bytes": self.page_bytes,
+            "ib_thresh": self.ib_thresh,
+            "sb_thresh": self.sb_thresh,
+            "ib_size": self.ib_size,
+            "max_scan": self.max_scan,
+            "max_dist": round(self.max_dist, 2),
+        }
+
+    def stats(self) -> dict:
+        out = super().stats()
+        extra = self.counters.extra
+        out["cache_hit_ratio"] = round(extra["cache_hits"] / extra["cache_probes"], 4) if extra["cache_probes"] else None
+        out["cache_evictions"] = self.cache.evictions
+        out["cache_compactions"] = self.cache.compactions
+        return out
+
+    # -- one step -------------------------------------------------------------------------------
+    def _step(self, buffer: StreamBuffer) -> JoinOutput:
+        self._time = buffer.clock
+        now = self._time()
+        if self._last_step is not None and self.pending:  # (an idle pause between streams does not count)
+            self._gap_s = max(now - self._last_step, GAP_DECAY * self._gap_s)
+        self._last_step = now
+        self._accept(buffer)
+        if self._phase is not None:
+            out = self._join_next()
+            self._end_cycle()
+            return out
+        ib, end = self._ib, buffer.exhausted
+        urgent = int((ib.due <= self._horizon(min(len(ib), self.ib_thresh))).sum()) if len(ib) else 0
+        outputs = []
+        if len(ib) >= self.ib_thresh or urgent or (end and len(ib)):
+            self._begin_cycle()
+            outputs.append(self._online(max(min(self.ib_thresh, len(ib)), urgent)))
+        sb = self._sb
+        due = sb.min_due <= self._horizon(0)
+        if sb.size and (sb.size >= self.sb_thresh or due or (end and not len(self._ib))):
+            if due and sb.size < self.sb_thresh:
+                self.counters.extra["forced_join_phases"] += 1
+            self._start_join_phase()
+            outputs.append(self._join_next())
+        self._end_cycle()
+        return JoinOutput.concat(outputs, self.schema)
+
+    def _horizon(self, new_pages: int) -> float:
+        """Sec. IV-F: a deadline before this time is due - a join phase must start now to meet
+        it. The join phase is priced by the cost model for the pages of II plus ``new_pages``
+        (doubled: the model is a worst case of past phases, not a bound of the next one), plus
+        an online phase and the time until the next step, when the check comes again. A tuple
+        is due a tenth of its time from arrival to deadline before the deadline (the paper
+        triggers the join phase when its estimate comes "close to the maximum latency")."""
+        pages = self._requested + new_pages
+        return self._time() + self._gap_s + self._online_s + DEADLINE_SAFETY * self.estimate.seconds(pages)
+
+    # -- versions of R (sec. IV-E) --------------------------------------------------------------------
+    def _begin_cycle(self) -> None:
+        """A cycle (online phases up to the join phase that empties SB) reads one snapshot of R;
+        on entry, cached pages of the keys changed since the last one are dropped before any
+        probe. Inside a snapshot someone else holds (``run_join``'s), it is part of that one."""
+        if self._cycle is None and self.store.has_change_log():
+            self._cycle_owns = not self.store._in_snapshot
+            self._cycle = contextlib.ExitStack()
+            changed = self._cycle.enter_context(self.store.snapshot())
+            self.counters.extra["invalidated_pages"] += self.invalidate(changed)
+
+    def _end_cycle(self) -> None:
+        """Close the cycle's snapshot once no tuple is half joined (SB empty, no join phase)."""
+        if self._cycle is not None and self._phase is None and self._sb.size == 0:
+            self._cycle.close()
+            self._cycle = None
+
+    def invalidate(self, keys: np.ndarray) -> int:
+        """Drop the cached pages holding ``keys`` (changed in R); returns how many were cached."""
+        pages = np.unique(self.page_map.page_of(np.asarray(keys, self.store.key_type.dtype)))
+        stale = pages[(pages >= 0) & self.cache.cached[np.maximum(pages, 0)]]
+        self.cache.evict(stale)
+        return len(stale)
+
+    def install_updates(self, changes: pa.Table | None = None, max_rows: int | None = None) -> tuple[JoinOutput, Installed]:
+        """Sec. IV-E, "Installing Updates": install a batch of changes to R while the join runs.
+
+        The join phase is forced first, so no tuple has joined part of its pages with R before
+        the batch and would join the rest after it; the tuples waiting in IB stay there while the
+        batch installs (``changes``, or the pending changes: see
+        :func:`..stores.changes.install_changes`, one transaction on the store's connection);
+        the next cycle's snapshot drops the cached pages of the changed keys. Returns what the
+        forced join phase completed (hand it on like a step's output) and the installed batch.
+        Call it between steps, not inside ``run_join`` (which reads one version of R for its
+        whole run).
+        """
+        if self.store._in_snapshot and not (self._cycle is not None and self._cycle_owns):
+            raise ConfigError("install_updates: R is read inside a snapshot this join did not open "
+                              "(run_join holds one per run); install between runs")
+        outputs = []
+        if self._phase is None and self._sb.size:
+            self.counters.extra["forced_join_phases"] += 1
+            self._start_join_phase()
+        while self._phase is not None:
+            outputs.append(self._join_next())
+        self._end_cycle()
+        installed = install_changes(self.store.connection, self.store.table, self.store.key, changes, max_rows)
+        self.counters.extra["updates_installed"] += 1
+        return JoinOutput.concat(outputs, self.schema), installed
+
+    # -- memory -----------------------------------------------------------------------------------
+    def _free(self) -> int:
+        return self.memory - self.structure_bytes()
+
+    def _make_room(self, need: int, below: float = math.inf) -> int:
+        """Evict cached pages (lowest priority first, only those under ``below``) until ``need``
+        bytes are free; returns the bytes free then (less than ``need`` only with ``below``: the
+        budget holds the stream buffers at their peak with an empty CR)."""
+        while (free := self._free()) < need:
+            if self.cache.garbage() > 0:  # the rows of evicted pages are still held: drop them first
+                self.cache.compact()
+                continue
+            victims = self.cache.victims(need - free, below=below)
+            if len(victims) == 0:
+                break
+            self.cache.evict(victims)
+        return free
+
+    def _accept(self, buffer: StreamBuffer) -> None:
+        """Move arrived tuples into IB up to its size; an arriving tuple evicts the cached page of
+        lowest utility when the memory is short (sec. IV-A, IV-C)."""
+        n = min(buffer.available, self.ib_size - len(self._ib))
+        if n <= 0:
+            return
+        self._make_room(n * self.ib_tuple_bytes)
+        chunk = buffer.take_by_deadline(n)  # the closest deadlines first (sec. IV-F)
+        self.counters.tuples_in += len(chunk)
+        deadlines = np.where(np.isnan(chunk.deadlines), np.inf, chunk.deadlines)
+        now = self._time()
+        ahead = np.isfinite(deadlines) & (deadlines > now)  # (no deadline, or past it: due at the deadline)
+        due = deadlines.copy()
+        due[ahead] -= DEADLINE_SLACK * (deadlines[ahead] - now)
+        self._ib = _Tuples.concat([self._ib, _Tuples(chunk.row_ids, chunk.keys, deadlines, due)])
+
+    # -- the online phase (Alg. 1) ------------------------------------------------------------------
+    def _take_ib(self, n: int) -> _Tuples:
+        """The ``n`` tuples of IB with the closest deadlines (arrival order among equals, sec. IV-F)."""
+        ib = self._ib
+        if n >= len(ib):
+            self._ib = ib.take(slice(0, 0))
+            return ib
+        if np.isfinite(ib.deadlines).any():
+            chosen = np.zeros(len(ib), dtype=bool)
+            chosen[np.argsort(ib.deadlines, kind="stable")[:n]] = True
+            self._ib = ib.take(~chosen)
+            return ib.take(chosen)
+        self._ib = ib.take(slice(n, None))
+        return ib.take(slice(0, n))
+
+    def _key_ranges(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(lo, hi)``: the key range each tuple joins (its key for an equi-join), saturating."""
+        if self.range == (0, 0):
+            return keys, keys
+        lo, hi = self.range
+        return _shift(keys, lo), _shift(keys, hi)
+
+    def _page_spans(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """First page and number of pages of each key range (0 pages: outside R's key range)."""
+        pm = self.page_map
+        if self.range == (0, 0):
+            first = pm.page_of(lo)
+            return first, (first >= 0).astype(np.int64)
+        smallest, largest = pm.bounds[0], np.int64(pm.max_key)
+        inside = (hi >= smallest) & (lo <= largest) & (smallest <= largest)  # (an empty R covers no key)
+        first = pm.page_of(np.maximum(lo, smallest))
+        last = pm.page_of(np.minimum(hi, largest))
+        return first, np.where(inside, last - first + 1, 0)
+
+    def _match(self, keys: np.ndarray, rows: pa.Table, lo: np.ndarray, hi: np.ndarray,
+               pages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(pair positions, row positions)``: each pair (a tuple's range, one of its pages) with
+        every row of that page in the range. ``keys`` sorted; only rows of ``pages`` are matched."""
+        if self.range == (0, 0):
+            probe_idx, master_idx, _ = probe(MasterPage(keys, rows), lo, self.store.key_unique)
+            return probe_idx, master_idx
+        lo = np.maximum(lo, self.page_map.bounds[pages])
+        hi = np.minimum(hi, self._page_last_key(pages))
+        left = np.searchsorted(keys, lo, side="left")
+        counts = np.maximum(np.searchsorted(keys, hi, side="right") - left, 0)
+        return np.repeat(np.arange(len(lo)), counts), ranges(left, counts)
+
+    def _online(self, n: int) -> JoinOutput:
+        started = self._time()
+        extra = self.counters.extra
+        extra["online_phases"] += 1
+        batch = self._take_ib(n)
+        batch = batch.take(np.argsort(batch.keys, kind="stable"))  # line 1: sort by the index's order
+        lo, hi = self._key_ranges(batch.keys)
+        first, spans = self._page_spans(lo, hi)  # line 2: one batched index scan
+        pair_t = np.repeat(np.arange(len(batch)), spans)
+        pair_p = ranges(first, spans) if self.range != (0, 0) else first[spans > 0]
+        cached = self.cache.cached[pair_p]
+        outputs = [not_in_master(batch.row_ids[spans == 0], self.schema)]
+        matched = np.zeros(len(batch), dtype=bool)
+        if cached.any():  # lines 3-6: join the cached pages now, raise their utility
+            ct, cp = pair_t[cached], pair_p[cached]
+            slab = self.cache.slab
+            pair_idx, row_idx = self._match(slab.keys, slab.rows, lo[ct], hi[ct], cp)
+            self.cache.touch(cp)
+            hit_t = ct[pair_idx]
+            matched[hit_t] = True
+            outputs.append(JoinOutput(batch.row_ids[hit_t], slab.rows.take(row_idx), np.zeros(0, np.int64),
+                                      np.zeros(0, np.int8), batch.keys[hit_t]))
+        missing = np.bincount(pair_t[~cached], minlength=len(batch))
+        waits = missing > 0
+        done = (spans > 0) & ~waits  # lines 9-11: every page was cached
+        extra["cache_probes"] += int((spans > 0).sum())
+        extra["cache_hits"] += int(done.sum())
+        lost = done & ~matched
+        outputs.append(not_in_master(batch.row_ids[lost], self.schema))
+        if waits.any():  # lines 13-19: SB and II, evicting cached pages if memory is short
+            self._to_stream_buffer(batch, waits, matched, missing, pair_t[~cached], pair_p[~cached])
+        self._online_s = self._time() - started
+        return JoinOutput.concat(outputs, self.schema)
+
+    def _to_stream_buffer(self, batch: _Tuples, waits: np.ndarray, matched: np.ndarray, missing: np.ndarray,
+                          pair_t: np.ndarray, pair_p: np.ndarray) -> None:
+        sb = self._sb
+        position = np.cumsum(waits) - 1 + sb.size  # where each waiting tuple goes in SB
+        entering = batch.take(waits)
+        self._make_room(len(entering) * (self.sb_tuple_bytes - self.pages_per_tuple * PAIR_BYTES) + len(pair_p) * PAIR_BYTES)
+        sb.tuples.append(entering)
+        sb.matched.append(matched[waits])
+        sb.remaining.append(missing[waits].astype(np.int32))
+        sb.pair_sb.append(position[pair_t])
+        sb.pair_page.append(pair_p)
+        sb.size += len(entering)
+        sb.pairs += len(pair_p)
+        sb.min_due = min(sb.min_due, float(entering.due.min()))
+        pages, counts = np.unique(pair_p, return_counts=True)
+        self._requested += int((self._ii_count[pages] == 0).sum())
+        self._ii_count[pages] += counts
+
+    # -- the join phase (Alg. 2) --------------------------------------------------------------------
+    def _start_join_phase(self) -> None:
+        sb = self._sb
+        order = np.argsort(np.concatenate(sb.pair_page), kind="stable")  # II, page by page
+        pair_page = np.concatenate(sb.pair_page)[order]
+        pair_sb = np.concatenate(sb.pair_sb)[order]
+        tuples = _Tuples.concat(sb.tuples)
+        matched, remaining = np.concatenate(sb.matched), np.concatenate(sb.remaining)
+        self._sb = _StreamBuffer()
+        requested = np.flatnonzero(self._ii_count)  # P_u in position order (line 2)
+        utility = self._ii_count[requested]  # cleared when the phase ends
+        plan = read_plan(requested, self.max_scan, self.query_s, self.page_s)  # line 3
+        extra = self.counters.extra
+        extra["join_phases"] += 1
+        n_pages = self.page_map.n_pages
+        recency = np.zeros(n_pages, dtype=np.int64)
+        read_order = ranges(*np.array(plan, dtype=np.int64).T)
+        recency[read_order] = self.cache.tick + 1 + np.arange(len(read_order))
+        priority = np.zeros(n_pages)
+        priority[requested] = recency[requested] if self.cache.policy == "lru" else utility + recency[requested] * TICK_SCALE
+        self._phase = _JoinPhase(tuples, matched, remaining, pair_sb, pair_page, plan, np.zeros(n_pages, bool),
+                                 recency, self._ii_count, priority, len(requested), self._time(), len(tuples))
+        self._phase.keep[self._to_keep(requested, priority[requested])] = True  # line 1
+        self.cache.tick += len(read_order) + 1
+
+    def _to_keep(self, requested: np.ndarray, priority: np.ndarray) -> np.ndarray:
+        """Sec. IV-C: rank the cached pages and the pages of P_u by utility; the best that fit the
+        memory left by the index, IB, SB and II make up the cache after the phase. Returns
+        ToKeep (pages of P_u); ToRemove (the cached pages that lost) is evicted now - it would
+        have to go before the phase ends, and no cached page is probed during the phase."""
+        cached = np.flatnonzero(self.cache.cached)
+        pages = np.concatenate([cached, requested])
+        prio = np.concatenate([self.cache.priority(cached), priority])
+        was_cached = np.arange(len(pages)) < len(cached)
+        size = np.concatenate([self.cache.page_bytes[cached], np.full(len(requested), self.page_bytes)])
+        order = np.lexsort((~was_cached, -prio))  # best first; on ties a cached page stays
+        room = self.memory - self.fixed_bytes - self.scan_bytes - self._stream_bytes() - self.ib_thresh * self.ib_tuple_bytes
+        best = order[: int(np.searchsorted(np.cumsum(size[order]), room, side="right"))]
+        top = np.zeros(len(pages), dtype=bool)
+        top[best] = True
+        self.cache.evict(pages[was_cached & ~top])
+        return pages[~was_cached & top]
+
+    def _join_next(self) -> JoinOutput:
+        """Lines 4-16: read the next sequence of the plan, join it with SB through II, keep the
+        pages of ToKeep; after the last one, flush SB and clear the utility counters (17-18)."""
+        phase = self._phase
+        first, count = phase.plan[phase.next]
+        phase.next += 1
+        loaded = self.store.load_pages(self.page_map, first, count)
+        extra = self.counters.extra
+        self.counters.loads += 1
+        extra["sequences"] += 1
+        extra["pages_read"] += count
+        extra["pages_requested"] += int(np.count_nonzero(phase.utility[first : first + count]))
+        a, b = np.searchsorted(phase.pair_page, [first, first + count])
+        pair_sb, pair_page = phase.pair_sb[a:b], phase.pair_page[a:b]
+        if self.range == (0, 0):  # one page per tuple: each completes here
+            out = join_page(loaded, phase.sb.row_ids[pair_sb], phase.sb.keys[pair_sb], self.store.key_unique)
+            phase.open -= len(pair_sb)
+        else:
+            out = self._join_ranges(phase, loaded, pair_sb, pair_page)
+        self._keep(phase, loaded, first, count)
+        if phase.next == len(phase.plan):
+            self.estimate.observe(phase.requested, self._time() - phase.started)
+            self.cache.utility[:] = 0
+            self._ii_count[:] = 0
+            self._requested = 0
+            self._phase = None
+        return out
+
+    def _join_ranges(self, phase: _JoinPhase, loaded: MasterPage, pair_sb: np.ndarray, pair_page: np.ndarray) -> JoinOutput:
+        lo, hi = self._key_ranges(phase.sb.keys[pair_sb])
+        pair_idx, row_idx = self._match(loaded.keys, loaded.rows, lo, hi, pair_page)
+        hit = pair_sb[pair_idx]
+        phase.matched[hit] = True
+        touched, times = np.unique(pair_sb, return_counts=True)
+        phase.remaining[touched] -= times.astype(np.int32)
+        complete = touched[phase.remaining[touched] == 0]
+        phase.open -= len(complete)
+        lost = complete[~phase.matched[complete]]
+        out = not_in_master(phase.sb.row_ids[lost], self.schema)
+        out.matched_ids = phase.sb.row_ids[hit]
+        out.master = loaded.rows.take(row_idx)
+        out.matched_keys = phase.sb.keys[hit]
+        return out
+
+    def _keep(self, phase: _JoinPhase, loaded: MasterPage, first: int, count: int) -> None:
+        """Lines 11-13: pages of ToKeep stay cached, the others (and unrequested pages the scan
+        read on the way) are dropped. A keep that no longer fits (IB grew) evicts only pages of
+        lower utility; otherwise it is given up (ToKeep shrinks, sec. IV-C)."""
+        pages = first + np.flatnonzero(phase.keep[first : first + count])
+        if len(pages) == 0 or len(loaded) == 0:
+            return
+        row_page = np.searchsorted(self.page_map.bounds, loaded.keys, side="right") - 1
+        pages = pages[np.argsort(-phase.priority[pages], kind="stable")]
+        row_bytes = loaded.nbytes / len(loaded) + 4  # + the page of each cached row
+        sizes = np.ceil(np.bincount(row_page - first, minlength=count)[pages - first] * row_bytes)
+        need = np.cumsum(sizes)
+        free = self._make_room(int(need[-1]), below=float(phase.priority[pages].min()))
+        kept = np.sort(pages[: int(np.searchsorted(need, free, side="right"))])
+        self.cache.stage(loaded, row_page, kept, phase.utility[kept], phase.recency[kept])
+        self._make_room(0)  # the estimate of their bytes was short: the lowest priority leave
+
+
+def _shift(keys: np.ndarray, offset: int) -> np.ndarray:
+    """``keys + offset``, saturating at the ends of int64."""
+    if offset >= 0:
+        return np.where(keys > INT64.max - offset, INT64.max, keys + offset)
+    return np.where(keys < INT64.min - offset, INT64.min, keys + offset)
