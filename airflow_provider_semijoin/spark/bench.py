@@ -72,6 +72,7 @@ from ..core.runner import drain, run_join
 from ..core.stores import open_store, redact
 from ..core.stores.sql import MYSQL, DatabaseURL
 from ..workloads import generate_master
+from ..workloads.zipf import SHAPES as GENERATOR_SHAPES
 from ..workloads.zipf import zipf_rows
 from .runner import run_job
 from .sinks import ParquetSink, dead_letter_rows
@@ -107,6 +108,10 @@ class SparkBenchConfig:
     workdir: str | None = None
 
     def __post_init__(self) -> None:
+        for i, shape in enumerate(self.core.shapes):
+            if shape not in GENERATOR_SHAPES:
+                raise ConfigError(f"shapes[{i}]: {shape!r} is not a stream shape of the Spark generator source "
+                                  f"(one of {list(GENERATOR_SHAPES)})")
         for i, name in enumerate(self.algorithms or []):
             if name not in ALGORITHMS:
                 raise ConfigError(f"algorithms[{i}]: {name!r} is not one of {sorted(ALGORITHMS)}")

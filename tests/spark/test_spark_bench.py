@@ -102,8 +102,11 @@ def test_moderate_rate_is_half_the_slowest_rounded_down():
         ({"batch_rows": 0}, r"^batch_rows: 0 is not a positive number of tuples per micro-batch$"),
         ({"latency_rate": -5.0}, r"^latency_rate: -5.0 is not a positive number of tuples per second$"),
         ({"trigger_s": 0}, r"^trigger_s: 0 is not a positive number of seconds$"),
+        ({"shapes": ["noperm", "temporal"]},
+         r"^shapes\[1\]: 'temporal' is not a stream shape of the Spark generator source \(one of \['noperm', 'random'\]\)$"),
     ],
 )
 def test_spark_bench_config_errors_name_the_field(kwargs, message):
+    shapes = kwargs.pop("shapes", ["noperm"])
     with pytest.raises(ConfigError, match=message):
-        SparkBenchConfig(BenchConfig(master="sqlite:///x.db"), **kwargs)
+        SparkBenchConfig(BenchConfig(master="sqlite:///x.db", shapes=shapes), **kwargs)
