@@ -211,7 +211,7 @@ def test_pages_read_in_a_join_phase_push_hot_pages_out_under_lru_only(backend):
     params = {"page_rows": 4, "ib_thresh": 40, "sb_thresh": 60, "max_scan": 4}
     runs = {}
     for policy in ("utility", "lru"):
-        algorithm = create("ssij", store, memory_for(store, params, 12), {**params, "cache_policy": policy})
+        algorithm = create("ssij", store, memory_for(store, params, 4), {**params, "cache_policy": policy})
         runs[policy] = run_join(algorithm, stream, STREAM_KEY)
         assert_exact(store, stream, runs[policy])
         assert runs[policy].stats["join_phases"] > 4 and algorithm.cache.pages < 60  # fewer than a phase reads

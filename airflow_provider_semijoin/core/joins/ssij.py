@@ -80,9 +80,8 @@ IB_PER_SB = 4  # default IB_thresh = SB_thresh / 4 (Table II: IB 250,000, SB 1,0
 IB_SIZE_PER_THRESH = 2  # default input-buffer size: one batch taken, one arriving
 SCAN_SHARE = 0.25  # a read sequence takes at most this share of the budget (caps maxScan)
 PAIR_BYTES = 8 + 8  # an II entry: SB position and page
-# per page of R: CR's cached flag, utility, time of last use, bytes and segment; II's count; a join
-# phase's ToKeep flag, time of use once read and utility
-PER_PAGE_BYTES = 1 + 8 + 8 + 8 + 8 + 8 + 1 + 8 + 8
+PER_PAGE_BYTES = 1 + 8 + 8 + 4 + 8 + 4  # per page of R: CR's cached, utility, last use, bytes, segment; II's count
+PER_REQUESTED_BYTES = 8 + 8 + 1 + 8 + 8  # per page of P_u in a join phase: its page, utility, ToKeep, use, rank
 DEADLINE_SAFETY = 2.0  # the join-phase estimate is doubled when deadlines decide (sec. IV-F)
 DEADLINE_SLACK = 0.1  # a tuple is due when a tenth of its time from arrival to deadline is left
 GAP_DECAY = 0.9  # the time between steps a deadline check allows for: a slowly decaying maximum
@@ -195,7 +194,7 @@ class PageCache:
         self.cached = np.zeros(n_pages, dtype=bool)
         self.utility = np.zeros(n_pages, dtype=np.int64)
         self.last_used = np.zeros(n_pages, dtype=np.int64)
-        self.page_bytes = np.zeros(n_pages, dtype=np.int64)
+        self.page_bytes = np.zeros(n_pages, dtype=np.int32)
         self.home = np.full(n_pages, -1, dtype=np.int64)  # the segment holding the live copy
         self.tick = 0
         self.pages = 0
@@ -349,11 +348,11 @@ class _JoinPhase:
     pair_sb: np.ndarray
     pair_page: np.ndarray
     plan: list[tuple[int, int]]
-    keep: np.ndarray  # per page of R: in ToKeep
-    recency: np.ndarray  # per page of R: its time of last use once read (LRU)
-    utility: np.ndarray  # per page of R: its entries in II
-    priority: np.ndarray  # per page of R: what ranks it (its utility, or its recency for LRU)
-    requested: int
+    requested: np.ndarray  # P_u: the pages to read, in position order
+    utility: np.ndarray  # per page of P_u: its entries in II
+    keep: np.ndarray  # per page of P_u: in ToKeep
+    recency: np.ndarray  # per page of P_u: its time of use once read (LRU)
+    priority: np.ndarray  # per page of P_u: what ranks it (its utility, or its recency for LRU)
     started: float
     open: int
     next: int = 0
@@ -401,7 +400,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self.estimate = JoinPhaseEstimate(self.query_s + self.page_s)
         self._ib = _Tuples(np.zeros(0, np.int64), np.zeros(0, store.key_type.dtype), np.zeros(0), np.zeros(0))
         self._sb = _StreamBuffer()
-        self._ii_count = np.zeros(n_pages, dtype=np.int64)
+        self._ii_count = np.zeros(n_pages, dtype=np.int32)
         self._requested = 0  # pages with an II entry: |P_u| of the next join phase
         self._phase: _JoinPhase | None = None
         self._online_s = 0.0  # duration of the last online phase
@@ -457,8 +456,11 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         return self.store.result_bytes(self.page_map, math.ceil(pages * self.rows_per_page))
 
     def _stream_peak(self) -> int:
-        """Bytes IB and SB/II hold at most (SB reaches SB_thresh + IB_thresh - 1 tuples)."""
-        return self.ib_size * self.ib_tuple_bytes + (self.sb_thresh + self.ib_thresh) * self.sb_tuple_bytes
+        """Bytes IB and SB/II hold at most (SB reaches SB_thresh + IB_thresh - 1 tuples), with
+        the arrays of a join phase over the pages they request."""
+        sb = self.sb_thresh + self.ib_thresh
+        requested = min(sb * self.pages_per_tuple, self.page_map.n_pages)
+        return self.ib_size * self.ib_tuple_bytes + sb * self.sb_tuple_bytes + requested * PER_REQUESTED_BYTES
 
     # -- the contract -----------------------------------------------------------------------------
     @property
@@ -475,6 +477,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         phase = self._phase
         if phase is not None:
             sb += len(phase.sb) * (self.sb_tuple_bytes - self.pages_per_tuple * PAIR_BYTES) + len(phase.pair_sb) * PAIR_BYTES
+            sb += len(phase.requested) * PER_REQUESTED_BYTES
         return ib + sb
 
     def structure_bytes(self) -> int:
@@ -737,25 +740,22 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         matched, remaining = np.concatenate(sb.matched), np.concatenate(sb.remaining)
         self._sb = _StreamBuffer()
         requested = np.flatnonzero(self._ii_count)  # P_u in position order (line 2)
-        utility = self._ii_count[requested]  # cleared when the phase ends
+        utility = self._ii_count[requested].astype(np.int64)
+        self._ii_count[requested] = 0
+        self._requested = 0
         plan = read_plan(requested, self.max_scan, self.query_s, self.page_s)  # line 3
-        extra = self.counters.extra
-        extra["join_phases"] += 1
-        n_pages = self.page_map.n_pages
-        recency = np.zeros(n_pages, dtype=np.int64)
-        read_order = ranges(*np.array(plan, dtype=np.int64).T)
-        recency[read_order] = self.cache.tick + 1 + np.arange(len(read_order))
-        priority = np.zeros(n_pages)
-        priority[requested] = recency[requested] if self.cache.policy == "lru" else utility + recency[requested] * TICK_SCALE
-        self._phase = _JoinPhase(tuples, matched, remaining, pair_sb, pair_page, plan, np.zeros(n_pages, bool),
-                                 recency, self._ii_count, priority, len(requested), self._time(), len(tuples))
-        self._phase.keep[self._to_keep(requested, priority[requested])] = True  # line 1
-        self.cache.tick += len(read_order) + 1
+        self.counters.extra["join_phases"] += 1
+        recency = self.cache.tick + 1 + np.arange(len(requested))  # the plan reads in position order
+        priority = recency.astype(np.float64) if self.cache.policy == "lru" else utility + recency * TICK_SCALE
+        self._phase = _JoinPhase(tuples, matched, remaining, pair_sb, pair_page, plan, requested, utility,
+                                 np.zeros(len(requested), bool), recency, priority, self._time(), len(tuples))
+        self._phase.keep[self._to_keep(requested, priority)] = True  # line 1
+        self.cache.tick += len(requested) + 1
 
     def _to_keep(self, requested: np.ndarray, priority: np.ndarray) -> np.ndarray:
         """Sec. IV-C: rank the cached pages and the pages of P_u by utility; the best that fit the
         memory left by the index, IB, SB and II make up the cache after the phase. Returns
-        ToKeep (pages of P_u); ToRemove (the cached pages that lost) is evicted now - it would
+        ToKeep (positions in P_u); ToRemove (the cached pages that lost) is evicted now - it would
         have to go before the phase ends, and no cached page is probed during the phase."""
         cached = np.flatnonzero(self.cache.cached)
         pages = np.concatenate([cached, requested])
@@ -768,7 +768,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         top = np.zeros(len(pages), dtype=bool)
         top[best] = True
         self.cache.evict(pages[was_cached & ~top])
-        return pages[~was_cached & top]
+        return np.flatnonzero(top[len(cached):])
 
     def _join_next(self) -> JoinOutput:
         """Lines 4-16: read the next sequence of the plan, join it with SB through II, keep the
@@ -781,7 +781,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self.counters.loads += 1
         extra["sequences"] += 1
         extra["pages_read"] += count
-        extra["pages_requested"] += int(np.count_nonzero(phase.utility[first : first + count]))
+        extra["pages_requested"] += int(np.diff(np.searchsorted(phase.requested, [first, first + count]))[0])
         a, b = np.searchsorted(phase.pair_page, [first, first + count])
         pair_sb, pair_page = phase.pair_sb[a:b], phase.pair_page[a:b]
         if self.range == (0, 0):  # one page per tuple: each completes here
@@ -791,10 +791,8 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
             out = self._join_ranges(phase, loaded, pair_sb, pair_page)
         self._keep(phase, loaded, first, count)
         if phase.next == len(phase.plan):
-            self.estimate.observe(phase.requested, self._time() - phase.started)
+            self.estimate.observe(len(phase.requested), self._time() - phase.started)
             self.cache.utility[:] = 0
-            self._ii_count[:] = 0
-            self._requested = 0
             self._phase = None
         return out
 
@@ -818,17 +816,19 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         """Lines 11-13: pages of ToKeep stay cached, the others (and unrequested pages the scan
         read on the way) are dropped. A keep that no longer fits (IB grew) evicts only pages of
         lower utility; otherwise it is given up (ToKeep shrinks, sec. IV-C)."""
-        pages = first + np.flatnonzero(phase.keep[first : first + count])
-        if len(pages) == 0 or len(loaded) == 0:
+        lo, hi = np.searchsorted(phase.requested, [first, first + count])
+        at = lo + np.flatnonzero(phase.keep[lo:hi])  # positions in P_u of the sequence's ToKeep pages
+        if len(at) == 0 or len(loaded) == 0:
             return
         row_page = np.searchsorted(self.page_map.bounds, loaded.keys, side="right") - 1
-        pages = pages[np.argsort(-phase.priority[pages], kind="stable")]
+        at = at[np.argsort(-phase.priority[at], kind="stable")]
+        pages = phase.requested[at]
         row_bytes = loaded.nbytes / len(loaded) + 4  # + the page of each cached row
         sizes = np.ceil(np.bincount(row_page - first, minlength=count)[pages - first] * row_bytes)
         need = np.cumsum(sizes)
-        free = self._make_room(int(need[-1]), below=float(phase.priority[pages].min()))
-        kept = np.sort(pages[: int(np.searchsorted(need, free, side="right"))])
-        self.cache.stage(loaded, row_page, kept, phase.utility[kept], phase.recency[kept])
+        free = self._make_room(int(need[-1]), below=float(phase.priority[at].min()))
+        kept = np.sort(at[: int(np.searchsorted(need, free, side="right"))])
+        self.cache.stage(loaded, row_page, phase.requested[kept], phase.utility[kept], phase.recency[kept])
         self._make_room(0)  # the estimate of their bytes was short: the lowest priority leave
 
 
