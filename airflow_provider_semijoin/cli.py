@@ -1,4 +1,4 @@
-"""The ``semijoin`` command line: generate, join, algorithms, bench, demo.
+"""The ``semijoin`` command line: generate, join, algorithms, bench, soak, demo.
 
 Names and options of ``join`` are a stable interface other tools drive. Bad input ends with
 one line ``semijoin: error: ...`` naming the problem and exit status 2, never a traceback.
@@ -9,13 +9,29 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import sys
 from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
 
-from .core.errors import ConfigError, SemiJoinError
+from .core.errors import ConfigError, SemiJoinError, shown
 from .core.units import parse_bytes
 
 DEFAULT_MEMORY = "50MB"
+PASSWORD_ENV = "SEMIJOIN_DB_PASSWORD"
+
+
+def with_env_password(url):
+    """A MySQL URL without a password gets ``$SEMIJOIN_DB_PASSWORD``: a password on the command
+    line is visible to every user of the machine (``ps``), one in the environment is not."""
+    secret = os.environ.get(PASSWORD_ENV)
+    if not secret or not isinstance(url, str) or not url.lower().startswith(("mysql://", "mysql+mysqldb://", "mariadb://")):
+        return url
+    parts = urlsplit(url)
+    if parts.password is not None:
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user or 'root'}:{quote(secret, safe='')}@{host}"))
 
 
 def _params(pairs: list[str]) -> dict:
@@ -32,12 +48,27 @@ def _columns(text: str | None) -> list[str] | None:
     return [c.strip() for c in text.split(",") if c.strip()] if text else None
 
 
-def _print_json(data, path: str | None) -> None:
+def _print_json(data, path: str | None, what: str = "stats") -> None:
     text = json.dumps(data, indent=2, default=str)
-    if path:
-        Path(path).write_text(text + "\n")
-    else:
+    if not path:
         print(text)
+        return
+    try:
+        Path(path).write_text(text + "\n")
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot write {shown(path)} ({exc.strerror or exc})") from None
+
+
+def _check_writable(path: str | None, what: str) -> None:
+    """A file the run will write: its folder must exist (checked before any work)."""
+    if not path:
+        return
+    try:
+        folder_ok = Path(path).parent.is_dir() and not Path(path).is_dir()
+    except OSError as exc:  # a name too long for the file system
+        raise ConfigError(f"{what}: {shown(path)} is not a file name here ({exc.strerror or exc})") from None
+    if not folder_ok:
+        raise ConfigError(f"{what}: {shown(path)} is not a file in an existing folder")
 
 
 # -- generate ---------------------------------------------------------------------------------
@@ -73,17 +104,20 @@ def cmd_join(args) -> int:
     from .core.joins import algorithm_class, create
     from .core.runner import run_join
     from .core.stores import open_store
+    from .core.stores.reconnect import check_retry_max_s
 
     memory = parse_bytes(args.memory)
+    retry_max_s = check_retry_max_s(args.db_retry_max_s, "--db-retry-max-s")
     params = _params(args.set)
     algorithm_class(args.algorithm)  # a wrong name fails before any connection is made
     for path, what in ((args.out, "out"), (args.unmatched, "unmatched")):
         if path:
             file_format(path, what=what)
+    _check_writable(args.stats, "stats")
     stream = read_table(args.stream, what="stream")
     if stream.num_rows == 0:
         raise ConfigError(f"stream: {args.stream!r} has no rows; expected at least one stream tuple")
-    with open_store(args.master, args.table, args.key, _columns(args.select)) as store:
+    with open_store(args.master, args.table, args.key, _columns(args.select), retry_max_s=retry_max_s) as store:
         algorithm = create(args.algorithm, store, memory, params)
         result = run_join(algorithm, stream, args.stream_key)
     write_table(args.out, result.matched, what="out")
@@ -175,16 +209,39 @@ def _whole_numbers(text: str | None, option: str) -> list[int] | None:
     return values or None
 
 
+def cmd_soak(args) -> int:
+    from .soak import SoakConfig, run_soak
+
+    config = SoakConfig(
+        minutes=args.minutes, out=Path(args.out), master=args.master, table=args.table, size=args.size,
+        algorithm=args.algorithm, memory=args.memory, rate=args.rate, update_every_s=args.update_every or None,
+        update_keys=args.update_keys, kill_every_s=args.kill_every or None, sample_s=args.sample, seed=args.seed,
+        params=_params(args.set),
+    )
+    result = run_soak(config, out=functools.partial(print, flush=True))
+    return 0 if result["exactly_once"]["ok"] and result["within_budget"] else 1
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
     return run_demo(Path(args.dir), stream_rows=args.stream_rows, product_rows=args.product_rows,
-                    customer_rows=args.customer_rows, rows_per_second=args.rate, out=functools.partial(print, flush=True))
+                    customer_rows=args.customer_rows, rows_per_second=args.rate, ui_port=args.ui_port,
+                    out=functools.partial(print, flush=True))
 
 
 # -- parser -------------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse's errors as the command's own: one line ``semijoin: error: ...``, exit status 2
+    (argparse prints the usage first and names the subcommand its own way)."""
+
+    def error(self, message: str):
+        message = " ".join(message.split())
+        self.exit(2, f"semijoin: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="semijoin", description="Semi-stream joins of a stream with a disk-based master table.")
+    parser = _Parser(prog="semijoin", description="Semi-stream joins of a stream with a disk-based master table.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     gen = sub.add_parser("generate", help="generate a master table or a stream file").add_subparsers(dest="what", required=True)
@@ -221,6 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--memory", default=DEFAULT_MEMORY, help=f"memory budget (default {DEFAULT_MEMORY})")
     j.add_argument("--set", action="append", metavar="NAME=VALUE", help="algorithm parameter (repeatable)")
     j.add_argument("--stats", help="write run statistics as JSON to this file")
+    j.add_argument("--db-retry-max-s", default=120.0, metavar="SECONDS",
+                   help="how long to reconnect to a lost MySQL server before failing (default 120)")
     j.set_defaults(func=cmd_join)
 
     a = sub.add_parser("algorithms", help="list the join algorithms and their parameters")
@@ -267,18 +326,43 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --spark: tuples/s offered in the latency runs (default: half the slowest Spark path's throughput)")
     b.set_defaults(func=cmd_bench)
 
+    s = sub.add_parser("soak", help="run the Spark pipeline for N minutes with updates and faults; sample RSS, "
+                                    "structure bytes, checkpoint, history and connections; CSV + PNG + slopes")
+    s.add_argument("--minutes", type=float, required=True)
+    s.add_argument("--out", default="soak", help="folder for soak.csv, soak.png, soak.json, the sinks and the checkpoint")
+    s.add_argument("--master", default="mysql://semijoin:semijoin@127.0.0.1:3306/semijoin_bench")
+    s.add_argument("--table", default="soak_master", help="master table the soak (re)generates")
+    s.add_argument("--size", choices=["small", "standard"], default="small",
+                   help="small: 20,000 master rows at 500 tuples/s; standard: 200,000 rows at 2,000 tuples/s")
+    s.add_argument("--algorithm", default="hybridjoin")
+    s.add_argument("--memory", default="8MB")
+    s.add_argument("--rate", type=float, default=None, help="tuples/s (default: the size's)")
+    s.add_argument("--update-every", type=float, default=20.0, help="seconds between master-data updates (0: none)")
+    s.add_argument("--update-keys", type=int, default=50, help="keys changed by one update")
+    s.add_argument("--kill-every", type=float, default=0.0,
+                   help="seconds between KILL CONNECTION of the join's session (MySQL; 0: none)")
+    s.add_argument("--sample", type=float, default=2.0, help="seconds between samples")
+    s.add_argument("--seed", type=int, default=0, help="seed of the stream and of the event schedule")
+    s.add_argument("--set", action="append", metavar="NAME=VALUE", help="algorithm parameter (repeatable)")
+    s.set_defaults(func=cmd_soak)
+
     d = sub.add_parser("demo", help="the main job: the reference pipeline (dags/) as an Airflow DAG run on embedded defaults")
     d.add_argument("--dir", default=".semijoin-home", help="AIRFLOW_HOME of the run (metadata DB, DAGs, warehouse)")
     d.add_argument("--stream-rows", type=int, default=200_000, help="sales in the stream")
     d.add_argument("--product-rows", type=int, default=200_000, help="rows of dim_product")
     d.add_argument("--customer-rows", type=int, default=50_000, help="rows of dim_customer")
     d.add_argument("--rate", type=float, default=4000, help="sales per second the stream delivers")
+    d.add_argument("--ui-port", type=int, default=8080,
+                   help="port of the UI command printed at the end (another free one if it is taken)")
     d.set_defaults(func=cmd_demo)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for name in ("master", "db"):
+        if hasattr(args, name):
+            setattr(args, name, with_env_password(getattr(args, name)))
     try:
         return args.func(args)
     except SemiJoinError as exc:

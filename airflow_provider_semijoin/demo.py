@@ -24,7 +24,9 @@ import contextlib
 import importlib.util
 import json
 import os
+import secrets
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -51,6 +53,8 @@ FACT_TABLE = "fact_sales"
 PRODUCT_SEED, CUSTOMER_SEED = 0, 3
 CHANGED_KEYS = 40  # per dimension, staged by the "upstream system" while the join runs
 BAR_WIDTH = 30
+UI_USER = "admin"  # [core] simple_auth_manager_users' default user (admin:admin)
+PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"  # where the simple auth manager looks
 
 
 def pipeline_spec(stream_rows: int, product_rows: int, customer_rows: int, rows_per_second: float) -> dict:
@@ -74,6 +78,7 @@ def airflow_settings(home: Path, port: int) -> dict:
         "AIRFLOW__CORE__PARALLELISM": "6",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",  # a busy laptop: tasks wait for the API server, not fail
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API_AUTH__JWT_SECRET": _jwt_secret(home),
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
@@ -91,10 +96,31 @@ def _jwt_secret(home: Path) -> str:
     return path.read_text().strip()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_port(preferred: int = 0) -> int:
+    """``preferred`` when it is free on this machine, else a free port."""
+    for port in (preferred, 0) if preferred else (0,):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError("no free TCP port on 127.0.0.1")
+
+
+def ensure_ui_password(home: Path) -> Path:
+    """The password file of the UI's ``admin`` user (the simple auth manager's own file and format),
+    written by the demo before any Airflow component starts, readable by this user only: Airflow
+    then never generates the password itself, which would print it into the API server's log."""
+    path = home / PASSWORDS_FILE
+    passwords = json.loads(path.read_text() or "{}") if path.exists() else {}
+    if UI_USER not in passwords:
+        passwords[UI_USER] = secrets.token_urlsafe(12)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(json.dumps(passwords) + "\n")
+    path.chmod(0o600)
+    return path
 
 
 def prepare_home(home: Path, spec: dict) -> None:
@@ -262,7 +288,8 @@ def check_against_oracle(url: str, spec: dict, before: dict, dead_folder: Path) 
     connection = DatabaseURL.parse(url).connect()
     try:
         after = {table: _dimension(connection, table) for table in before}
-        facts = connection.execute(f'SELECT sj_id, product_sk, category, customer_sk FROM "{FACT_TABLE}"').fetchall()
+        created = connection.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (FACT_TABLE,)).fetchone()
+        facts = connection.execute(f'SELECT sj_id, product_sk, category, customer_sk FROM "{FACT_TABLE}"').fetchall() if created else []
     finally:
         connection.close()
     dead = pq.read_table(dead_folder) if dead_folder.exists() else pa.table({"sj_id": pa.array([], pa.string())})
@@ -302,9 +329,15 @@ def load_dag(path: Path):
 
 
 def run_demo(home: Path, *, stream_rows: int, product_rows: int, customer_rows: int, rows_per_second: float,
-             out=print) -> int:
+             ui_port: int = 8080, out=print) -> int:
     if stream_rows < 1000 or product_rows < 100 or customer_rows < 100:
         raise ConfigError("demo: --stream-rows must be at least 1000, --product-rows and --customer-rows at least 100")
+    if not 0 < ui_port < 65536:
+        raise ConfigError(f"demo: --ui-port {ui_port} is not a TCP port (expected 1 to 65535)")
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (a CI timeout, `kill`) ends the demo as Ctrl-C does: through the `finally` blocks
+        # that stop its API server, which runs in a process group of its own
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     started_at = time.time()
     home = home.resolve()
     (home / "semijoin").mkdir(parents=True, exist_ok=True)
@@ -313,6 +346,7 @@ def run_demo(home: Path, *, stream_rows: int, product_rows: int, customer_rows: 
     spec = pipeline_spec(stream_rows, product_rows, customer_rows, rows_per_second)
     prepare_home(home, spec)
     write_airflow_cfg(home, env)
+    ensure_ui_password(home)
     os.environ.update(env)  # before airflow is imported: it reads its configuration once
     url = f"sqlite:///{home / 'semijoin' / 'master.db'}"
     before = prepare_warehouse(url, product_rows, customer_rows)
@@ -343,7 +377,9 @@ def run_demo(home: Path, *, stream_rows: int, product_rows: int, customer_rows: 
                 upstream.join()
     finally:
         stop_process(server)
-    return report(run, home, url, spec, before, started_at, out)
+    code = report(run, home, url, spec, before, started_at, out)
+    show_ui_route(home, _free_port(ui_port), out)
+    return code
 
 
 def report(run, home: Path, url: str, spec: dict, before: dict, started_at: float, out) -> int:
@@ -359,7 +395,7 @@ def report(run, home: Path, url: str, spec: dict, before: dict, started_at: floa
     n_in = summary.get("input_rows", 0)
     out(f"dag run  {run.run_id}: {run.state} ({', '.join(f'{k} {v}' for k, v in sorted(states.items()))})")
     out(f"join     {info.get('algorithm', '?')} (auto chose {', '.join(c['algorithm'] for c in info.get('auto_choices', {}).values()) or '-'}), "
-        f"{summary.get('batches', 0)} micro-batches in {summary.get('duration_s', 0):.1f} s")
+        f"{summary.get('batches', 0)} micro-batches (the first an empty warm-up) in {summary.get('duration_s', 0):.1f} s")
     out(f"input    {n_in:,} sales")
     out(f"matched  {summary.get('output_rows', 0):,} facts in {FACT_TABLE} ({check['unknown_products']:,} with product_sk -1: product not in dim_product)")
     out(f"unmatched by reason: customer {dict(reasons) or '{}'} -> dead letters ({summary.get('unmatched', 0):,}); "
@@ -367,20 +403,26 @@ def report(run, home: Path, url: str, spec: dict, before: dict, started_at: floa
     rate = n_in / summary["duration_s"] if summary.get("duration_s") else 0
     out(f"rate     {rate:,.0f} sales/s end to end; last micro-batch {last.get('service_rate_tps') or 0:,.0f} tuples/s in the joins")
     out(f"latency  p99 {last.get('latency_ms_p99')} ms (last micro-batch); deadline {spec['deadline']['max_latency_s']} s: "
-        f"{summary.get('deadline_misses', 0):,} misses")
+        f"{summary.get('deadline_misses', 0):,} of {n_in:,} sales missed it (the stream's clock starts after Spark's "
+        "warm-up micro-batch, so every miss is a steady-state one)")
     out(f"updates  {CHANGED_KEYS} product and {CHANGED_KEYS} customer changes installed while the join ran: "
         f"install_dim_product {states.get('install_dim_product')}, install_dim_customer {states.get('install_dim_customer')}")
     out(f"check    exactly once against the oracle (hash join of the stream with the dimensions): "
         f"{'yes' if check['ok'] else 'NO'} (lost {check['lost']}, duplicated {check['duplicated']}, "
         f"wrong keys {check['wrong']}, dead letters {check['dead_letters']:,} of {check['expected_dead_letters']:,} expected)")
     out(f"time     {time.time() - started_at:.0f} s in all")
-    out("")
-    out("Watch it in the Airflow UI (DAG semijoin_sales_facts, menu Semi-joins, task tab Semi-join):")
-    out(f"  AIRFLOW_HOME={home} {Path(sys.executable).parent / 'airflow'} standalone")
-    out("  then open http://localhost:8080 (user admin; the password is printed at start and kept in "
-        f"{home / 'simple_auth_manager_passwords.json.generated'})")
     ok = str(run.state) == "success" and check["ok"] and n_in == spec["source"]["total_rows"]
     return 0 if ok else 1
+
+
+def show_ui_route(home: Path, port: int, out) -> None:
+    """How to see the finished run in the Airflow UI: an API server on this home serves it (the
+    run, its task logs and the Semi-joins pages read the metadata DB; no scheduler is needed)."""
+    out("")
+    out("See the run in the Airflow UI: start an API server on this home (Ctrl-C stops it),")
+    out(f"  AIRFLOW_HOME={home} {Path(sys.executable).parent / 'airflow'} api-server --port {port}")
+    out(f"then open http://localhost:{port}/plugin/semijoin (menu Semi-joins; task {JOIN_TASK}, tab Semi-join) "
+        f"and log in as {UI_USER} with the password in {home / PASSWORDS_FILE}")
 
 
 def write_airflow_cfg(home: Path, env: dict) -> None:

@@ -50,10 +50,11 @@ CONFIG_OPTIONS: dict[str, tuple[str, str, str]] = {
     "memory": ("string", "50M", "Memory budget of a join step when an operator gives none."),
     "history_points": ("integer", "600", "Points kept in the semijoin_history XCom of a running join."),
     "history_max_age_s": ("integer", "3600", "Seconds of progress the semijoin_history XCom covers."),
-    "ui_path": (
-        "string",
-        "/semijoin/ui/task",
-        "Path of the UI plugin's live page of a task (the operators' extra link).",
+    "db_retry_max_s": (
+        "float",
+        "120",
+        "Seconds a join keeps reconnecting to a MySQL master or sink database whose session was lost "
+        "(killed, restarted, network) before the task fails.",
     ),
     "kill_grace_s": (
         "float",

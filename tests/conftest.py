@@ -8,8 +8,14 @@ name of its own and is dropped at teardown.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import socket
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -17,6 +23,7 @@ import pytest
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.stores import DatabaseURL, MasterStore, store_for, write_table
 from airflow_provider_semijoin.core.stores.sql import side_tables
+from airflow_provider_semijoin.core.stores.versions import before_table
 
 DEFAULT_MYSQL_URL = "mysql://semijoin:semijoin@127.0.0.1:3306/semijoin_test"
 
@@ -85,7 +92,7 @@ class Backend:
 def with_side_tables(table: str) -> tuple[str, ...]:
     """``table`` and the names of its change tables (if it can have them)."""
     try:
-        return (table, *side_tables(table))
+        return (table, *side_tables(table), before_table(table))
     except ConfigError:
         return (table,)
 
@@ -119,3 +126,40 @@ def mysql_backend(mysql_url):
     db = Backend("mysql", mysql_url)
     yield db
     db.close()
+
+
+class DemoRun:
+    """``semijoin demo`` at a small size, run once per session in a process of its own."""
+
+    SIZES = ("--stream-rows", "4000", "--product-rows", "5000", "--customer-rows", "2000", "--rate", "2000")
+    TIMEOUT_S = 900  # minutes on a machine busy with other work; about one and a half on an idle one
+
+    def __init__(self, home: Path, ui_port: int):
+        repo = Path(__file__).resolve().parents[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p)
+        self.home = home
+        command = [sys.executable, "-m", "airflow_provider_semijoin.cli", "demo", "--dir", str(home), *self.SIZES,
+                   "--ui-port", str(ui_port)]
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                              start_new_session=True) as process:
+            try:
+                stdout, stderr = process.communicate(timeout=self.TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.terminate()  # the demo stops its API server, then its process group goes
+                stdout, stderr = process.communicate(timeout=60)
+                raise AssertionError(f"semijoin demo did not end within {self.TIMEOUT_S} s:\n{stdout[-3000:]}") from None
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)  # LocalExecutor workers left behind, if any
+        self.proc = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+        self.out = stdout
+
+
+@pytest.fixture(scope="session")
+def small_demo(tmp_path_factory):
+    """The main job at a small size (4,000 sales), shared by the tests of its summary and of its UI."""
+    with socket.socket() as s:  # a free port for the UI command the demo prints
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return DemoRun(tmp_path_factory.mktemp("demo") / "home", port)

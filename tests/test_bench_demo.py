@@ -93,16 +93,11 @@ def test_sweep_cache_option_names_a_bad_share(tmp_path, capsys):
     assert "--sweep-cache[1]: 'lots' is not a number" in capsys.readouterr().err
 
 
-def test_main_job_runs_the_reference_pipeline_as_a_dag_run(tmp_path):
+@pytest.mark.timeout(1500)  # the shared demo run (tests/conftest.py) may be set up here
+def test_main_job_runs_the_reference_pipeline_as_a_dag_run(small_demo):
     """``semijoin demo`` at a small size, in a process of its own (it sets up its own Airflow):
     the DAG run succeeds, every task ran, and the summary's oracle check passes."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-    proc = subprocess.run(
-        [sys.executable, "-m", "airflow_provider_semijoin.cli", "demo", "--dir", str(tmp_path / "home"),
-         "--stream-rows", "4000", "--product-rows", "5000", "--customer-rows", "2000", "--rate", "2000"],
-        capture_output=True, text=True, env=env, timeout=300)
-    out = proc.stdout
+    proc, out, home = small_demo.proc, small_demo.out, small_demo.home
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
     assert re.search(r"join     \[#{30}\] 100% 4,000/4,000 sales", out)
     assert re.search(r"dag run  manual__\S+: success \(changes_dim_customer success, changes_dim_product success, "
@@ -113,8 +108,17 @@ def test_main_job_runs_the_reference_pipeline_as_a_dag_run(tmp_path):
     facts = int(re.search(r"matched  ([\d,]+) facts", out).group(1).replace(",", ""))
     dead = int(re.search(r"-> dead letters \(([\d,]+)\)", out).group(1).replace(",", ""))
     assert facts + dead == 4000 and 0 < dead < 200  # 1% of customer keys are unknown
-    assert f"AIRFLOW_HOME={tmp_path / 'home'}" in out and "standalone" in out
-    assert (tmp_path / "home" / "airflow.cfg").exists()
+    assert re.search(r"deadline 10(\.0)? s: \d[\d,]* of 4,000 sales missed it", out)
+    assert f"AIRFLOW_HOME={home} " in out and " api-server --port " in out  # tests/plugins/test_demo_ui.py runs it
+    assert (home / "airflow.cfg").exists()
+    # the UI user's password: in its file (this user only), never in the output or any log
+    passwords = home / "simple_auth_manager_passwords.json.generated"
+    password = json.loads(passwords.read_text())["admin"]
+    assert passwords.stat().st_mode & 0o077 == 0 and len(password) >= 12
+    logs = sorted(home.rglob("*.log"))
+    assert any(p.name == "api-server.log" for p in logs) and any(p.name == "dag-run.log" for p in logs)
+    assert [str(p) for p in logs if password in p.read_text(errors="replace")] == []
+    assert password not in out + proc.stderr
 
 
 def test_ssij_experiments_report_policies_max_scan_and_the_temporal_shape(tmp_path, capsys):

@@ -20,7 +20,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from .errors import ConfigError
+from .errors import ConfigError, shown
 
 FORMATS = {
     ".parquet": "Parquet",
@@ -39,9 +39,9 @@ def file_format(path, *, what: str = "file") -> str:
     """The format name for ``path``'s suffix, or a ConfigError naming ``what``."""
     suffix = Path(path).suffix.lower()
     if suffix not in FORMATS:
-        shown = repr(suffix) if suffix else "no suffix"
+        ending = repr(suffix) if suffix else "no suffix"
         prefix = "suffix " if suffix else ""
-        raise ConfigError(f"{what}: {str(path)!r} has {prefix}{shown}; expected one of {_EXPECTED}")
+        raise ConfigError(f"{what}: {shown(str(path))} has {prefix}{ending}; expected one of {_EXPECTED}")
     return FORMATS[suffix]
 
 
@@ -58,10 +58,14 @@ def read_table(path, *, what: str = "file", schema: pa.Schema | None = None) -> 
     """
     fmt = file_format(path, what=what)
     p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"{what}: {str(path)!r} does not exist (expected a {fmt} file)")
-    if not p.is_file():
-        raise ConfigError(f"{what}: {str(path)!r} is not a file (expected a {fmt} file)")
+    try:
+        exists, is_file = p.exists(), p.is_file()
+    except OSError as exc:  # ENAMETOOLONG is not swallowed by exists()
+        raise ConfigError(f"{what}: {shown(str(path))} is not a file name here ({exc.strerror or exc})") from None
+    if not exists:
+        raise ConfigError(f"{what}: {shown(str(path))} does not exist (expected a {fmt} file)")
+    if not is_file:
+        raise ConfigError(f"{what}: {shown(str(path))} is not a file (expected a {fmt} file)")
     try:
         if fmt == "Parquet":
             table = pq.read_table(p, columns=schema.names if schema is not None else None)
@@ -84,7 +88,7 @@ def read_table(path, *, what: str = "file", schema: pa.Schema | None = None) -> 
             table = pa_json.read_json(p, parse_options=parse)
     except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
         raise ConfigError(
-            f"{what}: cannot read {str(path)!r} as {fmt} ({_first_line(exc)})"
+            f"{what}: cannot read {shown(str(path))} as {fmt} ({_first_line(exc)})"
         ) from None
     return table
 
@@ -117,10 +121,14 @@ def write_table(path, table: pa.Table, *, what: str = "file") -> None:
     """Write ``table`` to ``path`` (format by suffix), replacing the file if it exists."""
     fmt = file_format(path, what=what)
     p = Path(path)
+    try:
+        p.is_dir()
+    except OSError as exc:
+        raise ConfigError(f"{what}: {shown(str(path))} is not a file name here ({exc.strerror or exc})") from None
     if not p.parent.is_dir():
-        raise ConfigError(f"{what}: folder {str(p.parent)!r} of {str(path)!r} does not exist")
+        raise ConfigError(f"{what}: folder {shown(str(p.parent))} of {shown(str(path))} does not exist")
     if p.is_dir():
-        raise ConfigError(f"{what}: {str(path)!r} is a folder (expected a {fmt} file name)")
+        raise ConfigError(f"{what}: {shown(str(path))} is a folder (expected a {fmt} file name)")
     try:
         if fmt == "Parquet":
             pq.write_table(table, p)
@@ -130,5 +138,5 @@ def write_table(path, table: pa.Table, *, what: str = "file") -> None:
             _write_json_lines(p, table)
     except (pa.ArrowException, OSError, TypeError, ValueError) as exc:
         raise ConfigError(
-            f"{what}: cannot write {str(path)!r} as {fmt} ({_first_line(exc)})"
+            f"{what}: cannot write {shown(str(path))} as {fmt} ({_first_line(exc)})"
         ) from None

@@ -4,13 +4,15 @@ Keys of R are integers (``int64``) or strings. Strings are held as UTF-8 bytes i
 ``S<n>`` array whose width is the longest key of R: byte order of UTF-8 equals code-point order,
 which is the order of SQLite's BINARY collation and of MySQL's ``*_bin`` collations, so numpy's
 ``searchsorted`` and the database's ``ORDER BY`` agree, and the arrays have exact byte sizes for
-the memory budget. Stream keys are normalised once, when they enter: a key that cannot be a key
+the memory budget. A key column in another collation (MySQL's ``utf8mb4_general_ci``, ...) has
+keys that are the collation's sort keys instead (:mod:`.stores.collation`): ``KeyType.collation``
+turns stream keys into them. Stream keys are normalised once, when they enter: a key that cannot be a key
 of R leaves at once with a reason (:mod:`.reasons`), so no algorithm ever sees it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -23,10 +25,17 @@ _INT64_MIN, _INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 
 @dataclass(frozen=True)
 class KeyType:
-    """The type of R's join key: ``int`` or ``str`` (with ``width``, its longest key in bytes)."""
+    """The type of R's join key: ``int`` or ``str`` (with ``width``, its longest key in bytes).
+
+    ``collation``, when set, says the keys are not UTF-8 text but the sort keys of a database
+    collation (``width`` is then their longest one): it has ``keys(weights)`` (sort keys as the
+    database returns them -> a key array) and ``stream_keys(texts, reason)`` (stream strings ->
+    a key array, marking those that cannot be in R in ``reason``).
+    """
 
     kind: str
     width: int = 0
+    collation: object = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.kind not in ("int", "str"):
@@ -48,6 +57,8 @@ class KeyType:
             if values and isinstance(values[0], (bytes, bytearray)):  # a raw fetch: cast the text
                 return pa.array(values, pa.binary()).cast(pa.string()).cast(pa.int64()).to_numpy()
             return np.fromiter(values, dtype=np.int64, count=len(values))
+        if self.collation is not None:
+            return self.collation.keys(values)
         return np.array(
             [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in values],
             dtype=self.dtype,
@@ -82,7 +93,8 @@ def normalize(values: pa.Array | pa.ChunkedArray, key_type: KeyType) -> Normaliz
     For an integer R: integers pass; floats pass when integral (else ``bad_key``); strings pass
     when they spell an integer (CSV and JSON streams), else ``bad_key``. For a string R: strings
     pass; any other type is ``bad_key``; a string longer than R's longest key, or holding a NUL
-    byte, cannot be in R and leaves as ``not_in_master`` / ``bad_key`` without any I/O.
+    byte, cannot be in R and leaves as ``not_in_master`` / ``bad_key`` without any I/O. In a
+    collation (``key_type.collation``), "longer" means a longer sort key.
     Nulls (and NaN) are ``null_key``.
     """
     if isinstance(values, pa.ChunkedArray):
@@ -145,9 +157,16 @@ def _str_keys(values: pa.Array, reason: np.ndarray, key_type: KeyType) -> np.nda
         reason[ok] = Unmatched.BAD_KEY
         return np.zeros(len(values), dtype=key_type.dtype)
     encoded = values.fill_null("").cast(pa.binary())
-    length = pc.binary_length(encoded).to_numpy(zero_copy_only=False)
     has_nul = pc.match_substring(encoded, "\x00").to_numpy(zero_copy_only=False)
     reason[ok & has_nul] = Unmatched.BAD_KEY
+    if key_type.collation is not None:
+        return key_type.collation.stream_keys(values.fill_null(""), reason)
+    return utf8_keys(encoded, reason, key_type)
+
+
+def utf8_keys(encoded: pa.Array, reason: np.ndarray, key_type: KeyType) -> np.ndarray:
+    """UTF-8 strings (``binary``) -> a key array; one longer than R's longest is ``not_in_master``."""
+    length = pc.binary_length(encoded).to_numpy(zero_copy_only=False)
     reason[(reason == 0) & (length > key_type.width)] = Unmatched.NOT_IN_MASTER
     raw = encoded.to_numpy(zero_copy_only=False)
     raw[reason != 0] = b""

@@ -4,7 +4,8 @@ It shares no code path with the algorithms (no page map, no numpy key arrays, no
 reads R whole with one query into a dict and looks every stream value up in it, deciding
 ``null_key`` / ``bad_key`` from the values themselves. Tests and ``semijoin demo`` compare an
 algorithm's output with it as multisets of (stream row id, master row) pairs and
-(stream row id, reason) pairs.
+(stream row id, reason) pairs. It compares text exactly, as a binary collation does; for a key
+in another collation the database's own join is the oracle (``tests/joins/test_collation.py``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A record is what a running join tells the outside world after each micro-batch (Spark issue,
 item 6): input rows, matched / unmatched tuples, service rate, batch duration, queue and cache
 sizes, cache hit ratio, disk queries and rows, latency p50/p99 from arrival to output, deadline
-misses. It travels three ways, all built from :meth:`ProgressRecord.to_dict`:
+misses, reconnects to a lost database and the seconds spent waiting for it. It travels three ways, all built from :meth:`ProgressRecord.to_dict`:
 
 * in-process, to a callback (the Spark runner's ``on_progress``);
 * as one line ``SEMIJOIN_PROGRESS {json}`` in the driver log (:meth:`ProgressRecord.to_line`,
@@ -54,6 +54,10 @@ class ProgressRecord:
     total_unmatched: int = 0
     total_deadline_misses: int = 0
     master_versions: list = field(default_factory=list)  # version of R each join step read (one per step)
+    reconnects: int = 0  # database sessions reopened after a lost one (stores and table sinks)
+    reconnect_wait_s: float = 0.0  # seconds spent waiting for the database to come back
+    total_reconnects: int = 0
+    total_reconnect_wait_s: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)

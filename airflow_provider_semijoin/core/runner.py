@@ -28,8 +28,10 @@ from .joins.base import Clock, JoinAlgorithm, JoinOutput, StreamBuffer
 from .keys import normalize
 from .metrics import latency_ms
 from .reasons import labels
+from .stores.base import SnapshotLost
 
 STALL_STEPS = 1000  # steps in a row without progress before the run is declared stuck
+SNAPSHOT_ATTEMPTS = 50  # runs of one stream a lost session may end (each time R moved meanwhile)
 
 
 @dataclass
@@ -105,6 +107,22 @@ def drain(algorithm: JoinAlgorithm, buffer: StreamBuffer, entered: np.ndarray, c
     return outputs
 
 
+def _join_all(algorithm: JoinAlgorithm, keys, deadlines, clock: Clock, entered, completed) -> list[JoinOutput]:
+    """The outputs of the whole stream (keys ``keys``): invalid keys at once, the rest drained."""
+    store = algorithm.store
+    n = len(keys)
+    normalized = normalize(keys, store.key_type)
+    row_ids = np.arange(n, dtype=np.int64)
+    valid = normalized.valid
+    outputs = [
+        JoinOutput(np.zeros(0, np.int64), algorithm.schema.empty_table(), row_ids[~valid], normalized.reason[~valid])
+    ]
+    buffer = StreamBuffer(store.key_type, clock)
+    buffer.append(row_ids[valid], normalized.keys[valid], None if deadlines is None else deadlines[valid])
+    buffer.close()
+    return outputs + drain(algorithm, buffer, entered, completed)
+
+
 def run_join(
     algorithm: JoinAlgorithm,
     stream: pa.Table,
@@ -152,19 +170,15 @@ def run_join(
         deadlines = arrived + max_latency_s
     entered = np.full(n, started)
     completed = np.full(n, started)
-    with one_version_of_r(algorithm) as invalidated:
-        normalized = normalize(stream[stream_key], store.key_type)
-        row_ids = np.arange(n, dtype=np.int64)
-        valid = normalized.valid
-        outputs = [
-            JoinOutput(
-                np.zeros(0, np.int64), algorithm.schema.empty_table(), row_ids[~valid], normalized.reason[~valid]
-            )
-        ]
-        buffer = StreamBuffer(store.key_type, clock)
-        buffer.append(row_ids[valid], normalized.keys[valid], None if deadlines is None else deadlines[valid])
-        buffer.close()
-        outputs += drain(algorithm, buffer, entered, completed)
+    for attempt in range(SNAPSHOT_ATTEMPTS):
+        try:
+            with one_version_of_r(algorithm) as invalidated:
+                outputs = _join_all(algorithm, stream[stream_key], deadlines, clock, entered, completed)
+            break
+        except SnapshotLost:  # nothing has left yet: run the whole stream again on the new version
+            if attempt == SNAPSHOT_ATTEMPTS - 1:
+                raise
+            algorithm.restart()
     wall = clock() - started
     result = JoinOutput.concat(outputs, algorithm.schema)
     matched = stream.take(result.matched_ids)
@@ -197,6 +211,7 @@ def run_join(
         "exactly_once": check_exactly_once(n, result.matched_ids, result.unmatched_ids),
         "master_version": store.seen_version,
         "invalidated": invalidated,
+        "snapshot_restarts": attempt,
         **algorithm.stats(),
     }
     return JoinRun(matched, unmatched, stats, completed)

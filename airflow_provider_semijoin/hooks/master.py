@@ -25,9 +25,9 @@ from urllib.parse import quote
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from ..config import embedded_master_path, option
+from ..config import embedded_master_path, number_option, option
 from ..core.errors import ConfigError
-from ..core.stores import MasterStore, redact, store_for
+from ..core.stores import MasterStore, ReconnectingConnection, RetryPolicy, redact, store_for
 from ..core.stores.sql import MYSQL, SQLITE, DatabaseURL
 from ..get_provider_info import MASTER_CONN_TYPE
 
@@ -143,16 +143,21 @@ class MasterDataHook(BaseHook):
         from airflow.providers.mysql.hooks.mysql import MySqlHook
 
         mysql = MySqlHook(mysql_conn_id=conn.conn_id, connection=conn)
-        try:
+
+        def session():
             db = mysql.get_conn()
+            db.autocommit(True)
+            db.set_character_set("utf8mb4")
+            return db
+
+        policy = RetryPolicy(number_option("db_retry_max_s"))
+        try:  # a lost session is reopened for [semijoin] db_retry_max_s seconds
+            return ReconnectingConnection(session, DatabaseURL.parse(self.get_url()).server, policy)
         except Exception as exc:  # the driver's error names host and user, never the password
             raise ConfigError(
                 f"master_conn_id: cannot connect to MySQL through connection {conn.conn_id!r} "
                 f"({redact(self.get_url())}): {exc.args[-1] if exc.args else exc}"
             ) from None
-        db.autocommit(True)
-        db.set_character_set("utf8mb4")
-        return db
 
     def open_store(self, table: str, key: str, select: list[str] | None = None) -> MasterStore:
         """A store over R = ``table`` with join key ``key`` (closing it closes its connection)."""

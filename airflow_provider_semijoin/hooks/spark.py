@@ -6,22 +6,27 @@ The connection is Airflow's ``spark`` type (apache-spark provider); its master i
 or ``local[...]``, or no connection at all, runs the job in the task's own process
 (:meth:`SemiJoinSparkHook.get_session`); any other master (``spark://``, ``yarn``, ``k8s://``)
 runs the packaged driver through :class:`SparkSubmitHook` (:meth:`SemiJoinSparkHook.submit`),
-whose output lines are handed to a callback as they come.
+whose output lines are handed to a callback as they come. SparkSubmitHook comes with the optional
+extra ``spark-submit`` (apache-airflow-providers-apache-spark), imported only for such a master:
+in-process Spark needs pyspark alone. The hook checks that pyspark is whole before any work
+(:func:`..spark.install_check.check_pyspark`).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from ..config import option, work_folder
 from ..core.errors import ConfigError
+from ..spark.install_check import check_pyspark
 from ..spark.session import get_spark, python_environment
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -68,6 +73,12 @@ class SemiJoinSparkHook(BaseHook):
                     f"spark_conn_id: connection {self.spark_conn_id!r} is not defined (add it, or leave "
                     "spark_conn_id empty for in-process local Spark)"
                 ) from None
+        check_pyspark()
+        if not self.is_local and not has_spark_provider():
+            raise ConfigError(
+                f"spark_conn_id: master {self.master!r} runs through spark-submit, which needs the Spark "
+                "provider (pip install 'airflow-provider-semijoin[spark-submit]')"
+            )
 
     @property
     def is_local(self) -> bool:
@@ -89,7 +100,7 @@ class SemiJoinSparkHook(BaseHook):
         from ..spark.driver import driver_path
 
         options = {"py_files": str(package_zip(work_folder())), **self.submit_options}
-        self._submit_hook = _TappedSparkSubmitHook(
+        self._submit_hook = tapped_submit_hook()(
             on_line,
             conn_id=self.spark_conn_id,
             conf=self.conf,
@@ -104,6 +115,14 @@ class SemiJoinSparkHook(BaseHook):
         """Kill the spark-submit process (and the driver on the cluster, as SparkSubmitHook does)."""
         if self._submit_hook is not None:
             self._submit_hook.on_kill()
+
+
+def has_spark_provider() -> bool:
+    """True when apache-airflow-providers-apache-spark (the ``spark-submit`` extra) is installed."""
+    try:
+        return importlib.util.find_spec("airflow.providers.apache.spark") is not None
+    except ModuleNotFoundError:  # not even airflow.providers.apache
+        return False
 
 
 def package_zip(folder: Path) -> Path:
@@ -121,12 +140,18 @@ def package_zip(folder: Path) -> Path:
     return target
 
 
-class _TappedSparkSubmitHook(SparkSubmitHook):
-    """SparkSubmitHook whose output lines pass through ``on_line`` before it logs them."""
+@functools.cache
+def tapped_submit_hook() -> type:
+    """SparkSubmitHook whose output lines pass through ``on_line`` before it logs them (a class
+    made on first use: the Spark provider is an optional extra)."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-    def __init__(self, on_line: Callable[[str], bool], **kwargs) -> None:
-        super().__init__(**kwargs)
-        self._on_line = on_line
+    class TappedSparkSubmitHook(SparkSubmitHook):
+        def __init__(self, on_line: Callable[[str], bool], **kwargs) -> None:
+            super().__init__(**kwargs)
+            self._on_line = on_line
 
-    def _process_spark_submit_log(self, itr: Iterator) -> None:
-        super()._process_spark_submit_log(line for line in itr if not self._on_line(line.rstrip("\n")))
+        def _process_spark_submit_log(self, itr: Iterator) -> None:
+            super()._process_spark_submit_log(line for line in itr if not self._on_line(line.rstrip("\n")))
+
+    return TappedSparkSubmitHook

@@ -28,16 +28,16 @@ import re
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlencode
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from ..config import number_option, option, work_folder
+from ..config import number_option, work_folder
 from ..core.errors import ConfigError, SemiJoinError
 from ..core.progress import XCOM_HISTORY, XCOM_INFO, XCOM_LATEST, ProgressHistory, ProgressRecord, parse_line
 from ..hooks.master import MasterDataHook
 from ..hooks.spark import SemiJoinSparkHook
+from ..plugins.urls import task_page_url
 from ..sensors.deadline import check_miss_ratio, check_threshold
 
 PARSE_TIME_URL = "sqlite:///resolved-at-run-time.db"  # stands in for a connection id at parse time
@@ -46,18 +46,13 @@ _TEMPLATE = re.compile(r"{{|{%")
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_]")
 
 
-def metrics_url(dag_id: str, run_id: str, task_id: str) -> str:
-    """The UI plugin's live page of one task instance."""
-    return f"{option('ui_path')}?{urlencode({'dag_id': dag_id, 'run_id': run_id, 'task_id': task_id})}"
-
-
 class SemiJoinMetricsLink(BaseOperatorLink):
-    """"Semi-join metrics": the live page of the task in the UI plugin."""
+    """"Semi-join metrics": the live page of the task in the UI plugin (under ``[api] base_url``'s path)."""
 
     name = "Semi-join metrics"
 
     def get_link(self, operator, *, ti_key) -> str:
-        return metrics_url(ti_key.dag_id, ti_key.run_id, ti_key.task_id)
+        return task_page_url(ti_key.dag_id, ti_key.run_id, ti_key.task_id, ti_key.map_index)
 
 
 def has_template(value) -> bool:
@@ -165,6 +160,7 @@ class SemiJoinJobOperator(BaseOperator):
         self._killed = False
         self._spark_hook: SemiJoinSparkHook | None = None
         self._stop_file: Path | None = None
+        self._job_spec = None  # the spec execute ran, for OpenLineage
 
     # -- the spec ------------------------------------------------------------------------------
     def job_fields(self, *, resolve: bool) -> dict:
@@ -181,6 +177,7 @@ class SemiJoinJobOperator(BaseOperator):
             "deadline": deadline,
             "trigger_interval_s": self.trigger_interval_s,
             "partitions": self.partitions,
+            "db_retry_max_s": number_option("db_retry_max_s"),
         }
 
     def job_dict(self, *, resolve: bool) -> dict:
@@ -198,12 +195,12 @@ class SemiJoinJobOperator(BaseOperator):
     # -- running ---------------------------------------------------------------------------------
     def execute(self, context):
         ti = context["ti"]
-        spec = self.build_job()
+        spec = self._job_spec = self.build_job()
         self._spark_hook = SemiJoinSparkHook(self.spark_conn_id, conf=self.spark_conf)
         self._stop_file = work_folder() / "stop" / f"{spec.name}-{os.getpid()}-{threading.get_ident()}"
         self._stop_file.unlink(missing_ok=True)
         spec.stop.stop_file = str(self._stop_file)
-        link = metrics_url(ti.dag_id, ti.run_id, ti.task_id)
+        link = task_page_url(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
         ti.xcom_push(key=SemiJoinMetricsLink().xcom_key, value=link)
         ti.xcom_push(key=XCOM_INFO, value=json_safe(self.job_info(spec, link)))
         self.log.info("Semi-join %s starts on Spark master %s: %s", spec.name, self._spark_hook.master,
@@ -239,6 +236,13 @@ class SemiJoinJobOperator(BaseOperator):
         if breach is not None and self.on_deadline_breach == "fail":
             raise AirflowFailException(breach)
         return json_safe(summary)
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """Lineage for Airflow's OpenLineage provider: the stream source and master tables read, the
+        matched and dead-letter sinks written (:mod:`.lineage`)."""
+        from .lineage import operator_lineage
+
+        return operator_lineage(self._job_spec or self.build_job())
 
     def job_info(self, spec, link: str) -> dict:
         """``semijoin_info``: what runs, with which parameters and memory split (no credentials)."""

@@ -37,14 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..core.errors import ConfigError, SpecError
+from ..core.errors import ConfigError, SpecError, shown, shown_key
 from ..core.stores.sql import check_identifier
 
 AUTO = "auto"
 ON_MISSING = ("unknown_member", "dead_letter", "retry")
 PLACEHOLDER_URL = "sqlite:///resolved-at-run-time.db"
 PLACEHOLDER_FOLDER = "resolved-at-run-time"
-_DAG_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
+_DAG_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}\Z")
 
 
 def _identifier(path: str, value) -> str:
@@ -56,7 +56,7 @@ def _identifier(path: str, value) -> str:
 
 def _mapping(path: str, value, what: str) -> dict:
     if not isinstance(value, dict):
-        raise SpecError(f"{path}: {value!r} is not a mapping; expected {what}")
+        raise SpecError(f"{path}: {shown(value)} is not a mapping; expected {what}")
     return value
 
 
@@ -64,7 +64,7 @@ def _optional_number(path: str, value, *, positive: bool = True) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (positive and value <= 0):
-        raise SpecError(f"{path}: {value!r} is not a positive number")
+        raise SpecError(f"{path}: {shown(value)} is not a positive number")
 
 
 def from_mapping(cls, data, path: str):
@@ -72,9 +72,9 @@ def from_mapping(cls, data, path: str):
     where = f"{path}." if path else ""
     data = _mapping(path or cls.__name__, data, f"the fields of {cls.__name__}")
     names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(data) - set(names))
+    unknown = sorted(set(data) - set(names), key=repr)
     if unknown:
-        raise SpecError(f"{where}{unknown[0]}: not a field of {cls.__name__}; expected one of {names}")
+        raise SpecError(f"{where}{shown_key(unknown[0])}: not a field of {cls.__name__}; expected one of {names}")
     for f in dataclasses.fields(cls):
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         if required and f.name not in data:
@@ -100,13 +100,13 @@ class Dimension:
         for name in ("table", "natural_key", "surrogate_key"):
             _identifier(name, getattr(self, name))
         if self.conn_id is not None and (not isinstance(self.conn_id, str) or not self.conn_id):
-            raise SpecError(f"conn_id: {self.conn_id!r} is not an Airflow connection id")
+            raise SpecError(f"conn_id: {shown(self.conn_id)} is not an Airflow connection id")
         if not isinstance(self.columns, list):
-            raise SpecError(f"columns: {self.columns!r} is not a list; expected dimension columns to carry along")
+            raise SpecError(f"columns: {shown(self.columns)} is not a list; expected dimension columns to carry along")
         for i, column in enumerate(self.columns):
             _identifier(f"columns[{i}]", column)
         if self.surrogate_key == self.natural_key:
-            raise SpecError(f"surrogate_key: {self.surrogate_key!r} is the natural key; expected the dimension's surrogate key column")
+            raise SpecError(f"surrogate_key: {shown(self.surrogate_key)} is the natural key; expected the dimension's surrogate key column")
 
     @property
     def select(self) -> list[str]:
@@ -140,19 +140,19 @@ class SurrogateKeyStep:
         if not isinstance(self.dimension, Dimension):
             self.dimension = from_mapping(Dimension, self.dimension, "dimension")
         if not isinstance(self.algorithm, str) or not self.algorithm:
-            raise SpecError(f"algorithm: {self.algorithm!r} is not an algorithm name; expected 'auto' or a registry name")
+            raise SpecError(f"algorithm: {shown(self.algorithm)} is not an algorithm name; expected 'auto' or a registry name")
         _mapping("params", self.params, "algorithm parameters")
         if self.algorithm == AUTO and self.params:
             raise SpecError("params: given with algorithm 'auto'; expected no parameters (name an algorithm to set them)")
         if self.on_missing not in ON_MISSING:
-            raise SpecError(f"on_missing: {self.on_missing!r} is not one of {list(ON_MISSING)}")
+            raise SpecError(f"on_missing: {shown(self.on_missing)} is not one of {list(ON_MISSING)}")
         if self.on_missing == "unknown_member" and (self.unknown_member is None or isinstance(self.unknown_member, (dict, list, bool))):
-            raise SpecError(f"unknown_member: {self.unknown_member!r} is not a surrogate key value; expected e.g. -1")
+            raise SpecError(f"unknown_member: {shown(self.unknown_member)} is not a surrogate key value; expected e.g. -1")
         if self.on_missing == "retry" and self.retry_grace_s is None:
             raise SpecError("retry_grace_s: missing; expected the seconds a tuple waits for its dimension row (on_missing: retry)")
         _optional_number("retry_grace_s", self.retry_grace_s)
         if not isinstance(self.keep_natural_key, bool):
-            raise SpecError(f"keep_natural_key: {self.keep_natural_key!r} is not true or false")
+            raise SpecError(f"keep_natural_key: {shown(self.keep_natural_key)} is not true or false")
         _mapping("rename", self.rename, "dimension columns -> output names")
         _optional_number("skew", self.skew, positive=False)
 
@@ -193,7 +193,7 @@ class DeadlineMonitor:
         except ConfigError as exc:
             raise SpecError(str(exc)) from None
         if not isinstance(self.fail_on_breach, bool):
-            raise SpecError(f"fail_on_breach: {self.fail_on_breach!r} is not true or false")
+            raise SpecError(f"fail_on_breach: {shown(self.fail_on_breach)} is not true or false")
 
 
 @dataclass
@@ -207,11 +207,11 @@ class UpdateInstall:
 
     def __post_init__(self):
         if isinstance(self.min_pending, bool) or not isinstance(self.min_pending, int) or self.min_pending < 1:
-            raise SpecError(f"min_pending: {self.min_pending!r} is not a positive integer")
+            raise SpecError(f"min_pending: {shown(self.min_pending)} is not a positive integer")
         _optional_number("max_delay_s", self.max_delay_s)
         _optional_number("poke_interval", self.poke_interval)
         if not isinstance(self.deferrable, bool):
-            raise SpecError(f"deferrable: {self.deferrable!r} is not true or false")
+            raise SpecError(f"deferrable: {shown(self.deferrable)} is not true or false")
 
 
 @dataclass
@@ -241,21 +241,21 @@ class PipelineSpec:
 
     def __post_init__(self):
         if not isinstance(self.dag_id, str) or not _DAG_ID.match(self.dag_id):
-            raise SpecError(f"dag_id: {self.dag_id!r} is not a DAG id; expected letters, digits, '_', '.' or '-'")
+            raise SpecError(f"dag_id: {shown(self.dag_id)} is not a DAG id; expected letters, digits, '_', '.' or '-'")
         if not isinstance(self.steps, list) or not self.steps:
-            raise SpecError(f"steps: {self.steps!r} is not a list of steps; expected at least one surrogate-key step")
+            raise SpecError(f"steps: {shown(self.steps)} is not a list of steps; expected at least one surrogate-key step")
         self.steps = [s if isinstance(s, SurrogateKeyStep) else from_mapping(SurrogateKeyStep, s, f"steps[{i}]")
                       for i, s in enumerate(self.steps)]
         if self.schedule is not None and not isinstance(self.schedule, str):
-            raise SpecError(f"schedule: {self.schedule!r} is not a cron expression or preset such as '@daily'")
+            raise SpecError(f"schedule: {shown(self.schedule)} is not a cron expression or preset such as '@daily'")
         try:
             import pendulum
 
             pendulum.parse(str(self.start_date))
         except Exception:
-            raise SpecError(f"start_date: {self.start_date!r} is not a date; expected e.g. 2024-01-01") from None
+            raise SpecError(f"start_date: {shown(self.start_date)} is not a date; expected e.g. 2024-01-01") from None
         if not isinstance(self.tags, list) or not all(isinstance(t, str) for t in self.tags):
-            raise SpecError(f"tags: {self.tags!r} is not a list of strings")
+            raise SpecError(f"tags: {shown(self.tags)} is not a list of strings")
         _mapping("sinks", self.sinks, "matched and dead_letter sinks")
         if self.deadline_monitor is not None and not isinstance(self.deadline_monitor, DeadlineMonitor):
             self.deadline_monitor = from_mapping(DeadlineMonitor, self.deadline_monitor, "deadline_monitor")
@@ -321,11 +321,16 @@ def load_pipeline(path) -> PipelineSpec:
 
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read the pipeline spec ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}); expected a YAML file in UTF-8") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise SpecError(f"{path}: not valid YAML{where} ({getattr(exc, 'problem', None) or exc})") from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line (a ReaderError has several)
+        raise SpecError(f"{path}: not valid YAML{where} ({problem[:200]})") from None
     try:
         return from_mapping(PipelineSpec, data, "")
     except SpecError as exc:

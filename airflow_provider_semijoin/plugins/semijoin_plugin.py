@@ -3,11 +3,12 @@
 Registered through the ``airflow.plugins`` entry point (and the provider info's ``plugins``).
 It adds to Airflow's API server:
 
-* a FastAPI app under :data:`URL_PREFIX` (:mod:`.monitor`): JSON endpoints guarded by the API
+* a FastAPI app under :data:`.urls.MOUNT` (:mod:`.monitor`): JSON endpoints guarded by the API
   server's own authentication and DAG-level authorization, two pages and their assets;
 * two external views: a navigation entry listing running and recently ended semi-join tasks,
   and a tab on each task instance with that task's live page (the operators' extra link opens
-  the same page, :func:`task_page_url`).
+  the same page, :func:`.urls.task_page_url`). Their hrefs start with the path of
+  ``[api] base_url`` (:mod:`.urls`), read when Airflow loads the plugin.
 
 Every Airflow component loads plugins, task processes included, so the app is built on its
 first request (:class:`LazyMonitorApp`): only the API server pays for importing its modules.
@@ -15,19 +16,9 @@ first request (:class:`LazyMonitorApp`): only the API server pays for importing 
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 from airflow.plugins_manager import AirflowPlugin
 
-URL_PREFIX = "/semijoin"
-
-
-def task_page_url(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
-    """The live page of one task instance, relative to the API server's root."""
-    query = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}
-    if map_index >= 0:
-        query["map_index"] = map_index
-    return f"{URL_PREFIX}/ui/task?{urlencode(query)}"
+from . import urls
 
 
 class LazyMonitorApp:
@@ -44,25 +35,32 @@ class LazyMonitorApp:
         await self._app(scope, receive, send)
 
 
-class SemiJoinPlugin(AirflowPlugin):
-    name = "semijoin"
-    fastapi_apps = [{"app": LazyMonitorApp(), "url_prefix": URL_PREFIX, "name": "Semi-join monitor"}]
-    external_views = [
+def external_views() -> list[dict]:
+    """The navigation entry and the task-instance tab, under the configured base path."""
+    icon = urls.monitor_url(urls.ICON)
+    return [
         {
             "name": "Semi-joins",
-            "href": f"{URL_PREFIX}/ui/",
+            "href": urls.monitor_url(urls.LIST_PAGE),
             "destination": "nav",
             "url_route": "semijoin",
-            "icon": f"{URL_PREFIX}/static/icon.svg",
+            "icon": icon,
             "nav_top_level": True,
         },
         {
             "name": "Semi-join",
-            # Airflow's UI fills the placeholders (MAP_INDEX only for mapped tasks)
-            "href": f"{URL_PREFIX}/ui/task?"
-            "dag_id={DAG_ID}&run_id={RUN_ID}&task_id={TASK_ID}&map_index={MAP_INDEX}",
+            "href": f"{urls.monitor_url(urls.TASK_PAGE)}?{urls.TASK_TAB_QUERY}",
             "destination": "task_instance",
             "url_route": "semijoin-task",
-            "icon": f"{URL_PREFIX}/static/icon.svg",
+            "icon": icon,
         },
     ]
+
+
+class SemiJoinPlugin(AirflowPlugin):
+    name = "semijoin"
+    fastapi_apps = [{"app": LazyMonitorApp(), "url_prefix": urls.MOUNT, "name": "Semi-join monitor"}]
+    def __init__(self):
+        super().__init__()
+        # Airflow instantiates the plugin after its configuration is loaded: [api] base_url is known
+        self.external_views = external_views()

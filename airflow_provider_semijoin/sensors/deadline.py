@@ -16,7 +16,7 @@ from __future__ import annotations
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, shown
 from ..core.progress import XCOM_HISTORY
 
 FINISHED = ("success", "failed", "skipped", "upstream_failed", "removed")
@@ -52,11 +52,11 @@ def check_miss_ratio(history: dict | None, threshold: float, window_s: float, mi
 def check_threshold(threshold, window_s, min_tuples, names=("threshold", "window_s", "min_tuples")) -> None:
     """Validate the three settings of a deadline watch; ``names`` are the arguments as the user wrote them."""
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold < 1:
-        raise ConfigError(f"{names[0]}: {threshold!r} is not a ratio in [0, 1)")
+        raise ConfigError(f"{names[0]}: {shown(threshold)} is not a ratio in [0, 1)")
     if isinstance(window_s, bool) or not isinstance(window_s, (int, float)) or window_s <= 0:
-        raise ConfigError(f"{names[1]}: {window_s!r} is not a positive number of seconds")
+        raise ConfigError(f"{names[1]}: {shown(window_s)} is not a positive number of seconds")
     if isinstance(min_tuples, bool) or not isinstance(min_tuples, int) or min_tuples < 1:
-        raise ConfigError(f"{names[2]}: {min_tuples!r} is not a positive integer")
+        raise ConfigError(f"{names[2]}: {shown(min_tuples)} is not a positive integer")
 
 
 class DeadlineMissSensor(BaseSensorOperator):

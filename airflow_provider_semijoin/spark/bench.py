@@ -24,8 +24,9 @@ driver is available (SQLite, no jar), through our store's full scan into a DataF
 
 Throughput (the papers' service rate, HYBRIDJOIN sec. 6.1): the source offers more than the
 pipeline can take - every generated tuple has arrived, and an admission limit of
-``batch_rows`` tuples per micro-batch (what Kafka's ``maxOffsetsPerTrigger`` does) keeps the
-batches at one size - so the rate is the pipeline's, not the source's. The window opens
+``batch_rows`` tuples per micro-batch (``SourceSpec.max_rows_per_batch``, what Kafka's
+``maxOffsetsPerTrigger`` does) keeps the batches at one size - so the rate is the pipeline's,
+not the source's. The window opens
 ``warmup_s`` after the end of the first micro-batch (which carries Spark's start-up) at the end
 of a micro-batch and closes at the end of the first micro-batch ``window_s`` later; the rate is
 the tuples of its micro-batches over that time. The core paths keep a backlog and run their
@@ -76,14 +77,13 @@ from ..workloads.zipf import SHAPES as GENERATOR_SHAPES
 from ..workloads.zipf import zipf_rows
 from .runner import run_job
 from .sinks import ParquetSink, dead_letter_rows
-from .sources import _generator_classes, generator_settings, stream_frame
+from .sources import stream_frame
 from .spec import JobSpec, SourceSpec
 
 KEY = "nk"  # the join key of the bench's master table and stream
 DEFAULT_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"  # Debian's libmariadb-java
 JDBC_DRIVER = "org.mariadb.jdbc.Driver"
 JDBC_FETCH_ROWS = 10_000  # the driver streams R in rows of this many instead of holding it whole
-CAPPED_FORMAT = "semijoin_generator_capped"
 BACKLOG_RATE = 1e12  # tuples/s offered in the throughput runs: all have arrived, the admission limit decides
 STREAM_STATIC = "spark-join"
 R_KEY = "sj_master_key"  # R's key column in the stream-static join (the stream has its own nk)
@@ -124,60 +124,14 @@ class SparkBenchConfig:
 
 
 # -- the source of the throughput runs ------------------------------------------------------------
-def capped_generator_source():
-    """The built-in generator with an admission limit: at most ``max_rows_per_batch`` tuples per
-    micro-batch (a Spark 4.2 ``ReadMaxRows`` read limit), the rest stays offered for later."""
-    from pyspark.sql.datasource import DataSourceStreamReader
-    from pyspark.sql.streaming.datasource import ReadMaxRows
-
-    generator = _generator_classes()
-
-    class CappedReader(DataSourceStreamReader):
-        def __init__(self, inner, max_rows: int):
-            self.inner, self.max_rows = inner, max_rows
-
-        def initialOffset(self) -> dict:
-            return self.inner.initialOffset()
-
-        def getDefaultReadLimit(self):
-            return ReadMaxRows(self.max_rows)
-
-        def latestOffset(self, start: dict, limit) -> dict:
-            end = self.inner.latestOffset(start, limit)
-            if isinstance(limit, ReadMaxRows):
-                end["row"] = min(end["row"], start["row"] + limit.max_rows)
-            return end
-
-        def partitions(self, start: dict, end: dict):
-            return self.inner.partitions(start, end)
-
-        def read(self, partition):
-            return self.inner.read(partition)
-
-        def commit(self, end: dict) -> None:
-            self.inner.commit(end)
-
-    class CappedGenerator(generator):
-        @classmethod
-        def name(cls) -> str:
-            return CAPPED_FORMAT
-
-        def streamReader(self, schema):
-            return CappedReader(super().streamReader(schema), int(self.options["max_rows_per_batch"]))
-
-    return CappedGenerator
-
-
 def source_fields(config: BenchConfig, shape: str, rate: float | None, batch_rows: int) -> dict:
-    """The job's ``source`` and ``arrival_column``: the generator offered at ``rate``, or (None)
-    a backlog through the capped generator, whose arrival times come in its own column."""
+    """The job's ``source``: the generator offered at ``rate``, or (None)
+    a backlog - every tuple has arrived - read ``batch_rows`` per micro-batch
+    (``SourceSpec.max_rows_per_batch``, the one way to cap a micro-batch)."""
     generator = SourceSpec(kind="generator", rows_per_second=rate or BACKLOG_RATE, master_rows=config.rows,
-                           exponent=config.zipf, shape=shape, seed=config.seed)
-    if rate is not None:
-        return {"source": dataclasses.asdict(generator), "arrival_column": None}
-    options = {"settings": json.dumps(generator_settings(generator)), "max_rows_per_batch": batch_rows}
-    capped = SourceSpec(kind="spark", format=CAPPED_FORMAT, options=options, id_column="tid")
-    return {"source": dataclasses.asdict(capped), "arrival_column": "sj_arrival"}
+                           exponent=config.zipf, shape=shape, seed=config.seed,
+                           max_rows_per_batch=None if rate is not None else batch_rows)
+    return {"source": dataclasses.asdict(generator)}
 
 
 def stream_rows(config: BenchConfig, shape: str, start: int, end: int) -> pa.Table:
@@ -415,7 +369,7 @@ def run_stream_static(spark, config: SparkBenchConfig, table: str, shape: str, o
     """Spark's stream-static join over the same stream, a backlog (``rate`` None) or ``rate``."""
     core = config.core
     fields = source_fields(core, shape, rate, config.batch_rows)
-    frame = stream_frame(spark, SourceSpec(**fields["source"]), fields["arrival_column"])
+    frame = stream_frame(spark, SourceSpec(**fields["source"]))
     window = BatchWindow(core.warmup_s, core.window_s)
     read_master = MasterReader(spark, core.master, table, jdbc)
     join = StreamStaticJoin(read_master, out, window)
@@ -548,8 +502,7 @@ def moderate_rate(spark_rates: list[float | None]) -> float:
 
 def spark_session(config: SparkBenchConfig, spark=None):
     """``(session, created, jdbc)``: the given or active session, or a new one on
-    ``spark_master`` with the JDBC driver jar; ``jdbc``: the jar is on its classpath. The
-    capped generator is registered in it."""
+    ``spark_master`` with the JDBC driver jar; ``jdbc``: the jar is on its classpath."""
     jar = config.jdbc_jar if config.jdbc_jar and Path(config.jdbc_jar).is_file() else None
     if spark is None:
         from pyspark.sql import SparkSession
@@ -561,7 +514,6 @@ def spark_session(config: SparkBenchConfig, spark=None):
     else:
         created = False
     jdbc = bool(jar) and jar in spark.sparkContext.getConf().get("spark.jars", "")
-    spark.dataSource.register(capped_generator_source())
     return spark, created, jdbc
 
 

@@ -28,15 +28,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..core.errors import ConfigError, SemiJoinError
+from ..core.errors import ConfigError, SemiJoinError, shown
 from ..core.joins.registry import create
 from ..core.metrics import latency_ms
 from ..core.progress import ProgressRecord
 from ..core.reasons import Unmatched
 from ..core.runner import run_join
 from ..core.stores import open_store
+from ..core.stores.sql import IDENTIFIER
 from .sinks import dead_letter_rows, open_sink
-from .sources import CORRUPT_COLUMN, FILE_COLUMN, check_source, generator_schema, generator_settings, stream_frame, tuple_ids
+from .sources import (
+    CORRUPT_COLUMN, FILE_COLUMN, check_source, generator_schema, generator_settings, repair_utf8, stream_frame, tuple_ids,
+)
 from .spec import DeadlineSpec, JobSpec, StepSpec
 
 log = logging.getLogger(__name__)
@@ -45,10 +48,6 @@ NOT_IN_MASTER = Unmatched.NOT_IN_MASTER.label
 NULL_KEY = Unmatched.NULL_KEY.label
 MALFORMED = "malformed_row"
 RETRY_SINCE = "sj_retry_since"
-
-
-class StopRequested(SemiJoinError):
-    """Raised inside a micro-batch that starts after a stop was requested: it is not committed."""
 
 
 @dataclass
@@ -62,11 +61,13 @@ class JoinStep:
     """One join step of the job: its store and algorithm (alive across micro-batches), its
     on-missing policy and, for ``retry``, the tuples held until their key appears in R."""
 
-    def __init__(self, spec: StepSpec, index: int, state_dir: Path, deadline: DeadlineSpec | None = None):
+    def __init__(self, spec: StepSpec, index: int, state_dir: Path, deadline: DeadlineSpec | None = None,
+                 retry_max_s: float | None = None):
         self.spec = spec
         self.deadline = deadline
         self.index = index
-        self.store = open_store(spec.master.url, spec.master.table, spec.master.key, spec.master.select)
+        self.store = open_store(spec.master.url, spec.master.table, spec.master.key, spec.master.select,
+                                retry_max_s=retry_max_s)
         self.algorithm = create(spec.algorithm, self.store, spec.memory_bytes, spec.params)
         self.select = list(self.store.select)
         self.state_dir = state_dir
@@ -188,6 +189,8 @@ class JobState:
     unmatched: int = 0
     output_rows: int = 0
     deadline_misses: int = 0
+    reconnects: int = 0
+    reconnect_wait_s: float = 0.0
     started: float = field(default_factory=time.time)
     last_record: dict | None = None
 
@@ -202,28 +205,43 @@ class BatchProcessor:
         self.print_progress = print_progress
         self.clock = clock
         self.state_dir = Path(spec.checkpoint) / "sj_state"
-        self.steps = [JoinStep(step, i, self.state_dir, spec.deadline) for i, step in enumerate(spec.steps)]
+        self.steps = [
+            JoinStep(step, i, self.state_dir, spec.deadline, spec.db_retry_max_s) for i, step in enumerate(spec.steps)
+        ]
         if spec.partitions > 1:
             from .partitioned import PartitionedJoin
 
             for step in self.steps:
                 step.partitioned = PartitionedJoin(spark, step.spec, spec.deadline, step.store, spec.partitions)
-        self.matched_sink = open_sink(spec.sinks.matched)
-        self.dead_sink = open_sink(spec.sinks.dead_letter)
+        self.matched_sink = open_sink(spec.sinks.matched, spec.db_retry_max_s)
+        self.dead_sink = open_sink(spec.sinks.dead_letter, spec.db_retry_max_s)
         self.state = JobState()
-        self.stopping = threading.Event()
-        self.busy = threading.Lock()
+        self._reconnects_seen = (0, 0.0)
+        self.failure: SemiJoinError | None = None
+        self.stopping = threading.Event()  # query.stop() is under way (run_job holds busy)
+        self.busy = threading.Lock()  # held by a micro-batch, and by run_job while it stops the query
 
     def __call__(self, frame, batch_id: int) -> None:
+        """Join the micro-batch. One that Spark starts while the query is being stopped runs to
+        its end too, without the lock run_job holds: query.stop() cancelled Spark's running jobs
+        before it waits for this call, and raising instead would end the query with an ERROR and
+        a traceback. Spark may or may not commit it; either way its sinks and state are those of
+        its batch id, so a replay rewrites them (exactly once)."""
         while not self.busy.acquire(timeout=0.1):
             if self.stopping.is_set():
-                raise StopRequested(f"stop requested before micro-batch {batch_id}")
+                self._join(frame, batch_id)
+                return
         try:
-            if self.stopping.is_set():
-                raise StopRequested(f"stop requested before micro-batch {batch_id}")
-            self.process(frame.toArrow(), batch_id)
+            self._join(frame, batch_id)
         finally:
             self.busy.release()
+
+    def _join(self, frame, batch_id: int) -> None:
+        try:
+            self.process(frame.toArrow(), batch_id)
+        except SemiJoinError as exc:  # Spark wraps it in a long trace: run_job raises it as it is
+            self.failure = exc
+            raise
 
     def process(self, batch: pa.Table, batch_id: int) -> dict:
         started = self.clock()
@@ -254,6 +272,7 @@ class BatchProcessor:
         return record
 
     def _prepare(self, batch: pa.Table) -> pa.Table:
+        batch = repair_utf8(batch)
         ids = tuple_ids(batch, self.spec.source)
         if FILE_COLUMN in batch.column_names:
             batch = batch.drop_columns([FILE_COLUMN])
@@ -277,6 +296,9 @@ class BatchProcessor:
         s.unmatched += dead.num_rows
         s.output_rows += matched.num_rows
         s.deadline_misses += misses
+        reconnects, waited = self._reconnects()
+        s.reconnects += reconnects
+        s.reconnect_wait_s += waited
         first = self.steps[0]
         ratios = [r for r in (step.cache_hit_ratio_delta() for step in self.steps) if r is not None]
         record = ProgressRecord(
@@ -305,9 +327,22 @@ class BatchProcessor:
             total_unmatched=s.unmatched,
             total_deadline_misses=s.deadline_misses,
             master_versions=[st["master_version"] for st in step_stats],
+            reconnects=reconnects,
+            reconnect_wait_s=round(waited, 3),
+            total_reconnects=s.reconnects,
+            total_reconnect_wait_s=round(s.reconnect_wait_s, 3),
         ).to_dict()
         s.last_record = record
         return record
+
+    def _reconnects(self) -> tuple[int, float]:
+        """Reconnects and seconds waited for the databases since the last record (stores, sinks)."""
+        counters = [step.store.counters for step in self.steps]
+        now = (sum(c.reconnects for c in counters), sum(c.reconnect_wait_s for c in counters))
+        for sink in (self.matched_sink, self.dead_sink):
+            now = (now[0] + sink.reconnects, now[1] + sink.reconnect_wait_s)
+        before, self._reconnects_seen = self._reconnects_seen, now
+        return now[0] - before[0], now[1] - before[1]
 
     def close(self) -> None:
         for step in self.steps:
@@ -370,6 +405,20 @@ def check_job(spec: JobSpec) -> None:
                 raise ConfigError(f"sinks.{name}: {exc}") from None
 
 
+def check_table_sink_columns(spec: JobSpec, columns: list[str]) -> None:
+    """A table sink quotes the stream's column names as SQL identifiers: a name it cannot hold
+    (``amount; DROP TABLE r`` in a CSV header) fails here, before the query starts, not in the
+    first micro-batch. The dead letter has a fixed schema of its own."""
+    if spec.sinks.matched.kind != "table":
+        return
+    for column in columns:
+        if column not in (FILE_COLUMN, CORRUPT_COLUMN) and not IDENTIFIER.match(column):
+            raise ConfigError(
+                f"sinks.matched: stream column {shown(column)} is not a valid identifier for a table sink "
+                "(expected letters, digits and _, at most 64 characters; rename it in the source)"
+            )
+
+
 def _source_columns(spec: JobSpec) -> set[str] | None:
     """The stream's columns when known before Spark starts (generator, files with a schema)."""
     source = spec.source
@@ -398,6 +447,7 @@ def run_job(
 
     spark = spark or get_spark()
     frame = stream_frame(spark, spec.source, spec.arrival_column)
+    check_table_sink_columns(spec, frame.columns)
     if spec.source.kind == "files":
         columns = set(frame.columns)
         first = spec.steps[0].column
@@ -415,15 +465,17 @@ def run_job(
     reason = None
     try:
         while reason is None:
-            if query.awaitTermination(poll_s):
+            if _terminated(query, poll_s):
                 reason = "end_of_input"
                 break
             reason = _stop_reason(spec, processor.state, stop_event, started, clock, query)
-        processor.stopping.set()
         with processor.busy:  # stop between micro-batches, never inside one
+            processor.stopping.set()
             query.stop()
         exception = query.exception()
-        if exception is not None and "StopRequested" not in str(exception):
+        if exception is not None:
+            if processor.failure is not None:  # our own one-sentence error (a database past its retry bound)
+                raise processor.failure
             raise RuntimeError(f"the streaming query failed: {str(exception).splitlines()[0]}")
     finally:
         if query.isActive:
@@ -439,10 +491,21 @@ def run_job(
         "unmatched": s.unmatched,
         "output_rows": s.output_rows,
         "deadline_misses": s.deadline_misses,
+        "reconnects": s.reconnects,
+        "reconnect_wait_s": round(s.reconnect_wait_s, 3),
         "held_for_retry": sum(step.held.num_rows for step in processor.steps if step.held is not None),
         "duration_s": round(clock() - started, 3),
         "last_progress": s.last_record,
     }
+
+
+def _terminated(query, timeout_s: float) -> bool:
+    """Whether the query ended within ``timeout_s``; a failed query counts as ended (its
+    exception is read from ``query.exception()``: awaitTermination raises it)."""
+    try:
+        return bool(query.awaitTermination(timeout_s))
+    except Exception:
+        return True
 
 
 def _stop_reason(spec: JobSpec, state: JobState, stop_event, started: float, clock, query) -> str | None:

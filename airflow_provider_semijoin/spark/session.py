@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
+from .install_check import check_pyspark
+
 DEFAULT_MASTER = "local[2]"
 
 
@@ -14,7 +16,9 @@ def python_environment() -> dict[str, str]:
 
 
 def get_spark(master: str | None = None, app_name: str = "semijoin", conf: dict | None = None):
-    """The active session, or a new one on ``master`` (default ``local[2]``)."""
+    """The active session, or a new one on ``master`` (default ``local[2]``); first checks that
+    pyspark is whole (:func:`.install_check.check_pyspark`)."""
+    check_pyspark()
     os.environ.update(python_environment())
     from pyspark.sql import SparkSession
 

@@ -23,8 +23,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..core.errors import ConfigError, shown
+from ..core.stores.reconnect import StoreUnavailable, TransactionLost
 from ..core.stores.sql import MYSQL, DatabaseURL, dialect_of, mysql_key_collation
-from .spec import TargetSpec
+from .spec import SINK_INDEX_SUFFIX, TargetSpec
 
 BATCH_COLUMN = "sj_batch"
 DEAD_LETTER_SCHEMA = pa.schema(
@@ -50,6 +52,9 @@ def dead_letter_rows(rows: pa.Table, step: int, reasons) -> pa.Table:
 
 
 class Sink:
+    reconnects = 0  # sessions to the sink's database reopened after a lost one
+    reconnect_wait_s = 0.0
+
     def write(self, batch_id: int, rows: pa.Table) -> None:
         raise NotImplementedError
 
@@ -74,8 +79,15 @@ class ParquetSink(Sink):
 
 
 class TableSink(Sink):
-    def __init__(self, url: str, table: str):
-        self.connection = DatabaseURL.parse(url).connect()
+    """Rows in a SQLite/MySQL table. On MySQL a lost session is reopened for up to
+    ``retry_max_s`` seconds (:mod:`..core.stores.reconnect`) and a write whose transaction it
+    took is done again whole; past the bound the write fails, and so the micro-batch, which
+    Spark's checkpoint replays when the task is retried (it replaces what it wrote, so once)."""
+
+    def __init__(self, url: str, table: str, retry_max_s: float | None = None):
+        self.connection = DatabaseURL.parse(url).connect(retry_max_s)
+        if hasattr(self.connection, "on_reconnect"):
+            self.connection.on_reconnect = self._reconnected
         self.dialect = dialect_of(self.connection)
         self.table = table
         self._columns: list[str] | None = None
@@ -89,24 +101,49 @@ class TableSink(Sink):
         ]
         cursor = self.connection.cursor()
         cursor.execute(f"CREATE TABLE IF NOT EXISTS {d.quote(self.table, 'table')} ({', '.join(columns)})")
-        index = d.quote(f"{self.table}_batch")
+        index = d.quote(f"{self.table}{SINK_INDEX_SUFFIX}")
         if d is MYSQL:
             cursor.execute(
                 "SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() "
                 "AND table_name = %s AND index_name = %s",
-                (self.table, f"{self.table}_batch"),
+                (self.table, f"{self.table}{SINK_INDEX_SUFFIX}"),
             )
             if cursor.fetchone()[0] == 0:
                 cursor.execute(f"CREATE INDEX {index} ON {d.quote(self.table)} ({d.quote(BATCH_COLUMN)})")
         else:
             cursor.execute(f"CREATE INDEX IF NOT EXISTS {index} ON {d.quote(self.table)} ({d.quote(BATCH_COLUMN)})")
+        cursor.execute(f"SELECT * FROM {d.quote(self.table)} WHERE 1 = 0")  # the columns of a table that was there
+        existing = [c[0] for c in cursor.description]
+        cursor.fetchall()
         cursor.close()
         self._columns = [BATCH_COLUMN] + schema.names
+        missing = [c for c in self._columns if c not in existing]
+        if missing:
+            raise ConfigError(
+                f"sinks: table {self.table!r} exists without the output column {missing[0]!r} (its columns: "
+                f"{shown(existing)}); drop it or add the column, or write to another table"
+            )
+
+    def _reconnected(self, waited_s: float, in_snapshot: bool) -> None:
+        self.reconnects += 1
+        self.reconnect_wait_s += waited_s
 
     def write(self, batch_id: int, rows: pa.Table) -> None:
         rows = _sql_friendly(rows)
         if self._columns is None:
             self._create(rows.schema)
+        started = None
+        while True:
+            try:
+                return self._replace_batch(batch_id, rows)
+            except TransactionLost as exc:  # only a ReconnectingConnection raises it: it has a policy
+                policy = self.connection.policy
+                started = policy.clock() if started is None else started
+                waited = policy.clock() - started
+                if waited > policy.max_s:
+                    raise StoreUnavailable(f"{exc}, and writes to it kept failing for {waited:.1f} s") from None
+
+    def _replace_batch(self, batch_id: int, rows: pa.Table) -> None:
         d = self.dialect
         cursor = self.connection.cursor()
         cursor.execute("BEGIN" if d is not MYSQL else "START TRANSACTION")
@@ -139,8 +176,8 @@ def _sql_friendly(rows: pa.Table) -> pa.Table:
     return rows
 
 
-def open_sink(target: TargetSpec) -> Sink:
-    return ParquetSink(target.path) if target.kind == "parquet" else TableSink(target.url, target.table)
+def open_sink(target: TargetSpec, retry_max_s: float | None = None) -> Sink:
+    return ParquetSink(target.path) if target.kind == "parquet" else TableSink(target.url, target.table, retry_max_s)
 
 
 def read_parquet_sink(path: str) -> pa.Table:

@@ -9,6 +9,12 @@ an offset is ``{"row": n, "t0": epoch}``; rows ``[start, end)`` are always the s
 (:func:`..workloads.zipf.zipf_rows`) with arrival times ``t0 + a(i)`` where ``a`` is the pacing at
 ``rows_per_second`` (uniform, or the self-similar bursts of :mod:`..workloads.bursty`). A replayed
 micro-batch therefore reads exactly what the first attempt read.
+
+The stream's clock starts warm: a new query's first micro-batch (:data:`WARM_UP`) carries no
+tuple but runs the whole path once - a read task in a Python worker, ``foreachBatch``, the sinks -
+and ``t0`` is taken when the next batch is planned, after it. Spark's start-up (worker processes,
+the callback server, first plans: tens of seconds on a busy machine) is thus not charged to the
+first tuples' latency and deadlines, as a stream that starts flowing when its consumer is ready.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ CORRUPT_COLUMN = "_corrupt_record"
 FILE_COLUMN = "sj_file"
 ARRIVAL_BLOCK = 65536  # rows per block of bursty arrival times (each block seeded on its own)
 READ_PARTITION_ROWS = 100_000
+WARM_UP = {"row": 0, "t0": None, "warm_up": True}  # the end offset of a new query's first, empty batch
 
 
 def arrival_offsets(start: int, end: int, rows_per_second: float, bursty: bool, seed: int) -> np.ndarray:
@@ -88,7 +95,7 @@ def _generator_classes():
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
     class RowRange(InputPartition):
-        def __init__(self, start: int, end: int, t0: float):
+        def __init__(self, start: int, end: int, t0: float | None):
             self.start, self.end, self.t0 = start, end, t0
 
     class GeneratorReader(DataSourceStreamReader):
@@ -97,20 +104,28 @@ def _generator_classes():
             self.clock = clock
 
         def initialOffset(self) -> dict:
-            return {"row": 0, "t0": self.clock()}
+            return {"row": 0, "t0": None}  # the clock starts after the warm-up batch
 
         def latestOffset(self, start: dict, limit) -> dict:
+            if start["t0"] is None:  # planned after the previous batch ended: WARM_UP, then the clock
+                if not start.get("warm_up"):
+                    return dict(WARM_UP)
+                return {"row": arrived_rows(self.settings, 0.0, 0), "t0": self.clock()}
             due = arrived_rows(self.settings, self.clock() - start["t0"], start["row"])
             cap = self.settings["max_rows_per_batch"]
             return {"row": due if cap is None else min(due, start["row"] + cap), "t0": start["t0"]}
 
         def partitions(self, start: dict, end: dict):
+            if end["t0"] is None:  # the warm-up batch: one read task without rows
+                return [RowRange(0, 0, None)]
             bounds = list(range(start["row"], end["row"], READ_PARTITION_ROWS)) + [end["row"]]
             return [RowRange(a, b, end["t0"]) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
         def read(self, partition):
             s = self.settings
             rows = generator_rows(s, partition.start, partition.end)
+            if partition.t0 is None:
+                return
             times = partition.t0 + arrival_offsets(partition.start, partition.end, s["rows_per_second"], s["bursty"], s["seed"])
             yield from rows.append_column("sj_arrival", pa.array(times)).to_batches()
 
@@ -164,7 +179,13 @@ def file_schema(spark, source: SourceSpec):
                 "(give a schema such as 'id BIGINT, nk STRING')"
             )
         reader = spark.read.format(source.format).options(**_reader_options(source))
-        schema = reader.load(source.path).schema
+        try:
+            schema = reader.load(source.path).schema
+        except Exception as exc:  # pyspark's AnalysisException: e.g. a JSON object with a key twice
+            raise ConfigError(
+                f"source.schema: missing, and it cannot be inferred from the files in {source.path!r} "
+                f"({str(exc).splitlines()[0][:200]}); give a schema such as 'id BIGINT, nk STRING'"
+            ) from None
     if source.format != "parquet" and CORRUPT_COLUMN not in schema.fieldNames():
         schema = StructType(list(schema.fields) + [StructField(CORRUPT_COLUMN, StringType(), True)])
     return schema
@@ -201,6 +222,25 @@ def stream_frame(spark, source: SourceSpec, arrival_column: str | None = None):
     if arrival_column is not None:
         arrival = F.col(arrival_column)
     return frame.withColumn("sj_arrival", F.unix_micros(arrival.cast("timestamp")) / 1e6)
+
+
+def repair_utf8(batch: pa.Table) -> pa.Table:
+    """String columns with invalid UTF-8 get U+FFFD in place of the bad bytes.
+
+    Spark's JSON reader keeps a malformed line's bytes as they are in ``_corrupt_record``; in an
+    Arrow string column they break every later read (``to_pylist``: UnicodeDecodeError), and
+    one such file would fail its micro-batch at every replay. Spark's CSV reader already
+    replaces them; this does the same for the rest."""
+    for i, f in enumerate(batch.schema):
+        if not pa.types.is_string(f.type):
+            continue
+        column = batch.column(i)
+        try:
+            column.validate(full=True)
+        except pa.ArrowInvalid:
+            texts = [None if b is None else b.decode("utf-8", "replace") for b in column.cast(pa.binary()).to_pylist()]
+            batch = batch.set_column(i, f, pa.array(texts, pa.string()))
+    return batch
 
 
 def tuple_ids(batch: pa.Table, source: SourceSpec) -> pa.Array:

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.errors import ConfigError, SpecError
+from ..core.errors import ConfigError, SpecError, shown, shown_key
 from ..core.joins.registry import ALGORITHMS, algorithm_class
 from ..core.stores.sql import DatabaseURL, check_identifier, redact
 from ..core.units import parse_bytes
@@ -24,15 +24,17 @@ from ..workloads.zipf import SHAPES
 SOURCE_KINDS = ("files", "generator", "spark")
 FILE_FORMATS = ("parquet", "csv", "json")
 SINK_KINDS = ("parquet", "table")
+SINK_INDEX_SUFFIX = "_batch"  # a table sink's index on its batch column: <table>_batch
 ON_MISSING = ("dead_letter", "unknown_member", "retry")
 GENERATOR_COLUMNS = ("tid", "nk", "qty", "amount", "sj_arrival")
 EXTRA_KEY_SETTINGS = ("master_rows", "exponent", "shape", "missing", "seed")
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
+_SECRET_OPTION = re.compile(r"pass|secret|token|jaas|credential|private|auth|key", re.IGNORECASE)
 
 
 def _one_of(name: str, value, allowed) -> None:
     if value not in allowed:
-        raise SpecError(f"{name}: {value!r} is not one of {list(allowed)}")
+        raise SpecError(f"{name}: {shown(value)} is not one of {list(allowed)}")
 
 
 def _positive(name: str, value, *, optional: bool = False, integer: bool = False) -> None:
@@ -40,7 +42,7 @@ def _positive(name: str, value, *, optional: bool = False, integer: bool = False
         return
     kind = int if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
-        raise SpecError(f"{name}: {value!r} is not a positive {'integer' if integer else 'number'}")
+        raise SpecError(f"{name}: {shown(value)} is not a positive {'integer' if integer else 'number'}")
 
 
 def _identifier(name: str, value) -> None:
@@ -97,21 +99,21 @@ class SourceSpec:
     def __post_init__(self):
         _one_of("kind", self.kind, SOURCE_KINDS)
         if not isinstance(self.options, dict):
-            raise SpecError(f"options: {self.options!r} is not a mapping of option names to values")
+            raise SpecError(f"options: {shown(self.options)} is not a mapping of option names to values")
         if self.id_column is not None:
             _identifier("id_column", self.id_column)
         if self.kind == "files":
             if not self.path or not isinstance(self.path, str):
-                raise SpecError(f"path: {self.path!r} is not a folder (a files source reads a landing folder)")
+                raise SpecError(f"path: {shown(self.path)} is not a folder (a files source reads a landing folder)")
             if self.format is None:
                 raise SpecError(f"format: missing; expected one of {list(FILE_FORMATS)}")
             _one_of("format", self.format, FILE_FORMATS)
             if self.schema is not None and (not isinstance(self.schema, str) or not self.schema.strip()):
-                raise SpecError(f"schema: {self.schema!r} is not a Spark DDL string such as 'id BIGINT, nk STRING'")
+                raise SpecError(f"schema: {shown(self.schema)} is not a Spark DDL string such as 'id BIGINT, nk STRING'")
             _positive("max_files_per_trigger", self.max_files_per_trigger, optional=True, integer=True)
         elif self.kind == "spark":
             if not self.format or not isinstance(self.format, str):
-                raise SpecError(f"format: {self.format!r} is not a Spark source format (e.g. 'kafka')")
+                raise SpecError(f"format: {shown(self.format)} is not a Spark source format (e.g. 'kafka')")
             if self.id_column is None:
                 raise SpecError("id_column: missing; a spark source needs a column that is stable across replays")
         else:
@@ -122,35 +124,46 @@ class SourceSpec:
             _one_of("key_type", self.key_type, ("int", "str"))
             _one_of("shape", self.shape, SHAPES)
             if isinstance(self.exponent, bool) or not isinstance(self.exponent, (int, float)) or self.exponent < 0:
-                raise SpecError(f"exponent: {self.exponent!r} is not a number >= 0")
+                raise SpecError(f"exponent: {shown(self.exponent)} is not a number >= 0")
             if isinstance(self.missing, bool) or not isinstance(self.missing, (int, float)) or not 0 <= self.missing <= 1:
-                raise SpecError(f"missing: {self.missing!r} is not a fraction between 0 and 1")
+                raise SpecError(f"missing: {shown(self.missing)} is not a fraction between 0 and 1")
             if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-                raise SpecError(f"seed: {self.seed!r} is not an integer >= 0")
+                raise SpecError(f"seed: {shown(self.seed)} is not an integer >= 0")
             self._check_extra_keys()
         if self.kind != "generator" and self.extra_keys:
             raise SpecError(f"extra_keys: given for a {self.kind} source; expected it only with kind 'generator'")
 
     def _check_extra_keys(self) -> None:
         if not isinstance(self.extra_keys, dict):
-            raise SpecError(f"extra_keys: {self.extra_keys!r} is not a mapping of column names to key settings")
+            raise SpecError(f"extra_keys: {shown(self.extra_keys)} is not a mapping of column names to key settings")
         for column, settings in self.extra_keys.items():
-            _identifier(f"extra_keys.{column}", column)
+            _identifier(f"extra_keys.{shown_key(column)}", column)
             if column in GENERATOR_COLUMNS:
-                raise SpecError(f"extra_keys.{column}: already a column of the generator; expected a new column name")
+                raise SpecError(f"extra_keys.{shown_key(column)}: already a column of the generator; expected a new column name")
             if not isinstance(settings, dict) or "master_rows" not in settings:
-                raise SpecError(f"extra_keys.{column}: {settings!r} is not a mapping with master_rows")
-            unknown = sorted(set(settings) - set(EXTRA_KEY_SETTINGS))
+                raise SpecError(f"extra_keys.{shown_key(column)}: {shown(settings)} is not a mapping with master_rows")
+            unknown = sorted(set(settings) - set(EXTRA_KEY_SETTINGS), key=repr)
             if unknown:
-                raise SpecError(f"extra_keys.{column}.{unknown[0]}: not a key setting (settings: {list(EXTRA_KEY_SETTINGS)})")
+                raise SpecError(f"extra_keys.{shown_key(column)}.{shown_key(unknown[0])}: not a key setting (settings: {list(EXTRA_KEY_SETTINGS)})")
             try:  # the same checks as the source's own settings
                 SourceSpec(**{**self.extra_key_settings(column), "key_type": self.key_type})
             except SpecError as exc:
-                raise SpecError(f"extra_keys.{column}.{exc}") from None
+                raise SpecError(f"extra_keys.{shown_key(column)}.{exc}") from None
 
     def extra_key_settings(self, column: str) -> dict:
         """The Zipf settings of extra key ``column``: its own, else the source's."""
         return {name: self.extra_keys[column].get(name, getattr(self, name)) for name in EXTRA_KEY_SETTINGS}
+
+    def describe(self) -> dict:
+        """The fields, with the values of secret-looking options (``kafka.sasl.jaas.config``,
+        ``*password*``, ``*secret*``, ``*token*``...) hidden and URLs redacted: for logs, XCom, the UI."""
+        data = _plain(self)
+        data["options"] = {k: "***" if _SECRET_OPTION.search(str(k)) else redact(v) if isinstance(v, str) else v
+                           for k, v in self.options.items()}
+        return data
+
+    def __repr__(self) -> str:
+        return f"SourceSpec({', '.join(f'{k}={v!r}' for k, v in self.describe().items())})"
 
     @property
     def bounded(self) -> bool:
@@ -173,12 +186,15 @@ class MasterSpec:
         _identifier("key", self.key)
         if self.select is not None:
             if not isinstance(self.select, list) or not self.select:
-                raise SpecError(f"select: {self.select!r} is not a non-empty list of column names")
+                raise SpecError(f"select: {shown(self.select)} is not a non-empty list of column names")
             for i, column in enumerate(self.select):
                 _identifier(f"select[{i}]", column)
 
     def describe(self) -> dict:
         return {"url": redact(self.url), "table": self.table, "key": self.key, "select": self.select}
+
+    def __repr__(self) -> str:  # the URL without its password: reprs reach logs and tracebacks
+        return f"MasterSpec(url={redact(self.url)!r}, table={self.table!r}, key={self.key!r}, select={self.select!r})"
 
 
 @dataclass
@@ -208,18 +224,20 @@ class StepSpec:
         _identifier("column", self.column)
         if isinstance(self.master, dict):
             self.master = _build(MasterSpec, self.master, "master")
-        if self.algorithm not in ALGORITHMS:
-            raise SpecError(f"algorithm: {self.algorithm!r} is not one of {sorted(ALGORITHMS)}")
+        elif not isinstance(self.master, MasterSpec):
+            raise SpecError(f"master: {shown(self.master)} is not a mapping of url, table, key and select")
+        if not isinstance(self.algorithm, str) or self.algorithm not in ALGORITHMS:
+            raise SpecError(f"algorithm: {shown(self.algorithm)} is not one of {sorted(ALGORITHMS)}")
         if not isinstance(self.params, dict):
-            raise SpecError(f"params: {self.params!r} is not a mapping of parameter names to values")
+            raise SpecError(f"params: {shown(self.params)} is not a mapping of parameter names to values")
         known = algorithm_class(self.algorithm).params
         for name, value in self.params.items():
             if name not in known:
-                raise SpecError(f"params.{name}: not a parameter of {self.algorithm} (parameters: {sorted(known)})")
+                raise SpecError(f"params.{shown_key(name)}: not a parameter of {self.algorithm} (parameters: {sorted(known)})")
             try:
                 known[name].coerce(self.algorithm, name, value)
             except ConfigError as exc:
-                raise SpecError(f"params.{name}: {str(exc).split(': ', 1)[1]}") from None
+                raise SpecError(f"params.{shown_key(name)}: {str(exc).split(': ', 1)[1]}") from None
         try:
             parse_bytes(self.memory)
         except ConfigError as exc:
@@ -228,21 +246,21 @@ class StepSpec:
         if self.on_missing == "unknown_member":
             if not isinstance(self.unknown_member, dict) or not self.unknown_member:
                 raise SpecError(
-                    f"unknown_member: {self.unknown_member!r} is not a mapping of master columns to values "
+                    f"unknown_member: {shown(self.unknown_member)} is not a mapping of master columns to values "
                     "(on_missing 'unknown_member' needs one, e.g. {'product_sk': -1})"
                 )
         elif self.unknown_member is not None:
-            raise SpecError(f"unknown_member: given, but on_missing is {self.on_missing!r} (it needs 'unknown_member')")
+            raise SpecError(f"unknown_member: given, but on_missing is {shown(self.on_missing)} (it needs 'unknown_member')")
         if self.on_missing == "retry":
             _positive("retry_grace_s", self.retry_grace_s)
         elif self.retry_grace_s is not None:
-            raise SpecError(f"retry_grace_s: given, but on_missing is {self.on_missing!r} (it needs 'retry')")
+            raise SpecError(f"retry_grace_s: given, but on_missing is {shown(self.on_missing)} (it needs 'retry')")
         if not isinstance(self.rename, dict):
-            raise SpecError(f"rename: {self.rename!r} is not a mapping of master columns to output names")
+            raise SpecError(f"rename: {shown(self.rename)} is not a mapping of master columns to output names")
         for old, new in self.rename.items():
-            _identifier(f"rename.{old}", new)
+            _identifier(f"rename.{shown_key(old)}", new)
         if not isinstance(self.drop_column, bool):
-            raise SpecError(f"drop_column: {self.drop_column!r} is not true or false")
+            raise SpecError(f"drop_column: {shown(self.drop_column)} is not true or false")
 
     @property
     def memory_bytes(self) -> int:
@@ -271,13 +289,22 @@ class TargetSpec:
         _one_of("kind", self.kind, SINK_KINDS)
         if self.kind == "parquet":
             if not self.path or not isinstance(self.path, str):
-                raise SpecError(f"path: {self.path!r} is not a folder for the Parquet files")
+                raise SpecError(f"path: {shown(self.path)} is not a folder for the Parquet files")
         else:
             _url("url", self.url)
             _identifier("table", self.table)
+            if self.url.lower().startswith("sqlite:") and self.table.lower().startswith("sqlite_"):
+                raise SpecError(f"table: {shown(self.table)} is reserved by SQLite (names starting with sqlite_); choose another")
+            if len(self.table) > 64 - len(SINK_INDEX_SUFFIX):
+                raise SpecError(f"table: {shown(self.table)} is too long for a sink table (at most "
+                                f"{64 - len(SINK_INDEX_SUFFIX)} characters, so that its index {self.table}{SINK_INDEX_SUFFIX} "
+                                "is a valid identifier)")
 
     def describe(self) -> dict:
         return {**_plain(self), "url": redact(self.url) if self.url else None}
+
+    def __repr__(self) -> str:
+        return f"TargetSpec({', '.join(f'{k}={v!r}' for k, v in self.describe().items())})"
 
 
 @dataclass
@@ -291,7 +318,7 @@ class SinkSpec:
             if isinstance(value, dict):
                 setattr(self, name, _build(TargetSpec, value, name))
             elif not isinstance(value, TargetSpec):
-                raise SpecError(f"{name}: {value!r} is not a sink (expected kind and path, or kind, url and table)")
+                raise SpecError(f"{name}: {shown(value)} is not a sink (expected kind and path, or kind, url and table)")
 
 
 @dataclass
@@ -310,7 +337,7 @@ class StopSpec:
         _positive("duration_s", self.duration_s, optional=True)
         _positive("max_batches", self.max_batches, optional=True, integer=True)
         if not isinstance(self.end_of_input, bool):
-            raise SpecError(f"end_of_input: {self.end_of_input!r} is not true or false")
+            raise SpecError(f"end_of_input: {shown(self.end_of_input)} is not true or false")
 
 
 @dataclass
@@ -343,19 +370,25 @@ class JobSpec:
     stop: StopSpec = field(default_factory=StopSpec)
     deadline: DeadlineSpec | None = None
     arrival_column: str | None = None
+    db_retry_max_s: float = 120.0  # how long a lost MySQL session is reopened for (master data, table sinks)
 
     def __post_init__(self):
+        for name, kind in (("source", SourceSpec), ("sinks", SinkSpec), ("stop", StopSpec), ("deadline", DeadlineSpec)):
+            value = getattr(self, name)
+            if not isinstance(value, kind) and not (name == "deadline" and value is None):
+                raise SpecError(f"{name}: {shown(value)} is not a mapping of the fields of {kind.__name__}")
         if not isinstance(self.name, str) or not _NAME.match(self.name):
-            raise SpecError(f"name: {self.name!r} is not a name of letters, digits and underscores")
+            raise SpecError(f"name: {shown(self.name)} is not a name of letters, digits and underscores")
         if not self.checkpoint or not isinstance(self.checkpoint, str):
-            raise SpecError(f"checkpoint: {self.checkpoint!r} is not a folder for Spark's checkpoint")
+            raise SpecError(f"checkpoint: {shown(self.checkpoint)} is not a folder for Spark's checkpoint")
         _positive("trigger_interval_s", self.trigger_interval_s)
         _positive("partitions", self.partitions, integer=True)
+        _positive("db_retry_max_s", self.db_retry_max_s)
         if not isinstance(self.steps, list) or not self.steps:
             raise SpecError("steps: missing; expected a list of at least one join step")
         for i, step in enumerate(self.steps):
             if not isinstance(step, StepSpec):
-                raise SpecError(f"steps[{i}]: {step!r} is not a join step")
+                raise SpecError(f"steps[{i}]: {shown(step)} is not a join step")
         if self.arrival_column is not None:
             _identifier("arrival_column", self.arrival_column)
         if self.stop.end_of_input and self.source.kind == "generator" and self.source.total_rows is None:
@@ -365,7 +398,7 @@ class JobSpec:
             for column in step.master.select or []:
                 out = step.rename.get(column, column)
                 if out in outputs:
-                    raise SpecError(f"steps[{i}].rename: output column {out!r} is already added by an earlier step")
+                    raise SpecError(f"steps[{i}].rename: output column {shown(out)} is already added by an earlier step")
                 outputs.add(out)
 
     @classmethod
@@ -379,6 +412,7 @@ class JobSpec:
     def describe(self) -> dict:
         """:meth:`to_dict` without credentials, for logs, XCom and the UI."""
         data = self.to_dict()
+        data["source"] = self.source.describe()
         data["steps"] = [step.describe() for step in self.steps]
         data["sinks"] = {"matched": self.sinks.matched.describe(), "dead_letter": self.sinks.dead_letter.describe()}
         return data
@@ -399,11 +433,11 @@ def _build(cls, data, path: str):
     """``cls(**data)`` with nested specs built too, unknown fields refused, errors prefixed by path."""
     where = f"{path}." if path else ""
     if not isinstance(data, dict):
-        raise SpecError(f"{path or cls.__name__}: {data!r} is not a mapping of fields")
+        raise SpecError(f"{path or cls.__name__}: {shown(data)} is not a mapping of fields")
     names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(data) - set(names))
+    unknown = sorted(set(data) - set(names), key=repr)
     if unknown:
-        raise SpecError(f"{where}{unknown[0]}: not a field of {cls.__name__} (fields: {names})")
+        raise SpecError(f"{where}{shown_key(unknown[0])}: not a field of {cls.__name__} (fields: {names})")
     missing = [f.name for f in dataclasses.fields(cls)
                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in data]
     if missing:

@@ -255,3 +255,13 @@ def test_cluster_connection_runs_the_driver_through_spark_submit(master_db, tmp_
     stream = zipf_rows(0, 2000, 2000, exponent=1.0, missing=0.1, seed=11)
     with open_store(backend.url, table, "nk", SELECT) as store:
         assert sink_pairs(tmp_path) == hash_join(store, stream, "nk")
+
+
+def test_db_retry_bound_comes_from_the_airflow_config(monkeypatch):
+    op = HybridJoinOperator(task_id="j", column="nk", master_table="d", master_key="nk", source=generator(1, 1))
+    assert op.job_dict(resolve=False)["db_retry_max_s"] == 120.0
+    monkeypatch.setenv("AIRFLOW__SEMIJOIN__DB_RETRY_MAX_S", "7.5")
+    assert op.job_dict(resolve=False)["db_retry_max_s"] == 7.5
+    monkeypatch.setenv("AIRFLOW__SEMIJOIN__DB_RETRY_MAX_S", "0")
+    with pytest.raises(ConfigError, match=r"^\[semijoin\] db_retry_max_s: '0' is not a positive number$"):
+        op.job_dict(resolve=False)

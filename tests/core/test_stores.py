@@ -284,26 +284,6 @@ def test_unsafe_identifiers_are_refused(backend, table, key, select, what):
     assert len(plain_sql(backend, store)) == len(KEYS)  # nothing was dropped
 
 
-@pytest.mark.mysql
-def test_mysql_string_key_with_a_non_binary_collation_is_refused(mysql_url):
-    connection = DatabaseURL.parse(mysql_url).connect()
-    table = "t_collation_refused"
-    cursor = connection.cursor()
-    try:
-        cursor.execute(f"DROP TABLE IF EXISTS {table}")
-        cursor.execute(
-            f"CREATE TABLE {table} (nk VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci "
-            "NOT NULL PRIMARY KEY, v BIGINT)"
-        )
-        refused = r"^key: column 'nk' .* has collation utf8mb4_general_ci; expected a binary"
-        with pytest.raises(StoreError, match=refused):
-            store_for(connection, table, "nk")
-    finally:
-        cursor.execute(f"DROP TABLE IF EXISTS {table}")
-        cursor.close()
-        connection.close()
-
-
 # ------------------------------------------------------------------------------- URLs
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import configparser
 import importlib.metadata as md
 import json
+import os
+import shutil
 import socket
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -59,6 +61,40 @@ def checkout_entry_points(folder: Path) -> Path | None:
         )
     )
     return folder
+
+
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's chromium, driven by Playwright (no browser download)
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-extensions"]
+CHARTS = ("chart-rate", "chart-latency", "chart-cache", "chart-queue", "chart-disk", "chart-deadline", "chart-unmatched")
+
+
+def artifacts_dir(name: str) -> Path:
+    """A fresh folder for a browser test's screenshots and logs: ``$SEMIJOIN_ARTIFACTS`` (default
+    ``tests/artifacts``, not versioned) / ``name``, with ``logs/`` in it."""
+    folder = Path(os.environ.get("SEMIJOIN_ARTIFACTS") or REPO / "tests" / "artifacts") / name
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "logs").mkdir(parents=True)
+    return folder
+
+
+def log_in(page, root: str, user: str, password: str) -> None:
+    """Log in through Airflow's own login page (``root``: the UI's address, base path included)."""
+    page.goto(root + "/")
+    page.wait_for_url("**/auth/login**", timeout=30_000)
+    page.locator("input[name=username]").fill(user)
+    page.locator("input[name=password]").fill(password)
+    page.locator("button[type=submit]").click()
+    page.wait_for_url(lambda url: "/auth/" not in url, timeout=30_000)
+
+
+def chart_state(frame, chart_id: str) -> dict:
+    """What a monitor chart draws: its number of points, its last values and its SVG."""
+    chart = frame.locator(f"#{chart_id}")
+    return {
+        "points": int(chart.get_attribute("data-points") or 0),
+        "last": chart.get_attribute("data-last"),
+        "drawing": chart.locator("svg").first.inner_html() if chart.locator("svg").count() else "",
+    }
 
 
 def free_port() -> int:

@@ -12,7 +12,7 @@ import sys
 import textwrap
 
 import pytest
-from airflow_stack import USERS, MonitorAirflow, airflow_config, checkout_entry_points, local_bundle
+from airflow_stack import CHROMIUM, CHROMIUM_FLAGS, USERS, MonitorAirflow, airflow_config, checkout_entry_points, local_bundle
 
 DAG_TASKS = ("join_running", "join_waiting", "join_done", "join_old", "not_started", "plain")
 TEAM_DAGS = {"team_a": "dag_a", "team_b": "dag_b"}
@@ -104,3 +104,17 @@ def _prepare_db(team_dags: dict[str, str]) -> None:
         bag = BundleDagBag(bundle.path, bundle_path=bundle.path, bundle_name=bundle.name)
         assert not bag.import_errors, bag.import_errors
         sync_bag_to_db(bag, bundle.name, bundle_version=None)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium (Debian's, through Playwright); fails, never skips, when it is missing."""
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM.exists(), f"{CHROMIUM} is missing: install Debian's chromium (.ci/setup installs it)"
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()

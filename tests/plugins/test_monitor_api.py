@@ -127,6 +127,28 @@ def test_airflow_lists_the_plugin_with_its_app_and_views(monitor_airflow):
     assert {"{DAG_ID}", "{RUN_ID}", "{TASK_ID}", "{MAP_INDEX}"} <= set(re.findall(r"\{[A-Z_]+\}", task_view))
 
 
+def test_every_absolute_url_follows_the_base_path(monkeypatch):
+    """Behind ``[api] base_url`` with a path, the views, the listed pages and the operators' extra
+    link start with that path, and the extra link keeps a mapped task's map index."""
+    from airflow_provider_semijoin.operators.job import SemiJoinMetricsLink
+    from airflow_provider_semijoin.plugins.semijoin_plugin import SemiJoinPlugin
+    from airflow_provider_semijoin.plugins.urls import task_page_url
+
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "http://example.test:8080/data/airflow/")
+    views = {v["destination"]: v for v in SemiJoinPlugin().external_views}
+    assert views["nav"]["href"] == "/data/airflow/semijoin/ui/"
+    assert views["nav"]["icon"] == views["task_instance"]["icon"] == "/data/airflow/semijoin/static/icon.svg"
+    assert views["task_instance"]["href"].startswith("/data/airflow/semijoin/ui/task?dag_id={DAG_ID}&")
+    assert task_page_url("d", "r 1", "t") == "/data/airflow/semijoin/ui/task?dag_id=d&run_id=r+1&task_id=t"
+
+    class Key:
+        dag_id, run_id, task_id, map_index = "d", "r", "t", 3
+
+    assert SemiJoinMetricsLink().get_link(None, ti_key=Key) == "/data/airflow/semijoin/ui/task?dag_id=d&run_id=r&task_id=t&map_index=3"
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "http://localhost:8080")  # at the root: no prefix
+    assert SemiJoinPlugin().external_views[0]["href"] == "/semijoin/ui/"
+
+
 # --------------------------------------------------------------------------- the list
 
 

@@ -27,22 +27,16 @@ from urllib.parse import urlencode
 
 import httpx
 import pytest
-from airflow_stack import REPO, airflow_config, checkout_entry_points, free_port
+from airflow_stack import (
+    CHARTS, CHROMIUM, REPO, airflow_config, artifacts_dir, chart_state, checkout_entry_points, free_port, log_in,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.timeout(300)]
 
-CHROMIUM = Path("/usr/bin/chromium")
 DAG_ID = "semijoin_live_demo"
 JOIN_TASK = "live_join"
 DURATION_S = 35.0
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
-
-
-def artifacts_dir() -> Path:
-    folder = Path(os.environ.get("SEMIJOIN_ARTIFACTS") or REPO / "tests" / "artifacts") / "monitor"
-    shutil.rmtree(folder, ignore_errors=True)
-    (folder / "logs").mkdir(parents=True)
-    return folder
 
 
 class LocalAirflow:
@@ -143,7 +137,7 @@ class LocalAirflow:
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory):
     assert CHROMIUM.exists(), f"{CHROMIUM} is missing: install Debian's chromium (.ci/setup installs it)"
-    artifacts = artifacts_dir()
+    artifacts = artifacts_dir("monitor")
     local = LocalAirflow(tmp_path_factory.mktemp("airflow-e2e"), artifacts)
     local.artifacts = artifacts
     try:
@@ -151,38 +145,6 @@ def airflow(tmp_path_factory):
         yield local
     finally:
         local.stop()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
-def chart_state(frame, chart_id: str) -> dict:
-    chart = frame.locator(f"#{chart_id}")
-    return {
-        "points": int(chart.get_attribute("data-points") or 0),
-        "last": chart.get_attribute("data-last"),
-        "drawing": chart.locator("svg").first.inner_html() if chart.locator("svg").count() else "",
-    }
-
-
-CHARTS = (
-    "chart-rate",
-    "chart-latency",
-    "chart-cache",
-    "chart-queue",
-    "chart-disk",
-    "chart-deadline",
-    "chart-unmatched",
-)
 
 
 def test_monitor_in_a_browser_while_a_join_runs(airflow, browser):
@@ -205,13 +167,7 @@ def test_monitor_in_a_browser_while_a_join_runs(airflow, browser):
     # everything the monitor's frames load must come from the API server (assets ship in the package)
     monitor_requests = []
     context.on("request", lambda r: monitor_requests.append(r.url) if "/semijoin/" in (r.frame.url or "") else None)
-    # log in through Airflow's own login page
-    page.goto(airflow.base + "/")
-    page.wait_for_url("**/auth/login**", timeout=30_000)
-    page.locator("input[name=username]").fill("admin")
-    page.locator("input[name=password]").fill(airflow.password)
-    page.locator("button[type=submit]").click()
-    page.wait_for_url(lambda url: "/auth/" not in url, timeout=30_000)
+    log_in(page, airflow.base, "admin", airflow.password)
 
     # the navigation entry: every running semi-join task
     page.goto(airflow.base + "/plugin/semijoin")

@@ -4,71 +4,24 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
-from pathlib import Path
 
-import pyspark
 import pytest
 from spark_jobs import assert_sinks_equal_oracle, generator_job, write_master
 
 from airflow_provider_semijoin.core.progress import parse_line
 from airflow_provider_semijoin.spark.driver import SUMMARY_PREFIX, driver_path
+from airflow_provider_semijoin.spark.standalone import spark_env, spark_home, standalone_cluster as running_cluster
 
-SPARK_HOME = str(Path(pyspark.__file__).parent)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def spark_env() -> dict:
-    return {**os.environ, "SPARK_HOME": SPARK_HOME, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+SPARK_HOME = spark_home()
 
 
 @pytest.fixture
 def standalone_cluster(tmp_path):
-    port, master_ui, worker_ui = free_port(), free_port(), free_port()
-    spark_class = f"{SPARK_HOME}/bin/spark-class"
-    daemons = [
-        subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                          "--port", str(port), "--webui-port", str(master_ui)],
-                         env=spark_env(), stdout=open(tmp_path / "master.log", "w"), stderr=subprocess.STDOUT,
-                         start_new_session=True),
-    ]
-    url = f"spark://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{master_ui}/json/", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.5)
-        daemons.append(subprocess.Popen(
-            [spark_class, "org.apache.spark.deploy.worker.Worker", "--cores", "2", "--memory", "1g",
-             "--webui-port", str(worker_ui), "--work-dir", str(tmp_path / "work"), url],
-            env=spark_env(), stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT, start_new_session=True))
-        while time.monotonic() < deadline:
-            state = json.load(urllib.request.urlopen(f"http://127.0.0.1:{master_ui}/json/", timeout=2))
-            if state.get("aliveworkers", 0) >= 1:
-                break
-            time.sleep(0.5)
-        else:
-            raise AssertionError(f"the standalone worker did not register: {(tmp_path / 'worker.log').read_text()[-2000:]}")
-        yield url, master_ui
-    finally:
-        for daemon in daemons:
-            os.killpg(daemon.pid, signal.SIGTERM)
-        for daemon in daemons:
-            daemon.wait(timeout=30)
+    with running_cluster(tmp_path) as cluster:
+        yield cluster
 
 
 def test_driver_runs_on_a_standalone_cluster_via_spark_submit(tmp_path, sqlite_backend, standalone_cluster):

@@ -63,3 +63,56 @@ def test_range_partitioner_balances_a_zipf_hot_range(sqlite_backend):
     assert first.max() > 0.7 * 20_000  # uniform cuts: the hot head of R lands on part 0
     assert second.max() < 0.5 * 20_000  # cuts moved by observed frequency
     assert (np.diff(partitioner.cut_pages()) >= 0).all()
+
+
+def test_the_generator_clock_starts_after_a_warm_up_batch():
+    """The reader's offsets (a clock passed in): an empty warm-up batch first, then ``t0``."""
+    import json
+
+    from airflow_provider_semijoin.spark.sources import WARM_UP, _generator_classes, generator_settings
+    from airflow_provider_semijoin.spark.spec import SourceSpec
+
+    settings = generator_settings(SourceSpec(kind="generator", rows_per_second=100.0, master_rows=50, seed=1))
+    reader = _generator_classes()({"settings": json.dumps(settings)}).streamReader(None)
+    now = [1000.0]
+    reader.clock = lambda: now[0]
+    start = reader.initialOffset()
+    assert start == {"row": 0, "t0": None}
+    now[0] += 60  # Spark starts (plans, Python workers): no tuple arrives meanwhile
+    assert reader.latestOffset(start, None) == WARM_UP
+    (warm_up,) = reader.partitions(start, WARM_UP)
+    assert (warm_up.start, warm_up.end) == (0, 0) and list(reader.read(warm_up)) == []
+    now[0] += 30  # the warm-up batch runs
+    first = reader.latestOffset(WARM_UP, None)
+    assert first == {"row": 1, "t0": 1090.0}  # the clock starts now: the first tuple arrives at t0
+    now[0] += 2.0
+    second = reader.latestOffset(first, None)
+    assert second == {"row": 201, "t0": 1090.0}
+    (part,) = reader.partitions(first, second)
+    (batch,) = list(reader.read(part))
+    assert batch.num_rows == 200 and batch["sj_arrival"].to_pylist()[:2] == pytest.approx([1090.01, 1090.02])
+
+
+def test_every_tuple_arrives_after_the_warm_up_batch(spark, tmp_path, sqlite_backend):
+    """A slow first micro-batch (a progress callback that takes 2 s) is not charged to any tuple:
+    the first record is the warm-up (no tuple), and every tuple arrived after it ended."""
+    import time
+
+    from airflow_provider_semijoin.spark.sinks import read_parquet_sink
+
+    store = write_master(sqlite_backend, 400)
+    spec = generator_job(tmp_path, sqlite_backend.url, store.table, total_rows=1500)
+    records = []
+
+    def slow_warm_up(record):
+        records.append(record)
+        if record["batch_id"] == 0:
+            time.sleep(2.0)
+
+    summary = run_job(spec, spark=spark, on_progress=slow_warm_up)
+    assert summary["input_rows"] == 1500 and records[0]["input_rows"] == 0 and records[0]["latency_ms_p99"] is None
+    warmed_at = records[0]["time"] + 2.0
+    arrivals = np.concatenate([read_parquet_sink(spec.sinks.matched.path)["sj_arrival"].to_numpy(),
+                               read_parquet_sink(spec.sinks.dead_letter.path)["sj_arrival"].to_numpy()])
+    assert len(arrivals) == 1500 and arrivals.min() >= warmed_at
+    assert_sinks_equal_oracle(store, spec)

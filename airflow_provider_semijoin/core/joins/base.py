@@ -22,7 +22,7 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from ..errors import ConfigError
+from ..errors import ConfigError, shown
 from ..keys import KeyType
 from ..reasons import Unmatched
 from ..stores.base import MasterPage, MasterStore
@@ -264,6 +264,9 @@ def not_in_master(row_ids: np.ndarray, schema: pa.Schema) -> JoinOutput:
     return out
 
 
+MAX_PARAM = 2**53  # larger parameters overflow SQL integers and float arithmetic: a typo, or hostile
+
+
 @dataclass(frozen=True)
 class Param:
     """A tunable parameter of an algorithm: its type, default and meaning."""
@@ -276,12 +279,14 @@ class Param:
     def coerce(self, algorithm: str, name: str, value: Any) -> Any:
         try:
             coerced = self.type(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # int(inf), float(10**400)
             raise ConfigError(
-                f"{algorithm}.{name}: {value!r} is not a valid {self.type.__name__} ({self.doc})"
+                f"{algorithm}.{name}: {shown(value)} is not a valid {self.type.__name__} ({self.doc})"
             ) from None
+        if self.type in (int, float) and not -MAX_PARAM <= coerced <= MAX_PARAM:  # NaN fails this too
+            raise ConfigError(f"{algorithm}.{name}: {shown(coerced)} is not a number between {-MAX_PARAM} and {MAX_PARAM} ({self.doc})")
         if self.minimum is not None and coerced < self.minimum:
-            raise ConfigError(f"{algorithm}.{name}: {coerced!r} must be >= {self.minimum} ({self.doc})")
+            raise ConfigError(f"{algorithm}.{name}: {shown(coerced)} must be >= {self.minimum} ({self.doc})")
         return coerced
 
 
@@ -322,6 +327,15 @@ class JoinAlgorithm:
         }
         self.counters = Counters()
         self.schema = store.schema
+        self._arguments = dict(params)
+
+    def restart(self) -> None:
+        """Forget every tuple held and everything cached of R: the same algorithm anew, on the
+        same store, its counters carrying on. :func:`..runner.run_join` does it when a lost
+        session ended R's snapshot mid-run and R moved meanwhile (:class:`..stores.SnapshotLost`)."""
+        counters = self.counters
+        type(self).__init__(self, self.store, self.memory, clock=self.clock, **self._arguments)
+        self.counters = counters
 
     # -- contract ---------------------------------------------------------------------------
     def step(self, buffer: StreamBuffer) -> JoinOutput:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
 from dataclasses import dataclass
 
@@ -29,6 +30,7 @@ import pyarrow as pa
 from ..errors import ConfigError, StoreError
 from ..keys import KeyType
 from .sql import Dialect, side_tables, table_exists
+from .versions import Overlay, overlay
 
 DEFAULT_PAGE_ROWS = 500
 
@@ -38,9 +40,14 @@ class IOCounters:
     queries: int = 0
     rows: int = 0
     seconds: float = 0.0
+    reconnects: int = 0  # sessions to the database reopened after a lost one (:mod:`.reconnect`)
+    reconnect_wait_s: float = 0.0  # seconds spent waiting for the database to come back
 
     def as_dict(self) -> dict:
-        return {"disk_queries": self.queries, "disk_rows": self.rows, "disk_s": round(self.seconds, 6)}
+        return {
+            "disk_queries": self.queries, "disk_rows": self.rows, "disk_s": round(self.seconds, 6),
+            "reconnects": self.reconnects, "reconnect_wait_s": round(self.reconnect_wait_s, 6),
+        }
 
 
 @dataclass
@@ -79,6 +86,7 @@ class PageMap:
     page_rows: int
     n_keys: int
     n_rows: int
+    bound_values: np.ndarray | None = None  # the bounds as R spells them, when keys are sort keys
 
     @property
     def n_pages(self) -> int:
@@ -86,7 +94,8 @@ class PageMap:
 
     @property
     def nbytes(self) -> int:
-        return int(self.bounds.nbytes)
+        texts = 0 if self.bound_values is None else sum(map(sys.getsizeof, self.bound_values)) + 8 * len(self.bounds)
+        return int(self.bounds.nbytes) + texts
 
     def page_of(self, keys: np.ndarray) -> np.ndarray:
         """The page of each key (``int64``); -1 where the key is outside R's key range."""
@@ -119,6 +128,10 @@ class ColumnInfo:
     declaration: str = ""  # the type to declare a copy of the column with (charset, collation)
 
 
+class SnapshotLost(StoreError):
+    """A lost session ended a snapshot of R and the version of R moved meanwhile."""
+
+
 class MasterStore:
     """Base class of the SQL stores: SQL generation, page map, conversion, counters.
 
@@ -134,6 +147,9 @@ class MasterStore:
         self.table = table
         self.key = key
         self.counters = IOCounters()
+        self._in_snapshot = False
+        if hasattr(connection, "on_reconnect"):  # a ReconnectingConnection (MySQL)
+            connection.on_reconnect = self.reconnected
         self._qt = self.dialect.quote(table, "table")
         self._qk = self.dialect.quote(key, "key column")
         columns = self._describe()
@@ -157,15 +173,18 @@ class MasterStore:
         self.schema = pa.schema([(n, by_name[n].arrow_type) for n in self.select])
         self.key_unique = self._check_index(by_name[key])
         self.key_type = self._key_type(by_name[key])
-        cols = ", ".join([self._qk] + [self.dialect.quote(n) for n in self.select])
+        cols = ", ".join([self._key_sql()] + [self.dialect.quote(n) for n in self.select])
+        self._cols_sql = cols
         self._select_sql = f"SELECT {cols} FROM {self._qt}"
+        self.key_range: tuple = (None, None)  # [lo, hi) of R this store sees (:meth:`restrict`)
+        self.read_version: int | None = None  # the version snapshots read at (:meth:`reading_at`)
+        self._overlay: Overlay | None = None
         self._page_maps: dict[int, PageMap] = {}
         self._n_rows: int | None = None
         self._costs: tuple[float, float] | None = None
         self._max_rows_per_key: int | None = None
         self._row_bytes: dict[int, float] = {}
         self._has_change_log = False
-        self._in_snapshot = False
         self.seen_version = self.version()  # what R's page maps and the caches built on it reflect
 
     # -- catalogue (per dialect) -------------------------------------------------------------
@@ -178,6 +197,11 @@ class MasterStore:
 
     def _key_width_sql(self) -> str:
         raise NotImplementedError
+
+    def _key_sql(self) -> str:
+        """The key as a loaded page holds it: the column itself (a collation's sort key in
+        :class:`.mysql.MySqlStore`, see :mod:`.collation`)."""
+        return self._qk
 
     def _check_index(self, key_column: ColumnInfo) -> bool:
         firsts = [(col, unique) for col, unique in self._indexes() if col == self.key]
@@ -226,8 +250,37 @@ class MasterStore:
         return rows[0][0] if rows else None
 
     def _page(self, where: str, params=(), suffix: str = "") -> MasterPage:
+        where, params = self._within(where, params)
+        if self._overlay is not None:  # R at an older version than this snapshot's
+            sql, params = self._overlay.query(self, self._cols_sql, where, params, suffix)
+            return self._to_page(self._execute(sql, params, raw=True))
         rows = self._execute(f"{self._select_sql} WHERE {where} ORDER BY {self._qk}{suffix}", params, raw=True)
         return self._to_page(rows)
+
+    # -- a key range of R (partitions = N: each part sees its own range only) ----------------
+    def restrict(self, lo=None, hi=None) -> "MasterStore":
+        """See only the keys in ``[lo, hi)`` of R (None: unbounded): page maps, cyclic scans,
+        loads, lookups, ``n_rows`` and the changed keys of snapshots cover that range only.
+        Call it before anything is built on the store; returns the store."""
+        self.key_range = (lo, hi)
+        self._page_maps.clear()
+        self._n_rows = self._max_rows_per_key = self._costs = None
+        self._row_bytes.clear()
+        return self
+
+    def _key_range_sql(self) -> tuple[str, list]:
+        """The key range as a SQL condition (empty when unrestricted) and its parameters."""
+        lo, hi = self.key_range
+        terms = [(f"{self._qk} >= {self.dialect.param}", lo), (f"{self._qk} < {self.dialect.param}", hi)]
+        kept = [(sql, self._bind(v)) for sql, v in terms if v is not None]
+        return " AND ".join(sql for sql, _ in kept), [v for _, v in kept]
+
+    def _within(self, where: str, params=()) -> tuple[str, list]:
+        """``where`` (may be empty) restricted to the key range."""
+        extra, extra_params = self._key_range_sql()
+        if not extra:
+            return where, list(params)
+        return (f"({where}) AND {extra}" if where else extra), [*params, *extra_params]
 
     def _to_page(self, rows: list[tuple]) -> MasterPage:
         columns = list(zip(*rows)) if rows else [()] * (1 + len(self.select))
@@ -253,7 +306,8 @@ class MasterStore:
     @property
     def n_rows(self) -> int:
         if self._n_rows is None:
-            self._n_rows = int(self._scalar(f"SELECT COUNT(*) FROM {self._qt}"))
+            where, params = self._within("")
+            self._n_rows = int(self._scalar(f"SELECT COUNT(*) FROM {self._qt}{' WHERE ' + where if where else ''}", params))
         return self._n_rows
 
     @property
@@ -263,8 +317,10 @@ class MasterStore:
             if self.key_unique:
                 self._max_rows_per_key = 1
             else:
+                where, params = self._within("")
                 self._max_rows_per_key = int(self._scalar(
-                    f"SELECT COALESCE(MAX(c), 1) FROM (SELECT COUNT(*) AS c FROM {self._qt} GROUP BY {self._qk}) g"
+                    f"SELECT COALESCE(MAX(c), 1) FROM (SELECT COUNT(*) AS c FROM {self._qt}"
+                    f"{' WHERE ' + where if where else ''} GROUP BY {self._qk}) g", params
                 ))
         return self._max_rows_per_key
 
@@ -273,13 +329,16 @@ class MasterStore:
         if not isinstance(page_rows, int) or page_rows < 1:
             raise ConfigError(f"page_rows: {page_rows!r} must be a positive integer")
         if page_rows not in self._page_maps:
-            source = self._qt if self.key_unique else f"(SELECT DISTINCT {self._qk} FROM {self._qt}) d"
+            where, within = self._within("")
+            rows_of_r = f"{self._qt}{' WHERE ' + where if where else ''}"
+            source = rows_of_r if self.key_unique else f"(SELECT DISTINCT {self._qk} FROM {rows_of_r}) d"
             p = self.dialect.param
+            texts = "" if self._key_sql() == self._qk else f", {self._qk}"  # sort keys: their text too
             rows = self._execute(
-                f"SELECT {self._qk}, rn FROM (SELECT {self._qk}, ROW_NUMBER() OVER "
+                f"SELECT {self._key_sql()}, rn{texts} FROM (SELECT {self._qk}, ROW_NUMBER() OVER "
                 f"(ORDER BY {self._qk}) AS rn FROM {source}) s "
                 f"WHERE {self.dialect.mod('rn - 1', p)} = 0 OR rn = (SELECT COUNT(*) FROM {source}) ORDER BY {self._qk}",
-                (page_rows,),
+                (*within, page_rows, *within),
             )
             keys = self.key_type.from_db([r[0] for r in rows])
             n_keys = int(rows[-1][1]) if rows else 0
@@ -291,32 +350,39 @@ class MasterStore:
                 page_rows=page_rows,
                 n_keys=n_keys,
                 n_rows=self.n_rows,
+                bound_values=np.array([r[2] for r in rows], dtype=object)[starts] if texts else None,
             )
         return self._page_maps[page_rows]
 
     def load_pages(self, page_map: PageMap, first: int, count: int = 1) -> MasterPage:
         """Pages ``first .. first+count-1`` in one index range query."""
-        lo, hi = page_map.key_range(first, count)
-        p = self.dialect.param
-        if hi is None:
-            return self._page(f"{self._qk} >= {p}", (self._bind(lo),))
-        return self._page(f"{self._qk} >= {p} AND {self._qk} < {p}", (self._bind(lo), self._bind(hi)))
+        return self._page(*self._range_sql(page_map, first, count))
 
     def load_page_runs(self, page_map: PageMap, runs: list[tuple[int, int]]) -> MasterPage:
         """Several runs ``(first, count)`` of pages in one query (an OR of index ranges)."""
         if not runs:
             return self._to_page([])
-        p = self.dialect.param
         terms, params = [], []
         for first, count in runs:
-            lo, hi = page_map.key_range(first, count)
-            if hi is None:
-                terms.append(f"{self._qk} >= {p}")
-                params.append(self._bind(lo))
-            else:
-                terms.append(f"({self._qk} >= {p} AND {self._qk} < {p})")
-                params += [self._bind(lo), self._bind(hi)]
+            where, bound = self._range_sql(page_map, first, count)
+            terms.append(f"({where})")
+            params += bound
         return self._page(" OR ".join(terms), params)
+
+    def _range_sql(self, page_map: PageMap, first: int, count: int) -> tuple[str, list]:
+        """The condition on the key selecting pages ``first .. first+count-1``, and its parameters."""
+        p = self.dialect.param
+        terms, params = [], []
+        for index, op in ((first, ">="), (first + count, "<")):
+            value = self._bound_value(page_map, index)
+            if value is not None:
+                terms.append(f"{self._qk} {op} {p}")
+                params.append(value)
+        return " AND ".join(terms) or "1 = 1", params
+
+    def _bound_value(self, page_map: PageMap, index: int):
+        """Bound ``index`` of ``page_map`` as a SQL parameter; None: no bound (after the last page)."""
+        return self._bind(page_map.bounds[index]) if index < page_map.n_pages else None
 
     def load_range(self, start_key, limit: int) -> MasterPage:
         """``key >= start_key ORDER BY key LIMIT limit``: the index-range load of the papers."""
@@ -345,7 +411,8 @@ class MasterStore:
         if self._costs is None:
             saved = IOCounters(**vars(self.counters))
             t0 = time.perf_counter()
-            start = self._scalar(f"SELECT MIN({self._qk}) FROM {self._qt}")
+            where, params = self._within("")
+            start = self._scalar(f"SELECT MIN({self._qk}) FROM {self._qt}{' WHERE ' + where if where else ''}", params)
             if start is None:  # R is empty: no row to time, and no row will ever be read
                 self.counters = saved
                 self._costs = (time.perf_counter() - t0, 1e-6)
@@ -407,16 +474,25 @@ class MasterStore:
             return 0
         return int(self._query(f"SELECT COALESCE(MAX(version), 0) FROM {self._qlog}")[0][0])
 
-    def changes_since(self, version: int) -> tuple[int, np.ndarray]:
-        """``(new version, distinct keys changed after version)``, the keys in R's key dtype."""
-        new = self.version()
+    def changes_since(self, version: int, upto: int | None = None) -> tuple[int, np.ndarray]:
+        """``(new version, distinct keys changed after version)``, the keys in R's key dtype;
+        ``upto``: the keys changed in ``(version, upto]`` (and ``upto`` as the new version).
+        A restricted store (:meth:`restrict`) hands out the keys of its range only."""
+        new = self.version() if upto is None else upto
         if new <= version:
             return new, np.zeros(0, self.key_type.dtype)
         p = self.dialect.param
+        in_range, range_params = self._key_range_sql()
+        texts = "" if self._key_sql() == self._qk else f", {self._qk}"  # sort keys: their text too
         rows = self._query(
-            f"SELECT DISTINCT {self._qk}, op FROM {self._qlog} WHERE version > {p} AND version <= {p}",
-            (int(version), new),
+            f"SELECT DISTINCT {self._key_sql()}, op{texts} FROM {self._qlog} WHERE version > {p} AND version <= {p}"
+            f"{' AND ' + in_range if in_range else ''}",
+            (int(version), new, *range_params),
         )
+        return new, self._changed_keys(rows)
+
+    def _changed_keys(self, rows: list[tuple]) -> np.ndarray:
+        """Rows ``(key, op)`` of the change log -> R's distinct changed keys, in its key dtype."""
         keys = [r[0] for r in rows]
         if self.key_type.kind == "str":
             encoded = [k.encode("utf-8") if isinstance(k, str) else bytes(k) for k in keys]
@@ -430,7 +506,7 @@ class MasterStore:
                 )
             gone = {k for k, _ in too_long}  # deleted keys longer than any key R had: never cached
             keys = [k for k in encoded if k not in gone]
-        return new, np.unique(self.key_type.from_db(keys))
+        return np.unique(self.key_type.from_db(keys))
 
     def note_changes(self, keys: np.ndarray) -> None:
         """Keys of R changed: every page map keeps covering R, so a key inserted below R's
@@ -449,8 +525,10 @@ class MasterStore:
         Yields the keys changed since :attr:`seen_version`, read from the change log inside the
         snapshot, after the page maps were widened for them (:meth:`note_changes`); the caller
         drops what it cached of them before any probe. :attr:`seen_version` becomes the
-        snapshot's version. Re-entrant: an inner snapshot is part of the outer one and yields
-        no keys. One store serves one algorithm: the changed keys are handed out once.
+        snapshot's version: the newest one, or :attr:`read_version` when set
+        (:meth:`reading_at`; R at that version through the before-images, :mod:`.versions`).
+        Re-entrant: an inner snapshot is part of the outer one and yields no keys. One store
+        serves one algorithm: the changed keys are handed out once.
         """
         if self._in_snapshot:
             yield np.zeros(0, self.key_type.dtype)
@@ -458,18 +536,55 @@ class MasterStore:
         began = self._begin_snapshot()
         self._in_snapshot = True
         try:
-            version, changed = self.changes_since(self.seen_version)
+            newest = self.version()
+            version = newest if self.read_version is None else self.read_version
+            self._overlay = overlay(self, version, newest, *self._key_range_sql())
+            low, high = sorted((self.seen_version, version))
+            changed = self.changes_since(low, high)[1]
+            if self._overlay is not None:  # keys R has at version but not at newest stay covered
+                self.note_changes(self.changes_since(version, newest)[1])
             self.note_changes(changed)
             self.seen_version = version
             yield changed
         finally:
             self._in_snapshot = False
+            self._overlay = None
             if began:
                 self._query("COMMIT")
+
+    @contextlib.contextmanager
+    def reading_at(self, version: int):
+        """Snapshots inside read R at ``version`` (chosen once for all parts of a micro-batch),
+        even when a newer one was installed meanwhile (:mod:`.versions`)."""
+        saved, self.read_version = self.read_version, int(version)
+        try:
+            yield self
+        finally:
+            self.read_version = saved
 
     def _begin_snapshot(self) -> bool:
         """Start a read transaction (True) or join one the connection already has (False)."""
         raise NotImplementedError
+
+    def reconnected(self, waited_s: float, in_snapshot: bool) -> None:
+        """The connection lost its session and opened a new one (:mod:`.reconnect`), after
+        ``waited_s`` seconds. Inside a snapshot the new session entered a new one: it must see
+        the version of R this one saw, or the tuples of the run would see two
+        (:class:`SnapshotLost`; :func:`..runner.run_join` then runs again from the start). The
+        server may have restarted with R changed: the page maps are widened to R's key range."""
+        self.counters.reconnects += 1
+        self.counters.reconnect_wait_s += waited_s
+        if in_snapshot and self._in_snapshot and self.has_change_log():
+            version = self.version()
+            if version != self.seen_version:
+                raise SnapshotLost(
+                    f"the session to the database was lost inside a snapshot of {self.table!r} at version "
+                    f"{self.seen_version}, and R is at version {version} now"
+                )
+        if self._page_maps:
+            lo, hi = self._query(f"SELECT MIN({self._qk}), MAX({self._qk}) FROM {self._qt}")[0]
+            if lo is not None:
+                self.note_changes(self.key_type.from_db([lo, hi]))
 
     def close(self) -> None:
         self.connection.close()

@@ -9,7 +9,8 @@ Spark micro-batch, an SSIJ join phase) reads R inside one snapshot
 (:meth:`.base.MasterStore.snapshot`), so it sees R before or after each batch, never a part of
 one; the change log read inside that snapshot names the keys whose cached rows are stale.
 
-Two side tables per master table R (created idempotently, names validated and quoted):
+Side tables per master table R (created idempotently, names validated and quoted), besides
+the before-images of :mod:`.versions` (what a read at an older version needs):
 
 * ``<R>__sj_changes(version, <key>, op)``: one row per key changed by an installed batch;
   ``op`` is ``U`` when the key has rows after the batch, ``D`` when it has none;
@@ -34,7 +35,8 @@ import pyarrow as pa
 
 from ..errors import ConfigError, StoreError
 from .base import MasterStore
-from .sql import MYSQL, SQLITE, DatabaseURL, dialect_of, side_tables, table_exists
+from .sql import MYSQL, SQLITE, DatabaseURL, dialect_of, refused_value_errors, side_tables, table_exists
+from .versions import create_before_table, save_before_images
 
 OPS = ("U", "D")
 BATCH = 500  # keys per DELETE ... IN (...) statement
@@ -105,6 +107,7 @@ def _create(store: MasterStore) -> tuple[str, str]:
         cursor.execute(
             f"CREATE TABLE IF NOT EXISTS {d.quote(pending)} ({seq}, op CHAR(1) NOT NULL, {qk} NOT NULL{columns}){engine}"
         )
+        create_before_table(cursor, store)
     finally:
         cursor.close()
     return d.quote(log), d.quote(pending)
@@ -159,6 +162,8 @@ def stage_changes(conn_or_url, table: str, key: str, changes: pa.Table) -> int:
                     f"VALUES ({d.placeholders(len(columns) + 1)})",
                     rows,
                 )
+        except refused_value_errors() as exc:  # a key longer than R's column, a string for a number...
+            raise ConfigError(f"changes: the database refused them for {table!r} ({exc.args[-1]})") from None
         finally:
             cursor.close()
         return len(rows)
@@ -210,17 +215,20 @@ def _install_lock(connection, cursor, table: str):
         _execute(cursor, "SELECT RELEASE_LOCK(%s)", (name,))
 
 
-def _net_rows(rows: list[tuple], unique: bool) -> dict:
-    """Per key, the rows it has after the batch: its U rows after its last D (see the module)."""
+def _net_rows(rows: list[tuple], unique: bool, collation=None) -> dict:
+    """Per key, the rows it has after the batch: its U rows after its last D (see the module).
+    In a collation (``KeyType.collation``), keys it calls equal (``'abc'``, ``'ABC '``) are one
+    key, named by its last spelling."""
+    classes = [r[1] for r in rows] if collation is None else collation.sort_keys([r[1] for r in rows])
     after: dict = {}
-    for op, key, *values in rows:
+    spelled: dict = {}
+    for (op, key, *values), cls in zip(rows, classes):
+        spelled[cls] = key
         if op == "D":
-            after[key] = []
+            after[cls] = []
         else:
-            after.setdefault(key, []).append((key, *values))
-    if unique:
-        after = {key: kept[-1:] for key, kept in after.items()}
-    return after
+            after.setdefault(cls, []).append((key, *values))
+    return {spelled[cls]: kept[-1:] if unique else kept for cls, kept in after.items()}
 
 
 def install_changes(
@@ -257,8 +265,9 @@ def install_changes(
                 if not rows:
                     return Installed(version, 0, 0)
                 version += 1
-                after = _net_rows(rows, store.key_unique)
+                after = _net_rows(rows, store.key_unique, store.key_type.collation)
                 keys = list(after)
+                save_before_images(cursor, store, version, keys)  # R at older versions stays readable
                 for at in range(0, len(keys), BATCH):
                     part = keys[at : at + BATCH]
                     cursor.execute(f"DELETE FROM {qt} WHERE {qk} IN ({d.placeholders(len(part))})", part)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
+
 from ..errors import StoreError
-from .base import ColumnInfo, MasterStore, arrow_type_for
+from ..keys import KeyType
+from .base import ColumnInfo, MasterPage, MasterStore, PageMap, arrow_type_for
+from .collation import Collation, probe
 from .sql import MYSQL, NOPAD_BINARY_COLLATIONS
 
 
@@ -15,12 +19,15 @@ class MySqlStore(MasterStore):
     ``connection`` is a DB-API connection (``MySQLdb.connect(...)``, or Airflow's
     ``MySqlHook.get_conn()``); it should be in autocommit mode, so that every query sees the
     latest committed version of R rather than one REPEATABLE READ snapshot forever. A string
-    key needs a binary NO PAD collation (``utf8mb4_nopad_bin`` on MariaDB, ``utf8mb4_0900_bin`` on
-    MySQL 8) or a ``VARBINARY`` type: the join compares keys byte
-    for byte, and only then does the index order agree with it.
+    key in a binary NO PAD collation (``utf8mb4_nopad_bin`` on MariaDB, ``utf8mb4_0900_bin`` on
+    MySQL 8) or of a ``VARBINARY`` type is compared byte for byte, as the index orders it; in any
+    other collation (``utf8mb4_general_ci``, ``utf8mb4_unicode_ci``, ``utf8mb4_0900_ai_ci``, ...)
+    keys are the collation's sort keys, so a match means what ``s.key = r.key`` means in the
+    database (see :mod:`.collation`).
     """
 
     dialect = MYSQL
+    _collation: Collation | None = None
 
     def _describe(self) -> list[ColumnInfo]:
         rows = self._catalogue(
@@ -31,12 +38,7 @@ class MySqlStore(MasterStore):
         columns = []
         for name, column_type, data_type, precision, scale, collation, charset in rows:
             if name == self.key and collation and collation not in NOPAD_BINARY_COLLATIONS:
-                raise StoreError(
-                    f"key: column {name!r} of {self.table!r} has collation {collation}; expected a "
-                    f"binary NO PAD collation {list(NOPAD_BINARY_COLLATIONS)} (ALTER TABLE {self.table} "
-                    f"MODIFY {name} {column_type} COLLATE utf8mb4_nopad_bin) so that keys compare and "
-                    "sort byte for byte"
-                )
+                self._collation = probe(self._query, self.table, name, collation, charset)
             declaration = f"{column_type} CHARACTER SET {charset} COLLATE {collation}" if collation else column_type
             columns.append(ColumnInfo(name, column_type, arrow_type_for(data_type, precision, scale), declaration))
         return columns
@@ -86,4 +88,75 @@ class MySqlStore(MasterStore):
         return True
 
     def _key_width_sql(self) -> str:
-        return f"SELECT MAX(LENGTH({self._qk})) FROM {self._qt}"
+        return f"SELECT MAX(LENGTH({self._key_sql()})) FROM {self._qt}"
+
+    # -- a key in a collation: keys are its sort keys (see .collation) ------------------------
+    def _key_sql(self) -> str:
+        return f"WEIGHT_STRING({self._qk})" if self._collation else self._qk
+
+    def _key_type(self, column: ColumnInfo) -> KeyType:
+        key_type = super()._key_type(column)
+        if not self._collation:
+            return key_type
+        self._collation.width = max(key_type.width, len(self._collation.pad_unit))
+        return KeyType("str", self._collation.width, self._collation)
+
+    def _bound_value(self, page_map: PageMap, index: int):
+        if not self._collation or index >= page_map.n_pages:
+            return super()._bound_value(page_map, index)
+        # the first page has no lower bound: keys inserted below R's smallest widen it (PageMap.cover)
+        return None if index == 0 else page_map.bound_values[index]
+
+    def _bind(self, key):
+        """A sort key (R's page bound, a stream key weighed lately) -> a text with that sort key."""
+        if not self._collation or not isinstance(key, (bytes, np.bytes_)):
+            return super()._bind(key)
+        text = self._collation.texts_of([key])[0]
+        for page_map in self._page_maps.values() if text is None else ():
+            at = int(np.searchsorted(page_map.bounds, key, side="right")) - 1
+            if at < 0 or (at == 0 and page_map.bounds[0] == key):
+                return ""  # R's first key or below: from the start
+            if page_map.bounds[at] == key:
+                return page_map.bound_values[at]
+        if text is None:
+            raise StoreError(f"key: no text with sort key {bytes(key).hex()} is known for {self.table!r}")
+        return text
+
+    def lookup(self, key) -> MasterPage:
+        if self._collation and self._collation.texts_of([key])[0] is None:
+            return self._lookup_by_page(np.asarray([key], self.key_type.dtype))
+        return super().lookup(key)
+
+    def lookup_many(self, keys: np.ndarray) -> MasterPage:
+        if not self._collation or not len(keys):
+            return super().lookup_many(keys)
+        texts = self._collation.texts_of(keys)
+        known = texts != None  # noqa: E711 (elementwise)
+        found = [self._lookup_by_page(keys[~known])] if not known.all() else []
+        if known.any():
+            where = f"{self._qk} IN ({self.dialect.placeholders(int(known.sum()))})"
+            found.append(self._page(where, texts[known].tolist()))
+        page = MasterPage.concat(found)
+        order = np.argsort(page.keys, kind="stable")  # two results: back into key order
+        return MasterPage(page.keys[order], page.rows.take(order))
+
+    def _lookup_by_page(self, keys: np.ndarray) -> MasterPage:
+        """Rows of sort keys whose text is not known: their pages, filtered by sort key."""
+        page_map = self.page_map()
+        pages = np.unique(page_map.page_of(keys))
+        loaded = MasterPage.concat([self.load_pages(page_map, int(p)) for p in pages[pages >= 0]] or [self._to_page([])])
+        keep = np.isin(loaded.keys, keys)
+        return MasterPage(loaded.keys[keep], loaded.rows.filter(keep))
+
+    def _changed_keys(self, rows: list[tuple]) -> np.ndarray:
+        if not self._collation:
+            return super()._changed_keys(rows)
+        keys, too_long = self._collation.padded([r[0] for r in rows])
+        inserted = [r[2] for r, long in zip(rows, too_long) if long and r[1] == "U"]
+        if inserted:
+            raise StoreError(
+                f"key: an installed change puts key {inserted[0]!r} into {self.table!r}, whose sort key in "
+                f"{self._collation.name} is longer than the {self.key_type.width} bytes of the longest when "
+                "the join started; keys are held at that width, so restart the join to see it"
+            )
+        return np.unique(keys[~too_long])  # deleted keys longer than any key R had: never cached

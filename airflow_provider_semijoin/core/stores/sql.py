@@ -10,23 +10,23 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import ConfigError
+from ..errors import ConfigError, shown
 
-IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")  # \Z: $ would let a final newline through
 
 
 def check_identifier(name: str, what: str) -> str:
     """Return ``name`` if it is a plain SQL identifier, else raise a ConfigError naming ``what``."""
     if not isinstance(name, str) or not IDENTIFIER.match(name):
         raise ConfigError(
-            f"{what}: {name!r} is not a valid identifier (expected letters, digits and _, "
+            f"{what}: {shown(name)} is not a valid identifier (expected letters, digits and _, "
             "starting with a letter or _, at most 64 characters)"
         )
     return name
@@ -42,10 +42,20 @@ def side_tables(table: str) -> tuple[str, str]:
     longest = max(len(CHANGES_SUFFIX), len(PENDING_SUFFIX))
     if len(table) + longest > 64:
         raise ConfigError(
-            f"table: {table!r} is too long to have change tables (at most {64 - longest} characters, "
+            f"table: {shown(table)} is too long to have change tables (at most {64 - longest} characters, "
             f"so that {table}{CHANGES_SUFFIX} is a valid identifier)"
         )
     return table + CHANGES_SUFFIX, table + PENDING_SUFFIX
+
+
+def refused_value_errors() -> tuple[type[Exception], ...]:
+    """The drivers' errors for values a database refuses (too long for a column, a constraint)."""
+    errors: list[type[Exception]] = [sqlite3.DataError, sqlite3.IntegrityError]
+    try:
+        import MySQLdb
+    except ImportError:
+        return tuple(errors)
+    return (*errors, MySQLdb.DataError, MySQLdb.IntegrityError)
 
 
 def table_exists(connection, name: str) -> bool:
@@ -107,28 +117,28 @@ class DatabaseURL:
     host: str = "127.0.0.1"
     port: int = 3306
     user: str = "root"
-    password: str = ""
+    password: str = field(default="", repr=False)  # never in a repr (logs, tracebacks)
     database: str = ""
 
     @classmethod
     def parse(cls, url: str) -> "DatabaseURL":
         if not isinstance(url, str) or "://" not in url:
             raise ConfigError(
-                f"master URL: {redact(url)!r} is not a database URL "
+                f"master URL: {shown(redact(url))} is not a database URL "
                 "(expected sqlite:///path.db or mysql://user:pass@host:port/db)"
             )
         scheme = url.split("://", 1)[0].lower()
         if scheme == "sqlite":
             path = url[len("sqlite:///"):] if url.lower().startswith("sqlite:///") else ""
             if not path:
-                raise ConfigError(f"master URL: {url!r} names no file (expected sqlite:///path.db)")
+                raise ConfigError(f"master URL: {shown(url)} names no file (expected sqlite:///path.db)")
             return cls(SQLITE, path=path)
         if scheme in ("mysql", "mysql+mysqldb", "mariadb"):
             parts = urlsplit(url)
             database = parts.path.lstrip("/")
             if not database:
                 raise ConfigError(
-                    f"master URL: {redact(url)!r} names no database (expected mysql://user:pass@host:port/db)"
+                    f"master URL: {shown(redact(url))} names no database (expected mysql://user:pass@host:port/db)"
                 )
             return cls(
                 MYSQL,
@@ -139,34 +149,59 @@ class DatabaseURL:
                 database=database,
             )
         raise ConfigError(
-            f"master URL: scheme {scheme!r} is not one of ['sqlite', 'mysql'] "
+            f"master URL: scheme {shown(scheme)} is not one of ['sqlite', 'mysql'] "
             "(expected sqlite:///path.db or mysql://user:pass@host:port/db)"
         )
 
-    def connect(self):
-        """A new DB-API connection (autocommit: every query sees the latest committed R)."""
+    @property
+    def server(self) -> str:
+        """``host:port/db`` (or the SQLite file): how messages name the database, never with credentials."""
+        return self.path if self.dialect is SQLITE else f"{self.host}:{self.port}/{self.database}"
+
+    def connect(self, retry_max_s: float | None = None):
+        """A new DB-API connection (autocommit: every query sees the latest committed R).
+
+        MySQL: a :class:`.reconnect.ReconnectingConnection` that survives a lost session,
+        retrying for up to ``retry_max_s`` seconds (default 120, ``[semijoin] db_retry_max_s``).
+        """
         if self.dialect is SQLITE:
             path = Path(self.path)
             if path.parent and not path.parent.exists():
-                raise ConfigError(f"master URL: folder {str(path.parent)!r} does not exist")
+                raise ConfigError(f"master URL: folder {shown(str(path.parent))} does not exist")
             return sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         import MySQLdb  # mysqlclient; imported late so SQLite users never need it
 
+        from .reconnect import DEFAULT_RETRY_MAX_S, ReconnectingConnection, RetryPolicy
+
+        policy = RetryPolicy(DEFAULT_RETRY_MAX_S if retry_max_s is None else retry_max_s)
         try:
-            return MySQLdb.connect(
-                host=self.host,
-                port=self.port,
-                user=self.user,
-                passwd=self.password,
-                db=self.database,
-                charset="utf8mb4",
-                autocommit=True,
-            )
+            return ReconnectingConnection(self._mysql_session, self.server, policy)
         except MySQLdb.OperationalError as exc:
             raise ConfigError(
                 f"master URL: cannot connect to MySQL at {self.user}@{self.host}:{self.port}/"
                 f"{self.database} ({exc.args[-1]})"
             ) from None
+
+    def _mysql_session(self):
+        """One raw mysqlclient session. The read timeout bounds how long a query waits on a
+        server that stopped answering (then the session counts as lost and is reopened)."""
+        import MySQLdb
+
+        return MySQLdb.connect(
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            passwd=self.password,
+            db=self.database,
+            charset="utf8mb4",
+            autocommit=True,
+            connect_timeout=10,
+            read_timeout=MYSQL_READ_TIMEOUT_S,
+            write_timeout=MYSQL_READ_TIMEOUT_S,
+        )
+
+
+MYSQL_READ_TIMEOUT_S = 120  # longer than any one page or partition load takes
 
 
 def _max_bytes(column) -> int:
@@ -221,6 +256,7 @@ def dialect_of(connection) -> Dialect:
     """The dialect of a DB-API connection (``sqlite3`` or a MySQL driver's)."""
     if isinstance(connection, sqlite3.Connection):
         return SQLITE
+    connection = getattr(connection, "wrapped_connection", connection)  # a ReconnectingConnection
     module = type(connection).__module__
     if module.startswith(("MySQLdb", "pymysql", "mysql")):
         return MYSQL

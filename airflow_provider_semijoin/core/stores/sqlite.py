@@ -6,7 +6,10 @@ import sqlite3
 
 import pyarrow as pa
 
+from ..errors import StoreError
+from ..keys import KeyType
 from .base import ColumnInfo, MasterStore
+from .collation import SQLITE_COLLATIONS, FoldedCollation
 from .sql import SQLITE
 
 
@@ -40,17 +43,37 @@ class SqliteStore(MasterStore):
         rows = self.connection.execute(f"PRAGMA table_info({self._qt})").fetchall()
         return [ColumnInfo(r[1], r[2], _sqlite_arrow_type(r[2]), r[2]) for r in rows]
 
+    def _index_columns(self):
+        """``(unique, key columns)`` of every index: ``index_xinfo`` rows (seqno, cid, name,
+        desc, collation, key)."""
+        for _, name, unique, *_ in self.connection.execute(f"PRAGMA index_list({self._qt})").fetchall():
+            info = self.connection.execute(f"PRAGMA index_xinfo({SQLITE.quote_char}{name}{SQLITE.quote_char})")
+            yield bool(unique), [row for row in info.fetchall() if row[5]]
+
     def _indexes(self) -> list[tuple[str, bool]]:
         found = []
-        for _, name, unique, *_ in self.connection.execute(f"PRAGMA index_list({self._qt})"):
-            info = self.connection.execute(f"PRAGMA index_info({SQLITE.quote_char}{name}{SQLITE.quote_char})").fetchall()
-            if info:
-                found.append((info[0][2], bool(unique) and len(info) == 1))  # UNIQUE (nk, v): nk repeats
+        for unique, columns in self._index_columns():
+            if columns:
+                found.append((columns[0][2], unique and len(columns) == 1))  # UNIQUE (nk, v): nk repeats
         # an INTEGER PRIMARY KEY is the rowid itself: indexed and unique, but not in index_list
         for _, name, declared, _, _, pk in self.connection.execute(f"PRAGMA table_info({self._qt})"):
             if pk == 1 and declared.upper() == "INTEGER":
                 found.append((name, True))
         return found
+
+    def _key_type(self, column: ColumnInfo) -> KeyType:
+        """A string key in ``NOCASE`` or ``RTRIM`` (its index's collation, which is the column's
+        unless the index says otherwise) is compared as the collation compares it."""
+        key_type = super()._key_type(column)
+        names = {cols[0][4].upper() for _, cols in self._index_columns() if cols and cols[0][2] == self.key}
+        if key_type.kind != "str" or names <= {"BINARY"}:
+            return key_type
+        if len(names) > 1 or not names <= set(SQLITE_COLLATIONS):
+            raise StoreError(
+                f"key: the indexes of {self.table!r} on {self.key!r} have collations {sorted(names)}; "
+                f"expected one of {list(SQLITE_COLLATIONS)}"
+            )
+        return KeyType("str", key_type.width, FoldedCollation(names.pop(), key_type.width))
 
     def _begin_snapshot(self) -> bool:
         """A read transaction: its snapshot starts with its first read (in WAL mode, installs go

@@ -75,6 +75,7 @@
       tile("Queue", fmt.count(r.peak_queue_tuples), `${fmt.count(r.queue_tuples)} held after the batch`),
       tile("Disk queries", fmt.perSecond(lastOf(cols.disk_queries_per_s)), `${fmt.count(r.disk_queries)} queries, ${fmt.count(r.disk_rows)} rows in the batch`),
       tile("Deadline misses", fmt.count(r.total_deadline_misses), `${fmt.count(r.deadline_misses)} in the batch`),
+      tile("Reconnects", fmt.count(r.total_reconnects || 0), `${fmt.ms(1000 * (r.total_reconnect_wait_s || 0))} waiting for the database`),
       tile("Unmatched", fmt.count(r.total_unmatched), reasons || null),
       tile("Input", fmt.count(r.total_input_rows), `${fmt.count(r.total_matched)} matched`),
       // the version of the master table each join step read in the batch (updates, SSIJ sec. IV-E)

@@ -1,0 +1,76 @@
+"""OpenLineage: what a semi-join task reads and writes, in the form Airflow's OpenLineage provider
+takes from an operator's ``get_openlineage_facets_on_complete`` (an ``OperatorLineage`` of input
+and output datasets).
+
+Inputs are the stream source and the master table of every join step; outputs the matched and
+the dead-letter sinks. Dataset names follow the OpenLineage naming spec:
+
+* MySQL/MariaDB table: namespace ``mysql://{host}:{port}``, name ``{database}.{table}``;
+* local files (a landing folder, a Parquet sink): namespace ``file``, name the absolute path;
+* Kafka (a ``spark`` source of format ``kafka``): ``kafka://{first bootstrap server}``, the topic;
+* SQLite, which the spec does not list: namespace ``sqlite://{this host's name}``, name
+  ``{absolute path of the database file}.{table}`` (the file is the database, as in MySQL's form).
+
+The built-in generator is no dataset (nothing outside the task holds its tuples), nor is a Spark
+source without a path or Kafka topic; they are left out. The provider is the optional extra
+``openlineage``: without it Airflow never calls the method, and nothing here is imported.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from ..core.stores.sql import MYSQL, DatabaseURL
+
+
+def table_dataset(url: str, table: str) -> tuple[str, str]:
+    """(namespace, name) of a table in the database of ``url`` (no credentials in either)."""
+    parsed = DatabaseURL.parse(url)
+    if parsed.dialect is MYSQL:
+        return f"mysql://{parsed.host}:{parsed.port}", f"{parsed.database}.{table}"
+    return f"sqlite://{socket.gethostname()}", f"{os.path.abspath(parsed.path)}.{table}"
+
+
+def file_dataset(path: str) -> tuple[str, str]:
+    return "file", os.path.abspath(path)
+
+
+def source_datasets(source) -> list[tuple[str, str]]:
+    """The stream source as datasets: a landing folder, a Kafka topic, or none."""
+    if source.kind == "files":
+        return [file_dataset(source.path)]
+    options = source.options or {}
+    if source.kind == "spark" and source.format == "kafka" and options.get("subscribe"):
+        server = str(options.get("kafka.bootstrap.servers", "")).split(",")[0].strip()
+        return [(f"kafka://{server}", topic.strip()) for topic in str(options["subscribe"]).split(",")]
+    if source.kind == "spark" and options.get("path"):
+        return [file_dataset(options["path"])]
+    return []
+
+
+def target_dataset(target) -> tuple[str, str]:
+    """A sink (Parquet folder or table) as a dataset."""
+    if target.kind == "table":
+        return table_dataset(target.url, target.table)
+    return file_dataset(target.path)
+
+
+def job_datasets(spec) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(inputs, outputs) of a :class:`~..spark.spec.JobSpec`, each without repeats, in order."""
+    inputs = source_datasets(spec.source) + [table_dataset(s.master.url, s.master.table) for s in spec.steps]
+    outputs = [target_dataset(spec.sinks.matched), target_dataset(spec.sinks.dead_letter)]
+    return list(dict.fromkeys(inputs)), list(dict.fromkeys(outputs))
+
+
+def operator_lineage(spec):
+    """The ``OperatorLineage`` of a job (imports the OpenLineage provider: call it only from the
+    provider's hooks)."""
+    from airflow.providers.common.compat.openlineage.facet import Dataset
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
+    inputs, outputs = job_datasets(spec)
+    return OperatorLineage(
+        inputs=[Dataset(namespace=ns, name=name) for ns, name in inputs],
+        outputs=[Dataset(namespace=ns, name=name) for ns, name in outputs],
+    )
