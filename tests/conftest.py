@@ -128,6 +128,14 @@ def mysql_backend(mysql_url):
     db.close()
 
 
+@pytest.fixture(scope="module")
+def module_mysql_backend(mysql_url):
+    """One :class:`Backend` on MySQL/MariaDB shared by a module's tests (fixtures that build masters once)."""
+    db = Backend("mysql", mysql_url)
+    yield db
+    db.close()
+
+
 class DemoRun:
     """``semijoin demo`` at a small size, run once per session in a process of its own."""
 

@@ -39,6 +39,9 @@ SMALL = (  # README size -> the size run here
     ("--rows 200000", "--rows 4000"),
     ("--warmup 5", "--warmup 0.5"),
     ("--window 10", "--window 1"),
+    ("--minutes 30", "--minutes 0.25"),
+    ("--update-every 20", "--update-every 5"),
+    ("--kill-every 15", "--kill-every 4"),
 )
 
 
@@ -85,11 +88,13 @@ def test_every_semijoin_command_runs_at_a_small_size(tmp_path):
         small = command
         for big, little in SMALL:
             small = small.replace(big, little)
-        proc = subprocess.run([BIN / "semijoin", *shlex.split(small)[1:]], cwd=tmp_path, capture_output=True,
+        proc = subprocess.run([BIN / "semijoin", *shlex.split(small, comments=True)[1:]], cwd=tmp_path, capture_output=True,
                               text=True, timeout=300)
         assert proc.returncode == 0, f"{small}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
         if command.startswith("semijoin bench"):
             assert re.search(r"noperm\s+hybridjoin\s+[\d,]+", proc.stdout), proc.stdout
+        if command.startswith("semijoin soak"):
+            assert "exactly once: yes" in proc.stdout and (tmp_path / "soak" / "soak.csv").exists(), proc.stdout
         if command.startswith("semijoin algorithms"):
             assert "cachejoin-pq" in proc.stdout and "ssij" in proc.stdout
     stats = json.loads((tmp_path / "stats.json").read_text())

@@ -120,17 +120,14 @@ def stream_for(bases: list[str], rng: np.random.Generator, n: int) -> list:
 
 
 @pytest.fixture(scope="module")
-def general(request, mysql_url):
+def general(module_mysql_backend):
     """A unique and a 1:K master in utf8mb4_general_ci, and a stream of other spellings."""
-    from conftest import Backend
-
-    db = Backend("mysql", mysql_url)
+    db = module_mysql_backend
     rng = np.random.default_rng(14)
     bases = words(150, rng)
     unique = Master(db, GENERAL, [spelling(w, rng) for w in bases], unique=True)
     one_to_k = Master(db, GENERAL, [spelling(w, rng) for w in bases for _ in range(int(rng.integers(1, 4)))], unique=False)
-    yield {"unique": unique, "1:K": one_to_k, "stream": stream_for(bases, rng, 400)}
-    db.close()
+    return {"unique": unique, "1:K": one_to_k, "stream": stream_for(bases, rng, 400)}
 
 
 @pytest.mark.mysql
@@ -173,16 +170,13 @@ def test_random_strings_join_as_the_database_does(mysql_backend, keys, stream, c
 
 
 @pytest.fixture(scope="module")
-def per_char(mysql_url):
+def per_char(module_mysql_backend):
     """The two collations whose stream keys are weighed here, not by the server (12 characters wide)."""
-    from conftest import Backend
-
-    db = Backend("mysql", mysql_url)
+    db = module_mysql_backend
     collations = [probe(db.execute, "r", "nk", name, "utf8mb4") for name in (GENERAL, "utf8mb4_general_nopad_ci")]
     for collation in collations:
         collation.width = 24
-    yield collations
-    db.close()
+    return collations
 
 
 @pytest.mark.mysql
