@@ -52,7 +52,8 @@ def test_page_map_pages_hold_page_rows_consecutive_keys(backend, page_rows):
     assert pm.page_of(between[:-1]).tolist() == [i // page_rows for i in range(len(KEYS) - 1)]
     outside = np.array([KEYS[0] - 1, -(2**63), KEYS[-1] + 1, 2**63 - 1])
     assert pm.page_of(outside).tolist() == [-1, -1, -1, -1]
-    assert pm.nbytes == 8 * n_pages
+    assert pm.sizes.tolist() == [page_rows] * (n_pages - 1) + [len(KEYS) - page_rows * (n_pages - 1)]
+    assert pm.nbytes == 16 * n_pages  # bounds and sizes
     assert store.page_map(page_rows) is pm  # cached
 
 
@@ -63,6 +64,7 @@ def test_page_map_counts_distinct_keys_of_a_one_to_k_master(backend):
     assert store.key_unique is False
     pm = store.page_map(2)
     assert pm.bounds.tolist() == [1, 4, 7] and pm.n_keys == 6 and pm.n_rows == len(keys)
+    assert pm.sizes.tolist() == [3, 3, 3] and pm.max_page_rows == 3  # rows of keys 1-2, 4-5, 7-8
     page = store.load_pages(pm, 1)
     assert page.keys.tolist() == [4, 5, 5] and page.rows["id"].to_pylist() == [3, 4, 5]
     assert store.lookup(8).keys.tolist() == [8, 8]

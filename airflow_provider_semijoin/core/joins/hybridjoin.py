@@ -32,9 +32,11 @@ PAGE_ROWS_RANGE = (64, 8192)
 
 def auto_page_rows(query_s: float, row_s: float) -> int:
     """Rows per page from the measured costs: a load of ``4*S/T`` rows spends 80% of its time
-    reading rows rather than on the round trip, the flat part of HYBRIDJOIN's Fig. 6 curve."""
+    reading rows rather than on the round trip, the flat part of HYBRIDJOIN's Fig. 6 curve;
+    rounded to a power of two, so that runs measuring slightly different costs share the page
+    map kept beside R (:mod:`..stores.pagemaps`)."""
     lo, hi = PAGE_ROWS_RANGE
-    return int(min(hi, max(lo, round(4 * query_s / row_s))))
+    return int(min(hi, max(lo, 2 ** round(math.log2(max(4 * query_s / row_s, 1.0))))))
 
 
 class HybridJoin(PagedJoin):
@@ -51,7 +53,7 @@ class HybridJoin(PagedJoin):
         query_s, row_s = store.calibrate()
         page_rows = self.settings["page_rows"] or auto_page_rows(query_s, row_s)
         self.page_map = store.page_map(page_rows)
-        self._disk_buffer_bytes = int(math.ceil(page_rows * store.row_bytes(self.page_map)))
+        self._disk_buffer_bytes = int(math.ceil(self.page_map.max_page_rows * store.row_bytes(self.page_map)))
         budget = self.memory - self._disk_buffer_bytes - self.page_map.nbytes - self._reserved_bytes()
         capacity = StreamTable.capacity_for(budget, self.page_map.n_pages, store.key_type.itemsize)
         if capacity < 1:

@@ -63,7 +63,7 @@ class MeshJoin(PagedJoin):
         super().__init__(store, memory, **kwargs)
         self.page_map = store.page_map(self.settings["page_rows"])
         n_pages = max(self.page_map.n_pages, 1)
-        page_bytes = self.settings["page_rows"] * store.row_bytes(self.page_map)
+        page_bytes = self.page_map.max_page_rows * store.row_bytes(self.page_map)
         key_size = store.key_type.itemsize
 
         def capacity_for(disk_buffer_bytes):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import sys
 import time
 from dataclasses import dataclass
 
@@ -29,6 +28,8 @@ import pyarrow as pa
 
 from ..errors import ConfigError, StoreError
 from ..keys import KeyType
+from . import pagemaps
+from .pagemaps import PageMap
 from .sql import Dialect, side_tables, table_exists
 from .versions import Overlay, overlay
 
@@ -70,54 +71,6 @@ class MasterPage:
         if len(pages) == 1:
             return pages[0]
         return cls(np.concatenate([p.keys for p in pages]), pa.concat_tables([p.rows for p in pages]))
-
-
-@dataclass(eq=False)
-class PageMap:
-    """Page boundaries of R: page ``p`` holds keys in ``[bounds[p], bounds[p+1])``.
-
-    The last page ends at ``max_key``. ``n_keys`` is the number of distinct keys of R. The map
-    of an empty R has one page that covers no key (``max_key < bounds[0]``), so that keys
-    inserted later (:meth:`cover`) have a page to live on.
-    """
-
-    bounds: np.ndarray
-    max_key: object
-    page_rows: int
-    n_keys: int
-    n_rows: int
-    bound_values: np.ndarray | None = None  # the bounds as R spells them, when keys are sort keys
-
-    @property
-    def n_pages(self) -> int:
-        return len(self.bounds)
-
-    @property
-    def nbytes(self) -> int:
-        texts = 0 if self.bound_values is None else sum(map(sys.getsizeof, self.bound_values)) + 8 * len(self.bounds)
-        return int(self.bounds.nbytes) + texts
-
-    def page_of(self, keys: np.ndarray) -> np.ndarray:
-        """The page of each key (``int64``); -1 where the key is outside R's key range."""
-        pages = np.searchsorted(self.bounds, keys, side="right").astype(np.int64) - 1
-        if self.n_pages:
-            pages[keys > self.max_key] = -1
-        return pages
-
-    def cover(self, lo, hi) -> None:
-        """Widen the key range to include ``[lo, hi]`` (keys inserted into R, SSIJ sec. IV-E):
-        the first page starts at ``lo`` at the latest, the last ends at ``hi`` at the earliest.
-        Changed in place: every algorithm holding this map sees it."""
-        if self.max_key < self.bounds[0]:  # covers nothing yet: R was empty
-            self.bounds[0], self.max_key = lo, hi
-            return
-        self.bounds[0] = min(self.bounds[0], lo)
-        self.max_key = max(self.max_key, hi)
-
-    def key_range(self, first: int, count: int = 1) -> tuple:
-        """``(lo, hi)`` of pages ``first .. first+count-1``; ``hi`` is None for the last page."""
-        last = first + count
-        return self.bounds[first], (self.bounds[last] if last < self.n_pages else None)
 
 
 @dataclass
@@ -180,7 +133,6 @@ class MasterStore:
         self.read_version: int | None = None  # the version snapshots read at (:meth:`reading_at`)
         self._overlay: Overlay | None = None
         self._page_maps: dict[int, PageMap] = {}
-        self._n_rows: int | None = None
         self._costs: tuple[float, float] | None = None
         self._max_rows_per_key: int | None = None
         self._row_bytes: dict[int, float] = {}
@@ -264,7 +216,7 @@ class MasterStore:
         Call it before anything is built on the store; returns the store."""
         self.key_range = (lo, hi)
         self._page_maps.clear()
-        self._n_rows = self._max_rows_per_key = self._costs = None
+        self._max_rows_per_key = self._costs = None
         self._row_bytes.clear()
         return self
 
@@ -305,10 +257,9 @@ class MasterStore:
     # -- the store protocol ------------------------------------------------------------------
     @property
     def n_rows(self) -> int:
-        if self._n_rows is None:
-            where, params = self._within("")
-            self._n_rows = int(self._scalar(f"SELECT COUNT(*) FROM {self._qt}{' WHERE ' + where if where else ''}", params))
-        return self._n_rows
+        """The rows of R (in the key range): from a page map (built if none is)."""
+        maps = list(self._page_maps.values()) or [self.page_map()]
+        return maps[0].n_rows
 
     @property
     def max_rows_per_key(self) -> int:
@@ -325,34 +276,75 @@ class MasterStore:
         return self._max_rows_per_key
 
     def page_map(self, page_rows: int = DEFAULT_PAGE_ROWS) -> PageMap:
-        """The page map for pages of ``page_rows`` distinct keys (one query, then cached)."""
+        """The page map for pages of ``page_rows`` distinct keys, cached: read from the map kept
+        beside R when it is current (O(pages), :mod:`.pagemaps`), else built by one query over
+        R's index and kept there for the next opening."""
         if not isinstance(page_rows, int) or page_rows < 1:
             raise ConfigError(f"page_rows: {page_rows!r} must be a positive integer")
         if page_rows not in self._page_maps:
-            where, within = self._within("")
-            rows_of_r = f"{self._qt}{' WHERE ' + where if where else ''}"
-            source = rows_of_r if self.key_unique else f"(SELECT DISTINCT {self._qk} FROM {rows_of_r}) d"
-            p = self.dialect.param
-            texts = "" if self._key_sql() == self._qk else f", {self._qk}"  # sort keys: their text too
-            rows = self._execute(
-                f"SELECT {self._key_sql()}, rn{texts} FROM (SELECT {self._qk}, ROW_NUMBER() OVER "
-                f"(ORDER BY {self._qk}) AS rn FROM {source}) s "
-                f"WHERE {self.dialect.mod('rn - 1', p)} = 0 OR rn = (SELECT COUNT(*) FROM {source}) ORDER BY {self._qk}",
-                (*within, page_rows, *within),
-            )
-            keys = self.key_type.from_db([r[0] for r in rows])
-            n_keys = int(rows[-1][1]) if rows else 0
-            starts = np.array([(int(r[1]) - 1) % page_rows == 0 for r in rows], dtype=bool)
-            nothing = self.key_type.dtype.type(0 if self.key_type.kind == "int" else b"")
-            self._page_maps[page_rows] = PageMap(  # an empty R: one page covering no key
-                bounds=keys[starts] if rows else np.array([nothing + 1 if self.key_type.kind == "int" else b"\x01"], self.key_type.dtype),
-                max_key=keys[-1] if rows else nothing,
-                page_rows=page_rows,
-                n_keys=n_keys,
-                n_rows=self.n_rows,
-                bound_values=np.array([r[2] for r in rows], dtype=object)[starts] if texts else None,
-            )
+            stamp = self._map_stamp() if self.key_range == (None, None) else None
+            page_map = None if stamp is None else pagemaps.load(self, page_rows, stamp)
+            if page_map is None:
+                version = self.version()  # read before R is: a change meanwhile makes the kept map old
+                page_map = self._build_page_map(page_rows)
+                if stamp is not None:
+                    pagemaps.save(self, page_map, version, stamp)
+            self._page_maps[page_rows] = page_map
         return self._page_maps[page_rows]
+
+    def _build_page_map(self, page_rows: int) -> PageMap:
+        """One pass over R's index: the first key of every ``page_rows``-th distinct key, with the
+        row number of its first row (so the rows of each page), R's row and key counts."""
+        where, within = self._within("")
+        rows_of_r = f"{self._qt}{' WHERE ' + where if where else ''}"
+        p = self.dialect.param
+        texts = "" if self._key_sql() == self._qk else f", {self._qk}"  # sort keys: their text too
+        order = f"OVER (ORDER BY {self._qk})"
+        if self.key_unique:  # kn: the key's number, rn: its first row's, c: rows up to it, n: rows of R
+            numbers = f"ROW_NUMBER() {order} AS kn"
+            kn = rn = c = "kn"
+        else:
+            numbers = (f"DENSE_RANK() {order} AS kn, COUNT(*) {order} AS c, "
+                       f"COUNT(*) OVER (PARTITION BY {self._qk}) AS k_rows")
+            kn, rn, c = "kn", "c - k_rows + 1", "c"
+        rows = self._execute(
+            f"SELECT {self._key_sql()}, {kn}, {rn}, n{texts} FROM (SELECT {self._qk}, {numbers}, COUNT(*) OVER () AS n "
+            f"FROM {rows_of_r}) s WHERE {self.dialect.mod('kn - 1', p)} = 0 OR {c} = n ORDER BY kn",
+            (*within, page_rows),
+        )
+        if not rows:  # an empty R: one page covering no key
+            nothing = self.key_type.dtype.type(0 if self.key_type.kind == "int" else b"")
+            first = nothing + 1 if self.key_type.kind == "int" else b"\x01"
+            return PageMap(np.array([first], self.key_type.dtype), nothing, page_rows, 0, 0)
+        keys = self.key_type.from_db([r[0] for r in rows])
+        starts = np.array([(int(r[1]) - 1) % page_rows == 0 and (i == 0 or rows[i - 1][1] != r[1])
+                           for i, r in enumerate(rows)], dtype=bool)
+        n_rows = int(rows[-1][3])
+        first_rows = np.array([int(r[2]) for r in rows], np.int64)[starts]
+        return PageMap(
+            bounds=keys[starts],
+            max_key=keys[-1],
+            page_rows=page_rows,
+            n_keys=int(rows[-1][1]),
+            n_rows=n_rows,
+            bound_values=np.array([r[4] for r in rows], dtype=object)[starts] if texts else None,
+            sizes=np.diff(np.append(first_rows, n_rows + 1)),
+        )
+
+    def _map_stamp(self) -> str | None:
+        """What tells a page map kept beside R whether R changed since (None: maps are not kept)."""
+        return None
+
+    def _key_ends(self, text: bool = False) -> tuple:
+        """R's smallest and largest key (two index dives): as page keys, or ``text``: as R spells them."""
+        column = self._qk if text else self._key_sql()
+        rows = self._query(
+            f"SELECT {column} FROM (SELECT MIN({self._qk}) AS {self._qk} FROM {self._qt} "
+            f"UNION ALL SELECT MAX({self._qk}) FROM {self._qt}) m"
+        )
+        if rows[0][0] is None:
+            return None, None
+        return (rows[0][0], rows[1][0]) if text else tuple(self.key_type.from_db([rows[0][0], rows[1][0]]))
 
     def load_pages(self, page_map: PageMap, first: int, count: int = 1) -> MasterPage:
         """Pages ``first .. first+count-1`` in one index range query."""

@@ -87,6 +87,16 @@ class MySqlStore(MasterStore):
         self._query("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
         return True
 
+    def _map_stamp(self) -> str:
+        """InnoDB's last change of R (kept in memory by the server) and R's smallest and largest
+        key: a map kept beside R (:mod:`.pagemaps`) at R's version but another stamp is rebuilt."""
+        updated = self._query(
+            "SELECT UPDATE_TIME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+            (self.table,),
+        )
+        lo, hi = self._key_ends(text=True)
+        return f"{updated[0][0] if updated else None}|{lo!r}|{hi!r}"[:400]
+
     def _key_width_sql(self) -> str:
         return f"SELECT MAX(LENGTH({self._key_sql()})) FROM {self._qt}"
 
