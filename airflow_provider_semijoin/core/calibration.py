@@ -166,6 +166,13 @@ class MemoryStore:
     def calibrate(self, *_, **__) -> tuple[float, float]:
         return self._costs
 
+    def kept_page_rows(self) -> list[int]:
+        return []
+
+    def calibrate_in(self, *_, **__) -> tuple[float, float]:
+        """No IN lookups here: an IN query costs more than any page, so every page is range-loaded."""
+        return math.inf, 0.0
+
     def page_map(self, page_rows: int = DEFAULT_PAGE_ROWS) -> PageMap:
         if page_rows not in self._maps:
             keys = self.keys
@@ -440,22 +447,6 @@ class _Calibration:
         self.c["c_hit_big"] = self.c["c_hit"] + max(hit - miss, 0.0)
 
 
-def _in_list_costs(store: MasterStore, clock: Clock, rng: np.random.Generator) -> tuple[float, float]:
-    """``(fixed, per key)`` seconds of ``IN (...)`` lookups on ``store`` (keys of its first rows)."""
-    keys = first_rows(store).keys
-    few, many = 1, min(200, len(keys))
-    if many < 2:
-        return store.calibrate()
-    saved = IOCounters(**vars(store.counters))
-    try:
-        def timed(n):
-            chosen = np.sort(rng.choice(keys, n, replace=False))
-            return _time(clock, lambda: store.lookup_many(chosen), repeat=3)
-        return _line(timed(few), timed(many), few, many)
-    finally:
-        store.counters = saved
-
-
 IO_SAMPLE_ROWS = (256, 2048, 16384)  # sizes of the range loads io_samples fits S and T to: those of
 # HYBRIDJOIN's pages up to MESHJOIN's partitions (the cost per row grows with the size of a result)
 
@@ -527,6 +518,6 @@ def calibrate(
     run.page_join()
     run.iterations()
     run.front_stage()
-    in_query_s, in_key_s = _in_list_costs(store, clock, rng) if store is not None else (query_s, row_s)
+    in_query_s, in_key_s = store.calibrate_in() if store is not None else (query_s, row_s)
     values = {"query_s": query_s, "row_s": row_s, **run.c, "in_query_s": in_query_s, "in_key_s": in_key_s}
     return ComponentCosts(**{k: max(float(v), FLOOR) for k, v in values.items()})

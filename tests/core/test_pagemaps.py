@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_semijoin.core.joins import create
+from airflow_provider_semijoin.core.joins.hybridjoin import auto_page_rows
 from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
 from airflow_provider_semijoin.core.runner import run_join
 from airflow_provider_semijoin.core.stores import install_changes, store_for
@@ -100,3 +101,13 @@ def test_a_restricted_store_keeps_no_map(mysql_backend):
     part = store.page_map(5)
     assert part.bounds.tolist() == list(range(100, 300, 50)) and part.n_rows == 20
     assert not table_exists(mysql_backend.connection, pages_table(store.table))
+
+
+def test_hybridjoin_takes_a_kept_page_size_near_the_measured_one(mysql_backend):
+    assert auto_page_rows(1e-3, 1e-6) == 4096  # 4*S/T = 4000, rounded to a power of two
+    assert auto_page_rows(1e-3, 1e-6, kept=[512, 2048]) == 2048  # within a factor of 2: kept
+    assert auto_page_rows(1e-3, 1e-6, kept=[512, 9000]) == 4096  # none near enough (or in range)
+    store = mysql_backend.make_master(master(KEYS))
+    assert store.kept_page_rows() == []
+    store.page_map(5), store.page_map(64)
+    assert reopen(mysql_backend, store).kept_page_rows() == [5, 64]

@@ -90,3 +90,28 @@ def test_hybridjoin_pq_schedules_the_page_of_a_hot_key(backend):
     run = run_join(algorithm, stream, "sk")
     assert_exact(store, stream, run)
     assert run.stats["pq_loads"] > 0
+
+
+@pytest.mark.parametrize("name", HYBRIDS)
+def test_a_page_with_few_waiting_keys_is_probed_by_an_in_list(backend, name):
+    store = backend.make_master(master_of(range(0, 40_000, 2)))  # 4 pages of 5000 keys
+    keys = [4, 4, 9998, 14_002, 39_998, 40_000, -1, 24_690, 24_691]
+    stream = stream_of(keys)
+    algorithm = create(name, store, 4 << 20, {"page_rows": 5000})
+    loads = record_loads(store)
+    run = run_join(algorithm, stream, "sk")
+    assert_exact(store, stream, run)
+    # 2, 1, 2 and 1 distinct keys wait on pages 0-3: one IN query each costs less than 5000 rows
+    assert loads == [] and run.stats["in_loads"] == 4 and run.stats["loads"] == 4
+
+
+@pytest.mark.parametrize("name", HYBRIDS)
+def test_pages_are_range_loaded_when_an_in_list_costs_more(backend, name):
+    store = backend.make_master(master_of(range(0, 400, 2)))
+    store._in_costs = (1.0, 1.0)  # an IN query dearer than any page, as if so measured
+    stream = stream_of([4, 4, 98, 140, 398, 400, -1])
+    algorithm = create(name, store, 1 << 20, {"page_rows": 50})
+    loads = record_loads(store)
+    run = run_join(algorithm, stream, "sk")
+    assert_exact(store, stream, run)
+    assert sorted(loads) == [(0, 1), (1, 1), (3, 1)] and "in_loads" not in run.stats

@@ -11,6 +11,13 @@ tuple of H_S in that range completes when the page is joined - matched, or ``not
 so a key absent from R leaves on its first load instead of stalling the queue (the paper does
 not say what happens then). A key outside R's key range leaves on entry, without I/O.
 
+The papers assume H_S is full, so that a page load serves many tuples. A short stream (or the
+tail of one) leaves few distinct keys waiting on a page; then fetching just those keys with one
+``IN (...)`` query costs less than the page (issue 12). For each page due, the access path is
+chosen from the calibrated costs: the range load costs ``S + T * rows of the page``, the probe
+``S_in + c_in * distinct waiting keys`` (:meth:`..stores.base.MasterStore.calibrate_in`); both
+complete the same tuples, so the choice changes the I/O, never the result.
+
 HYBRIDJOIN-L and HYBRIDJOIN-PQ: M. A. Naeem, G. Weber, C. Lutteroth, "A Priority Queue of
 Frequent Pages..." (pq-frequent-pages): sec. 3.1 (early lookup element at about 30% of the
 queue) and sec. 4 (priority queue of frequent pages, pageThreshold, counter ptc, gliding
@@ -24,19 +31,23 @@ import math
 
 import numpy as np
 
+from ..stores.base import MasterPage
 from .base import JoinOutput, Param, StreamBuffer
 from .stream_table import PagedJoin, StreamTable
 
 PAGE_ROWS_RANGE = (64, 8192)
 
 
-def auto_page_rows(query_s: float, row_s: float) -> int:
+def auto_page_rows(query_s: float, row_s: float, kept=()) -> int:
     """Rows per page from the measured costs: a load of ``4*S/T`` rows spends 80% of its time
-    reading rows rather than on the round trip, the flat part of HYBRIDJOIN's Fig. 6 curve;
-    rounded to a power of two, so that runs measuring slightly different costs share the page
-    map kept beside R (:mod:`..stores.pagemaps`)."""
+    reading rows rather than on the round trip, the flat part of HYBRIDJOIN's Fig. 6 curve.
+    Rounded to a power of two; a page size in ``kept`` (the page maps kept beside R,
+    :mod:`..stores.pagemaps`) within a factor of 2 of it is taken instead, so that runs measuring
+    slightly different costs read the same kept map rather than build their own."""
     lo, hi = PAGE_ROWS_RANGE
-    return int(min(hi, max(lo, 2 ** round(math.log2(max(4 * query_s / row_s, 1.0))))))
+    best = min(hi, max(lo, 2 ** round(math.log2(max(4 * query_s / row_s, 1.0)))))
+    near = [k for k in kept if lo <= k <= hi and abs(math.log2(k / best)) <= 1]
+    return int(min(near, key=lambda k: (abs(math.log2(k / best)), k)) if near else best)
 
 
 class HybridJoin(PagedJoin):
@@ -51,7 +62,9 @@ class HybridJoin(PagedJoin):
     def __init__(self, store, memory, **kwargs):
         super().__init__(store, memory, **kwargs)
         query_s, row_s = store.calibrate()
-        page_rows = self.settings["page_rows"] or auto_page_rows(query_s, row_s)
+        self._query_s, self._row_s = query_s, row_s
+        self._in_query_s, self._in_key_s = store.calibrate_in()
+        page_rows = self.settings["page_rows"] or auto_page_rows(query_s, row_s, store.kept_page_rows())
         self.page_map = store.page_map(page_rows)
         self._disk_buffer_bytes = int(math.ceil(self.page_map.max_page_rows * store.row_bytes(self.page_map)))
         budget = self.memory - self._disk_buffer_bytes - self.page_map.nbytes - self._reserved_bytes()
@@ -67,12 +80,21 @@ class HybridJoin(PagedJoin):
         outputs = [self._admit(buffer)]
         if self.table.size:
             page = self._choose_page()
-            loaded = self.store.load_pages(self.page_map, page)
             row_ids, keys = self.table.pop_page(page)
-            outputs.append(self._join(loaded, row_ids, keys))
+            outputs.append(self._join(self._fetch(page, keys), row_ids, keys))
             self.counters.loads += 1
             self._loaded(page, len(row_ids))
         return JoinOutput.concat(outputs, self.schema)
+
+    def _fetch(self, page: int, keys: np.ndarray) -> MasterPage:
+        """The rows of R that ``keys`` (every key waiting on ``page``) need: the page by a range
+        load, or those keys by one IN query, whichever the calibrated costs say is cheaper."""
+        distinct = np.unique(keys)
+        rows = self.page_map.page_rows if self.page_map.sizes is None else int(self.page_map.sizes[page])
+        if self._in_query_s + self._in_key_s * len(distinct) < self._query_s + self._row_s * rows:
+            self.counters.extra["in_loads"] = self.counters.extra.get("in_loads", 0) + 1
+            return self.store.lookup_many(distinct)
+        return self.store.load_pages(self.page_map, page)
 
     def _admit(self, buffer: StreamBuffer) -> JoinOutput:
         """Fig. 5 lines 3-5: fill the free slots of H_S (w of them) with arrived tuples."""

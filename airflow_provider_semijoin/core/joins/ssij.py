@@ -394,7 +394,9 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         key_size = store.key_type.itemsize
         self.ib_tuple_bytes = 8 + key_size + 8 + 8
         self.sb_tuple_bytes = 8 + key_size + 8 + 8 + 1 + 4 + self.pages_per_tuple * PAIR_BYTES
-        self.fixed_bytes = self.page_map.nbytes + n_pages * PER_PAGE_BYTES
+        sizes = self.page_map.sizes if self.page_map.sizes is not None else np.full(n_pages, s["page_rows"], np.int64)
+        self._largest_rows = np.cumsum(np.sort(sizes)[::-1])  # rows of the k largest pages: a read's worst case
+        self.fixed_bytes = self.page_map.nbytes + n_pages * PER_PAGE_BYTES + int(self._largest_rows.nbytes)
         self._size(s)
         self.cache = PageCache(n_pages, store.key_type.dtype, self.schema, s["cache_policy"])
         self.estimate = JoinPhaseEstimate(self.query_s + self.page_s)
@@ -452,8 +454,9 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
             raise self._budget_error(needed, what)
 
     def _scan_bytes(self, pages: int) -> int:
-        """The read buffer: one sequence of ``pages`` pages as loaded."""
-        return self.store.result_bytes(self.page_map, math.ceil(pages * self.rows_per_page))
+        """The read buffer: one sequence of ``pages`` pages as loaded (the largest ones: pages
+        of a map brought up to date from the change log are uneven, :mod:`..stores.pagemaps`)."""
+        return self.store.result_bytes(self.page_map, int(self._largest_rows[min(pages, len(self._largest_rows)) - 1]))
 
     def _stream_peak(self) -> int:
         """Bytes IB and SB/II hold at most (SB reaches SB_thresh + IB_thresh - 1 tuples), with

@@ -134,6 +134,7 @@ class MasterStore:
         self._overlay: Overlay | None = None
         self._page_maps: dict[int, PageMap] = {}
         self._costs: tuple[float, float] | None = None
+        self._in_costs: tuple[float, float] | None = None
         self._max_rows_per_key: int | None = None
         self._row_bytes: dict[int, float] = {}
         self._has_change_log = False
@@ -216,7 +217,7 @@ class MasterStore:
         Call it before anything is built on the store; returns the store."""
         self.key_range = (lo, hi)
         self._page_maps.clear()
-        self._max_rows_per_key = self._costs = None
+        self._max_rows_per_key = self._costs = self._in_costs = None
         self._row_bytes.clear()
         return self
 
@@ -282,7 +283,8 @@ class MasterStore:
         if not isinstance(page_rows, int) or page_rows < 1:
             raise ConfigError(f"page_rows: {page_rows!r} must be a positive integer")
         if page_rows not in self._page_maps:
-            stamp = self._map_stamp() if self.key_range == (None, None) else None
+            # kept maps: for the whole of R, and not inside a snapshot (whose transaction a write would end)
+            stamp = self._map_stamp() if self.key_range == (None, None) and not self._in_snapshot else None
             page_map = None if stamp is None else pagemaps.load(self, page_rows, stamp)
             if page_map is None:
                 version = self.version()  # read before R is: a change meanwhile makes the kept map old
@@ -291,6 +293,10 @@ class MasterStore:
                     pagemaps.save(self, page_map, version, stamp)
             self._page_maps[page_rows] = page_map
         return self._page_maps[page_rows]
+
+    def kept_page_rows(self) -> list[int]:
+        """The page sizes whose maps are kept beside R (:mod:`.pagemaps`; none for a key range)."""
+        return pagemaps.kept_page_rows(self) if self.key_range == (None, None) else []
 
     def _build_page_map(self, page_rows: int) -> PageMap:
         """One pass over R's index: the first key of every ``page_rows``-th distinct key, with the
@@ -422,6 +428,33 @@ class MasterStore:
             self._costs = (small, max(per_row, 1e-9))
             self.counters = saved
         return self._costs
+
+    def calibrate_in(self, keys: int = 200, repeat: int = 3) -> tuple[float, float]:
+        """Measure an ``IN (...)`` lookup of this store: ``(seconds per query, seconds per key)``,
+        from the best of ``repeat`` lookups of R's first key and of its first ``keys`` keys
+        (neighbours, as the keys of one page are). HYBRIDJOIN's per-page choice of access path
+        and the IN-list cost model need them; not counted in :attr:`counters`."""
+        if self._in_costs is None:
+            saved = IOCounters(**vars(self.counters))
+            where, params = self._within("")
+            start = self._scalar(f"SELECT MIN({self._qk}) FROM {self._qt}{' WHERE ' + where if where else ''}", params)
+            chosen = np.unique(self.load_range(start, keys).keys) if start is not None else np.zeros(0)
+            if len(chosen) < 2:
+                self.counters = saved
+                self._in_costs = self.calibrate()
+                return self._in_costs
+            few = many = float("inf")
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                self.lookup_many(chosen[:1])
+                t1 = time.perf_counter()
+                self.lookup_many(chosen)
+                t2 = time.perf_counter()
+                few, many = min(few, t1 - t0), min(many, t2 - t1)
+            per_key = max(many - few, 0.0) / (len(chosen) - 1)
+            self._in_costs = (max(few - per_key, 1e-9), max(per_key, 1e-9))
+            self.counters = saved
+        return self._in_costs
 
     def row_bytes(self, page_map: PageMap) -> float:
         """v_R: bytes one loaded row of R takes in memory (key + selected columns), sampled."""

@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from ..errors import ConfigError, StoreError
 from .base import MasterStore
-from .sql import MYSQL, SQLITE, DatabaseURL, dialect_of, refused_value_errors, side_tables, table_exists
+from .sql import MYSQL, SQLITE, DatabaseURL, dialect_of, refused_value_errors, side_tables, table_exists, write_transaction
 from .versions import create_before_table, save_before_images
 
 OPS = ("U", "D")
@@ -156,7 +156,7 @@ def stage_changes(conn_or_url, table: str, key: str, changes: pa.Table) -> int:
         d = store.dialect
         cursor = connection.cursor()
         try:
-            with _transaction(connection, cursor):
+            with write_transaction(connection, cursor):
                 cursor.executemany(
                     f"INSERT INTO {pending} (op, {', '.join(d.quote(c) for c in columns)}) "
                     f"VALUES ({d.placeholders(len(columns) + 1)})",
@@ -180,23 +180,6 @@ def pending_changes(conn_or_url, table: str) -> int:
             return int(_execute(cursor, f"SELECT COUNT(*) FROM {dialect_of(connection).quote(pending)}")[0][0])
         finally:
             cursor.close()
-
-
-@contextlib.contextmanager
-def _transaction(connection, cursor):
-    """One write transaction: committed when the block ends, rolled back when it raises."""
-    if dialect_of(connection) is SQLITE:
-        if connection.in_transaction:
-            raise StoreError("connection: the SQLite connection has an open transaction; commit it first")
-        cursor.execute("BEGIN IMMEDIATE")  # the write lock: installs of one database take turns
-    else:
-        cursor.execute("START TRANSACTION")
-    try:
-        yield
-    except BaseException:
-        cursor.execute("ROLLBACK")
-        raise
-    cursor.execute("COMMIT")
 
 
 @contextlib.contextmanager
@@ -249,7 +232,7 @@ def install_changes(
         p = d.param
         cursor = connection.cursor()
         try:
-            with _install_lock(connection, cursor, table), _transaction(connection, cursor):
+            with _install_lock(connection, cursor, table), write_transaction(connection, cursor):
                 if given is not None:
                     columns, rows = given
                     seqs = []

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .sql import MYSQL, check_identifier, table_exists
+from .sql import MYSQL, check_identifier, table_exists, write_transaction
 
 PAGES_SUFFIX = "__sj_pages"
 HEADER = -1  # the page number of the header row
@@ -98,6 +98,15 @@ def pages_table(table: str) -> str | None:
     """The name of the side table keeping R's page maps (None: R's name is too long for one)."""
     check_identifier(table, "table")
     return table + PAGES_SUFFIX if len(table) + len(PAGES_SUFFIX) <= 64 else None
+
+
+def kept_page_rows(store) -> list[int]:
+    """The ``page_rows`` of the maps kept beside R."""
+    name = pages_table(store.table)
+    if name is None or not table_exists(store.connection, name):
+        return []
+    rows = store._query(f"SELECT page_rows FROM {store.dialect.quote(name)} WHERE page = {HEADER}")
+    return sorted(int(r[0]) for r in rows)
 
 
 def load(store, page_rows: int, stamp: str) -> PageMap | None:
@@ -189,15 +198,11 @@ def _write(store, name: str, page_map: PageMap, page_keys: np.ndarray, version: 
     p = store.dialect.param
     cursor = store.connection.cursor()
     try:
-        cursor.execute("START TRANSACTION" if store.dialect is MYSQL else "BEGIN")
-        cursor.execute(f"DELETE FROM {store.dialect.quote(name)} WHERE page_rows = {p}", (page_map.page_rows,))
-        cursor.executemany(
-            f"INSERT INTO {store.dialect.quote(name)} (page_rows, page, {store._qk}, n_rows, n_keys, version, stamp) "
-            f"VALUES ({store.dialect.placeholders(7)})", rows,
-        )
-        cursor.execute("COMMIT")
-    except BaseException:
-        cursor.execute("ROLLBACK")
-        raise
+        with write_transaction(store.connection, cursor):
+            cursor.execute(f"DELETE FROM {store.dialect.quote(name)} WHERE page_rows = {p}", (page_map.page_rows,))
+            cursor.executemany(
+                f"INSERT INTO {store.dialect.quote(name)} (page_rows, page, {store._qk}, n_rows, n_keys, version, stamp) "
+                f"VALUES ({store.dialect.placeholders(7)})", rows,
+            )
     finally:
         cursor.close()

@@ -8,6 +8,7 @@ as parameters.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import ConfigError, shown
+from ..errors import ConfigError, StoreError, shown
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")  # \Z: $ would let a final newline through
 
@@ -263,6 +264,23 @@ def dialect_of(connection) -> Dialect:
     raise ConfigError(
         f"connection: {type(connection).__name__} from {module} is not a sqlite3 or MySQL connection"
     )
+
+
+@contextlib.contextmanager
+def write_transaction(connection, cursor):
+    """One write transaction: committed when the block ends, rolled back when it raises."""
+    if dialect_of(connection) is SQLITE:
+        if connection.in_transaction:
+            raise StoreError("connection: the SQLite connection has an open transaction; commit it first")
+        cursor.execute("BEGIN IMMEDIATE")  # the write lock: installs of one database take turns
+    else:
+        cursor.execute("START TRANSACTION")
+    try:
+        yield
+    except BaseException:
+        cursor.execute("ROLLBACK")
+        raise
+    cursor.execute("COMMIT")
 
 
 def write_table(
