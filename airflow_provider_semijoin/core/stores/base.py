@@ -34,6 +34,7 @@ from .sql import Dialect, side_tables, table_exists
 from .versions import Overlay, overlay
 
 DEFAULT_PAGE_ROWS = 500
+BUILD_CHUNK = 200_000  # distinct keys per query while a page map is built
 
 
 @dataclass
@@ -299,42 +300,46 @@ class MasterStore:
         return pagemaps.kept_page_rows(self) if self.key_range == (None, None) else []
 
     def _build_page_map(self, page_rows: int) -> PageMap:
-        """One pass over R's index: the first key of every ``page_rows``-th distinct key, with the
-        row number of its first row (so the rows of each page), R's row and key counts."""
-        where, within = self._within("")
-        rows_of_r = f"{self._qt}{' WHERE ' + where if where else ''}"
-        p = self.dialect.param
+        """One pass over R's index in key order, ``BUILD_CHUNK`` distinct keys per keyset query
+        (each short: none nears the driver's read timeout, and no window function sorts R in a
+        temporary table): every ``page_rows``-th distinct key starts a page, and the rows of
+        each key are counted, so the rows of every page are known."""
         texts = "" if self._key_sql() == self._qk else f", {self._qk}"  # sort keys: their text too
-        order = f"OVER (ORDER BY {self._qk})"
-        if self.key_unique:  # kn: the key's number, rn: its first row's, c: rows up to it, n: rows of R
-            numbers = f"ROW_NUMBER() {order} AS kn"
-            kn = rn = c = "kn"
-        else:
-            numbers = (f"DENSE_RANK() {order} AS kn, COUNT(*) {order} AS c, "
-                       f"COUNT(*) OVER (PARTITION BY {self._qk}) AS k_rows")
-            kn, rn, c = "kn", "c - k_rows + 1", "c"
-        rows = self._execute(
-            f"SELECT {self._key_sql()}, {kn}, {rn}, n{texts} FROM (SELECT {self._qk}, {numbers}, COUNT(*) OVER () AS n "
-            f"FROM {rows_of_r}) s WHERE {self.dialect.mod('kn - 1', p)} = 0 OR {c} = n ORDER BY kn",
-            (*within, page_rows),
-        )
-        if not rows:  # an empty R: one page covering no key
+        count, group = ("1", "") if self.key_unique else ("COUNT(*)", f" GROUP BY {self._qk}")
+        bounds, values, first_rows = [], [], []
+        n_keys = n_rows = 0
+        last, max_key = None, None
+        while True:
+            where, params = self._within("" if last is None else f"{self._qk} > {self.dialect.param}",
+                                         [] if last is None else [last])
+            rows = self._execute(
+                f"SELECT {self._key_sql()}, {count}{texts} FROM {self._qt}{' WHERE ' + where if where else ''}"
+                f"{group} ORDER BY {self._qk} LIMIT {BUILD_CHUNK}", params,
+            )
+            if not rows:
+                break
+            counts = np.fromiter((r[1] for r in rows), np.int64, len(rows))
+            starts = np.flatnonzero((n_keys + np.arange(len(rows))) % page_rows == 0)
+            bounds.append(self.key_type.from_db([rows[i][0] for i in starts]))
+            values += [rows[i][2] for i in starts] if texts else []
+            first_rows.append(n_rows + (np.cumsum(counts) - counts)[starts])
+            n_keys, n_rows = n_keys + len(rows), n_rows + int(counts.sum())
+            last, max_key = rows[-1][2 if texts else 0], self.key_type.from_db([rows[-1][0]])[0]  # the key as R spells it
+            if len(rows) < BUILD_CHUNK:
+                break
+        if not n_keys:  # an empty R: one page covering no key
             nothing = self.key_type.dtype.type(0 if self.key_type.kind == "int" else b"")
             first = nothing + 1 if self.key_type.kind == "int" else b"\x01"
             return PageMap(np.array([first], self.key_type.dtype), nothing, page_rows, 0, 0)
-        keys = self.key_type.from_db([r[0] for r in rows])
-        starts = np.array([(int(r[1]) - 1) % page_rows == 0 and (i == 0 or rows[i - 1][1] != r[1])
-                           for i, r in enumerate(rows)], dtype=bool)
-        n_rows = int(rows[-1][3])
-        first_rows = np.array([int(r[2]) for r in rows], np.int64)[starts]
+        first_rows = np.concatenate(first_rows)
         return PageMap(
-            bounds=keys[starts],
-            max_key=keys[-1],
+            bounds=np.concatenate(bounds),
+            max_key=max_key,
             page_rows=page_rows,
-            n_keys=int(rows[-1][1]),
+            n_keys=n_keys,
             n_rows=n_rows,
-            bound_values=np.array([r[4] for r in rows], dtype=object)[starts] if texts else None,
-            sizes=np.diff(np.append(first_rows, n_rows + 1)),
+            bound_values=np.array(values, dtype=object) if texts else None,
+            sizes=np.diff(np.append(first_rows, n_rows)),
         )
 
     def _map_stamp(self) -> str | None:

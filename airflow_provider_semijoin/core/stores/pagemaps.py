@@ -23,6 +23,7 @@ side table ``<R>__sj_pages`` and reads them back in one query of one row per pag
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass
 
@@ -138,7 +139,8 @@ def load(store, page_rows: int, stamp: str) -> PageMap | None:
     )
     if rows[0][4] < version:
         _refresh(store, page_map, page_keys, int(rows[0][4]), version)
-        _write(store, name, page_map, page_keys, version, stamp)
+        with _where_allowed():
+            _write(store, name, page_map, page_keys, version, stamp)
     lo, hi = store._key_ends()
     if lo is not None:
         page_map.cover(lo, hi)
@@ -170,11 +172,19 @@ def save(store, page_map: PageMap, version: int, stamp: str) -> None:
         return
     page_keys = np.full(page_map.n_pages, page_map.page_rows, np.int64)
     page_keys[-1] = page_map.n_keys - page_map.page_rows * (page_map.n_pages - 1)
-    try:
+    with _where_allowed():
         _create(store, name)
         _write(store, name, page_map, page_keys, version, stamp)
-    except Exception as exc:  # noqa: BLE001 - only the driver's "not allowed" errors are let through
-        if getattr(exc, "args", (None,))[0] not in NOT_ALLOWED:
+
+
+@contextlib.contextmanager
+def _where_allowed():
+    """Writes a user without the rights for them (or a read-only server) refuses are skipped:
+    the map is then built on every opening, as it was before maps were kept."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - the driver's error classes; any other error is raised again
+        if not (exc.args and exc.args[0] in NOT_ALLOWED):
             raise
 
 
