@@ -67,6 +67,7 @@ def test_the_queue_drains_without_new_input_on_an_intermittent_stream(backend, n
 
 def test_hybridjoin_l_with_lookup_position_1_loads_like_hybridjoin(backend):
     store = backend.make_master(master_of(range(500)))
+    store._in_costs = (1.0, 1.0)  # every page range-loaded (no IN probes), so the loads show every choice
     stream = stream_of(zipf_keys(np.random.default_rng(6), np.arange(-10, 510), 3000, 0.8).tolist())
     loads = {}
     for name, params in [("hybridjoin", {}), ("hybridjoin-l", {"lookup_position": 1.0})]:
