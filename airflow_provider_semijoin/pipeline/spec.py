@@ -30,20 +30,19 @@ become URLs only in :meth:`PipelineSpec.job_dict` at run time.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from ..core.deadline_watch import check_threshold
 from ..core.errors import ConfigError, SpecError, shown, shown_key
 from ..core.stores.sql import check_identifier
+from ..spark.assemble import Connections, job_dict, spec_name, step_dict
 
 AUTO = "auto"
 ON_MISSING = ("unknown_member", "dead_letter", "retry")
-PLACEHOLDER_URL = "sqlite:///resolved-at-run-time.db"
-PLACEHOLDER_FOLDER = "resolved-at-run-time"
 _DAG_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}\Z")
 
 
@@ -156,24 +155,18 @@ class SurrogateKeyStep:
         _mapping("rename", self.rename, "dimension columns -> output names")
         _optional_number("skew", self.skew, positive=False)
 
-    def step_dict(self, url: str, algorithm: str) -> dict:
-        """The JobSpec step (``url`` of the dimension database, ``algorithm`` resolved)."""
+    def step_dict(self, connections: Connections, algorithm: str) -> dict:
+        """The JobSpec step (``algorithm`` resolved; the dimension's connection through ``connections``)."""
         unknown = None
         if self.on_missing == "unknown_member":
             unknown = {self.rename.get(self.dimension.surrogate_key, self.dimension.surrogate_key): self.unknown_member}
-        return {
-            "column": self.column,
-            "master": {"url": url, "table": self.dimension.table, "key": self.dimension.natural_key,
-                       "select": self.dimension.select},
-            "algorithm": algorithm,
-            "params": dict(self.params),
-            "memory": self.memory,
-            "on_missing": self.on_missing,
-            "unknown_member": unknown,
-            "retry_grace_s": self.retry_grace_s if self.on_missing == "retry" else None,
-            "rename": dict(self.rename),
-            "drop_column": not self.keep_natural_key,
-        }
+        return step_dict(
+            column=self.column, master_conn_id=self.dimension.conn_id, table=self.dimension.table,
+            key=self.dimension.natural_key, select=self.dimension.select, algorithm=algorithm, params=self.params,
+            memory=self.memory, on_missing=self.on_missing, unknown_member=unknown,
+            retry_grace_s=self.retry_grace_s if self.on_missing == "retry" else None, rename=self.rename,
+            drop_column=not self.keep_natural_key, connections=connections,
+        )
 
 
 @dataclass
@@ -186,8 +179,6 @@ class DeadlineMonitor:
     fail_on_breach: bool = True
 
     def __post_init__(self):
-        from ..sensors.deadline import check_threshold
-
         try:
             check_threshold(self.threshold, self.window_s, self.min_tuples)
         except ConfigError as exc:
@@ -264,7 +255,7 @@ class PipelineSpec:
                             "(max_latency_s or column)")
         if self.install_updates is not None and not isinstance(self.install_updates, UpdateInstall):
             self.install_updates = from_mapping(UpdateInstall, self.install_updates, "install_updates")
-        self.job_dict(resolve=None)  # everything the job spec checks, with placeholders
+        self.job_dict()  # everything the job spec checks, with placeholders
 
     @property
     def dimensions(self) -> list[Dimension]:
@@ -274,41 +265,30 @@ class PipelineSpec:
             seen.setdefault((step.dimension.conn_id, step.dimension.table), step.dimension)
         return list(seen.values())
 
-    def job_dict(self, resolve: Callable[[str | None], str] | None, choose=None, output_folder: Path | None = None,
-                 checkpoint: str | None = None) -> dict:
-        """The JobSpec as data. ``resolve(conn_id) -> URL`` and ``choose(step, url) -> algorithm``
-        run at task run time; with ``resolve=None`` (parse time) the spec is only validated."""
-        from ..spark.spec import JobSpec
-
+    def step_dicts(self, connections: Connections, choose=None) -> list[dict]:
+        """The JobSpec steps; ``choose(step, url) -> algorithm`` resolves ``auto`` at run time."""
         steps = []
         for step in self.steps:
-            url = resolve(step.dimension.conn_id) if resolve else PLACEHOLDER_URL
             algorithm = step.algorithm
             if algorithm == AUTO:
-                algorithm = choose(step, url) if choose else "hybridjoin"
-            steps.append(step.step_dict(url, algorithm))
-        sinks = {}
-        for name in ("matched", "dead_letter"):
-            target = copy.deepcopy(self.sinks.get(name))
-            if target is None:
-                target = {"path": str(output_folder / name) if output_folder else PLACEHOLDER_FOLDER}
-            elif isinstance(target, dict) and "conn_id" in target:
-                conn_id = target.pop("conn_id")
-                target.setdefault("kind", "table")
-                target["url"] = resolve(conn_id) if resolve else PLACEHOLDER_URL
-            sinks[name] = target
-        data = {
-            "name": re.sub(r"[^A-Za-z0-9_]", "_", self.dag_id)[:64],
-            "source": self.source,
-            "steps": steps,
-            "sinks": sinks,
-            "checkpoint": self.checkpoint or checkpoint or PLACEHOLDER_FOLDER,
-            "stop": self.stop,
-            "deadline": self.deadline,
-            "trigger_interval_s": self.trigger_interval_s,
-            "partitions": self.partitions,
-        }
-        JobSpec.from_dict(data)  # raises SpecError with the field's path
+                algorithm = choose(step, connections.database_url(step.dimension.conn_id)) if choose else "hybridjoin"
+            steps.append(step.step_dict(connections, algorithm))
+        return steps
+
+    def job_dict(self, connections: Connections | None = None, choose=None) -> dict:
+        """The JobSpec as data, checked by the spec itself (raises SpecError with the field's path);
+        without ``connections``, placeholders (parse time). A task's own name, checkpoint and output
+        folder come from its operator (:class:`.operator.SemiJoinPipelineOperator`)."""
+        from ..spark.spec import JobSpec
+
+        connections = connections or Connections()
+        data = job_dict(
+            name=spec_name(self.dag_id), source=self.source, steps=self.step_dicts(connections, choose),
+            sinks=self.sinks, output_folder=None, checkpoint=self.checkpoint, stop=self.stop, deadline=self.deadline,
+            trigger_interval_s=self.trigger_interval_s, partitions=self.partitions, db_retry_max_s=None,
+            connections=connections,
+        )
+        JobSpec.from_dict(data)
         return data
 
     def to_dict(self) -> dict:
