@@ -10,7 +10,7 @@ operators' ``deadline_miss_threshold`` and the ``DeadlineMissSensor`` both judge
 
 from __future__ import annotations
 
-from .errors import ConfigError, shown
+from .checks import check_number, check_positive
 
 
 def window_misses(history: dict | None, window_s: float) -> tuple[int, int]:
@@ -42,9 +42,6 @@ def check_miss_ratio(history: dict | None, threshold: float, window_s: float, mi
 
 def check_threshold(threshold, window_s, min_tuples, names=("threshold", "window_s", "min_tuples")) -> None:
     """Validate the three settings of a deadline watch; ``names`` are the arguments as the user wrote them."""
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold < 1:
-        raise ConfigError(f"{names[0]}: {shown(threshold)} is not a ratio in [0, 1)")
-    if isinstance(window_s, bool) or not isinstance(window_s, (int, float)) or window_s <= 0:
-        raise ConfigError(f"{names[1]}: {shown(window_s)} is not a positive number of seconds")
-    if isinstance(min_tuples, bool) or not isinstance(min_tuples, int) or min_tuples < 1:
-        raise ConfigError(f"{names[2]}: {shown(min_tuples)} is not a positive integer")
+    check_number(names[0], threshold, "a ratio in [0, 1)", minimum=0, below=1)
+    check_positive(names[1], window_s, "a positive number of seconds")
+    check_positive(names[2], min_tuples, integer=True)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.checks import check_flag, check_number, check_positive
 from ..core.deadline_watch import check_threshold
 from ..core.errors import ConfigError, SpecError, shown, shown_key
 from ..core.stores.sql import check_identifier
@@ -57,13 +58,6 @@ def _mapping(path: str, value, what: str) -> dict:
     if not isinstance(value, dict):
         raise SpecError(f"{path}: {shown(value)} is not a mapping; expected {what}")
     return value
-
-
-def _optional_number(path: str, value, *, positive: bool = True) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (positive and value <= 0):
-        raise SpecError(f"{path}: {shown(value)} is not a positive number")
 
 
 def from_mapping(cls, data, path: str):
@@ -149,11 +143,10 @@ class SurrogateKeyStep:
             raise SpecError(f"unknown_member: {shown(self.unknown_member)} is not a surrogate key value; expected e.g. -1")
         if self.on_missing == "retry" and self.retry_grace_s is None:
             raise SpecError("retry_grace_s: missing; expected the seconds a tuple waits for its dimension row (on_missing: retry)")
-        _optional_number("retry_grace_s", self.retry_grace_s)
-        if not isinstance(self.keep_natural_key, bool):
-            raise SpecError(f"keep_natural_key: {shown(self.keep_natural_key)} is not true or false")
+        check_positive("retry_grace_s", self.retry_grace_s, optional=True, error=SpecError)
+        check_flag("keep_natural_key", self.keep_natural_key, error=SpecError)
         _mapping("rename", self.rename, "dimension columns -> output names")
-        _optional_number("skew", self.skew, positive=False)
+        check_number("skew", self.skew, "a Zipf exponent >= 0", minimum=0, optional=True, error=SpecError)
 
     def step_dict(self, connections: Connections, algorithm: str) -> dict:
         """The JobSpec step (``algorithm`` resolved; the dimension's connection through ``connections``)."""
@@ -183,8 +176,7 @@ class DeadlineMonitor:
             check_threshold(self.threshold, self.window_s, self.min_tuples)
         except ConfigError as exc:
             raise SpecError(str(exc)) from None
-        if not isinstance(self.fail_on_breach, bool):
-            raise SpecError(f"fail_on_breach: {shown(self.fail_on_breach)} is not true or false")
+        check_flag("fail_on_breach", self.fail_on_breach, error=SpecError)
 
 
 @dataclass
@@ -197,12 +189,10 @@ class UpdateInstall:
     poke_interval: float = 30.0
 
     def __post_init__(self):
-        if isinstance(self.min_pending, bool) or not isinstance(self.min_pending, int) or self.min_pending < 1:
-            raise SpecError(f"min_pending: {shown(self.min_pending)} is not a positive integer")
-        _optional_number("max_delay_s", self.max_delay_s)
-        _optional_number("poke_interval", self.poke_interval)
-        if not isinstance(self.deferrable, bool):
-            raise SpecError(f"deferrable: {shown(self.deferrable)} is not true or false")
+        check_positive("min_pending", self.min_pending, integer=True, error=SpecError)
+        check_positive("max_delay_s", self.max_delay_s, optional=True, error=SpecError)
+        check_positive("poke_interval", self.poke_interval, optional=True, error=SpecError)
+        check_flag("deferrable", self.deferrable, error=SpecError)
 
 
 @dataclass

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import shutil
 import tempfile
 import threading
