@@ -104,9 +104,9 @@ def test_a_restricted_store_keeps_no_map(mysql_backend):
 
 
 def test_hybridjoin_takes_a_kept_page_size_near_the_measured_one(mysql_backend):
-    assert auto_page_rows(1e-3, 1e-6) == 4096  # 4*S/T = 4000, rounded to a power of two
-    assert auto_page_rows(1e-3, 1e-6, kept=[512, 2048]) == 2048  # within a factor of 2: kept
-    assert auto_page_rows(1e-3, 1e-6, kept=[512, 9000]) == 4096  # none near enough (or in range)
+    assert auto_page_rows(1e-3, 1e-6) == 2048  # 4*S/T = 4000, rounded down to a power of two
+    assert auto_page_rows(1e-3, 1e-6, kept=[512, 1024, 4096]) == 1024  # down to half of it: kept
+    assert auto_page_rows(1e-3, 1e-6, kept=[512, 4096]) == 2048  # none near enough (never larger)
     store = mysql_backend.make_master(master(KEYS))
     assert store.kept_page_rows() == []
     store.page_map(5), store.page_map(64)

@@ -41,13 +41,14 @@ PAGE_ROWS_RANGE = (64, 8192)
 def auto_page_rows(query_s: float, row_s: float, kept=()) -> int:
     """Rows per page from the measured costs: a load of ``4*S/T`` rows spends 80% of its time
     reading rows rather than on the round trip, the flat part of HYBRIDJOIN's Fig. 6 curve.
-    Rounded to a power of two; a page size in ``kept`` (the page maps kept beside R,
-    :mod:`..stores.pagemaps`) within a factor of 2 of it is taken instead, so that runs measuring
-    slightly different costs read the same kept map rather than build their own."""
+    Rounded down to a power of two; the largest page size in ``kept`` (the page maps kept beside
+    R, :mod:`..stores.pagemaps`) down to half of it is taken instead, so that runs measuring
+    slightly different costs read the same kept map rather than build their own (never a
+    larger page, whose disk buffer the budget may not hold)."""
     lo, hi = PAGE_ROWS_RANGE
-    best = min(hi, max(lo, 2 ** round(math.log2(max(4 * query_s / row_s, 1.0)))))
-    near = [k for k in kept if lo <= k <= hi and abs(math.log2(k / best)) <= 1]
-    return int(min(near, key=lambda k: (abs(math.log2(k / best)), k)) if near else best)
+    best = min(hi, max(lo, 2 ** math.floor(math.log2(max(4 * query_s / row_s, 1.0)))))
+    near = [k for k in kept if max(lo, best // 2) <= k <= best]
+    return int(max(near) if near else best)
 
 
 class HybridJoin(PagedJoin):
