@@ -1,22 +1,30 @@
 """Run a :class:`~.spec.JobSpec` as a Spark Structured Streaming query, exactly once.
 
-The query is ``source -> foreachBatch(join steps -> sinks)`` with a checkpoint. Each micro-batch
-is collected to the driver as Arrow and *drained* through every join step before the batch
-returns (:func:`..core.runner.run_join`), so when Spark commits the batch every tuple of it has
-left: matched (to the matched sink) or unmatched with a reason (to the dead-letter sink), or is
-held for a retry whose state is saved under the checkpoint for that batch. The sinks replace
-what an earlier attempt at the same batch wrote (:mod:`.sinks`), so a batch replayed after a
-crash never duplicates a row. The algorithms (and their caches, page statistics, frequency
-recorders) live on across micro-batches; correctness never depends on them.
+The query is ``source (+ a heartbeat) -> foreachBatch(join steps -> sinks -> state)`` with a
+checkpoint. Each micro-batch is collected to the driver as Arrow and fed to every join step,
+which runs its algorithm for one bounded slice (:mod:`.joinstate`): the tuples whose page came
+round leave - matched (to the matched sink) or unmatched with a reason (to the dead-letter
+sink) - the others stay inside the join across micro-batches, as the papers' queue does, until
+their page comes round or they have waited ``max_queue_time_s``. After the sinks, each step's
+state (the rows still inside, those held for a retry) is written under the checkpoint for the
+batch, before Spark commits it; a batch replayed after a crash restarts from the state after
+the one before and rewrites its sinks, which replace what an earlier attempt at the same batch
+wrote (:mod:`.sinks`), so every tuple leaves exactly once. End of input and a stop drain the
+steps in a last micro-batch.
 
-With ``partitions = N`` a batch is split by page-aligned key ranges of R over N instances of
-the algorithm running in Spark tasks (:mod:`.partitioned`).
+The heartbeat (:func:`.sources.with_heartbeat`) makes Spark run a micro-batch every trigger
+even when the source is quiet, so a waiting tuple is forced out in time.
+
+With ``partitions = N`` each step's tuples are split by page-aligned key ranges of R over N
+instances of the algorithm running in Spark tasks (:mod:`.partitioned`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,19 +34,23 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..core.errors import ConfigError, SemiJoinError, shown
 from ..core.joins.registry import create
 from ..core.metrics import latency_ms
 from ..core.progress import ProgressRecord
 from ..core.reasons import Unmatched
-from ..core.runner import run_join
-from ..core.stores import open_store
+from ..core.session import JoinSession
+from ..core.stores import SnapshotLost, open_store
 from ..core.stores.sql import IDENTIFIER
+from .joinstate import (
+    JOIN_COLUMNS, RETRY_SINCE, SEQ, CarriedRows, StateFiles, deadlines_of, due_times, session_from, slice_of,
+)
+from .partitioned import PartitionedJoin
 from .sinks import dead_letter_rows, open_sink
 from .sources import (
-    CORRUPT_COLUMN, FILE_COLUMN, check_source, generator_schema, generator_settings, repair_utf8, stream_frame, tuple_ids,
+    CORRUPT_COLUMN, FILE_COLUMN, TICK_COLUMN, check_source, generator_schema, generator_settings, repair_utf8,
+    stream_frame, tuple_ids, with_heartbeat,
 )
 from .spec import DeadlineSpec, JobSpec, StepSpec
 
@@ -47,7 +59,22 @@ log = logging.getLogger(__name__)
 NOT_IN_MASTER = Unmatched.NOT_IN_MASTER.label
 NULL_KEY = Unmatched.NULL_KEY.label
 MALFORMED = "malformed_row"
-RETRY_SINCE = "sj_retry_since"
+RETAIN_CONF = "spark.sql.streaming.minBatchesToRetain"
+MAX_STATE_FILES = 10  # state files kept per step at most (each holds the whole queue)
+STEP_SHARE = 0.5  # a slice steps for at least this share of the trigger interval while tuples wait
+DUE_SAFETY = 2.0  # a tuple due within this many expected batch gaps is forced out now
+GAP_DECAY = 0.8  # the expected gap between batch ends forgets a slow batch at this rate
+DRAIN_WAIT_S = 120.0  # a stop waits this long for the draining micro-batch, then stops without it
+SNAPSHOT_ATTEMPTS = 50  # slices a lost session may restart (each time R moved meanwhile)
+KILL_ENV = "SEMIJOIN_TEST_KILL_AT"  # tests: "<point>:<batch id>" - SIGKILL the driver there
+
+
+def _kill_point(point: str, batch_id: int) -> None:
+    """Tests of exactly-once: kill the driver's whole process group at a named point of a batch
+    (``batch``: before its sinks; ``sinks``: between the sinks and the state; ``state``: between
+    the state and Spark's commit)."""
+    if os.environ.get(KILL_ENV) == f"{point}:{batch_id}":
+        os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 @dataclass
@@ -58,99 +85,138 @@ class StepResult:
 
 
 class JoinStep:
-    """One join step of the job: its store and algorithm (alive across micro-batches), its
-    on-missing policy and, for ``retry``, the tuples held until their key appears in R."""
+    """One join step of the job: its store and algorithm, its on-missing policy and its carried
+    state - the tuples inside the join (:mod:`.joinstate`) and, for ``retry``, those held until
+    their key appears in R. The algorithm, its caches and queue live across micro-batches; a
+    replayed batch or a restart rebuilds them from the checkpoint's state (caches cold)."""
 
-    def __init__(self, spec: StepSpec, index: int, state_dir: Path, deadline: DeadlineSpec | None = None,
-                 retry_max_s: float | None = None):
+    def __init__(self, spec: StepSpec, index: int, deadline: DeadlineSpec | None = None,
+                 retry_max_s: float | None = None, spark=None, partitions: int = 1, clock=time.time):
         self.spec = spec
         self.deadline = deadline
         self.index = index
+        self.clock = clock
         self.store = open_store(spec.master.url, spec.master.table, spec.master.key, spec.master.select,
                                 retry_max_s=retry_max_s)
         self.algorithm = create(spec.algorithm, self.store, spec.memory_bytes, spec.params)
         self.select = list(self.store.select)
-        self.state_dir = state_dir
-        self.held: pa.Table | None = None  # retry: tuples waiting, with RETRY_SINCE
-        self.held_after_batch: int | None = None
+        self.carried = CarriedRows()
+        self.held: pa.Table | None = None  # retry: tuples waiting for their key, with RETRY_SINCE
+        self.after_batch: int | None = None  # the batch the state in memory is after (None: fresh)
         self._hits = (0, 0)
-        self.partitioned = None  # a PartitionedJoin when the job has partitions > 1
+        self.partitioned = None if partitions <= 1 else PartitionedJoin(
+            spark, spec, self.store, partitions, self.algorithm.one_row_per_match, clock)
+        self.session: JoinSession | None = JoinSession(self.algorithm, clock) if self.partitioned is None else None
 
-    # -- retry state (saved per batch, so a replayed batch starts from the state before it) ----
-    def _state_path(self, batch_id: int) -> Path:
-        return self.state_dir / f"retry-step{self.index}-batch{batch_id}.parquet"
+    # -- the state after a batch (written before Spark commits it) ------------------------------
+    def state_table(self) -> pa.Table:
+        """What the checkpoint keeps: the carried rows and the rows held for a retry (no sequence
+        number: that tells them apart)."""
+        held = self.held
+        if held is not None:
+            held = held.append_column(SEQ, pa.nulls(held.num_rows, pa.int64()))
+        parts = [t for t in (self.carried.carried(), held) if t is not None]
+        if not parts:
+            return pa.table({SEQ: pa.array([], pa.int64())})
+        return pa.concat_tables(parts, promote_options="default")
 
-    def _load_held(self, batch_id: int) -> pa.Table | None:
-        if self.held_after_batch == batch_id - 1:
-            return self.held
-        earlier = [
-            (int(p.stem.rsplit("batch", 1)[1]), p) for p in self.state_dir.glob(f"retry-step{self.index}-batch*.parquet")
-        ]
-        earlier = [(b, p) for b, p in earlier if b < batch_id]
-        return pq.read_table(max(earlier)[1]) if earlier else None
-
-    def _save_held(self, batch_id: int, held: pa.Table | None) -> None:
-        self.held, self.held_after_batch = held, batch_id
-        if self.spec.on_missing != "retry":
+    def restore(self, files: StateFiles, batch_id: int) -> None:
+        """The state after ``batch_id - 1``: kept in memory, or read from the checkpoint with a fresh
+        algorithm (a replay or a restart: caches cold, the queue whole)."""
+        if self.after_batch is not None and self.after_batch == batch_id - 1:
             return
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        path = self._state_path(batch_id)
-        tmp = path.with_suffix(".tmp")
-        pq.write_table(held if held is not None else pa.table({}), tmp)
-        tmp.rename(path)
-        for old in self.state_dir.glob(f"retry-step{self.index}-batch*.parquet"):
-            if int(old.stem.rsplit("batch", 1)[1]) < batch_id - 1:
-                old.unlink()
+        found = files.read(self.index, batch_id)
+        if found is None and self.after_batch is None:  # a new query: nothing carried, the algorithm as built
+            self.after_batch = batch_id - 1
+            return
+        table = found[1] if found is not None and found[1].num_rows else None
+        held = None
+        if table is not None:
+            is_held = pc.is_null(table[SEQ])
+            held = table.filter(is_held).drop_columns([c for c in JOIN_COLUMNS if c in table.column_names])
+            table = table.filter(pc.invert(is_held))
+        self.held = held if held is not None and held.num_rows else None
+        self.carried = CarriedRows(table if table is not None and table.num_rows else None)
+        self.algorithm = create(self.spec.algorithm, self.store, self.spec.memory_bytes, self.spec.params)
+        if self.partitioned is not None:
+            self.partitioned.rebuild_all()
+        else:
+            self.session = session_from(self.algorithm, self.spec.column, self.carried.carried(), self.clock)
+        self.after_batch = batch_id - 1
 
     # -- the join ------------------------------------------------------------------------------
-    def run(self, rows: pa.Table, batch_id: int, now: float) -> StepResult:
-        held = self._load_held(batch_id) if self.spec.on_missing == "retry" else None
-        since = pa.array(np.full(rows.num_rows, now))
-        if held is not None and held.num_rows:
-            since = pa.concat_arrays([held[RETRY_SINCE].combine_chunks(), since])
-            rows = pa.concat_tables([held.drop_columns([RETRY_SINCE]), rows], promote_options="default")
+    def run(self, rows: pa.Table, batch_id: int, now: float, horizon: float, until: float, drain: bool) -> StepResult:
+        """Feed ``rows`` and step for one slice (``drain``: until nothing waits); what completed
+        goes on: matched, or through the on-missing policy."""
+        retried = self.held.num_rows if self.held is not None else 0
+        if self.spec.on_missing == "retry":
+            rows = rows.append_column(RETRY_SINCE, pa.array(np.full(rows.num_rows, now)))
+            if self.held is not None:
+                rows = pa.concat_tables([self.held, rows], promote_options="default")
+            self.held = None
+        before = self.carried.count
+        tagged = self.carried.add(rows, due_times(rows, self.spec.max_queue_time_s, self.deadline), self._parts(rows))
         if self.partitioned is not None:
-            run = self.partitioned(rows)
-        else:  # epoch clock: arrival times and deadlines reach the algorithm (SSIJ schedules by them)
-            run = run_join(
-                self.algorithm, rows, self.spec.column, clock=time.time,
-                arrival=rows["sj_arrival"].to_numpy(zero_copy_only=False), deadline=deadlines_of(self.deadline, rows),
-            )
-        if not run.stats["exactly_once"]["ok"]:
-            raise RuntimeError(f"steps[{self.index}] ({self.algorithm.name}) broke exactly-once: {run.stats['exactly_once']}")
-        matched = self._rename(run.matched)
-        unmatched = run.unmatched
-        reason = unmatched["reason"]
-        dead_parts, passed_parts, held_next = [], [matched], None
+            result, stats = self.partitioned.run(tagged, self.carried, horizon, until, drain)
+        else:
+            result, stats = self._slice(tagged, horizon, until, drain)
+        matched, unmatched = self.carried.take(result, self.algorithm.schema)
+        if not stats["balanced"] or self.carried.count != before + rows.num_rows - stats["left"]:
+            raise RuntimeError(f"steps[{self.index}] ({self.algorithm.name}) broke exactly-once: {stats}")
+        passed, dead, held_next = self._route(self._rename(matched), unmatched, now)
+        self.held, self.after_batch = held_next, batch_id
+        held = held_next.num_rows if held_next is not None else 0
+        going_on = stats["left"] - dead.num_rows - held  # tuples passed on (a 1:K match: K rows)
+        if going_on > passed.num_rows or (self.algorithm.one_row_per_match and going_on != passed.num_rows):
+            raise RuntimeError(f"steps[{self.index}]: {stats['left']} tuples left the join but {passed.num_rows} rows "
+                               f"went on, {dead.num_rows} to the dead letter and {held} wait for a retry")
+        stats.update(held_for_retry=held, retried=retried, queue_bytes=self.carried.nbytes, carried=self.carried.count,
+                     passed_tuples=going_on)
+        return StepResult(passed, dead, stats)
+
+    def _slice(self, tagged: pa.Table, horizon: float, until: float, drain: bool) -> tuple:
+        """One slice in the driver; a session to R lost inside its snapshot while R moved
+        (:class:`..core.stores.SnapshotLost`) rebuilds the session from the carried rows as they
+        were before the slice (nothing has left yet) and runs the slice again."""
+        for attempt in range(SNAPSHOT_ATTEMPTS):
+            try:
+                return slice_of(self.session, self.spec.column, tagged, horizon, until, drain, self.clock)
+            except SnapshotLost:
+                if attempt == SNAPSHOT_ATTEMPTS - 1:
+                    raise
+                self.algorithm.restart()
+                first = tagged[SEQ][0].as_py() if tagged.num_rows else self.carried.next_seq
+                inside = self.carried.carried()
+                inside = inside.filter(pc.less(inside[SEQ], first)) if inside is not None else None
+                self.session = session_from(self.algorithm, self.spec.column, inside, self.clock)
+        raise AssertionError("unreachable")
+
+    def _parts(self, rows: pa.Table) -> np.ndarray:
+        if self.partitioned is None or rows.num_rows == 0:
+            return np.zeros(rows.num_rows, np.int32)
+        return self.partitioned.assign(rows[self.spec.column])
+
+    def _route(self, matched: pa.Table, unmatched: pa.Table, now: float):
+        """The on-missing policy: (rows going on, dead-letter rows, rows held for a retry)."""
         policy = self.spec.on_missing
+        passed_parts, held_next = [matched], None
         if policy == "unknown_member":
-            fill = pc.is_in(reason, pa.array([NOT_IN_MASTER, NULL_KEY]))
+            fill = pc.is_in(unmatched["reason"], pa.array([NOT_IN_MASTER, NULL_KEY]))
             members = unmatched.filter(fill).drop_columns(["reason"])
             passed_parts.append(self._unknown_member(members, matched.schema))
             unmatched = unmatched.filter(pc.invert(fill))
         elif policy == "retry":
-            # unmatched rows keep their positions: find each one's RETRY_SINCE through its sj_id
-            waiting_since = _lookup(rows["sj_id"], since, unmatched["sj_id"])
-            absent = pc.equal(unmatched["reason"], NOT_IN_MASTER)
-            keep = pc.and_(absent, pc.less(pc.subtract(now, waiting_since), self.spec.retry_grace_s))
+            waited = pc.subtract(now, unmatched[RETRY_SINCE])
+            keep = pc.and_(pc.equal(unmatched["reason"], NOT_IN_MASTER), pc.less(waited, self.spec.retry_grace_s))
             held_next = unmatched.filter(keep).drop_columns(["reason"])
-            held_next = held_next.append_column(RETRY_SINCE, waiting_since.filter(keep))
-            unmatched = unmatched.filter(pc.invert(keep))
-        dead_parts.append(dead_letter_rows(unmatched.drop_columns(["reason"]), self.index, unmatched["reason"]))
-        if policy == "retry":
-            self._save_held(batch_id, held_next)
+            held_next = held_next if held_next.num_rows else None
+            unmatched = unmatched.filter(pc.invert(keep)).drop_columns([RETRY_SINCE])
+            passed_parts = [matched.drop_columns([RETRY_SINCE])]
+        dead = dead_letter_rows(unmatched.drop_columns(["reason"]), self.index, unmatched["reason"])
         passed = pa.concat_tables(passed_parts, promote_options="default")
         if self.spec.drop_column:
             passed = passed.drop_columns([self.spec.column])
-        left = len(pc.unique(passed["sj_id"])) if passed.num_rows else 0
-        left += unmatched.num_rows + (held_next.num_rows if held_next is not None else 0)
-        if left != rows.num_rows:
-            raise RuntimeError(f"steps[{self.index}]: {rows.num_rows} tuples entered but {left} left or wait for a retry")
-        stats = run.stats
-        stats.setdefault("master_version", self.store.seen_version)
-        stats["held_for_retry"] = held_next.num_rows if held_next is not None else 0
-        stats["retried"] = held.num_rows if held is not None else 0
-        return StepResult(passed, pa.concat_tables(dead_parts), stats)
+        return passed, dead, held_next
 
     def _rename(self, matched: pa.Table) -> pa.Table:
         names = [self.spec.rename.get(n, n) if n in self.select else n for n in matched.column_names]
@@ -176,11 +242,6 @@ class JoinStep:
         self.store.close()
 
 
-def _lookup(ids: pa.ChunkedArray, values: pa.Array, wanted: pa.ChunkedArray) -> pa.Array:
-    index = pc.index_in(wanted, value_set=ids.combine_chunks())
-    return values.take(index)
-
-
 @dataclass
 class JobState:
     batches: int = 0
@@ -196,7 +257,14 @@ class JobState:
 
 
 class BatchProcessor:
-    """``foreachBatch`` body: collect, join through every step, write the sinks, report."""
+    """``foreachBatch`` body: collect, feed every join step one slice, write the sinks, then the
+    steps' carried state (before Spark commits the batch), report.
+
+    A micro-batch drains the steps instead (every tuple inside leaves) when the job is to stop:
+    a stop was requested (:meth:`request_drain`), the source ended (the bounded generator's last
+    row, or a trigger that found no new file), or it is the last of ``max_batches``; the progress
+    record then says ``drained`` and why.
+    """
 
     def __init__(self, spec: JobSpec, on_progress: Callable[[dict], None] | None, print_progress: bool,
                  clock=time.time, spark=None):
@@ -204,15 +272,12 @@ class BatchProcessor:
         self.on_progress = on_progress
         self.print_progress = print_progress
         self.clock = clock
-        self.state_dir = Path(spec.checkpoint) / "sj_state"
+        retain = int(spark.conf.get(RETAIN_CONF, "100")) if spark is not None else 100
+        self.files = StateFiles(Path(spec.checkpoint) / "sj_state", min(retain, MAX_STATE_FILES))
         self.steps = [
-            JoinStep(step, i, self.state_dir, spec.deadline, spec.db_retry_max_s) for i, step in enumerate(spec.steps)
+            JoinStep(step, i, spec.deadline, spec.db_retry_max_s, spark, spec.partitions, clock)
+            for i, step in enumerate(spec.steps)
         ]
-        if spec.partitions > 1:
-            from .partitioned import PartitionedJoin
-
-            for step in self.steps:
-                step.partitioned = PartitionedJoin(spark, step.spec, spec.deadline, step.store, spec.partitions)
         self.matched_sink = open_sink(spec.sinks.matched, spec.db_retry_max_s)
         self.dead_sink = open_sink(spec.sinks.dead_letter, spec.db_retry_max_s)
         self.state = JobState()
@@ -220,6 +285,13 @@ class BatchProcessor:
         self.failure: SemiJoinError | None = None
         self.stopping = threading.Event()  # query.stop() is under way (run_job holds busy)
         self.busy = threading.Lock()  # held by a micro-batch, and by run_job while it stops the query
+        self.drain_reason: str | None = None  # a stop asked for: the next batch drains
+        self.drained: str | None = None  # set once a batch drained every step
+        self._gap = spec.trigger_interval_s  # expected time to the end of the next batch (decayed)
+
+    def request_drain(self, reason: str) -> None:
+        """The next micro-batch drains every step (a stop: ``reason`` goes in its record)."""
+        self.drain_reason = self.drain_reason or reason
 
     def __call__(self, frame, batch_id: int) -> None:
         """Join the micro-batch. One that Spark starts while the query is being stopped runs to
@@ -244,7 +316,10 @@ class BatchProcessor:
             raise
 
     def process(self, batch: pa.Table, batch_id: int) -> dict:
+        _kill_point("batch", batch_id)
         started = self.clock()
+        batch, source_rows = self._source_rows(batch)
+        drain = self._drain_now(batch, source_rows)
         batch = self._prepare(batch)
         n_in = batch.num_rows
         dead = []
@@ -252,24 +327,57 @@ class BatchProcessor:
             bad = pc.is_valid(batch[CORRUPT_COLUMN])
             dead.append(dead_letter_rows(batch.filter(bad), -1, MALFORMED))
             batch = batch.filter(pc.invert(bad)).drop_columns([CORRUPT_COLUMN])
+        share = STEP_SHARE * self.spec.trigger_interval_s / len(self.steps)
+        horizon, until = started + DUE_SAFETY * self._gap, started + share
         rows, step_stats = batch, []
         join_seconds = 0.0
         for step in self.steps:
-            result = step.run(rows, batch_id, started)
+            step.restore(self.files, batch_id)
+            result = step.run(rows, batch_id, started, horizon, until, drain is not None)
+            until += share
             dead.append(result.dead)
             step_stats.append(result.stats)
             join_seconds += result.stats["wall_s"]
             rows = result.passed
-        dead_rows = pa.concat_tables(dead)
+        dead_rows = pa.concat_tables(dead, promote_options="default")
         self.matched_sink.write(batch_id, rows)
         self.dead_sink.write(batch_id, dead_rows)
+        _kill_point("sinks", batch_id)
+        for step in self.steps:
+            self.files.write(step.index, batch_id, step.state_table())
+        _kill_point("state", batch_id)
         done = self.clock()
-        record = self._record(batch_id, n_in, rows, dead_rows, step_stats, started, done, join_seconds)
+        self._gap = max(self.spec.trigger_interval_s, done - started, GAP_DECAY * self._gap)
+        record = self._record(batch_id, n_in, rows, dead_rows, step_stats, started, done, join_seconds, drain)
+        if drain is not None:
+            self.drained = drain
         if self.print_progress:
             print(ProgressRecord.from_dict(record).to_line(), flush=True)
         if self.on_progress is not None:
             self.on_progress(record)
         return record
+
+    def _drain_now(self, batch: pa.Table, source_rows: int) -> str | None:
+        """Why this batch drains the steps (None: it does not)."""
+        if self.drain_reason is not None:
+            return self.drain_reason
+        spec = self.spec
+        if spec.stop.max_batches is not None and self.state.batches + 1 >= spec.stop.max_batches:
+            return "max_batches"
+        if spec.stop.end_of_input:
+            if spec.source.kind == "files" and source_rows == 0 and self.state.batches > 0:
+                return "end_of_input"  # the trigger found no new file
+            total = spec.source.total_rows if spec.source.kind == "generator" else None
+            if total is not None and batch.num_rows and pc.max(batch["tid"]).as_py() + 1 >= total:
+                return "end_of_input"
+        return None
+
+    @staticmethod
+    def _source_rows(batch: pa.Table) -> tuple[pa.Table, int]:
+        """The source's rows (heartbeat rows dropped), and how many there are."""
+        if TICK_COLUMN in batch.column_names:
+            batch = batch.filter(pc.is_null(batch[TICK_COLUMN])).drop_columns([TICK_COLUMN])
+        return batch, batch.num_rows
 
     def _prepare(self, batch: pa.Table) -> pa.Table:
         batch = repair_utf8(batch)
@@ -280,7 +388,7 @@ class BatchProcessor:
             batch = batch.drop_columns(["sj_id"])
         return batch.add_column(0, "sj_id", ids)
 
-    def _record(self, batch_id, n_in, matched, dead, step_stats, started, done, join_seconds) -> dict:
+    def _record(self, batch_id, n_in, matched, dead, step_stats, started, done, join_seconds, drained) -> dict:
         left = pa.concat_tables(
             [matched.select(["sj_id", "sj_arrival"]), dead.select(["sj_id", "sj_arrival"])], promote_options="default"
         )
@@ -301,6 +409,7 @@ class BatchProcessor:
         s.reconnect_wait_s += waited
         first = self.steps[0]
         ratios = [r for r in (step.cache_hit_ratio_delta() for step in self.steps) if r is not None]
+        queue_bytes = int(sum(st["queue_bytes"] for st in step_stats))
         record = ProgressRecord(
             algorithm="+".join(step.algorithm.name for step in self.steps),
             batch_id=batch_id,
@@ -311,8 +420,10 @@ class BatchProcessor:
             output_rows=matched.num_rows,
             service_rate_tps=round(n_in / join_seconds, 1) if join_seconds > 0 else None,
             batch_duration_s=round(done - started, 6),
-            queue_tuples=sum(st["held_for_retry"] for st in step_stats) + sum(step.algorithm.pending for step in self.steps),
-            peak_queue_tuples=n_in + sum(st["retried"] for st in step_stats),
+            queue_tuples=sum(st["held_for_retry"] + st["carried"] for st in step_stats),
+            peak_queue_tuples=max((st["pending"] + st["left"] for st in step_stats), default=0),
+            queue_bytes=queue_bytes,
+            drained=drained,
             cache_entries=first.algorithm.stats().get("cache_entries"),
             cache_hit_ratio=ratios[0] if ratios else None,
             disk_queries=int(sum(st["disk_queries"] for st in step_stats)),
@@ -320,7 +431,8 @@ class BatchProcessor:
             latency_ms_p50=latency["p50"],
             latency_ms_p99=latency["p99"],
             deadline_misses=misses,
-            memory_bytes=int(sum(step.algorithm.structure_bytes() for step in self.steps)),
+            memory_bytes=int(sum(st["structure_bytes"] for st in step_stats)) + queue_bytes,
+            structure_bytes_peak=int(sum(st["structure_bytes_peak"] for st in step_stats)),
             unmatched_by_reason=_count(dead["reason"]) if dead.num_rows else {},
             total_input_rows=s.input_rows,
             total_matched=s.matched,
@@ -349,18 +461,6 @@ class BatchProcessor:
             step.close()
         self.matched_sink.close()
         self.dead_sink.close()
-
-
-def deadlines_of(deadline: DeadlineSpec | None, rows: pa.Table) -> np.ndarray | None:
-    """Each row's absolute deadline in epoch seconds (SSIJ sec. IV-F), or None without deadlines."""
-    if deadline is None or rows.num_rows == 0:
-        return None
-    if deadline.max_latency_s is not None:
-        return rows["sj_arrival"].to_numpy(zero_copy_only=False) + deadline.max_latency_s
-    column = rows[deadline.column]
-    if pa.types.is_timestamp(column.type):
-        column = pc.divide(pc.cast(pc.cast(column, pa.timestamp("us")), pa.int64()), 1e6)
-    return column.cast(pa.float64()).to_numpy(zero_copy_only=False)
 
 
 def _count(values: pa.ChunkedArray) -> dict:
@@ -454,21 +554,13 @@ def run_job(
         if first not in columns:
             raise ConfigError(f"steps[0].column: {first!r} is not a column of the stream (columns: {sorted(columns - {FILE_COLUMN, 'sj_arrival', CORRUPT_COLUMN})})")
     processor = BatchProcessor(spec, on_progress, print_progress, clock, spark)
-    writer = frame.writeStream.foreachBatch(processor).option("checkpointLocation", spec.checkpoint).queryName(spec.name)
-    stop = spec.stop
-    if stop.end_of_input and spec.source.kind == "files":
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=f"{spec.trigger_interval_s} seconds")
+    writer = (with_heartbeat(spark, frame).writeStream.foreachBatch(processor)
+              .option("checkpointLocation", spec.checkpoint).queryName(spec.name)
+              .trigger(processingTime=f"{spec.trigger_interval_s} seconds"))
     started = clock()
     query = writer.start()
-    reason = None
     try:
-        while reason is None:
-            if _terminated(query, poll_s):
-                reason = "end_of_input"
-                break
-            reason = _stop_reason(spec, processor.state, stop_event, started, clock, query)
+        reason = _await_stop(spec, processor, query, stop_event, started, clock, poll_s)
         with processor.busy:  # stop between micro-batches, never inside one
             processor.stopping.set()
             query.stop()
@@ -485,6 +577,7 @@ def run_job(
     return {
         "job": spec.name,
         "stopped_by": reason,
+        "drained": processor.drained,
         "batches": s.batches,
         "input_rows": s.input_rows,
         "matched": s.matched,
@@ -494,9 +587,31 @@ def run_job(
         "reconnects": s.reconnects,
         "reconnect_wait_s": round(s.reconnect_wait_s, 3),
         "held_for_retry": sum(step.held.num_rows for step in processor.steps if step.held is not None),
+        "queue_tuples": sum(step.carried.count for step in processor.steps),
         "duration_s": round(clock() - started, 3),
         "last_progress": s.last_record,
     }
+
+
+def _await_stop(spec: JobSpec, processor: BatchProcessor, query, stop_event, started: float, clock,
+                poll_s: float) -> str:
+    """Wait for a stop condition, have the next micro-batch drain the joins, and wait for it
+    (at most DRAIN_WAIT_S: then the tuples inside stay in the checkpoint's state); the reason."""
+    reason, asked = None, None
+    while True:
+        if _terminated(query, poll_s):
+            return reason or processor.drained or "query_ended"
+        if processor.drained is not None:
+            return reason or processor.drained
+        if reason is None:
+            reason = _stop_reason(spec, processor.state, stop_event, started, clock, query)
+            if reason is not None:
+                processor.request_drain(reason)
+                asked = clock()
+        elif clock() - asked > DRAIN_WAIT_S:
+            log.warning("no micro-batch drained the joins within %.0f s of the stop (%s); the tuples inside "
+                        "stay in the checkpoint's state", DRAIN_WAIT_S, reason)
+            return reason
 
 
 def _terminated(query, timeout_s: float) -> bool:
@@ -509,6 +624,7 @@ def _terminated(query, timeout_s: float) -> bool:
 
 
 def _stop_reason(spec: JobSpec, state: JobState, stop_event, started: float, clock, query) -> str | None:
+    """A stop asked from outside (an event, the stop file), or the job's own bound reached."""
     stop = spec.stop
     if stop_event is not None and stop_event.is_set():
         return "stop_requested"
@@ -526,11 +642,12 @@ def _stop_reason(spec: JobSpec, state: JobState, stop_event, started: float, clo
 def _committed_rows(query) -> int:
     """Rows of the generator up to the last completed micro-batch (counted over restarts too)."""
     progress = query.lastProgress
-    if not progress or not progress.get("sources"):
-        return 0
-    end = progress["sources"][0].get("endOffset")
-    offset = json.loads(end) if isinstance(end, str) else end
-    return int(offset["row"]) if isinstance(offset, dict) and "row" in offset else 0
+    for source in (progress or {}).get("sources") or []:  # the generator's offset: {"row": n, ...}
+        end = source.get("endOffset")
+        offset = json.loads(end) if isinstance(end, str) and end.startswith("{") else end
+        if isinstance(offset, dict) and "row" in offset:
+            return int(offset["row"])
+    return 0
 
 
 def load_spec(path: str) -> JobSpec:

@@ -207,6 +207,9 @@ class StepSpec:
     again in later micro-batches for ``retry_grace_s`` seconds - the dimension row may arrive
     late - and then goes to the dead-letter sink). ``rename`` maps R's columns to output names;
     ``drop_column`` removes the natural key from the output (surrogate-key replacement).
+    ``max_queue_time_s``: the longest a tuple waits inside the join across micro-batches before
+    it is forced out (its page loaded); None: no bound (it leaves when its page comes round, or
+    when the job drains at a stop or the end of input).
     """
 
     column: str
@@ -219,6 +222,7 @@ class StepSpec:
     retry_grace_s: float | None = None
     rename: dict = field(default_factory=dict)
     drop_column: bool = False
+    max_queue_time_s: float | None = 10.0
 
     def __post_init__(self):
         _identifier("column", self.column)
@@ -261,6 +265,7 @@ class StepSpec:
             _identifier(f"rename.{shown_key(old)}", new)
         if not isinstance(self.drop_column, bool):
             raise SpecError(f"drop_column: {shown(self.drop_column)} is not true or false")
+        _positive("max_queue_time_s", self.max_queue_time_s, optional=True)
 
     @property
     def memory_bytes(self) -> int:
