@@ -169,6 +169,10 @@ def join_part(step_json: str, part: int, memory: int, rows: pa.Table, out_schema
     control row names, or lost its snapshot of R: the driver sends the part whole)."""
     token = rows.filter(pc.is_null(rows[SEQ]))[TOKEN_COLUMN][0].as_py()
     rows = rows.filter(pc.is_valid(rows[SEQ]))
+    if key_range is None:  # a part with no page of R (more parts than pages): no tuple maps to it
+        if rows.num_rows:
+            raise RuntimeError(f"part {part} has no key range of R but was sent {rows.num_rows} tuples")
+        return _stats_row(out_schema, {"part": part, "lost": False, "balanced": True})
     lost = _stats_row(out_schema, {"part": part, "lost": True})
     session = _part_session(step_json, part, memory, token, rows, key_range)
     if session is None:

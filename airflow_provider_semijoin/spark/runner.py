@@ -359,8 +359,8 @@ class BatchProcessor:
 
     def _drain_now(self, batch: pa.Table, source_rows: int) -> str | None:
         """Why this batch drains the steps (None: it does not)."""
-        if self.drain_reason is not None:
-            return self.drain_reason
+        if self.drained is not None or self.drain_reason is not None:  # the job is stopping: every batch drains
+            return self.drained or self.drain_reason
         spec = self.spec
         if spec.stop.max_batches is not None and self.state.batches + 1 >= spec.stop.max_batches:
             return "max_batches"
