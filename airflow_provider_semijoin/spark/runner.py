@@ -65,6 +65,7 @@ STEP_SHARE = 0.5  # a slice steps for at least this share of the trigger interva
 DUE_SAFETY = 2.0  # a tuple due within this many expected batch gaps is forced out now
 GAP_DECAY = 0.8  # the expected gap between batch ends forgets a slow batch at this rate
 DRAIN_WAIT_S = 120.0  # a stop waits this long for the draining micro-batch, then stops without it
+END_WAIT_S = 60.0  # after the draining micro-batch, the query is given this long to end on its own
 SNAPSHOT_ATTEMPTS = 50  # slices a lost session may restart (each time R moved meanwhile)
 KILL_ENV = "SEMIJOIN_TEST_KILL_AT"  # tests: "<point>:<batch id>" - SIGKILL the driver there
 
@@ -285,6 +286,8 @@ class BatchProcessor:
         self.failure: SemiJoinError | None = None
         self.stopping = threading.Event()  # query.stop() is under way (run_job holds busy)
         self.busy = threading.Lock()  # held by a micro-batch, and by run_job while it stops the query
+        self.query = None  # set by run_job: the draining micro-batch has it end on its own (_end_after_batch)
+        self.ending = threading.Event()  # the draining micro-batch is done; the query ends after its commit
         self.drain_reason: str | None = None  # a stop asked for: the next batch drains
         self.drained: str | None = None  # set once a batch drained every step
         self._gap = spec.trigger_interval_s  # expected time to the end of the next batch (decayed)
@@ -298,7 +301,11 @@ class BatchProcessor:
         its end too, without the lock run_job holds: query.stop() cancelled Spark's running jobs
         before it waits for this call, and raising instead would end the query with an ERROR and
         a traceback. Spark may or may not commit it; either way its sinks and state are those of
-        its batch id, so a replay rewrites them (exactly once)."""
+        its batch id, so a replay rewrites them (exactly once).
+
+        The micro-batch that drained the joins has the query end once Spark has committed it
+        (:func:`_end_after_batch`), so a stop never interrupts Spark writing its logs or
+        planning the next batch."""
         while not self.busy.acquire(timeout=0.1):
             if self.stopping.is_set():
                 self._join(frame, batch_id)
@@ -307,6 +314,8 @@ class BatchProcessor:
             self._join(frame, batch_id)
         finally:
             self.busy.release()
+        if self.drained is not None and self.query is not None and _end_after_batch(self.query):
+            self.ending.set()
 
     def _join(self, frame, batch_id: int) -> None:
         try:
@@ -558,11 +567,13 @@ def run_job(
               .option("checkpointLocation", spec.checkpoint).queryName(spec.name)
               .trigger(processingTime=f"{spec.trigger_interval_s} seconds"))
     started = clock()
-    query = writer.start()
+    query = processor.query = writer.start()
     try:
         reason = _await_stop(spec, processor, query, stop_event, started, clock, poll_s)
+        if processor.drained is not None and processor.ending.wait(END_WAIT_S):
+            _terminated(query, END_WAIT_S)  # it ends on its own after the draining batch's commit
+        processor.stopping.set()
         with processor.busy:  # stop between micro-batches, never inside one
-            processor.stopping.set()
             query.stop()
         exception = query.exception()
         if exception is not None:
@@ -612,6 +623,26 @@ def _await_stop(spec: JobSpec, processor: BatchProcessor, query, stop_event, sta
             log.warning("no micro-batch drained the joins within %.0f s of the stop (%s); the tuples inside "
                         "stay in the checkpoint's state", DRAIN_WAIT_S, reason)
             return reason
+
+
+def _end_after_batch(query) -> bool:
+    """Have the streaming query end on its own once the running micro-batch has committed.
+
+    ``query.stop()`` interrupts Spark's stream thread wherever it is: writing the offset or
+    commit log (Hadoop's local file system then logs the InterruptedException of its ``chmod``
+    with a Java stack trace) or planning the next batch. A query whose state is TERMINATED
+    instead leaves its trigger loop after the running batch, and a later ``stop()`` finds no
+    thread to interrupt. Spark has no public call for that, so this sets the state of Spark 4's
+    ``StreamExecution`` through the JVM; False (and the plain stop) where that is not possible."""
+    try:
+        from pyspark import SparkContext
+
+        cls = SparkContext._jvm.java.lang.Class.forName("org.apache.spark.sql.execution.streaming.runtime.TERMINATED$")
+        query._jsq.streamingQuery().state().set(cls.getField("MODULE$").get(None))
+        return True
+    except Exception as exc:  # noqa: BLE001 - another Spark version: py4j's errors
+        log.info("the query is stopped by query.stop() (%s)", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return False
 
 
 def _terminated(query, timeout_s: float) -> bool:
