@@ -2,7 +2,7 @@
 ``partitions = 2`` on a real standalone cluster (a master and two one-core workers started
 here), where a micro-batch's time goes, and a scaling estimate for 8-64 workers.
 
-Both run the runner's own join step (:class:`.runner.JoinStep`, its queue carried across
+Both run the runner's own join step (:class:`.step.JoinStep`, its queue carried across
 micro-batches, the last batch drained) on the same micro-batches of the same Zipf stream against
 the same R: ``partitions = 1`` joins in the driver, ``partitions = 2`` through
 :class:`.partitioned.PartitionedJoin` (one Spark task per key range of R, each with its own
@@ -46,7 +46,7 @@ from ..core.stores import open_store, redact
 from ..workloads import generate_master
 from ..workloads.zipf import zipf_rows
 from .partitioned import RangePartitioner
-from .runner import JoinStep
+from .step import JoinStep
 from .sinks import ParquetSink
 from .spec import StepSpec
 from .standalone import standalone_cluster
