@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .core.calibration import ComponentCosts, calibrate
-from .core.costmodel import CACHE_ALGORITHMS, explain
+from .core.costmodel import explain
+from .core.joins.registry import CACHE_ALGORITHMS
 from .core.errors import ConfigError
 from .core.joins import ALGORITHMS, StreamBuffer, create
 from .core.keys import normalize

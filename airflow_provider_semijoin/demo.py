@@ -162,9 +162,10 @@ def _dimension(connection, table: str) -> dict:
     return {int(nk): (int(sk), category) for nk, sk, category in cursor.fetchall()}
 
 
-def stage_upstream_changes(url: str, before: dict, started: threading.Event, seed: int = 11) -> None:
+def stage_upstream_changes(url: str, keys: dict, started: threading.Event, seed: int = 11) -> None:
     """The upstream system: once the first facts are in, change the category of CHANGED_KEYS
-    products and the name of CHANGED_KEYS customers (surrogate keys stay: SCD type 1)."""
+    products and the name of CHANGED_KEYS customers (surrogate keys stay: SCD type 1), drawn from
+    ``keys`` (each dimension's keys, sorted)."""
     from .core.stores.changes import stage_changes
     from .core.stores.sql import DatabaseURL
 
@@ -173,8 +174,8 @@ def stage_upstream_changes(url: str, before: dict, started: threading.Event, see
     for table, column in (("dim_product", "category"), ("dim_customer", "name")):
         connection = DatabaseURL.parse(url).connect()
         try:
-            keys = rng.choice(sorted(before[table]), CHANGED_KEYS, replace=False)
-            cursor = connection.execute(f'SELECT * FROM "{table}" WHERE nk IN ({",".join(map(str, keys))})')
+            chosen = rng.choice(keys[table], CHANGED_KEYS, replace=False)
+            cursor = connection.execute(f'SELECT * FROM "{table}" WHERE nk IN ({",".join(map(str, chosen))})')
             names = [d[0] for d in cursor.description]
             rows = pa.Table.from_pylist([dict(zip(names, r)) for r in cursor.fetchall()])
             changed = pc.binary_join_element_wise(rows[column], pa.scalar(" (changed)"), "")
@@ -247,6 +248,34 @@ def watch_progress(airflow_db: Path, total: int, done: threading.Event, first_ba
         console.flush()
     if tty:
         console.write("\n")
+
+
+def side_process(airflow_db: str, url: str, keys: dict, total: int) -> None:
+    """The demo's second process: the progress bar (on its stdout) and the upstream system, until
+    its stdin closes. They read and write SQLite from threads, so they run apart from the process
+    that forks Airflow's LocalExecutor workers: a fork while another thread holds SQLite's
+    allocator lock leaves the forked task deadlocked at its first SQLite call; and opening
+    ``airflow.db`` there would drop that process's POSIX locks on it when closed."""
+    done, first_batch = threading.Event(), threading.Event()
+    upstream = threading.Thread(target=stage_upstream_changes, args=(url, keys, first_batch), daemon=True)
+    upstream.start()
+
+    def until_stdin_closes() -> None:
+        sys.stdin.read()
+        done.set()
+        first_batch.set()
+
+    threading.Thread(target=until_stdin_closes, daemon=True).start()
+    watch_progress(Path(airflow_db), total, done, first_batch, sys.stdout)
+    upstream.join()
+
+
+def start_side_process(home: Path, url: str, before: dict, total: int, console) -> subprocess.Popen:
+    """:func:`side_process` in a new interpreter, writing to ``console``."""
+    arguments = {"airflow_db": str(home / "airflow.db"), "url": url, "total": total,
+                 "keys": {table: sorted(rows) for table, rows in before.items()}}
+    code = "import json, sys; from airflow_provider_semijoin.demo import side_process; side_process(**json.loads(sys.argv[1]))"
+    return subprocess.Popen([sys.executable, "-c", code, json.dumps(arguments)], stdin=subprocess.PIPE, stdout=console)
 
 
 def start_api_server(env: dict, home: Path, port: int) -> subprocess.Popen:
@@ -360,21 +389,14 @@ def run_demo(home: Path, *, stream_rows: int, product_rows: int, customer_rows: 
     out(f"airflow  metadata DB ready, API server on 127.0.0.1:{port}; DAG run of {DAG_ID} starts "
         f"({time.time() - started_at:.0f} s)")
     out(f"         (Airflow's and Spark's logs: {home / 'dag-run.log'}, task logs under {home / 'logs'})")
-    done, first_batch = threading.Event(), threading.Event()
-    upstream = threading.Thread(target=stage_upstream_changes, args=(url, before, first_batch), daemon=True)
     try:
         with output_to(home / "dag-run.log") as console:
-            watcher = threading.Thread(target=watch_progress, args=(home / "airflow.db", stream_rows, done, first_batch, console),
-                                       daemon=True)
-            watcher.start()
-            upstream.start()
+            side = start_side_process(home, url, before, stream_rows, console)
             try:
                 run = load_dag(home / "dags" / "semijoin_pipelines.py").test(use_executor=True)
             finally:
-                done.set()
-                first_batch.set()
-                watcher.join()
-                upstream.join()
+                side.stdin.close()
+                side.wait(timeout=120)
     finally:
         stop_process(server)
     code = report(run, home, url, spec, before, started_at, out)

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from .core.checks import check_positive
 from .core.errors import ConfigError, SemiJoinError
 from .core.progress import ProgressHistory
 from .core.stores import DatabaseURL, create_change_tables, install_changes, redact
@@ -72,12 +73,10 @@ class SoakConfig:
         self.out = Path(self.out)
         for name in ("minutes", "sample_s"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-                raise ConfigError(f"{name}: {value!r} is not a positive number")
+            check_positive(name, value)
         for name in ("update_every_s", "kill_every_s", "rate"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-                raise ConfigError(f"{name}: {value!r} is not a positive number (leave it out to switch it off)")
+            check_positive(name, value, "a positive number (leave it out to switch it off)", optional=True)
         if self.size not in SIZES:
             raise ConfigError(f"size: {self.size!r} is not one of {list(SIZES)}")
         if not 0 <= self.warmup_fraction < 1:

@@ -136,6 +136,17 @@ def module_mysql_backend(mysql_url):
     db.close()
 
 
+@pytest.fixture
+def spark_submit_on_path(monkeypatch):
+    """For this test: ``spark-submit`` of this venv's PySpark on PATH, with SPARK_HOME and SPARK_LOCAL_IP set."""
+    from airflow_provider_semijoin.spark.standalone import spark_env
+
+    for name, value in spark_env().items():
+        if name in ("SPARK_HOME", "SPARK_LOCAL_IP"):
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")
+
+
 class DemoRun:
     """``semijoin demo`` at a small size, run once per session in a process of its own."""
 

@@ -7,10 +7,7 @@ complete and consistent (each algorithm measured, within its memory budget, rate
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 import uuid
 

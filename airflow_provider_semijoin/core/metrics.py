@@ -1,4 +1,4 @@
-"""Measurements of a join: latency percentiles and service rate over a window.
+"""Measurements of a join: latency percentiles.
 
 The papers measure the service rate (stream tuples processed per second) over a window after
 a warm-up (HYBRIDJOIN sec. 6.1), and processing time (from entering the join to leaving it)
@@ -17,8 +17,3 @@ def latency_ms(seconds: np.ndarray) -> dict:
     p50, p99 = np.percentile(seconds, [50, 99]) * 1000.0
     return {"p50": round(float(p50), 3), "p99": round(float(p99), 3), "max": round(float(seconds.max()) * 1000.0, 3)}
 
-
-def windowed_rate(times: np.ndarray, counts: np.ndarray, start: float, end: float) -> float:
-    """Tuples completed per second between ``start`` and ``end`` (events at ``times``)."""
-    inside = (times >= start) & (times < end)
-    return float(counts[inside].sum() / (end - start)) if end > start else 0.0

@@ -176,3 +176,12 @@ class MasterDataHook(BaseHook):
         except Exception as exc:
             return False, str(exc)
         return True, f"connected to {self.describe()}"
+
+
+def run_time_connections():
+    """The :class:`~..spark.assemble.Connections` of a running task: URLs and ``page_rows`` from the
+    Airflow connections, through :class:`MasterDataHook`."""
+    from ..spark.assemble import Connections
+
+    return Connections(url=lambda conn_id: MasterDataHook(conn_id).get_url(),
+                       page_rows=lambda conn_id: MasterDataHook(conn_id).page_rows)

@@ -33,17 +33,14 @@ from airflow.sdk import BaseOperator, BaseOperatorLink
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from ..config import number_option, work_folder
+from ..core.deadline_watch import check_miss_ratio, check_threshold
 from ..core.errors import ConfigError, SemiJoinError
 from ..core.progress import XCOM_HISTORY, XCOM_INFO, XCOM_LATEST, ProgressHistory, ProgressRecord, parse_line
-from ..hooks.master import MasterDataHook
+from ..hooks.master import run_time_connections
 from ..hooks.spark import SemiJoinSparkHook
 from ..plugins.urls import task_page_url
-from ..sensors.deadline import check_miss_ratio, check_threshold
 
-PARSE_TIME_URL = "sqlite:///resolved-at-run-time.db"  # stands in for a connection id at parse time
-PARSE_TIME_FOLDER = "resolved-at-run-time"
 _TEMPLATE = re.compile(r"{{|{%")
-_NAME_CHARS = re.compile(r"[^A-Za-z0-9_]")
 
 
 class SemiJoinMetricsLink(BaseOperatorLink):
@@ -66,19 +63,6 @@ def has_template(value) -> bool:
     return False
 
 
-def resolve_target(target: dict | None, default_path: Path, *, resolve: bool) -> dict:
-    """A sink of the job spec: ``conn_id`` (an Airflow connection) becomes the database ``url``
-    at run time (``resolve``), a placeholder at parse time; no target: Parquet under ``default_path``."""
-    if target is None:
-        return {"kind": "parquet", "path": str(default_path)}
-    if not isinstance(target, dict) or "conn_id" not in target:
-        return target
-    data = {k: v for k, v in target.items() if k != "conn_id"}
-    data.setdefault("kind", "table")
-    data["url"] = MasterDataHook(target["conn_id"]).get_url() if resolve else PARSE_TIME_URL
-    return data
-
-
 def json_safe(value):
     """``value`` with non-finite floats (an infinite predicted rate, a NaN ratio) as None: XCom is JSON."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -88,12 +72,6 @@ def json_safe(value):
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return value
-
-
-def job_name(dag_id: str, task_id: str) -> str:
-    """A Spark query name (letters, digits, _; at most 64) for a task."""
-    name = _NAME_CHARS.sub("_", f"{dag_id}__{task_id}")
-    return ("_" + name if name[0].isdigit() else name)[:64]
 
 
 class SemiJoinJobOperator(BaseOperator):
@@ -163,22 +141,29 @@ class SemiJoinJobOperator(BaseOperator):
         self._job_spec = None  # the spec execute ran, for OpenLineage
 
     # -- the spec ------------------------------------------------------------------------------
-    def job_fields(self, *, resolve: bool) -> dict:
-        """The JobSpec fields besides ``source``, ``steps`` and ``sinks`` (same for every operator)."""
+    def connections(self, *, resolve: bool):
+        """Connection ids -> URLs and defaults: through the hooks at run time (``resolve``), placeholders at parse time."""
+        from ..spark.assemble import Connections
+
+        return run_time_connections() if resolve else Connections()
+
+    def assemble(self, *, resolve: bool, source, steps: list[dict], sinks, arrival_column: str | None = None) -> dict:
+        """The job spec as data, with this task's name, checkpoint, stop, deadline and trigger
+        (:func:`..spark.assemble.job_dict`, the one place a spec is assembled)."""
+        from ..spark.assemble import job_dict, spec_name
+
         deadline = None
         if self.deadline_max_latency_s is not None or self.deadline_column is not None:
             deadline = {"max_latency_s": self.deadline_max_latency_s, "column": self.deadline_column}
-        return {
-            "name": job_name(self.dag_id if self.has_dag() else "dag", self.task_id),
-            "checkpoint": self.checkpoint or (
-                str(work_folder() / "checkpoints" / self.dag_id / self.task_id) if resolve else PARSE_TIME_FOLDER
-            ),
-            "stop": dict(self.stop),
-            "deadline": deadline,
-            "trigger_interval_s": self.trigger_interval_s,
-            "partitions": self.partitions,
-            "db_retry_max_s": number_option("db_retry_max_s"),
-        }
+        return job_dict(
+            name=spec_name(self.dag_id if self.has_dag() else "dag", self.task_id),
+            source=source, steps=steps, sinks=sinks,
+            output_folder=self.output_folder() if resolve else None,
+            checkpoint=self.checkpoint or (str(work_folder() / "checkpoints" / self.dag_id / self.task_id) if resolve else None),
+            stop=dict(self.stop), deadline=deadline, trigger_interval_s=self.trigger_interval_s,
+            partitions=self.partitions, db_retry_max_s=number_option("db_retry_max_s"),
+            connections=self.connections(resolve=resolve), arrival_column=arrival_column,
+        )
 
     def job_dict(self, *, resolve: bool) -> dict:
         """The job spec as data: with connection URLs (``resolve``) or placeholders (parse time)."""

@@ -1,4 +1,5 @@
-"""The join operators: a generic one taking ``algorithm=``, and one per algorithm of the registry.
+"""The join operators: a generic one taking ``algorithm=``, and one per algorithm of the registry
+(made from the registry: ``HybridJoinOperator`` runs ``hybridjoin``; each algorithm's ``operator_name``).
 
 Each is a long-running task that streams ``source`` through one semi-join step with the master
 table R (``master_table`` in the database of ``master_conn_id``) and writes the matched tuples
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 from ..config import option
 from ..core.errors import SpecError
+from ..core.joins.base import JoinAlgorithm
 from ..core.joins.registry import ALGORITHMS
-from ..hooks.master import MasterDataHook
-from .job import PARSE_TIME_FOLDER, PARSE_TIME_URL, SemiJoinJobOperator, has_template, resolve_target
+from ..spark.assemble import step_dict
+from .job import SemiJoinJobOperator, has_template
 
 # JobSpec paths -> the operator's argument names, for parse-time errors (first match wins)
 _ARGUMENTS = (
@@ -118,37 +120,15 @@ class SemiStreamJoinOperator(SemiJoinJobOperator):
             raise argument_error(self.task_id, exc) from None
 
     def job_dict(self, *, resolve: bool) -> dict:
-        params = dict(self.algorithm_params)
-        url = PARSE_TIME_URL
-        if resolve:
-            hook = MasterDataHook(self.master_conn_id)
-            url = hook.get_url()
-            known = ALGORITHMS[self.algorithm].params if self.algorithm in ALGORITHMS else {}
-            if hook.page_rows is not None and "page_rows" in known:
-                params.setdefault("page_rows", hook.page_rows)
-        output = self.output_folder() if resolve else None
-        step = {
-            "column": self.column,
-            "master": {"url": url, "table": self.master_table, "key": self.master_key, "select": self.select},
-            "algorithm": self.algorithm,
-            "params": params,
-            "memory": self.memory if self.memory is not None else option("memory"),
-            "on_missing": self.on_missing,
-            "unknown_member": self.unknown_member,
-            "retry_grace_s": self.retry_grace_s,
-            "rename": dict(self.rename),
-            "drop_column": self.drop_column,
-        }
-        return {
-            **self.job_fields(resolve=resolve),
-            "source": self.source,
-            "steps": [step],
-            "sinks": {
-                name: resolve_target(self.sinks.get(name), output / name if resolve else PARSE_TIME_FOLDER, resolve=resolve)
-                for name in ("matched", "dead_letter")
-            },
-            "arrival_column": self.arrival_column,
-        }
+        step = step_dict(
+            column=self.column, master_conn_id=self.master_conn_id, table=self.master_table, key=self.master_key,
+            select=self.select, algorithm=self.algorithm, params=self.algorithm_params,
+            memory=self.memory if self.memory is not None else option("memory"), on_missing=self.on_missing,
+            unknown_member=self.unknown_member, retry_grace_s=self.retry_grace_s, rename=self.rename,
+            drop_column=self.drop_column, connections=self.connections(resolve=resolve),
+        )
+        return self.assemble(resolve=resolve, source=self.source, steps=[step], sinks=self.sinks,
+                             arrival_column=self.arrival_column)
 
 
 class _OneAlgorithmOperator(SemiStreamJoinOperator):
@@ -165,68 +145,17 @@ class _OneAlgorithmOperator(SemiStreamJoinOperator):
         super().__init__(algorithm=self.algorithm_name, **kwargs)
 
 
-class INLJOperator(_OneAlgorithmOperator):
-    """Index nested-loop join: one index lookup per stream tuple (HYBRIDJOIN paper sec. 3.2)."""
-
-    algorithm_name = "inlj"
-
-
-class MeshJoinOperator(_OneAlgorithmOperator):
-    """MESHJOIN: a cyclic scan of R meets a queue of stream windows (Polyzotis et al. 2008)."""
-
-    algorithm_name = "meshjoin"
+def _operator_of(algorithm: type[JoinAlgorithm]) -> type[_OneAlgorithmOperator]:
+    """The operator class bound to a registry algorithm, named by its ``operator_name``."""
+    return type(algorithm.operator_name, (_OneAlgorithmOperator,), {
+        "__doc__": f"{algorithm.paper}: :class:`SemiStreamJoinOperator` with ``algorithm={algorithm.name!r}``.",
+        "__module__": __name__,
+        "__qualname__": algorithm.operator_name,
+        "algorithm_name": algorithm.name,
+    })
 
 
-class HybridJoinOperator(_OneAlgorithmOperator):
-    """HYBRIDJOIN: the oldest tuple's key picks the page to read (Naeem et al., sec. 4, Fig. 5)."""
-
-    algorithm_name = "hybridjoin"
-
-
-class HybridJoinLOperator(_OneAlgorithmOperator):
-    """HYBRIDJOIN-L: a younger tuple's key picks the page (pq-frequent-pages paper, sec. 3.1)."""
-
-    algorithm_name = "hybridjoin-l"
-
-
-class HybridJoinPQOperator(_OneAlgorithmOperator):
-    """HYBRIDJOIN-PQ: frequently matched pages are read before their turn (pq paper, sec. 4)."""
-
-    algorithm_name = "hybridjoin-pq"
-
-
-class SSJOperator(_OneAlgorithmOperator):
-    """SSJ: a cache of frequent master tuples in front of a MESHJOIN disk phase (Algorithm 1, sec. IV)."""
-
-    algorithm_name = "ssj"
-
-
-class CMeshJoinOperator(_OneAlgorithmOperator):
-    """CMESHJOIN: the cache front-stage sized by eq. 4 over MESHJOIN (sec. 3, Algorithm 1)."""
-
-    algorithm_name = "cmeshjoin"
-
-
-class CacheJoinOperator(_OneAlgorithmOperator):
-    """CACHEJOIN: the cache front-stage over HYBRIDJOIN (pq-frequent-pages paper, sec. 2)."""
-
-    algorithm_name = "cachejoin"
-
-
-class CacheJoinLOperator(_OneAlgorithmOperator):
-    """CACHEJOIN-L: the cache front-stage over HYBRIDJOIN-L (pq paper, sec. 3.1)."""
-
-    algorithm_name = "cachejoin-l"
-
-
-class CacheJoinPQOperator(_OneAlgorithmOperator):
-    """CACHEJOIN-PQ: the three-stage approach, front-stage over HYBRIDJOIN-PQ (pq paper, sec. 1, 4)."""
-
-    algorithm_name = "cachejoin-pq"
-
-
-class SSIJOperator(_OneAlgorithmOperator):
-    """SSIJ: pending / online / join phases, a utility-counted page cache and an optimal read plan
-    (semi-streamed index join paper, sec. IV); per-tuple deadlines force its join phases (IV-F)."""
-
-    algorithm_name = "ssij"
+# one operator per registry algorithm (INLJOperator, HybridJoinOperator, ..., SSIJOperator, InListOperator)
+OPERATORS: dict[str, type[_OneAlgorithmOperator]] = {name: _operator_of(cls) for name, cls in ALGORITHMS.items()}
+globals().update({operator.__name__: operator for operator in OPERATORS.values()})
+__all__ = ["SemiStreamJoinOperator", "OPERATORS", *(operator.__name__ for operator in OPERATORS.values())]

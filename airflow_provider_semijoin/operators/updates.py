@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from airflow.sdk import BaseOperator
 
-from ..core.errors import ConfigError
+from ..core.checks import check_positive
 from ..core.stores.sql import check_identifier
 from ..hooks.master import MasterDataHook
 
@@ -33,8 +33,7 @@ class InstallMasterChangesOperator(BaseOperator):
             check_identifier(table, "table")
         if "{{" not in str(key):
             check_identifier(key, "key")
-        if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
-            raise ConfigError(f"max_rows: {max_rows!r} is not a positive integer")
+        check_positive("max_rows", max_rows, integer=True, optional=True)
         self.master_conn_id = master_conn_id
         self.table = table
         self.key = key

@@ -14,13 +14,10 @@ import math
 
 from ..core.costmodel import predict
 from ..core.errors import ConfigError
-from ..core.joins.registry import ALGORITHMS, create
+from ..core.joins.registry import ALGORITHMS, AUTO_CANDIDATES, create
 from ..core.stores import MasterStore
 
-CANDIDATES = ("hybridjoin", "cachejoin", "cachejoin-pq", "ssj", "cmeshjoin", "meshjoin", "inlj")
-
-
-def predictions(store: MasterStore, memory: int, skew: float = 1.0, candidates=CANDIDATES) -> dict[str, float]:
+def predictions(store: MasterStore, memory: int, skew: float = 1.0, candidates=AUTO_CANDIDATES) -> dict[str, float]:
     """Predicted service rate (tuples/s) of each candidate that fits ``memory`` on ``store``
     (``inf``: every tuple served from memory; candidates whose model is undefined are left out)."""
     from ..core.calibration import calibrate

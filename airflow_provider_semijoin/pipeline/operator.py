@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 from ..core.units import parse_bytes
-from ..hooks.master import MasterDataHook
 from ..operators.job import SemiJoinJobOperator
 from .spec import PipelineSpec
 
@@ -32,12 +31,8 @@ class SemiJoinPipelineOperator(SemiJoinJobOperator):
 
     def job_dict(self, *, resolve: bool) -> dict:
         spec = PipelineSpec(**self.pipeline)
-        if not resolve:
-            return spec.job_dict(None)
-        base = self.job_fields(resolve=True)
-        data = spec.job_dict(lambda conn_id: MasterDataHook(conn_id).get_url(), self._choose,
-                             self.output_folder(), base["checkpoint"])
-        return {**data, "name": base["name"], "checkpoint": base["checkpoint"], "stop": base["stop"]}
+        steps = spec.step_dicts(self.connections(resolve=resolve), self._choose if resolve else None)
+        return self.assemble(resolve=resolve, source=spec.source, steps=steps, sinks=spec.sinks)
 
     def _choose(self, step, url: str) -> str:
         from ..core.stores import open_store

@@ -30,20 +30,20 @@ become URLs only in :meth:`PipelineSpec.job_dict` at run time.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from ..core.checks import check_flag, check_number, check_positive
+from ..core.deadline_watch import check_threshold
 from ..core.errors import ConfigError, SpecError, shown, shown_key
 from ..core.stores.sql import check_identifier
+from ..spark.assemble import Connections, job_dict, spec_name, step_dict
 
 AUTO = "auto"
 ON_MISSING = ("unknown_member", "dead_letter", "retry")
-PLACEHOLDER_URL = "sqlite:///resolved-at-run-time.db"
-PLACEHOLDER_FOLDER = "resolved-at-run-time"
 _DAG_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}\Z")
 
 
@@ -58,13 +58,6 @@ def _mapping(path: str, value, what: str) -> dict:
     if not isinstance(value, dict):
         raise SpecError(f"{path}: {shown(value)} is not a mapping; expected {what}")
     return value
-
-
-def _optional_number(path: str, value, *, positive: bool = True) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (positive and value <= 0):
-        raise SpecError(f"{path}: {shown(value)} is not a positive number")
 
 
 def from_mapping(cls, data, path: str):
@@ -150,30 +143,23 @@ class SurrogateKeyStep:
             raise SpecError(f"unknown_member: {shown(self.unknown_member)} is not a surrogate key value; expected e.g. -1")
         if self.on_missing == "retry" and self.retry_grace_s is None:
             raise SpecError("retry_grace_s: missing; expected the seconds a tuple waits for its dimension row (on_missing: retry)")
-        _optional_number("retry_grace_s", self.retry_grace_s)
-        if not isinstance(self.keep_natural_key, bool):
-            raise SpecError(f"keep_natural_key: {shown(self.keep_natural_key)} is not true or false")
+        check_positive("retry_grace_s", self.retry_grace_s, optional=True, error=SpecError)
+        check_flag("keep_natural_key", self.keep_natural_key, error=SpecError)
         _mapping("rename", self.rename, "dimension columns -> output names")
-        _optional_number("skew", self.skew, positive=False)
+        check_number("skew", self.skew, "a Zipf exponent >= 0", minimum=0, optional=True, error=SpecError)
 
-    def step_dict(self, url: str, algorithm: str) -> dict:
-        """The JobSpec step (``url`` of the dimension database, ``algorithm`` resolved)."""
+    def step_dict(self, connections: Connections, algorithm: str) -> dict:
+        """The JobSpec step (``algorithm`` resolved; the dimension's connection through ``connections``)."""
         unknown = None
         if self.on_missing == "unknown_member":
             unknown = {self.rename.get(self.dimension.surrogate_key, self.dimension.surrogate_key): self.unknown_member}
-        return {
-            "column": self.column,
-            "master": {"url": url, "table": self.dimension.table, "key": self.dimension.natural_key,
-                       "select": self.dimension.select},
-            "algorithm": algorithm,
-            "params": dict(self.params),
-            "memory": self.memory,
-            "on_missing": self.on_missing,
-            "unknown_member": unknown,
-            "retry_grace_s": self.retry_grace_s if self.on_missing == "retry" else None,
-            "rename": dict(self.rename),
-            "drop_column": not self.keep_natural_key,
-        }
+        return step_dict(
+            column=self.column, master_conn_id=self.dimension.conn_id, table=self.dimension.table,
+            key=self.dimension.natural_key, select=self.dimension.select, algorithm=algorithm, params=self.params,
+            memory=self.memory, on_missing=self.on_missing, unknown_member=unknown,
+            retry_grace_s=self.retry_grace_s if self.on_missing == "retry" else None, rename=self.rename,
+            drop_column=not self.keep_natural_key, connections=connections,
+        )
 
 
 @dataclass
@@ -186,14 +172,11 @@ class DeadlineMonitor:
     fail_on_breach: bool = True
 
     def __post_init__(self):
-        from ..sensors.deadline import check_threshold
-
         try:
             check_threshold(self.threshold, self.window_s, self.min_tuples)
         except ConfigError as exc:
             raise SpecError(str(exc)) from None
-        if not isinstance(self.fail_on_breach, bool):
-            raise SpecError(f"fail_on_breach: {shown(self.fail_on_breach)} is not true or false")
+        check_flag("fail_on_breach", self.fail_on_breach, error=SpecError)
 
 
 @dataclass
@@ -206,12 +189,10 @@ class UpdateInstall:
     poke_interval: float = 30.0
 
     def __post_init__(self):
-        if isinstance(self.min_pending, bool) or not isinstance(self.min_pending, int) or self.min_pending < 1:
-            raise SpecError(f"min_pending: {shown(self.min_pending)} is not a positive integer")
-        _optional_number("max_delay_s", self.max_delay_s)
-        _optional_number("poke_interval", self.poke_interval)
-        if not isinstance(self.deferrable, bool):
-            raise SpecError(f"deferrable: {shown(self.deferrable)} is not true or false")
+        check_positive("min_pending", self.min_pending, integer=True, error=SpecError)
+        check_positive("max_delay_s", self.max_delay_s, optional=True, error=SpecError)
+        check_positive("poke_interval", self.poke_interval, optional=True, error=SpecError)
+        check_flag("deferrable", self.deferrable, error=SpecError)
 
 
 @dataclass
@@ -264,7 +245,7 @@ class PipelineSpec:
                             "(max_latency_s or column)")
         if self.install_updates is not None and not isinstance(self.install_updates, UpdateInstall):
             self.install_updates = from_mapping(UpdateInstall, self.install_updates, "install_updates")
-        self.job_dict(resolve=None)  # everything the job spec checks, with placeholders
+        self.job_dict()  # everything the job spec checks, with placeholders
 
     @property
     def dimensions(self) -> list[Dimension]:
@@ -274,41 +255,30 @@ class PipelineSpec:
             seen.setdefault((step.dimension.conn_id, step.dimension.table), step.dimension)
         return list(seen.values())
 
-    def job_dict(self, resolve: Callable[[str | None], str] | None, choose=None, output_folder: Path | None = None,
-                 checkpoint: str | None = None) -> dict:
-        """The JobSpec as data. ``resolve(conn_id) -> URL`` and ``choose(step, url) -> algorithm``
-        run at task run time; with ``resolve=None`` (parse time) the spec is only validated."""
-        from ..spark.spec import JobSpec
-
+    def step_dicts(self, connections: Connections, choose=None) -> list[dict]:
+        """The JobSpec steps; ``choose(step, url) -> algorithm`` resolves ``auto`` at run time."""
         steps = []
         for step in self.steps:
-            url = resolve(step.dimension.conn_id) if resolve else PLACEHOLDER_URL
             algorithm = step.algorithm
             if algorithm == AUTO:
-                algorithm = choose(step, url) if choose else "hybridjoin"
-            steps.append(step.step_dict(url, algorithm))
-        sinks = {}
-        for name in ("matched", "dead_letter"):
-            target = copy.deepcopy(self.sinks.get(name))
-            if target is None:
-                target = {"path": str(output_folder / name) if output_folder else PLACEHOLDER_FOLDER}
-            elif isinstance(target, dict) and "conn_id" in target:
-                conn_id = target.pop("conn_id")
-                target.setdefault("kind", "table")
-                target["url"] = resolve(conn_id) if resolve else PLACEHOLDER_URL
-            sinks[name] = target
-        data = {
-            "name": re.sub(r"[^A-Za-z0-9_]", "_", self.dag_id)[:64],
-            "source": self.source,
-            "steps": steps,
-            "sinks": sinks,
-            "checkpoint": self.checkpoint or checkpoint or PLACEHOLDER_FOLDER,
-            "stop": self.stop,
-            "deadline": self.deadline,
-            "trigger_interval_s": self.trigger_interval_s,
-            "partitions": self.partitions,
-        }
-        JobSpec.from_dict(data)  # raises SpecError with the field's path
+                algorithm = choose(step, connections.database_url(step.dimension.conn_id)) if choose else "hybridjoin"
+            steps.append(step.step_dict(connections, algorithm))
+        return steps
+
+    def job_dict(self, connections: Connections | None = None, choose=None) -> dict:
+        """The JobSpec as data, checked by the spec itself (raises SpecError with the field's path);
+        without ``connections``, placeholders (parse time). A task's own name, checkpoint and output
+        folder come from its operator (:class:`.operator.SemiJoinPipelineOperator`)."""
+        from ..spark.spec import JobSpec
+
+        connections = connections or Connections()
+        data = job_dict(
+            name=spec_name(self.dag_id), source=self.source, steps=self.step_dicts(connections, choose),
+            sinks=self.sinks, output_folder=None, checkpoint=self.checkpoint, stop=self.stop, deadline=self.deadline,
+            trigger_interval_s=self.trigger_interval_s, partitions=self.partitions, db_retry_max_s=None,
+            connections=connections,
+        )
+        JobSpec.from_dict(data)
         return data
 
     def to_dict(self) -> dict:

@@ -16,47 +16,10 @@ from __future__ import annotations
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from ..core.errors import ConfigError, shown
+from ..core.deadline_watch import check_miss_ratio, check_threshold, window_misses
 from ..core.progress import XCOM_HISTORY
 
 FINISHED = ("success", "failed", "skipped", "upstream_failed", "removed")
-
-
-def window_misses(history: dict | None, window_s: float) -> tuple[int, int]:
-    """``(misses, tuples)`` over the ``window_s`` seconds before the newest point of ``history``."""
-    if not history or not history.get("points"):
-        return 0, 0
-    index = {name: i for i, name in enumerate(history["series"])}
-    t, misses, rows = index["time"], index["total_deadline_misses"], index["total_input_rows"]
-    points = [p for p in history["points"] if p[t] is not None]
-    if not points:
-        return 0, 0
-    newest = points[-1]
-    before = [p for p in points if p[t] < newest[t] - window_s]
-    base_misses, base_rows = (before[-1][misses] or 0, before[-1][rows] or 0) if before else (0, 0)
-    return int((newest[misses] or 0) - base_misses), int((newest[rows] or 0) - base_rows)
-
-
-def check_miss_ratio(history: dict | None, threshold: float, window_s: float, min_tuples: int) -> str | None:
-    """A sentence describing the breach when more than ``threshold`` of the tuples of the window
-    (at least ``min_tuples`` of them) missed their deadline; None otherwise."""
-    misses, tuples = window_misses(history, window_s)
-    if tuples < max(min_tuples, 1) or misses / tuples <= threshold:
-        return None
-    return (
-        f"{misses} of {tuples} tuples ({misses / tuples:.1%}) missed their deadline in the last "
-        f"{window_s:g} s, above the threshold of {threshold:.1%}"
-    )
-
-
-def check_threshold(threshold, window_s, min_tuples, names=("threshold", "window_s", "min_tuples")) -> None:
-    """Validate the three settings of a deadline watch; ``names`` are the arguments as the user wrote them."""
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold < 1:
-        raise ConfigError(f"{names[0]}: {shown(threshold)} is not a ratio in [0, 1)")
-    if isinstance(window_s, bool) or not isinstance(window_s, (int, float)) or window_s <= 0:
-        raise ConfigError(f"{names[1]}: {shown(window_s)} is not a positive number of seconds")
-    if isinstance(min_tuples, bool) or not isinstance(min_tuples, int) or min_tuples < 1:
-        raise ConfigError(f"{names[2]}: {shown(min_tuples)} is not a positive integer")
 
 
 class DeadlineMissSensor(BaseSensorOperator):

@@ -19,7 +19,7 @@ from datetime import timedelta
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
-from ..core.errors import ConfigError
+from ..core.checks import check_positive
 from ..core.stores.sql import check_identifier
 from ..triggers.updates import MasterDataChangesTrigger, changes_ready, count_pending
 
@@ -55,10 +55,8 @@ class MasterDataChangesSensor(BaseSensorOperator):
             check_identifier(table, "table")
         if "{{" not in str(key):
             check_identifier(key, "key")
-        if isinstance(min_pending, bool) or not isinstance(min_pending, int) or min_pending < 1:
-            raise ConfigError(f"min_pending: {min_pending!r} is not a positive integer")
-        if max_delay_s is not None and (isinstance(max_delay_s, bool) or not isinstance(max_delay_s, (int, float)) or max_delay_s <= 0):
-            raise ConfigError(f"max_delay_s: {max_delay_s!r} is not a positive number of seconds")
+        check_positive("min_pending", min_pending, integer=True)
+        check_positive("max_delay_s", max_delay_s, "a positive number of seconds", optional=True)
         self.master_conn_id = master_conn_id
         self.table = table
         self.key = key

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import shutil
 import tempfile
 import threading
@@ -63,7 +62,7 @@ import pyarrow.parquet as pq
 
 from ..bench import CHUNK_ROWS, BenchConfig, _backlog_target, measure
 from ..core.calibration import calibrate
-from ..core.costmodel import CACHE_ALGORITHMS
+from ..core.joins.registry import CACHE_ALGORITHMS
 from ..core.errors import ConfigError
 from ..core.joins import ALGORITHMS, JoinOutput, StreamBuffer, create
 from ..core.keys import normalize

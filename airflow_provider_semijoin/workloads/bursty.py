@@ -38,8 +38,9 @@ import numbers
 
 import numpy as np
 
+from ..core.checks import check_int
 from ..core.errors import ConfigError
-from .master import check_int, check_seed
+from .master import check_seed
 
 MAX_SOURCES = 40
 _BLOCK_STEPS = 4096

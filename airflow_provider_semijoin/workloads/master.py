@@ -15,13 +15,13 @@ Everything is vectorised (numpy / pyarrow compute): 2,000,000 rows generate in a
 from __future__ import annotations
 
 import datetime as _dt
-import numbers
 import time
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..core.checks import check_int
 from ..core.errors import ConfigError
 from ..core.stores.sql import DatabaseURL, check_identifier, dialect_of, write_table
 
@@ -63,18 +63,6 @@ _CREATED_SPAN_DAYS = 5000  # created dates fall in 2010-01-01 .. 2023-09-09
 
 # ---------------------------------------------------------------------------------------------
 # argument checks shared by the workload generators
-
-
-def check_int(value, what: str, *, minimum: int = 0, maximum: int | None = None) -> int:
-    """``value`` as an int if it is an integer in [minimum, maximum], else a ConfigError."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ConfigError(f"{what}: {value!r} is not an integer")
-    value = int(value)
-    if value < minimum:
-        raise ConfigError(f"{what}: {value} must be >= {minimum}")
-    if maximum is not None and value > maximum:
-        raise ConfigError(f"{what}: {value} must be <= {maximum}")
-    return value
 
 
 def check_key_type(key_type) -> str:

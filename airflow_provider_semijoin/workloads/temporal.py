@@ -15,21 +15,17 @@ chunk i of :func:`temporal_stream_chunks` is drawn from a generator seeded by (s
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 
-from ..core.errors import ConfigError
-from .master import check_int
+from ..core.checks import check_int, check_number
 from .zipf import _check_options, _rng, stream_table, zipf_ranks
 
 
 def _check_fraction(fraction) -> float:
-    if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 < fraction <= 1:
-        raise ConfigError(f"fraction: {fraction!r} is not a share of R's keys in (0, 1]")
-    return float(fraction)
+    return float(check_number("fraction", fraction, "a share of R's keys in (0, 1]", above=0, maximum=1))
 
 
 def _slices(master_rows: int, fraction: float) -> tuple[int, int]:

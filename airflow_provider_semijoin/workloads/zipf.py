@@ -31,8 +31,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..core.checks import check_int, check_number
 from ..core.errors import ConfigError
-from .master import _check_rows, check_int, check_key_type, check_seed, key_array
+from .master import _check_rows, check_key_type, check_seed, key_array
 
 SHAPES = ("noperm", "random")
 RANDOM_SHAPE_SEED = 12345
@@ -84,8 +85,7 @@ def _check_options(master_rows, exponent, shape, missing, key_type, seed, first_
     key_type = check_key_type(key_type)
     if shape not in SHAPES:
         raise ConfigError(f"shape: {shape!r} is not one of {list(SHAPES)}")
-    if isinstance(missing, bool) or not isinstance(missing, numbers.Real) or not 0 <= missing <= 1:
-        raise ConfigError(f"missing: {missing!r} is not in [0, 1]")
+    check_number("missing", missing, "in [0, 1]", minimum=0, maximum=1)
     master_rows = _check_rows(master_rows, key_type, "master_rows")
     if master_rows < 1:
         raise ConfigError(f"master_rows: {master_rows} must be >= 1")

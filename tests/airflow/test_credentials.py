@@ -27,7 +27,7 @@ from airflow_provider_semijoin.workloads.master import generate_master
 from metadata import xcoms
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spark"))
-from test_cluster import spark_env, standalone_cluster  # noqa: E402,F401 (a fixture)
+from test_cluster import standalone_cluster  # noqa: E402,F401 (a fixture)
 
 pytestmark = pytest.mark.mysql
 
@@ -183,16 +183,12 @@ def test_the_password_stays_out_of_logs_xcom_and_files_on_local_spark(sentinel, 
 
 @pytest.mark.slow
 def test_the_password_stays_out_of_spark_submit_argv_driver_logs_and_the_zip(sentinel, tmp_path, make_dag, connections,
-                                                                             standalone_cluster, monkeypatch, airflow_db):
+                                                                             standalone_cluster, spark_submit_on_path, airflow_db):
     from airflow_provider_semijoin.config import work_folder
 
     url, _ = standalone_cluster
     connections("dims", sentinel.url)
     connections("cluster", url)
-    for name, value in spark_env().items():
-        if name in ("SPARK_HOME", "SPARK_LOCAL_IP"):
-            monkeypatch.setenv(name, value)
-    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")  # spark-submit
     dag_id = f"sentinel_cluster_{sentinel.table}"
     dag = make_dag(dag_id, {"join": (f"{OPERATORS}:CacheJoinOperator", join_task(
         sentinel, tmp_path, spark_conn_id="cluster",

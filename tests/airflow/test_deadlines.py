@@ -7,7 +7,8 @@ import pytest
 
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.progress import ProgressHistory
-from airflow_provider_semijoin.sensors.deadline import DeadlineMissSensor, check_miss_ratio, window_misses
+from airflow_provider_semijoin.core.deadline_watch import check_miss_ratio, window_misses
+from airflow_provider_semijoin.sensors.deadline import DeadlineMissSensor
 from airflow_provider_semijoin.workloads.master import generate_master
 from metadata import xcom
 

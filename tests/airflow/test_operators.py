@@ -35,7 +35,7 @@ from metadata import task_state, xcom, xcoms
 
 # the Spark tests' standalone cluster (a master and a worker daemon), reused as it is
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spark"))
-from test_cluster import spark_env, standalone_cluster  # noqa: E402,F401 (a fixture)
+from test_cluster import standalone_cluster  # noqa: E402,F401 (a fixture)
 
 OPERATORS = "airflow_provider_semijoin.operators.join"
 HYBRIDJOIN, INLJ = f"{OPERATORS}:HybridJoinOperator", f"{OPERATORS}:INLJOperator"
@@ -227,16 +227,12 @@ def test_deadline_threshold_needs_deadlines():
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_cluster_connection_runs_the_driver_through_spark_submit(master_db, tmp_path, make_dag, connections,
-                                                                 standalone_cluster, monkeypatch):
+                                                                 standalone_cluster, spark_submit_on_path):
     """A spark:// connection: the operator submits the packaged driver with SparkSubmitHook to a
     standalone master + worker, forwards the driver's progress lines to XCom, and returns its summary."""
     backend, table = master_db
     url, master_ui = standalone_cluster
     connections("cluster", url)
-    for name, value in spark_env().items():
-        if name in ("SPARK_HOME", "SPARK_LOCAL_IP"):
-            monkeypatch.setenv(name, value)
-    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")  # spark-submit
     dag_id = f"cluster_{table}"
     dag = make_dag(dag_id, {"join": (f"{OPERATORS}:CacheJoinOperator", dict(
         column="nk", master_table=table, master_key="nk", select=SELECT, master_conn_id="dims", memory="1M",

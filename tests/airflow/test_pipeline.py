@@ -12,11 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_semijoin.core.errors import SpecError
-from airflow_provider_semijoin.core.joins.registry import ALGORITHMS
+from airflow_provider_semijoin.core.joins.registry import ALGORITHMS, AUTO_CANDIDATES
 from airflow_provider_semijoin.core.stores import DatabaseURL, write_table
 from airflow_provider_semijoin.pipeline import Dimension, PipelineSpec, SurrogateKeyStep, load_pipeline
-from airflow_provider_semijoin.pipeline.auto import CANDIDATES
 from airflow_provider_semijoin.pipeline.factory import dags_from_folder
+from airflow_provider_semijoin.spark.assemble import Connections
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from metadata import xcom
 
@@ -63,7 +63,7 @@ def test_yaml_and_dataclasses_give_the_same_spec(tmp_path):
         install_updates={"min_pending": 10},
     )
     assert from_yaml == in_python
-    job = from_yaml.job_dict(lambda conn_id: f"sqlite:////dims/{conn_id}.db", lambda step, url: "cachejoin")
+    job = from_yaml.job_dict(Connections(url=lambda conn_id: f"sqlite:////dims/{conn_id}.db"), lambda step, url: "cachejoin")
     first, second = job["steps"]
     assert first["master"] == {"url": "sqlite:////dims/dims.db", "table": "dim_product", "key": "product_code",
                                "select": ["product_sk"]}
@@ -228,8 +228,44 @@ def test_two_step_pipeline_runs_in_one_query(dimensions, tmp_path, make_dag, spa
     assert got_dead == expected_dead
     info = xcom(pipeline["dag_id"], "surrogate_keys", "semijoin_info")
     choice = info["auto_choices"]["product_code"]
-    assert choice["algorithm"] in CANDIDATES
+    assert choice["algorithm"] in AUTO_CANDIDATES
     rates = choice["predicted_tps"]
     best = "unbounded" if "unbounded" in rates.values() else max(rates.values())
     assert rates[choice["algorithm"]] == best
     assert info["algorithm"] == f"{choice['algorithm']}+cachejoin"
+
+
+def test_an_operator_and_the_same_yaml_step_assemble_equal_specs(connections, tmp_path, monkeypatch):
+    """One place assembles a job spec: a join operator and a YAML pipeline step of the same join give
+    equal specs at run time, the connection's ``page_rows`` included (a pipeline used to ignore it)."""
+    from airflow.sdk import DAG
+
+    from airflow_provider_semijoin.operators.join import HybridJoinOperator
+    from airflow_provider_semijoin.pipeline.factory import JOIN_TASK, build_dag
+
+    monkeypatch.setenv("AIRFLOW__SEMIJOIN__WORK_FOLDER", str(tmp_path / "work"))
+    connections("dims", {"conn_type": "semijoin_master",
+                         "extra": {"dialect": "sqlite", "path": str(tmp_path / "m.db"), "page_rows": 77}})
+    (tmp_path / "same.yaml").write_text(
+        "dag_id: same\n"
+        "source: {kind: generator, total_rows: 100}\n"
+        "steps:\n"
+        "  - column: nk\n"
+        "    dimension: {conn_id: dims, table: dim, natural_key: nk, surrogate_key: sk}\n"
+        "    algorithm: hybridjoin\n"
+        "    memory: 1M\n"
+        "    on_missing: dead_letter\n"
+        f"sinks: {{matched: {{path: {tmp_path / 'facts'}}}}}\n"
+        "stop: {max_batches: 3}\n"
+    )
+    by_pipeline = build_dag(load_pipeline(tmp_path / "same.yaml")).get_task(JOIN_TASK)
+    with DAG("same", schedule=None):
+        by_operator = HybridJoinOperator(
+            task_id=JOIN_TASK, column="nk", master_conn_id="dims", master_table="dim", master_key="nk", select=["sk"],
+            memory="1M", on_missing="dead_letter", drop_column=True, source={"kind": "generator", "total_rows": 100},
+            sinks={"matched": {"path": str(tmp_path / "facts")}}, stop={"max_batches": 3},
+        )
+    from_operator, from_pipeline = by_operator.build_job().to_dict(), by_pipeline.build_job().to_dict()
+    assert from_operator == from_pipeline
+    assert from_pipeline["steps"][0]["params"] == {"page_rows": 77}
+    assert from_pipeline["sinks"]["dead_letter"]["path"] == str(tmp_path / "work" / "output" / "same" / JOIN_TASK / "dead_letter")

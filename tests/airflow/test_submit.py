@@ -20,7 +20,7 @@ from test_operators import OPERATORS, SELECT, generator, sink_tables, sinks
 from test_operators import master_db  # noqa: F401 (a fixture)
 
 from airflow_provider_semijoin.core.progress import XCOM_LATEST
-from airflow_provider_semijoin.spark.standalone import spark_env, standalone_cluster
+from airflow_provider_semijoin.spark.standalone import standalone_cluster
 
 pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 
@@ -32,14 +32,10 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture
-def on_cluster(cluster, connections, monkeypatch):
+def on_cluster(cluster, connections, spark_submit_on_path):
     """The ``cluster`` Spark connection, spark-submit on PATH; yields the master UI port."""
     url, master_ui = cluster
     connections("cluster", url)
-    for name, value in spark_env().items():
-        if name in ("SPARK_HOME", "SPARK_LOCAL_IP"):
-            monkeypatch.setenv(name, value)
-    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")
     return master_ui
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -204,7 +203,11 @@ def test_installs_while_a_join_runs_every_batch_sees_one_version(backend, connec
 
     # the update DAG runs in an Airflow process of its own, with its own metadata DB
     env = {**os.environ, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp_path / 'updates.db'}"}
-    shutil.copy(Path(os.environ["AIRFLOW_HOME"]) / "airflow.db", tmp_path / "updates.db")
+    # copied by a child process: a copy made here would open and close airflow.db in this process, which drops
+    # this process's POSIX locks on it (SQLite's), and a later airflow CLI could then delete its WAL
+    copy = "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))"
+    subprocess.run([sys.executable, "-c", copy, Path(os.environ["AIRFLOW_HOME"]) / "airflow.db", tmp_path / "updates.db"],
+                   check=True, timeout=120)
     updater = subprocess.Popen([sys.executable, "-m", "airflow", "dags", "test", updates_dag],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     output, waiting = [], threading.Event()

@@ -13,6 +13,7 @@ from airflow_provider_semijoin.core import costmodel as cm
 from airflow_provider_semijoin.core.calibration import ComponentCosts, memory_store
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import create
+from airflow_provider_semijoin.core.joins.registry import CACHE_ALGORITHMS
 from airflow_provider_semijoin.core.joins.stream_table import StreamTable
 from airflow_provider_semijoin.workloads import zipf_stream
 from airflow_provider_semijoin.workloads.zipf import RANDOM_SHAPE_SEED
@@ -153,7 +154,7 @@ def test_every_algorithm_is_predicted_from_its_own_split(name):
     assert found.service_rate_tps > 0 and found.iteration_s > found.io_s > 0
     assert found.service_rate_tps == cm.predict(name, algorithm.memory_split(), COSTS, 20_000, 1.0, "random",
                                                 settings=dict(algorithm.settings))
-    assert (found.hit_ratio is not None) == (name in cm.CACHE_ALGORITHMS)
+    assert (found.hit_ratio is not None) == (name in CACHE_ALGORITHMS)
     assert cm.explain("inlist-lru", {}, COSTS, 20_000) is None
 
 

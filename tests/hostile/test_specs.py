@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from airflow_provider_semijoin.core.errors import SpecError
 from airflow_provider_semijoin.core.stores.sql import IDENTIFIER
 from airflow_provider_semijoin.pipeline.spec import PipelineSpec, from_mapping, load_pipeline
+from airflow_provider_semijoin.spark.assemble import Connections
 from airflow_provider_semijoin.spark.spec import JobSpec
 
 from .strategies import HOSTILE, mutations
@@ -112,7 +113,7 @@ def test_hostile_pipeline_spec(mutated):
         check_error("pipeline spec (mapping)", exc, set(PIPELINE) | set(PipelineSpec.__dataclass_fields__) | {"PipelineSpec"})
         return
     record("pipeline spec (mapping)")
-    job = JobSpec.from_dict(spec.job_dict(resolve=lambda conn_id: "sqlite:///x.db"))
+    job = JobSpec.from_dict(spec.job_dict(Connections(url=lambda conn_id: "sqlite:///x.db")))
     check_identifiers(job)
 
 

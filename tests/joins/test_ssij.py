@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import JoinOutput, StreamBuffer, create
-from airflow_provider_semijoin.core.joins.ssij import plan_cost, read_plan
+from airflow_provider_semijoin.core.joins.ssij import read_plan
 from airflow_provider_semijoin.core.keys import normalize
 from airflow_provider_semijoin.core.oracle import engine_pairs
 from airflow_provider_semijoin.core.runner import check_exactly_once, run_join
@@ -56,6 +56,11 @@ def brute_force_cost(pages: list[int], max_scan: int, query_s: float, page_s: fl
         if all(run[-1] - run[0] < max_scan for run in runs):
             best = min(best, sum(query_s + page_s * (run[-1] - run[0] + 1) for run in runs))
     return best
+
+
+def plan_cost(plan: list[tuple[int, int]], query_s: float, page_s: float) -> float:
+    """Cost of a read plan (sec. IV-D): one query (S) per sequence plus T per page it reads."""
+    return sum(query_s + page_s * count for _, count in plan)
 
 
 @settings(max_examples=300, deadline=None)

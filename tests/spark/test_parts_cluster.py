@@ -9,7 +9,6 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 from spark_jobs import assert_sinks_equal_oracle, generator_job, write_master
 

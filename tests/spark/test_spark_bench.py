@@ -11,7 +11,7 @@ import pytest
 
 from airflow_provider_semijoin.bench import BenchConfig
 from airflow_provider_semijoin.cli import main
-from airflow_provider_semijoin.core.costmodel import CACHE_ALGORITHMS
+from airflow_provider_semijoin.core.joins.registry import CACHE_ALGORITHMS
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.spark.bench import (
     CORE_BATCHES, CORE_CONTINUOUS, PIPELINE, STREAM_STATIC, BatchWindow, SparkBenchConfig, TupleLedger, check_sinks,

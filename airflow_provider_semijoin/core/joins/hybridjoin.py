@@ -41,6 +41,8 @@ class HybridJoin(PagedJoin):
     """HYBRIDJOIN (Fig. 5): index-based loads driven by the oldest tuple of Q."""
 
     name = "hybridjoin"
+    operator_name = "HybridJoinOperator"
+    auto_candidate = True
     paper = "HYBRIDJOIN (Naeem, Dobbie, Weber), sec. 4, Fig. 5, eq. 1"
     params = {
         "page_rows": Param(int, 0, "rows of R per disk partition (d); 0 = 4*S/T from the measured costs", 0),
@@ -106,6 +108,8 @@ class HybridJoinL(HybridJoin):
     """
 
     name = "hybridjoin-l"
+    operator_name = "HybridJoinLOperator"
+    auto_candidate = False  # the cost model has no model of its own for it (it predicts its base's rate)
     paper = "HYBRIDJOIN-L (pq-frequent-pages paper, sec. 3.1)"
     params = {
         **HybridJoin.params,
@@ -135,6 +139,8 @@ class HybridJoinPQ(HybridJoin):
     """
 
     name = "hybridjoin-pq"
+    operator_name = "HybridJoinPQOperator"
+    auto_candidate = False  # the cost model has no model of its own for it (it predicts its base's rate)
     paper = "HYBRIDJOIN-PQ (pq-frequent-pages paper, sec. 4)"
     params = {
         **HybridJoin.params,

@@ -26,6 +26,8 @@ from .master_cache import MasterCache, hit_ratio_of
 
 class IndexNestedLoopJoin(JoinAlgorithm):
     name = "inlj"
+    operator_name = "INLJOperator"
+    auto_candidate = True
     paper = "INLJ (HYBRIDJOIN paper, sec. 3.2)"
     params = {}
 
@@ -60,6 +62,7 @@ class IndexNestedLoopJoin(JoinAlgorithm):
 
 class InListJoin(JoinAlgorithm):
     name = "inlist"
+    operator_name = "InListOperator"
     paper = "baseline: micro-batch IN-list lookup (what foreachBatch code does)"
     params = {
         "batch_rows": Param(int, 0, "stream tuples per micro-batch; 0 = as many as the memory budget holds", 0),
@@ -120,6 +123,7 @@ class InListJoin(JoinAlgorithm):
 
 class InListLRUJoin(InListJoin):
     name = "inlist-lru"
+    operator_name = "InListLRUOperator"
     paper = "baseline: micro-batch IN-list lookup with an LRU cache of master rows in the same budget"
     params = {
         **InListJoin.params,

@@ -53,6 +53,8 @@ def best_partition_pages(
 
 class MeshJoin(PagedJoin):
     name = "meshjoin"
+    operator_name = "MeshJoinOperator"
+    auto_candidate = True
     paper = "MESHJOIN (Polyzotis et al. 2008); HYBRIDJOIN paper sec. 3.1"
     params = {
         "page_rows": Param(int, DEFAULT_PAGE_ROWS, "rows of R per page", 1),

@@ -1,14 +1,16 @@
 """The registry: algorithm names -> classes, with their paper and parameters.
 
 ``create("hybridjoin", store, memory, {"page_rows": "1000"})`` validates the name and every
-parameter before any work starts.
+parameter before any work starts. This is the one list of algorithms: the operators (one per
+algorithm, :mod:`...operators.join`), ``auto``'s candidates, the cost model's families and the CLI
+derive from it; adding an algorithm is its module plus one line here.
 """
 
 from __future__ import annotations
 
 from ..errors import ConfigError
 from .base import JoinAlgorithm
-from .frontstage import CacheJoin, CacheJoinL, CacheJoinPQ, CMeshJoin, SemiStreamJoin
+from .frontstage import CacheJoin, CacheJoinL, CacheJoinPQ, CMeshJoin, FrontStage, SemiStreamJoin
 from .hybridjoin import HybridJoin, HybridJoinL, HybridJoinPQ
 from .indexjoin import IndexNestedLoopJoin, InListJoin, InListLRUJoin
 from .meshjoin import MeshJoin
@@ -21,6 +23,10 @@ ALGORITHMS: dict[str, type[JoinAlgorithm]] = {
         SemiStreamJoin, CMeshJoin, CacheJoin, CacheJoinL, CacheJoinPQ, SemiStreamedIndexJoin,
     )
 }
+# the tuple-level cache family (a front-stage over a disk phase): the names the cache benchmarks sweep
+CACHE_ALGORITHMS: tuple[str, ...] = tuple(name for name, cls in ALGORITHMS.items() if issubclass(cls, FrontStage))
+# what ``algorithm: auto`` chooses from (:mod:`...pipeline.auto`)
+AUTO_CANDIDATES: tuple[str, ...] = tuple(name for name, cls in ALGORITHMS.items() if cls.auto_candidate)
 
 
 def algorithm_class(name: str) -> type[JoinAlgorithm]:

@@ -90,11 +90,6 @@ INT64 = np.iinfo(np.int64)
 
 
 # -- the optimal read plan (sec. IV-D) ------------------------------------------------------------
-def plan_cost(plan: list[tuple[int, int]], query_s: float, page_s: float) -> float:
-    """Cost of a read plan: one query (S) per sequence plus T per page it reads."""
-    return sum(query_s + page_s * count for _, count in plan)
-
-
 def read_plan(pages: np.ndarray, max_scan: int, query_s: float, page_s: float) -> list[tuple[int, int]]:
     """The cheapest way to read ``pages`` (sorted, distinct positions) in sequences ``(first, count)``
     of at most ``max_scan`` pages that start and end on requested pages (sec. IV-D).
@@ -360,6 +355,7 @@ class _JoinPhase:
 
 class SemiStreamedIndexJoin(JoinAlgorithm):
     name = "ssij"
+    operator_name = "SSIJOperator"
     paper = "SSIJ (Bornea, Deligiannakis, Kotidis, Vassalos, ICDE 2011), sec. IV, Alg. 1-2"
     params = {
         "page_rows": Param(int, 64, "rows of R per page (a block; Table II: 64 tuples per block)", 1),

@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from ..errors import ConfigError, StoreError
 from .base import MasterStore
+from .opening import store_for
 from .sql import MYSQL, SQLITE, DatabaseURL, dialect_of, refused_value_errors, side_tables, table_exists
 from .versions import create_before_table, save_before_images
 
@@ -71,8 +72,6 @@ def _execute(cursor, sql: str, params=()) -> list[tuple]:
 
 
 def _master(connection, table: str, key: str) -> MasterStore:
-    from . import store_for  # the package imports this module
-
     return store_for(connection, table, key)
 
 
