@@ -62,6 +62,7 @@ import pyarrow.parquet as pq
 
 from ..bench import CHUNK_ROWS, BenchConfig, _backlog_target, measure
 from ..core.calibration import calibrate
+from ..core.checks import check_positive
 from ..core.joins.registry import CACHE_ALGORITHMS
 from ..core.errors import ConfigError
 from ..core.joins import ALGORITHMS, JoinOutput, StreamBuffer, create
@@ -116,12 +117,9 @@ class SparkBenchConfig:
         for i, name in enumerate(self.algorithms or []):
             if name not in ALGORITHMS:
                 raise ConfigError(f"algorithms[{i}]: {name!r} is not one of {sorted(ALGORITHMS)}")
-        if isinstance(self.batch_rows, bool) or not isinstance(self.batch_rows, int) or self.batch_rows < 1:
-            raise ConfigError(f"batch_rows: {self.batch_rows!r} is not a positive number of tuples per micro-batch")
-        if self.latency_rate is not None and (isinstance(self.latency_rate, bool) or not self.latency_rate > 0):
-            raise ConfigError(f"latency_rate: {self.latency_rate!r} is not a positive number of tuples per second")
-        if isinstance(self.trigger_s, bool) or not self.trigger_s > 0:
-            raise ConfigError(f"trigger_s: {self.trigger_s!r} is not a positive number of seconds")
+        check_positive("batch_rows", self.batch_rows, "a positive number of tuples per micro-batch", integer=True)
+        check_positive("latency_rate", self.latency_rate, "a positive number of tuples per second", optional=True)
+        check_positive("trigger_s", self.trigger_s, "a positive number of seconds")
 
 
 # -- the source of the throughput runs ------------------------------------------------------------
