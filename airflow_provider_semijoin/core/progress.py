@@ -38,8 +38,10 @@ class ProgressRecord:
     output_rows: int  # matched rows written (K per tuple for 1:K)
     service_rate_tps: float | None  # input_rows / batch_duration_s
     batch_duration_s: float
-    queue_tuples: int = 0  # tuples still held at the end of the batch (retries; 0 after a drain)
-    peak_queue_tuples: int = 0  # tuples handed to the join in this batch (the stream buffer's fill)
+    queue_tuples: int = 0  # tuples still inside the joins or held for a retry at the end of the batch
+    peak_queue_tuples: int = 0  # tuples inside a join during the batch (carried + new: the buffer's fill)
+    queue_bytes: int = 0  # bytes of the full rows the runner keeps for the tuples inside the joins (driver)
+    drained: str | None = None  # why this batch emptied the joins (end_of_input, stop_file, ...), or None
     cache_entries: int | None = None
     cache_hit_ratio: float | None = None
     disk_queries: int = 0
@@ -47,7 +49,8 @@ class ProgressRecord:
     latency_ms_p50: float | None = None  # arrival -> output
     latency_ms_p99: float | None = None
     deadline_misses: int = 0
-    memory_bytes: int = 0  # bytes the algorithm's structures hold
+    memory_bytes: int = 0  # bytes the algorithms' structures hold (the queue's keys in H_S / Q / IB / SB included)
+    structure_bytes_peak: int = 0  # the most the algorithms' structures held (within their memory budget)
     unmatched_by_reason: dict = field(default_factory=dict)
     total_input_rows: int = 0
     total_matched: int = 0

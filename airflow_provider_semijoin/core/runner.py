@@ -2,8 +2,7 @@
 
 :func:`run_join` is the engine's whole life cycle for one stream (a file, a Spark micro-batch):
 normalise the stream's keys (tuples whose key cannot be in R leave at once with a reason),
-feed the rest through a :class:`~.joins.base.StreamBuffer`, step the algorithm until it has
-drained, and build the matched table (stream columns + selected master columns, one row per
+feed the rest to a :class:`~.session.JoinSession` (its stream buffer and the algorithm), drain it, and build the matched table (stream columns + selected master columns, one row per
 matching master row) and the unmatched table (stream columns + ``reason``). The exactly-once
 check is part of every run: each stream tuple must leave exactly once, matched or unmatched.
 
@@ -24,13 +23,13 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import ConfigError
-from .joins.base import Clock, JoinAlgorithm, JoinOutput, StreamBuffer
+from .joins.base import Clock, JoinAlgorithm, JoinOutput
 from .keys import normalize
 from .metrics import latency_ms
 from .reasons import labels
+from .session import JoinSession, materialise
 from .stores.base import SnapshotLost
 
-STALL_STEPS = 1000  # steps in a row without progress before the run is declared stuck
 SNAPSHOT_ATTEMPTS = 50  # runs of one stream a lost session may end (each time R moved meanwhile)
 
 
@@ -85,42 +84,16 @@ def one_version_of_r(algorithm: JoinAlgorithm):
         yield algorithm.invalidate(changed) if len(changed) else 0
 
 
-def drain(algorithm: JoinAlgorithm, buffer: StreamBuffer, entered: np.ndarray, completed: np.ndarray) -> list[JoinOutput]:
-    """Step ``algorithm`` until ``buffer`` (closed) is exhausted and nothing is pending; logs when
-    each tuple entered (``entered``) and left (``completed``) in the buffer's clock units."""
-    outputs = []
-    stalled = 0
-    while not (buffer.exhausted and algorithm.pending == 0):
-        before = (buffer.available, algorithm.pending)
-        out = algorithm.step(buffer)
-        now = buffer.clock()
-        for ids, t in buffer.taken:
-            entered[ids] = t
-        buffer.taken.clear()
-        completed[out.matched_ids] = now
-        completed[out.unmatched_ids] = now
-        outputs.append(out)
-        progress = len(out.matched_ids) or len(out.unmatched_ids) or before != (buffer.available, algorithm.pending)
-        stalled = 0 if progress else stalled + 1
-        if stalled >= STALL_STEPS:
-            raise RuntimeError(f"{algorithm.name} made no progress in {STALL_STEPS} steps with {algorithm.pending} tuples pending")
-    return outputs
-
-
-def _join_all(algorithm: JoinAlgorithm, keys, deadlines, clock: Clock, entered, completed) -> list[JoinOutput]:
-    """The outputs of the whole stream (keys ``keys``): invalid keys at once, the rest drained."""
-    store = algorithm.store
-    n = len(keys)
-    normalized = normalize(keys, store.key_type)
-    row_ids = np.arange(n, dtype=np.int64)
+def feed_keys(algorithm: JoinAlgorithm, keys: pa.ChunkedArray, row_ids: np.ndarray, due: np.ndarray | None, clock,
+              session: JoinSession | None = None) -> tuple[JoinOutput, JoinSession]:
+    """Normalise ``keys`` (one per row id); tuples whose key cannot be in R leave at once (the
+    returned output), the rest are fed to ``session`` (a new one when None) with their ``due``."""
+    normalized = normalize(keys, algorithm.store.key_type)
     valid = normalized.valid
-    outputs = [
-        JoinOutput(np.zeros(0, np.int64), algorithm.schema.empty_table(), row_ids[~valid], normalized.reason[~valid])
-    ]
-    buffer = StreamBuffer(store.key_type, clock)
-    buffer.append(row_ids[valid], normalized.keys[valid], None if deadlines is None else deadlines[valid])
-    buffer.close()
-    return outputs + drain(algorithm, buffer, entered, completed)
+    invalid = JoinOutput(np.zeros(0, np.int64), algorithm.schema.empty_table(), row_ids[~valid], normalized.reason[~valid])
+    session = session if session is not None else JoinSession(algorithm, clock)
+    session.feed(row_ids[valid], normalized.keys[valid], None if due is None else due[valid])
+    return invalid, session
 
 
 def run_join(
@@ -173,7 +146,10 @@ def run_join(
     for attempt in range(SNAPSHOT_ATTEMPTS):
         try:
             with one_version_of_r(algorithm) as invalidated:
-                outputs = _join_all(algorithm, stream[stream_key], deadlines, clock, entered, completed)
+                invalid, session = feed_keys(algorithm, stream[stream_key], np.arange(n, dtype=np.int64), deadlines, clock)
+                session.on_taken = lambda ids, t: entered.__setitem__(ids, t)
+                session.on_left = lambda ids, t: completed.__setitem__(ids, t)
+                outputs = [invalid, session.drain()]
             break
         except SnapshotLost:  # nothing has left yet: run the whole stream again on the new version
             if attempt == SNAPSHOT_ATTEMPTS - 1:
@@ -181,12 +157,7 @@ def run_join(
             algorithm.restart()
     wall = clock() - started
     result = JoinOutput.concat(outputs, algorithm.schema)
-    matched = stream.take(result.matched_ids)
-    for name in algorithm.schema.names:
-        matched = matched.append_column(name, result.master[name])
-    unmatched = stream.take(result.unmatched_ids).append_column(
-        "reason", pa.array(labels(result.unmatched_reason), pa.string())
-    )
+    matched, unmatched = materialise(stream, result, algorithm.schema)
     io_after = store.counters.as_dict()
     reasons, counts = np.unique(labels(result.unmatched_reason), return_counts=True)
     processing = latency_ms(completed - entered)

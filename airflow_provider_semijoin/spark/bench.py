@@ -6,16 +6,14 @@ engine first, :func:`pick_cache_algorithm`; or the algorithms given) it measures
 
 * ``spark pipeline``: the product's streaming query (:func:`.runner.run_job`): the built-in
   generator source -> ``foreachBatch`` (collect, drain through the engine, Parquet sinks).
-* ``core, Spark's batches``: :func:`..core.runner.run_join` over the same stream tuples in the
-  same micro-batches, without Spark. Overhead ratio = this rate / the pipeline's rate: what
-  Spark itself costs (source, scheduling, Arrow transfers, sinks, progress).
+* ``core, Spark's batches``: the engine's :class:`..core.session.JoinSession` fed the same
+  stream tuples in the same micro-batches, each stepped for a slice with the queue carried, as
+  the pipeline does, without Spark. Overhead ratio = this rate / the pipeline's rate: what
+  Spark itself costs (source, scheduling, Arrow transfers, sinks, state, progress).
 * ``core, continuous``: the engine alone fed without micro-batches, as ``semijoin bench``
-  measures it. Its ratio adds what draining every micro-batch before it commits costs: the
-  service rate is w / c_loop with w, the tuples matched per page load, growing with the tuples
-  in H_S (HYBRIDJOIN sec. 4.4, eq. 2 and 4); a drained HYBRIDJOIN empties H_S at the end of each
-  batch, loading the pages of its last tuples for few matches - in a Zipf batch some tuple
-  waits on nearly every page, so a drain reads about all of R - where a continuous one keeps
-  H_S full.
+  measures it. The service rate is w / c_loop with w, the tuples matched per page load, growing
+  with the tuples in H_S (HYBRIDJOIN sec. 4.4, eq. 2 and 4); the pipeline carries H_S across
+  micro-batches (:mod:`.joinstate`), so it keeps H_S as full as a continuous join does.
 
 and once Spark's own way, ``spark stream-static``: ``foreachBatch`` joins each micro-batch with
 R read afresh from the database (a left join planned by Spark, then the same Parquet sinks), R
@@ -37,7 +35,9 @@ slowest Spark path's throughput, which every Spark path can sustain), p99 from a
 (the generator's scheduled time) to the end of the micro-batch that wrote it (core, continuous:
 to its completion) over the window. A run that completes less than 90% of the offered rate in
 its window is marked: its p99 counts only the tuples that completed (MESHJOIN-based algorithms
-hold a tuple for a whole cycle over R). Exactly once: every path's output is checked - each
+hold a tuple for a whole cycle over R). A last run per algorithm offers a quiet 5,000 tuples/s
+with a 1 s trigger and ``max_queue_time_s`` 2: its largest latency shows whether every tuple
+left within its maximum wait. Exactly once: every path's output is checked - each
 tuple offered up to the last completed micro-batch (or, in the core, fed and then drained) left
 once, matched or unmatched (the bench's R has a unique key, so once means one output row).
 
@@ -62,13 +62,15 @@ import pyarrow.parquet as pq
 
 from ..bench import CHUNK_ROWS, BenchConfig, _backlog_target, measure
 from ..core.calibration import calibrate
+from ..core.checks import check_positive
 from ..core.joins.registry import CACHE_ALGORITHMS
 from ..core.errors import ConfigError
-from ..core.joins import ALGORITHMS, StreamBuffer, create
+from ..core.joins import ALGORITHMS, JoinOutput, StreamBuffer, create
 from ..core.keys import normalize
 from ..core.metrics import latency_ms
 from ..core.reasons import Unmatched
-from ..core.runner import drain, run_join
+from ..core.runner import feed_keys
+from ..core.session import JoinSession
 from ..core.stores import open_store, redact
 from ..core.stores.sql import MYSQL, DatabaseURL
 from ..workloads import generate_master
@@ -88,7 +90,8 @@ STREAM_STATIC = "spark-join"
 R_KEY = "sj_master_key"  # R's key column in the stream-static join (the stream has its own nk)
 PIPELINE, CORE_BATCHES, CORE_CONTINUOUS = "spark pipeline", "core, Spark's batches", "core, continuous"
 KEPT_UP_SHARE = 0.9  # a latency run that completes less than this share of the offered rate fell behind
-STOP_GRACE_S = 300.0  # a run whose window is not complete this long after warm-up + window stops anyway
+STOP_GRACE_S = 300.0
+QUIET_RATE, QUIET_TRIGGER_S, QUIET_MAX_QUEUE_S = 5000.0, 1.0, 2.0  # the bounded-wait run: a quiet stream  # a run whose window is not complete this long after warm-up + window stops anyway
 
 
 @dataclass
@@ -114,12 +117,9 @@ class SparkBenchConfig:
         for i, name in enumerate(self.algorithms or []):
             if name not in ALGORITHMS:
                 raise ConfigError(f"algorithms[{i}]: {name!r} is not one of {sorted(ALGORITHMS)}")
-        if isinstance(self.batch_rows, bool) or not isinstance(self.batch_rows, int) or self.batch_rows < 1:
-            raise ConfigError(f"batch_rows: {self.batch_rows!r} is not a positive number of tuples per micro-batch")
-        if self.latency_rate is not None and (isinstance(self.latency_rate, bool) or not self.latency_rate > 0):
-            raise ConfigError(f"latency_rate: {self.latency_rate!r} is not a positive number of tuples per second")
-        if isinstance(self.trigger_s, bool) or not self.trigger_s > 0:
-            raise ConfigError(f"trigger_s: {self.trigger_s!r} is not a positive number of seconds")
+        check_positive("batch_rows", self.batch_rows, "a positive number of tuples per micro-batch", integer=True)
+        check_positive("latency_rate", self.latency_rate, "a positive number of tuples per second", optional=True)
+        check_positive("trigger_s", self.trigger_s, "a positive number of seconds")
 
 
 # -- the source of the throughput runs ------------------------------------------------------------
@@ -174,10 +174,16 @@ class BatchWindow:
         return self.records[self.opened + 1 : end + 1]
 
     def rate(self) -> float | None:
+        """Tuples completed (matched or unmatched) per second over the window: with the queue
+        carried across micro-batches a batch's input and output differ by what waits."""
         batches = self.batches()
         if not batches:
             return None
-        return round(sum(r["input_rows"] for r in batches) / (batches[-1]["time"] - self.opened_at), 1)
+        return round(sum(completed(r) for r in batches) / (batches[-1]["time"] - self.opened_at), 1)
+
+
+def completed(record: dict) -> int:
+    return record["matched"] + record["unmatched"]
 
 
 class TupleLedger:
@@ -250,7 +256,8 @@ def spark_result(algorithm: str, path: str, window: BatchWindow, out: Path, rate
         "tuples_per_s": window.rate(),
         "batches": len(window.records),
         "window_batches": len(batches),
-        "window_tuples": sum(r["input_rows"] for r in batches),
+        "window_tuples": sum(completed(r) for r in batches),
+        "queue_tuples_max": max((r["queue_tuples"] for r in batches), default=0),
         "window_complete": window.closed is not None,
         "batch_rows": [r["input_rows"] for r in window.records],
         "first_window_batch": (window.opened + 1) if window.opened is not None else None,
@@ -259,23 +266,28 @@ def spark_result(algorithm: str, path: str, window: BatchWindow, out: Path, rate
     }
     if rate is not None:
         latency = window_latency(out, window)
-        result.update(latency_ms_p50=latency["p50"], latency_ms_p99=latency["p99"])
+        result.update(latency_ms_p50=latency["p50"], latency_ms_p99=latency["p99"], latency_ms_max=latency["max"])
     return result
 
 
 # -- the Spark pipeline ----------------------------------------------------------------------------
 def run_pipeline(spark, config: SparkBenchConfig, table: str, algorithm: str, shape: str, out: Path,
-                 rate: float | None) -> dict:
-    """The product's streaming query for ``algorithm``: a backlog (``rate`` None) or ``rate``."""
+                 rate: float | None, trigger_s: float | None = None, max_queue_time_s: float | None = None) -> dict:
+    """The product's streaming query for ``algorithm``: a backlog (``rate`` None: every tuple
+    has arrived, so no tuple is forced out by its wait) or ``rate`` with each tuple forced out
+    after ``max_queue_time_s`` (None: the step's default)."""
     core = config.core
+    step = {"column": KEY, "master": {"url": core.master, "table": table, "key": KEY},
+            "algorithm": algorithm, "memory": core.memory, "params": core.params_for(algorithm)}
+    if rate is None or max_queue_time_s is not None:
+        step["max_queue_time_s"] = max_queue_time_s
     spec = JobSpec.from_dict({
         **source_fields(core, shape, rate, config.batch_rows),
-        "steps": [{"column": KEY, "master": {"url": core.master, "table": table, "key": KEY},
-                   "algorithm": algorithm, "memory": core.memory, "params": core.params_for(algorithm)}],
+        "steps": [step],
         "sinks": {"matched": {"path": str(out / "matched")}, "dead_letter": {"path": str(out / "dead")}},
         "checkpoint": str(out / "checkpoint"),
         "name": "semijoin_bench",
-        "trigger_interval_s": config.trigger_s if rate is not None else 0.001,
+        "trigger_interval_s": (trigger_s or config.trigger_s) if rate is not None else 0.001,
         "stop": {"duration_s": core.warmup_s + core.window_s + STOP_GRACE_S},
     })
     window = BatchWindow(core.warmup_s, core.window_s)
@@ -360,7 +372,8 @@ class StreamStaticJoin:
         reasons = pc.if_else(pc.is_null(missed[KEY]), Unmatched.NULL_KEY.label, Unmatched.NOT_IN_MASTER.label)
         self.matched.write(batch_id, rows.filter(found).drop_columns([R_KEY]))
         self.dead.write(batch_id, dead_letter_rows(missed, 0, reasons))
-        self.on_progress({"batch_id": batch_id, "time": self.clock(), "input_rows": rows.num_rows})
+        self.on_progress({"batch_id": batch_id, "time": self.clock(), "input_rows": rows.num_rows, "queue_tuples": 0,
+                          "matched": int(pc.sum(found).as_py() or 0), "unmatched": missed.num_rows})
 
 
 def run_stream_static(spark, config: SparkBenchConfig, table: str, shape: str, out: Path, rate: float | None,
@@ -394,27 +407,33 @@ def run_stream_static(spark, config: SparkBenchConfig, table: str, shape: str, o
 # -- the core engine alone -------------------------------------------------------------------------
 def run_core_batches(config: BenchConfig, table: str, algorithm: str, shape: str, batch_rows: list[int],
                      first_window_batch: int, clock=time.perf_counter) -> dict:
-    """:func:`run_join` over the stream tuples of a Spark run, in the same micro-batches (each
-    drained); the rate over the Spark run's window batches counts only the time in run_join."""
-    window_s, window_tuples, ok, start = 0.0, 0, True, 0
+    """The engine alone over the stream tuples of a Spark run, in the same micro-batches, each fed
+    to one :class:`JoinSession` and stepped for a slice as the pipeline does (the queue carried,
+    no drain until the end); the rate over the Spark run's window batches counts only the time
+    in the slices, and the tuples they completed."""
+    window_s, window_tuples, start = 0.0, 0, 0
+    ledger = TupleLedger()
     with open_store(config.master, table, KEY) as store:
-        engine = create(algorithm, store, config.memory, config.params_for(algorithm))
+        session = JoinSession(create(algorithm, store, config.memory, config.params_for(algorithm)), clock)
         for i, n in enumerate(batch_rows):
             rows = stream_rows(config, shape, start, start + n)
             started = clock()
-            run = run_join(engine, rows, KEY)
+            invalid, _ = feed_keys(session.algorithm, rows[KEY], rows["tid"].to_numpy(), None, clock, session)
+            out = JoinOutput.concat([invalid, session.advance()], session.algorithm.schema)
             took = clock() - started
-            ok = ok and run.stats["exactly_once"]["ok"] and run.stats["tuples_in"] == n
+            ledger.record(np.concatenate([np.unique(out.matched_ids), out.unmatched_ids]))
             if i >= first_window_batch:
                 window_s += took
-                window_tuples += n
+                window_tuples += out.completed
             start += n
+        out = session.drain()
+        ledger.record(np.concatenate([np.unique(out.matched_ids), out.unmatched_ids]))
     return {
         "algorithm": algorithm,
         "path": CORE_BATCHES,
         "tuples_per_s": round(window_tuples / window_s, 1) if window_s else None,
         "window_tuples": window_tuples,
-        "exactly_once": {"ok": ok, "tuples": start},
+        "exactly_once": ledger.check(start),
     }
 
 
@@ -460,7 +479,8 @@ def run_core_continuous(config: BenchConfig, table: str, algorithm: str, shape: 
                     latencies.append(done - (started + np.unique(ids) / rate))
         window_s = (joined_s if rate is None else clock() - started) - config.warmup_s
         buffer.close()
-        for out in drain(engine, buffer, np.zeros(fed), np.zeros(fed)):
+        while not (buffer.exhausted and engine.pending == 0):
+            out = engine.step(buffer)
             ledger.record(np.concatenate([out.matched_ids, out.unmatched_ids]))
     result = {
         "algorithm": algorithm,
@@ -580,6 +600,13 @@ def bench_shape(config: SparkBenchConfig, table: str, shape: str, workdir: Path,
                 continue
             r.update(latency=paced, latency_ms_p99=paced["latency_ms_p99"], latency_kept_up=kept_up(paced, rate))
             out(f"  {shape} {r['algorithm']:<14} {r['path']:<24} p99 {paced['latency_ms_p99'] or 0:>10,.1f} ms")
+        for r in rows:
+            if r["path"] == PIPELINE:
+                quiet = run_pipeline(spark, config, table, r["algorithm"], shape, run_dir(), QUIET_RATE, QUIET_TRIGGER_S,
+                                     QUIET_MAX_QUEUE_S)
+                r["quiet"] = quiet
+                out(f"  {shape} {r['algorithm']:<14} {QUIET_RATE:,.0f} tuples/s, trigger {QUIET_TRIGGER_S:g} s: "
+                    f"max latency {quiet['latency_ms_max'] or 0:,.1f} ms (max_queue_time {QUIET_MAX_QUEUE_S:g} s)")
     finally:
         if created:
             spark.stop()
@@ -627,6 +654,15 @@ def format_table(result: dict, config: SparkBenchConfig) -> list[str]:
         lines.append(f"* its latency run completed less than {KEPT_UP_SHARE:.0%} of the offered rate in the window: "
                      "the p99 counts only the tuples that completed and understates the latency")
     lines.append("overhead = core tuples/s / Spark pipeline tuples/s of the same algorithm")
+    for r in result["rows"]:
+        quiet = r.get("quiet")
+        if quiet:
+            worst = quiet["latency_ms_max"]
+            within = worst is not None and worst <= QUIET_MAX_QUEUE_S * 1000
+            lines.append(f"{r['algorithm']} pipeline at {QUIET_RATE:,.0f} tuples/s, trigger {QUIET_TRIGGER_S:g} s: "
+                         f"p99 {quiet['latency_ms_p99'] or 0:,.1f} ms, max {worst or 0:,.1f} ms - every tuple within "
+                         f"max_queue_time {QUIET_MAX_QUEUE_S:g} s: {'yes' if within else 'NO'}; "
+                         f"exactly once: {'yes' if quiet['exactly_once']['ok'] else 'NO'}")
     for r in result["rows"]:
         split = r.get("batch_split_s")
         if split:

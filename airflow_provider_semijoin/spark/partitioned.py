@@ -1,20 +1,29 @@
-"""``partitions = N``: one micro-batch split by page-aligned key ranges of R over N instances of
+"""``partitions = N``: a step's tuples split by page-aligned key ranges of R over N instances of
 the algorithm, each running in a Spark task (``mapInArrow``) and reading only the pages of its
 own keys.
 
-The driver assigns every tuple to a part by its key (:class:`RangePartitioner`): the cut points
-are page boundaries of R chosen so that each part receives about the same number of tuples,
-counted over the micro-batches seen so far (with decay), so a Zipf-hot range does not land on
-one instance together with half of R; the cuts move only when new ones would shrink the busiest
-part's load by :data:`REBALANCE`, since each part's store sees its own key range only
+The driver assigns every new tuple to a part by its key (:class:`RangePartitioner`): the cut
+points are page boundaries of R chosen so that each part receives about the same number of
+tuples, counted over the micro-batches seen so far (with decay), so a Zipf-hot range does not
+land on one instance together with half of R; the cuts move only when new ones would shrink the
+busiest part's load by :data:`REBALANCE`, since each part's store sees its own key range only
 (:meth:`..core.stores.base.MasterStore.restrict`: its page map, MESHJOIN's and SSIJ's cycles,
-its loads) and an instance whose range moved is rebuilt. Each task keeps its algorithm
-instances alive across micro-batches in the Python worker (``spark.python.worker.reuse``), one
-per (step, part), with memory budget M/N each; they are rebuilt where a worker is new, which
-costs warm-up, never correctness. All parts of a micro-batch read R at the version the driver
-chose for it (:meth:`..core.stores.base.MasterStore.reading_at`), however late each task runs.
-Every tuple belongs to exactly one part and each part is drained before the task returns, so
-exactly-once holds as in the single-instance path.
+its loads). When they move, every tuple still inside the join is assigned again by the new cut
+points and every part is rebuilt on its new range, so no part holds a tuple outside its range.
+All parts of a micro-batch read R at the version the driver chose for it
+(:meth:`..core.stores.base.MasterStore.reading_at`), however late each task runs.
+
+Each part's :class:`~..core.session.JoinSession` (the algorithm with its queue) lives across
+micro-batches in the Python worker (``spark.python.worker.reuse``), one per (step, part), with
+memory budget M/N each. The driver keeps the full rows of the tuples inside (:mod:`.joinstate`)
+and sends a task only the new tuples' sequence numbers, keys and due times, plus one control
+row per part saying which state the part must be in (a token: the run, the call before this one
+and the tuples it holds). A part whose worker does not hold that state - a new worker, another
+worker than last time, a task retried after a failure, a session to R lost inside its snapshot
+(:class:`..core.stores.SnapshotLost`) - says so without emitting anything, and the driver sends
+it again with every tuple of the part (from its copy of the state after the batch before),
+rebuilt on a fresh instance: warm-up costs, never correctness. Tasks return only the sequence
+numbers that completed, with the master rows or the reason; the driver materialises them.
 """
 
 from __future__ import annotations
@@ -22,26 +31,30 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+import uuid
 from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..core.joins.base import JoinOutput
 from ..core.joins.registry import create
 from ..core.keys import normalize
-from ..core.runner import JoinRun, check_exactly_once, run_join
-from ..core.stores import open_store
-from .spec import DeadlineSpec, StepSpec
+from ..core.session import left_ids
+from ..core.stores import SnapshotLost, open_store
+from .joinstate import DUE, PART, SEQ, CarriedRows, session_from, slice_of
+from .spec import StepSpec
 
-PART_COLUMN = "sj_part"
+TOKEN_COLUMN = "sj_token"  # control rows: the state the part must hold ("" = rebuild from the rows sent)
+REASON_CODE = "sj_reason"  # output: the unmatched reason code (null: matched)
 STATS_COLUMN = "sj_stats"
-REASON_COLUMN = "reason"
 DECAY = 0.8  # weight of the past micro-batches' key frequencies
-PART_STATS = ("tuples_in", "wall_s", "disk_queries", "disk_rows", "disk_s")  # each part's, in the step's stats
+PART_STATS = ("fed", "left", "pending", "wall_s", "disk_queries", "disk_rows")  # each part's, in the step's stats
 REBALANCE = 1.25  # re-cut when that shrinks the busiest part's share of the (decayed) tuples this much
+REBUILD_ATTEMPTS = 10  # calls that may find a part's state lost (each then sends the part whole)
 
-_INSTANCES: dict[tuple[str, int], object] = {}  # per Python worker: (step json, part) -> algorithm
+_PARTS: dict[tuple[str, int], tuple[str, object]] = {}  # per Python worker: (step json, part) -> (token, session)
 
 
 class RangePartitioner:
@@ -53,6 +66,7 @@ class RangePartitioner:
         self.page_map = store.page_map(page_rows)
         self.frequency = np.ones(self.page_map.n_pages)  # before any batch: every page alike
         self.cuts = self.cut_pages()
+        self.moved = False  # the cut points moved since the flag was last cleared
 
     def cut_pages(self) -> np.ndarray:
         """First page of parts 1..N-1 (non-decreasing) balancing the observed frequency."""
@@ -69,6 +83,7 @@ class RangePartitioner:
         outweighs a fair share cannot be split: no re-cut chases it)."""
         balanced = self.cut_pages()
         if self._busiest(self.cuts) > REBALANCE * self._busiest(balanced):
+            self.moved = self.moved or not np.array_equal(balanced, self.cuts)
             self.cuts = balanced
 
     def key_ranges(self) -> list[tuple | None]:
@@ -85,64 +100,118 @@ class RangePartitioner:
             for p, (first, end) in enumerate(zip(firsts, ends))
         ]
 
-    def assign(self, keys: pa.ChunkedArray) -> np.ndarray:
-        """The part of each tuple; a key that cannot be in R (null, bad) goes to part 0."""
+    def pages(self, keys: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+        """The page of each key, and which keys can be in R (null, bad: page 0)."""
         normalized = normalize(keys, self.store.key_type)
         pages = np.zeros(len(normalized.valid), dtype=np.int64)
         if normalized.valid.any():
             found = np.searchsorted(self.page_map.bounds, normalized.keys[normalized.valid], side="right") - 1
             pages[normalized.valid] = np.clip(found, 0, self.page_map.n_pages - 1)
+        return pages, normalized.valid
+
+    def part_of(self, keys: pa.ChunkedArray) -> np.ndarray:
+        """The part of each key under the current cut points; a key that cannot be in R: part 0."""
+        return np.searchsorted(self.cuts, self.pages(keys)[0], side="right").astype(np.int32)
+
+    def assign(self, keys: pa.ChunkedArray) -> np.ndarray:
+        """The part of each tuple (the cut points may move first: :attr:`moved`); a key that
+        cannot be in R goes to part 0."""
+        pages, valid = self.pages(keys)
         self._recut()
         part = np.searchsorted(self.cuts, pages, side="right").astype(np.int32)
-        seen = np.bincount(pages[normalized.valid], minlength=self.page_map.n_pages)
-        self.frequency = DECAY * self.frequency + seen
+        self.frequency = DECAY * self.frequency + np.bincount(pages[valid], minlength=self.page_map.n_pages)
         return part
 
 
-def _instance(step_json: str, part: int, key_range: tuple, memory: int):
-    """The algorithm of (step, part) over the store restricted to ``key_range``."""
+def _part_session(step_json: str, part: int, memory: int, token: str, rows: pa.Table, key_range: tuple):
+    """The part's session in this worker when it holds the state ``token`` names; a fresh one
+    over the store restricted to ``key_range``, fed with ``rows``, when ``token`` is empty (a
+    rebuild); None when the state is not here."""
     key = (step_json, part)
-    if key in _INSTANCES and _INSTANCES[key].store.key_range != key_range:  # the cuts moved
-        _INSTANCES.pop(key).store.close()
-    if key not in _INSTANCES:
-        step = StepSpec(**json.loads(step_json))
+    if token:
+        held = _PARTS.get(key)
+        return held[1] if held is not None and held[0] == token else None
+    step = StepSpec(**json.loads(step_json))
+    held = _PARTS.pop(key, None)
+    store = held[1].algorithm.store if held is not None else None
+    if store is not None and store.key_range != key_range:  # the cuts moved
+        store.close()
+        store = None
+    if store is None:
         store = open_store(step.master.url, step.master.table, step.master.key, step.master.select).restrict(*key_range)
-        _INSTANCES[key] = create(step.algorithm, store, memory, step.params)
-    return _INSTANCES[key]
+    return session_from(create(step.algorithm, store, memory, step.params), step.column, rows)
 
 
-def join_parts(step_json: str, deadline_json: str | None, memory: int, out_schema: pa.Schema,
-               ranges: list, version: int):
-    """The ``mapInArrow`` function: join each part of this task's rows with its instance."""
-    step = json.loads(step_json)
-    deadline = DeadlineSpec(**json.loads(deadline_json)) if deadline_json else None
+def join_parts(step_json: str, memory: int, out_schema: pa.Schema, ranges: list, version: int, horizon: float,
+               until: float, drain: bool, call: str):
+    """The ``mapInArrow`` function: one slice of each part of this task with its session.
+
+    (A closure is pickled with copies of the module globals it names: the per-worker registry
+    is reached only through module-level functions, which are pickled by reference.)"""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from .runner import deadlines_of
-
         batches = list(batches)
         if not batches:
             return
         table = pa.Table.from_batches(batches)
-        for part in np.unique(table[PART_COLUMN].to_numpy()):
-            rows = table.filter(pc.equal(table[PART_COLUMN], part)).drop_columns([PART_COLUMN])
-            algorithm = _instance(step_json, int(part), ranges[part], memory)
-            with algorithm.store.reading_at(version):
-                done = run_join(
-                    algorithm, rows, step["column"], clock=time.time,
-                    arrival=rows["sj_arrival"].to_numpy(zero_copy_only=False), deadline=deadlines_of(deadline, rows),
-                )
-            stats = {k: v for k, v in done.stats.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            stats["master_version"] = algorithm.store.seen_version
-            for piece in (done.matched, done.unmatched):
-                yield from _conform(piece, out_schema).to_batches()
-            yield from _stats_row(out_schema, stats).to_batches()
+        for part in np.unique(table[PART].to_numpy()):
+            rows = table.filter(pc.equal(table[PART], part))
+            yield from join_part(step_json, int(part), memory, rows, out_schema, ranges[part], version, horizon, until,
+                                 drain, call).to_batches()
 
     return run
 
 
-def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
-    columns = [rows[f.name].cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type) for f in schema]
+def join_part(step_json: str, part: int, memory: int, rows: pa.Table, out_schema: pa.Schema, key_range: tuple,
+              version: int, horizon: float, until: float, drain: bool, call: str) -> pa.Table:
+    """One part's slice in this worker, reading R at ``version``: what completed and a stats
+    row (or only a stats row saying ``lost`` when this worker does not hold the state the
+    control row names, or lost its snapshot of R: the driver sends the part whole)."""
+    token = rows.filter(pc.is_null(rows[SEQ]))[TOKEN_COLUMN][0].as_py()
+    rows = rows.filter(pc.is_valid(rows[SEQ]))
+    if key_range is None:  # a part with no page of R (more parts than pages): no tuple maps to it
+        if rows.num_rows:
+            raise RuntimeError(f"part {part} has no key range of R but was sent {rows.num_rows} tuples")
+        return _stats_row(out_schema, {"part": part, "lost": False, "balanced": True})
+    lost = _stats_row(out_schema, {"part": part, "lost": True})
+    session = _part_session(step_json, part, memory, token, rows, key_range)
+    if session is None:
+        return lost
+    try:
+        with session.algorithm.store.reading_at(version):
+            result, stats = slice_of(session, json.loads(step_json)["column"], rows if token else rows.slice(0, 0),
+                                     horizon, until, drain)
+    except SnapshotLost:  # the session's state is half stepped: forget it, the driver resends the part
+        _PARTS.pop((step_json, part), None)
+        session.algorithm.store.close()
+        return lost
+    _PARTS[(step_json, part)] = (state_token(call, session.pending_ids()), session)
+    return pa.concat_tables([_output(result, out_schema), _stats_row(out_schema, {**_numbers(stats), "part": part, "lost": False})])
+
+
+def state_token(call: str, seq: np.ndarray) -> str:
+    """Names the state of a part after ``call``: the tuples it holds (how many, and their sum)."""
+    return f"{call}:{len(seq)}:{int(np.sum(seq, dtype=np.int64))}"
+
+
+def _numbers(stats: dict) -> dict:
+    return {k: v for k, v in stats.items() if isinstance(v, (int, float))}
+
+
+def _output(result: JoinOutput, schema: pa.Schema) -> pa.Table:
+    """What a part completed: sequence numbers, with the master row (matched) or the reason code."""
+    n_matched, n_unmatched = len(result.matched_ids), len(result.unmatched_ids)
+    columns = []
+    for f in schema:
+        if f.name == SEQ:
+            columns.append(pa.array(np.concatenate([result.matched_ids, result.unmatched_ids]), pa.int64()))
+        elif f.name == REASON_CODE:
+            columns.append(pa.concat_arrays([pa.nulls(n_matched, pa.int8()), pa.array(result.unmatched_reason, pa.int8())]))
+        elif f.name == STATS_COLUMN:
+            columns.append(pa.nulls(n_matched + n_unmatched, pa.string()))
+        else:
+            master = result.master[f.name].combine_chunks().cast(f.type) if n_matched else pa.array([], f.type)
+            columns.append(pa.concat_arrays([master, pa.nulls(n_unmatched, f.type)]))
     return pa.Table.from_arrays(columns, schema=schema)
 
 
@@ -152,48 +221,112 @@ def _stats_row(schema: pa.Schema, stats: dict) -> pa.Table:
 
 
 class PartitionedJoin:
-    """Runs one join step of a micro-batch as N Spark tasks; returns what run_join returns."""
+    """Runs one join step's slice as N Spark tasks; returns what :func:`.joinstate.slice_of` returns."""
 
-    def __init__(self, spark, step: StepSpec, deadline: DeadlineSpec | None, store, parts: int):
+    def __init__(self, spark, step: StepSpec, store, parts: int, one_row_per_match: bool, clock=time.time):
         self.spark = spark
+        self.one_row_per_match = one_row_per_match
         self.step = step
         self.parts = parts
+        self.clock = clock
         self.partitioner = RangePartitioner(store, parts)
-        self.master_schema = store.schema
+        self.schema = store.schema
         self.step_json = json.dumps(dataclasses.asdict(step))
-        self.deadline_json = json.dumps(vars(deadline)) if deadline else None
         self.memory = max(step.memory_bytes // parts, 1)
+        self.run_id = uuid.uuid4().hex
+        self.calls = 0
+        self.rebuild: set[int] = set(range(parts))
 
-    def __call__(self, rows: pa.Table) -> JoinRun:
+    def rebuild_all(self) -> None:
+        """The state was read from the checkpoint: every part starts again from it."""
+        self.rebuild = set(range(self.parts))
+
+    def assign(self, keys: pa.ChunkedArray) -> np.ndarray:
+        return self.partitioner.assign(keys)
+
+    def run(self, tagged: pa.Table, carried: CarriedRows, horizon: float, until: float,
+            drain: bool) -> tuple[JoinOutput, dict]:
+        """One slice over every part: ``tagged`` are the new tuples (already in ``carried``)."""
+        started = self.clock()
+        if self.partitioner.moved:  # the tuples inside follow the new cut points; every part is rebuilt from them
+            if carried.rows is not None:
+                carried.repart(self.partitioner.part_of(carried.rows[self.step.column]))
+            self.rebuild_all()
+            self.partitioner.moved = False
+        call, before = f"{self.run_id}:{self.calls}", f"{self.run_id}:{self.calls - 1}"
+        tokens = {p: "" if p in self.rebuild else state_token(before, self._held_before(carried, tagged, p))
+                  for p in range(self.parts)}
+        ranges = self.partitioner.key_ranges()
+        version = self.partitioner.store.version()  # one version of R for every part of this batch
+        out, stats = [], []
+        for _ in range(REBUILD_ATTEMPTS):
+            more_out, more = self._call(self._rows(tagged, carried, tokens), ranges, version, call, horizon, until, drain)
+            out += more_out
+            stats += [s for s in more if not s["lost"]]
+            lost = sorted(s["part"] for s in more if s["lost"])
+            if not lost:
+                break
+            tokens = {p: "" for p in lost}  # those workers do not hold the part's state: send each whole
+        else:
+            raise RuntimeError(f"steps ({self.step.algorithm}): parts {lost} lost their state {REBUILD_ATTEMPTS} times in a row")
+        self.calls += 1
+        self.rebuild = set()
+        result = JoinOutput.concat(out, self.schema)
+        summary = self._summary(stats, started)
+        if len(left_ids(result, self.one_row_per_match)) != summary["left"]:  # a tuple that left in two parts
+            summary["balanced"] = False
+        return result, summary
+
+    @staticmethod
+    def _held_before(carried: CarriedRows, tagged: pa.Table, part: int) -> np.ndarray:
+        """Sequence numbers part ``part`` held after the last call: its carried ones but the new."""
+        rows = carried.of_part(part)
+        seq = rows[SEQ].to_numpy() if rows is not None else np.zeros(0, np.int64)
+        return seq[seq < tagged[SEQ][0].as_py()] if tagged.num_rows else seq
+
+    def _rows(self, tagged: pa.Table, carried: CarriedRows, tokens: dict[int, str]) -> pa.Table:
+        """Per part of ``tokens``: a control row with its token, and its new tuples (token "":
+        every tuple of the part, to rebuild it)."""
+        column = self.step.column
+        n = len(tokens)
+        pieces = [pa.table({SEQ: pa.nulls(n, pa.int64()), column: pa.nulls(n, tagged.schema.field(column).type),
+                            DUE: pa.nulls(n, pa.float64()), PART: pa.array(list(tokens), pa.int32()),
+                            TOKEN_COLUMN: pa.array(list(tokens.values()), pa.string())})]
+        kept = [p for p, token in tokens.items() if token]
+        pieces.append(tagged.filter(pc.is_in(tagged[PART], pa.array(kept, pa.int32()))))
+        pieces += [carried.of_part(p) for p, token in tokens.items() if not token]
+        return pa.concat_tables([pieces[0]] + [
+            t.select([SEQ, column, DUE, PART]).append_column(TOKEN_COLUMN, pa.nulls(t.num_rows, pa.string()))
+            for t in pieces[1:] if t is not None])
+
+    def _call(self, rows: pa.Table, ranges: list, version: int, call: str, horizon: float, until: float,
+              drain: bool) -> tuple[list[JoinOutput], list[dict]]:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        started = time.time()
-        out_schema = pa.schema(
-            list(rows.schema) + list(self.master_schema)
-            + [pa.field(REASON_COLUMN, pa.string()), pa.field(STATS_COLUMN, pa.string())]
-        )
-        tagged = rows.append_column(PART_COLUMN, pa.array(self.partitioner.assign(rows[self.step.column]), pa.int32()))
-        version = self.partitioner.store.version()  # one version of R for every part of this batch
-        frame = self.spark.createDataFrame(tagged).repartition(self.parts, PART_COLUMN)
+        out_schema = pa.schema([pa.field(SEQ, pa.int64()), pa.field(REASON_CODE, pa.int8())] + list(self.schema)
+                               + [pa.field(STATS_COLUMN, pa.string())])
+        frame = self.spark.createDataFrame(rows.combine_chunks()).repartition(self.parts, PART)  # (Spark 4.0 reads a table's first chunk only)
         result = frame.mapInArrow(
-            join_parts(self.step_json, self.deadline_json, self.memory, out_schema, self.partitioner.key_ranges(), version),
+            join_parts(self.step_json, self.memory, out_schema, ranges, version, horizon, until, drain, call),
             from_arrow_schema(out_schema),
         ).toArrow()
         is_stats = pc.is_valid(result[STATS_COLUMN])
-        stats_rows = [json.loads(s) for s in result.filter(is_stats)[STATS_COLUMN].to_pylist()]
-        data = result.filter(pc.invert(is_stats)).drop_columns([STATS_COLUMN])
-        unmatched_mask = pc.is_valid(data[REASON_COLUMN])
-        matched = data.filter(pc.invert(unmatched_mask)).drop_columns([REASON_COLUMN])
-        unmatched = data.filter(unmatched_mask).select(rows.column_names + [REASON_COLUMN])
-        position = pc.index_in(matched["sj_id"], value_set=rows["sj_id"].combine_chunks()).to_numpy()
-        left = pc.index_in(unmatched["sj_id"], value_set=rows["sj_id"].combine_chunks()).to_numpy()
-        stats = {
-            "wall_s": time.time() - started,
-            "disk_queries": sum(s.get("disk_queries", 0) for s in stats_rows),
-            "disk_rows": sum(s.get("disk_rows", 0) for s in stats_rows),
-            "master_version": max((s["master_version"] for s in stats_rows), default=0),
-            "parts": len(stats_rows),
-            "part_stats": [{k: s.get(k) for k in PART_STATS} for s in stats_rows],  # where the time goes
-            "exactly_once": check_exactly_once(rows.num_rows, position, left),
+        stats = [json.loads(s) for s in result.filter(is_stats)[STATS_COLUMN].to_pylist()]
+        data = result.filter(pc.invert(is_stats))
+        matched = data.filter(pc.is_null(data[REASON_CODE]))
+        unmatched = data.filter(pc.is_valid(data[REASON_CODE]))
+        output = JoinOutput(matched[SEQ].to_numpy(), matched.select(self.schema.names),
+                            unmatched[SEQ].to_numpy(), unmatched[REASON_CODE].to_numpy().astype(np.int8))
+        return [output], stats
+
+    def _summary(self, stats: list[dict], started: float) -> dict:
+        total = {k: sum(s.get(k, 0) for s in stats) for k in
+                 ("disk_queries", "disk_rows", "fed", "left", "pending", "forced_steps", "structure_bytes", "structure_bytes_peak")}
+        return {
+            **total,
+            "wall_s": self.clock() - started,
+            "master_version": max((s.get("master_version", 0) for s in stats), default=0),
+            "parts": len(stats),
+            "part_stats": [{k: s.get(k) for k in PART_STATS} for s in stats],  # where the time goes
+            "balanced": len(stats) == self.parts and all(s["balanced"] for s in stats),
         }
-        return JoinRun(matched, unmatched, stats, completed_at=np.full(rows.num_rows, time.time()))

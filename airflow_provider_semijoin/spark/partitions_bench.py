@@ -2,15 +2,16 @@
 ``partitions = 2`` on a real standalone cluster (a master and two one-core workers started
 here), where a micro-batch's time goes, and a scaling estimate for 8-64 workers.
 
-Both run the runner's own join step on the same micro-batches of the same Zipf stream against
-the same R: ``partitions = 1`` joins in the driver (:func:`..core.runner.run_join`, as
-:class:`.runner.JoinStep` does), ``partitions = 2`` through :class:`.partitioned.PartitionedJoin`
-(one Spark task per key range of R, each with its own restricted store). Every batch's output
-goes through the same Parquet sink. The first ``warmup`` batches (instances built, page maps
-read, caches cold) are left out. Per batch of ``partitions = 2`` it splits the time into the
-parts' engine time (``run_join`` inside the task: the slowest part bounds the batch), Spark
-(createDataFrame, the shuffle by part, task launch, ``toArrow`` collect: the step's wall time
-minus the slowest part) and the sinks (the driver's Parquet write).
+Both run the runner's own join step (:class:`.step.JoinStep`, its queue carried across
+micro-batches, the last batch drained) on the same micro-batches of the same Zipf stream against
+the same R: ``partitions = 1`` joins in the driver, ``partitions = 2`` through
+:class:`.partitioned.PartitionedJoin` (one Spark task per key range of R, each with its own
+restricted store and session). Every batch's output goes through the same Parquet sink. The
+first ``warmup`` batches (instances built, page maps read, caches cold) are left out. Per batch
+of ``partitions = 2`` it splits the time into the parts' engine time (the slice inside the
+task: the slowest part bounds the batch), Spark (createDataFrame, the shuffle by part, task
+launch, ``toArrow`` collect: the step's wall time minus the slowest part) and the sinks (the
+driver's Parquet write).
 
 The estimate (a model, not a measurement): a batch of ``n`` tuples over ``N`` parts costs
 
@@ -21,8 +22,8 @@ step's time outside the parts - assigning tuples to parts, createDataFrame, the 
 launch, the collect of ``n`` result rows - measured at N = 2 and taken as constant (one wave of
 N tasks on N cores; the rows shipped do not shrink), ``n_p`` the part's tuples - ``n/N``,
 but never less than the hottest page's share, which one part must take whole - and ``r_p`` the
-rows of R the part reads per batch, ``R/N`` for an algorithm whose drained batch cycles over its
-range (HYBRIDJOIN, MESHJOIN, SSIJ). ``a`` and ``b`` are fitted by least squares to the
+rows of R the part reads per batch, measured at N = 2 and taken as ``r_2 * 2/N`` (each part
+reads pages of its own range only). ``a`` and ``b`` are fitted by least squares to the
 measured parts (tuples, rows read, engine seconds). It assumes N cores for N parts and a
 master database that serves N parts' reads as fast as it served two (one MariaDB on two shared
 cores does not: the estimate is an upper bound there).
@@ -41,13 +42,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ..core.joins import create
-from ..core.runner import run_join
 from ..core.stores import open_store, redact
 from ..workloads import generate_master
 from ..workloads.zipf import zipf_rows
-from .partitioned import PartitionedJoin, RangePartitioner
-from .sinks import ParquetSink, dead_letter_rows
+from .partitioned import RangePartitioner
+from .step import JoinStep
+from .sinks import ParquetSink
 from .spec import StepSpec
 from .standalone import standalone_cluster
 
@@ -63,37 +63,31 @@ def batches(rows: int, batch_rows: int, count: int, exponent: float, seed: int):
         yield stream.append_column("sj_arrival", pa.array(np.full(batch_rows, time.time())))
 
 
-def write_sinks(sinks: tuple, batch_id: int, run) -> float:
+def write_sinks(sinks: tuple, batch_id: int, result) -> float:
     started = time.perf_counter()
-    sinks[0].write(batch_id, run.matched)
-    sinks[1].write(batch_id, dead_letter_rows(run.unmatched.drop_columns(["reason"]), 0, run.unmatched["reason"]))
+    sinks[0].write(batch_id, result.passed)
+    sinks[1].write(batch_id, result.dead)
     return time.perf_counter() - started
 
 
 def measure(spark, step: StepSpec, parts: int, stream: list[pa.Table], warmup: int, out: Path) -> dict:
     """One configuration over every batch: per-batch seconds and, for parts > 1, the split."""
-    store = open_store(step.master.url, step.master.table, step.master.key, step.master.select)
-    if parts == 1:
-        algorithm = create(step.algorithm, store, step.memory_bytes, step.params)
-        join = lambda rows: run_join(algorithm, rows, step.column, clock=time.time)  # noqa: E731
-    else:
-        join = PartitionedJoin(spark, step, None, store, parts)
+    join = JoinStep(step, 0, spark=spark, partitions=parts)
     sinks = (ParquetSink(str(out / f"p{parts}" / "matched")), ParquetSink(str(out / f"p{parts}" / "dead")))
     rows = []
     for batch_id, batch in enumerate(stream):
         started = time.perf_counter()
-        run = join(batch)
+        result = join.run(batch, batch_id, time.time(), -np.inf, -np.inf, batch_id == len(stream) - 1)  # (it checks exactly-once)
         joined = time.perf_counter() - started
-        assert run.stats["exactly_once"]["ok"], run.stats["exactly_once"]
-        sink_s = write_sinks(sinks, batch_id, run)
-        row = {"tuples": batch.num_rows, "batch_s": joined + sink_s, "join_s": joined, "sink_s": sink_s}
+        sink_s = write_sinks(sinks, batch_id, result)
+        row = {"tuples": result.stats["left"], "batch_s": joined + sink_s, "join_s": joined, "sink_s": sink_s}
         if parts > 1:
-            part_stats = run.stats["part_stats"]
+            part_stats = result.stats["part_stats"]
             slowest = max(p["wall_s"] for p in part_stats)
             row.update(parts=part_stats, slowest_part_s=slowest, spark_s=joined - slowest)
         rows.append(row)
-    store.close()
-    kept = rows[warmup:]
+    join.close()
+    kept = rows[warmup:-1]  # (the last batch drains)
     summary = {"partitions": parts, "batches": len(kept),
                "tuples_per_s": round(sum(r["tuples"] for r in kept) / sum(r["batch_s"] for r in kept), 1)}
     for name in ("batch_s", "join_s", "sink_s", "slowest_part_s", "spark_s"):
@@ -105,21 +99,22 @@ def measure(spark, step: StepSpec, parts: int, stream: list[pa.Table], warmup: i
 def fit_parts(runs: list[dict]) -> tuple[float, float]:
     """``(a, b)``: engine seconds per tuple and per row of R read, least squares over the parts."""
     parts = [p for r in runs for p in r["parts"]]
-    x = np.array([[p["tuples_in"], p["disk_rows"]] for p in parts], dtype=float)
+    x = np.array([[p["fed"], p["disk_rows"]] for p in parts], dtype=float)
     y = np.array([p["wall_s"] for p in parts])
     (a, b), *_ = np.linalg.lstsq(x, y, rcond=None)
     return max(float(a), 0.0), max(float(b), 0.0)
 
 
-def estimate(two: dict, store_rows: int, batch_rows: int, hot_share: float) -> dict:
+def estimate(two: dict, batch_rows: int, hot_share: float) -> dict:
     """Throughput of N parts from the model of the module docstring, fitted on ``two``."""
     a, b = fit_parts(two["per_batch"])
+    read = statistics.median(sum(p["disk_rows"] for p in r["parts"]) for r in two["per_batch"])  # rows of R, both parts
     driver = two["median_sink_s"]
     spark = two["median_spark_s"]
     out = {"a_s_per_tuple": a, "b_s_per_row_read": b, "driver_s": driver, "spark_s": spark, "workers": {}}
     for n in (2, *WORKERS):
         tuples = max(batch_rows / n, hot_share * batch_rows)
-        part = a * tuples + b * store_rows / n
+        part = a * tuples + b * read / n
         out["workers"][n] = {"batch_s": round(driver + spark + part, 4),
                              "tuples_per_s": round(batch_rows / (driver + spark + part), 1),
                              "part_s": round(part, 4)}
@@ -163,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         hot = hottest_page_share(store, stream, 2)
     report = {"master": redact(args.master), "rows": args.rows, "batch_rows": args.batch_rows,
               "algorithm": args.algorithm, "memory": args.memory, "hottest_page_share": round(hot, 4),
-              "runs": runs, "estimate": estimate(runs[1], args.rows, args.batch_rows, hot)}
+              "runs": runs, "estimate": estimate(runs[1], args.batch_rows, hot)}
     print_report(report)
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1, default=str))

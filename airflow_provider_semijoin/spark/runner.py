@@ -1,22 +1,30 @@
 """Run a :class:`~.spec.JobSpec` as a Spark Structured Streaming query, exactly once.
 
-The query is ``source -> foreachBatch(join steps -> sinks)`` with a checkpoint. Each micro-batch
-is collected to the driver as Arrow and *drained* through every join step before the batch
-returns (:func:`..core.runner.run_join`), so when Spark commits the batch every tuple of it has
-left: matched (to the matched sink) or unmatched with a reason (to the dead-letter sink), or is
-held for a retry whose state is saved under the checkpoint for that batch. The sinks replace
-what an earlier attempt at the same batch wrote (:mod:`.sinks`), so a batch replayed after a
-crash never duplicates a row. The algorithms (and their caches, page statistics, frequency
-recorders) live on across micro-batches; correctness never depends on them.
+The query is ``source (+ a heartbeat) -> foreachBatch(join steps -> sinks -> state)`` with a
+checkpoint. Each micro-batch is collected to the driver as Arrow and fed to every join step,
+which runs its algorithm for one bounded slice (:mod:`.joinstate`): the tuples whose page came
+round leave - matched (to the matched sink) or unmatched with a reason (to the dead-letter
+sink) - the others stay inside the join across micro-batches, as the papers' queue does, until
+their page comes round or they have waited ``max_queue_time_s``. After the sinks, each step's
+state (the rows still inside, those held for a retry) is written under the checkpoint for the
+batch, before Spark commits it; a batch replayed after a crash restarts from the state after
+the one before and rewrites its sinks, which replace what an earlier attempt at the same batch
+wrote (:mod:`.sinks`), so every tuple leaves exactly once. End of input and a stop drain the
+steps in a last micro-batch.
 
-With ``partitions = N`` a batch is split by page-aligned key ranges of R over N instances of
-the algorithm running in Spark tasks (:mod:`.partitioned`).
+The heartbeat (:func:`.sources.with_heartbeat`) makes Spark run a micro-batch every trigger
+even when the source is quiet, so a waiting tuple is forced out in time.
+
+With ``partitions = N`` each step's tuples are split by page-aligned key ranges of R over N
+instances of the algorithm running in Spark tasks (:mod:`.partitioned`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,159 +34,40 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..core.errors import ConfigError, SemiJoinError, shown
-from ..core.joins.registry import create
 from ..core.metrics import latency_ms
 from ..core.progress import ProgressRecord
-from ..core.reasons import Unmatched
-from ..core.runner import run_join
 from ..core.stores import open_store
 from ..core.stores.sql import IDENTIFIER
+from .joinstate import StateFiles, deadlines_of
 from .sinks import dead_letter_rows, open_sink
 from .sources import (
-    CORRUPT_COLUMN, FILE_COLUMN, check_source, generator_schema, generator_settings, repair_utf8, stream_frame, tuple_ids,
+    CORRUPT_COLUMN, FILE_COLUMN, TICK_COLUMN, check_source, generator_schema, generator_settings, repair_utf8,
+    stream_frame, tuple_ids, with_heartbeat,
 )
-from .spec import DeadlineSpec, JobSpec, StepSpec
+from .spec import JobSpec
+from .step import JoinStep
 
 log = logging.getLogger(__name__)
 
-NOT_IN_MASTER = Unmatched.NOT_IN_MASTER.label
-NULL_KEY = Unmatched.NULL_KEY.label
 MALFORMED = "malformed_row"
-RETRY_SINCE = "sj_retry_since"
+RETAIN_CONF = "spark.sql.streaming.minBatchesToRetain"
+MAX_STATE_FILES = 10  # state files kept per step at most (each holds the whole queue)
+STEP_SHARE = 0.5  # a slice steps for at least this share of the trigger interval while tuples wait
+DUE_SAFETY = 2.0  # a tuple due within this many expected batch gaps is forced out now
+GAP_DECAY = 0.8  # the expected gap between batch ends forgets a slow batch at this rate
+DRAIN_WAIT_S = 120.0  # a stop waits this long for the draining micro-batch, then stops without it
+END_WAIT_S = 60.0  # after the draining micro-batch, the query is given this long to end on its own
+KILL_ENV = "SEMIJOIN_TEST_KILL_AT"  # tests: "<point>:<batch id>" - SIGKILL the driver there
 
 
-@dataclass
-class StepResult:
-    passed: pa.Table
-    dead: pa.Table
-    stats: dict
-
-
-class JoinStep:
-    """One join step of the job: its store and algorithm (alive across micro-batches), its
-    on-missing policy and, for ``retry``, the tuples held until their key appears in R."""
-
-    def __init__(self, spec: StepSpec, index: int, state_dir: Path, deadline: DeadlineSpec | None = None,
-                 retry_max_s: float | None = None):
-        self.spec = spec
-        self.deadline = deadline
-        self.index = index
-        self.store = open_store(spec.master.url, spec.master.table, spec.master.key, spec.master.select,
-                                retry_max_s=retry_max_s)
-        self.algorithm = create(spec.algorithm, self.store, spec.memory_bytes, spec.params)
-        self.select = list(self.store.select)
-        self.state_dir = state_dir
-        self.held: pa.Table | None = None  # retry: tuples waiting, with RETRY_SINCE
-        self.held_after_batch: int | None = None
-        self._hits = (0, 0)
-        self.partitioned = None  # a PartitionedJoin when the job has partitions > 1
-
-    # -- retry state (saved per batch, so a replayed batch starts from the state before it) ----
-    def _state_path(self, batch_id: int) -> Path:
-        return self.state_dir / f"retry-step{self.index}-batch{batch_id}.parquet"
-
-    def _load_held(self, batch_id: int) -> pa.Table | None:
-        if self.held_after_batch == batch_id - 1:
-            return self.held
-        earlier = [
-            (int(p.stem.rsplit("batch", 1)[1]), p) for p in self.state_dir.glob(f"retry-step{self.index}-batch*.parquet")
-        ]
-        earlier = [(b, p) for b, p in earlier if b < batch_id]
-        return pq.read_table(max(earlier)[1]) if earlier else None
-
-    def _save_held(self, batch_id: int, held: pa.Table | None) -> None:
-        self.held, self.held_after_batch = held, batch_id
-        if self.spec.on_missing != "retry":
-            return
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        path = self._state_path(batch_id)
-        tmp = path.with_suffix(".tmp")
-        pq.write_table(held if held is not None else pa.table({}), tmp)
-        tmp.rename(path)
-        for old in self.state_dir.glob(f"retry-step{self.index}-batch*.parquet"):
-            if int(old.stem.rsplit("batch", 1)[1]) < batch_id - 1:
-                old.unlink()
-
-    # -- the join ------------------------------------------------------------------------------
-    def run(self, rows: pa.Table, batch_id: int, now: float) -> StepResult:
-        held = self._load_held(batch_id) if self.spec.on_missing == "retry" else None
-        since = pa.array(np.full(rows.num_rows, now))
-        if held is not None and held.num_rows:
-            since = pa.concat_arrays([held[RETRY_SINCE].combine_chunks(), since])
-            rows = pa.concat_tables([held.drop_columns([RETRY_SINCE]), rows], promote_options="default")
-        if self.partitioned is not None:
-            run = self.partitioned(rows)
-        else:  # epoch clock: arrival times and deadlines reach the algorithm (SSIJ schedules by them)
-            run = run_join(
-                self.algorithm, rows, self.spec.column, clock=time.time,
-                arrival=rows["sj_arrival"].to_numpy(zero_copy_only=False), deadline=deadlines_of(self.deadline, rows),
-            )
-        if not run.stats["exactly_once"]["ok"]:
-            raise RuntimeError(f"steps[{self.index}] ({self.algorithm.name}) broke exactly-once: {run.stats['exactly_once']}")
-        matched = self._rename(run.matched)
-        unmatched = run.unmatched
-        reason = unmatched["reason"]
-        dead_parts, passed_parts, held_next = [], [matched], None
-        policy = self.spec.on_missing
-        if policy == "unknown_member":
-            fill = pc.is_in(reason, pa.array([NOT_IN_MASTER, NULL_KEY]))
-            members = unmatched.filter(fill).drop_columns(["reason"])
-            passed_parts.append(self._unknown_member(members, matched.schema))
-            unmatched = unmatched.filter(pc.invert(fill))
-        elif policy == "retry":
-            # unmatched rows keep their positions: find each one's RETRY_SINCE through its sj_id
-            waiting_since = _lookup(rows["sj_id"], since, unmatched["sj_id"])
-            absent = pc.equal(unmatched["reason"], NOT_IN_MASTER)
-            keep = pc.and_(absent, pc.less(pc.subtract(now, waiting_since), self.spec.retry_grace_s))
-            held_next = unmatched.filter(keep).drop_columns(["reason"])
-            held_next = held_next.append_column(RETRY_SINCE, waiting_since.filter(keep))
-            unmatched = unmatched.filter(pc.invert(keep))
-        dead_parts.append(dead_letter_rows(unmatched.drop_columns(["reason"]), self.index, unmatched["reason"]))
-        if policy == "retry":
-            self._save_held(batch_id, held_next)
-        passed = pa.concat_tables(passed_parts, promote_options="default")
-        if self.spec.drop_column:
-            passed = passed.drop_columns([self.spec.column])
-        left = len(pc.unique(passed["sj_id"])) if passed.num_rows else 0
-        left += unmatched.num_rows + (held_next.num_rows if held_next is not None else 0)
-        if left != rows.num_rows:
-            raise RuntimeError(f"steps[{self.index}]: {rows.num_rows} tuples entered but {left} left or wait for a retry")
-        stats = run.stats
-        stats.setdefault("master_version", self.store.seen_version)
-        stats["held_for_retry"] = held_next.num_rows if held_next is not None else 0
-        stats["retried"] = held.num_rows if held is not None else 0
-        return StepResult(passed, pa.concat_tables(dead_parts), stats)
-
-    def _rename(self, matched: pa.Table) -> pa.Table:
-        names = [self.spec.rename.get(n, n) if n in self.select else n for n in matched.column_names]
-        return matched.rename_columns(names)
-
-    def _unknown_member(self, rows: pa.Table, schema: pa.Schema) -> pa.Table:
-        for column in self.select:
-            out = self.spec.rename.get(column, column)
-            value = self.spec.unknown_member.get(out, self.spec.unknown_member.get(column))
-            rows = rows.append_column(out, pa.array([value] * rows.num_rows).cast(schema.field(out).type))
-        return rows.select(schema.names)
-
-    def cache_hit_ratio_delta(self) -> float | None:
-        extra = self.algorithm.counters.extra
-        if "cache_probes" not in extra:
-            return None
-        hits, probes = extra["cache_hits"], extra["cache_probes"]
-        d_hits, d_probes = hits - self._hits[0], probes - self._hits[1]
-        self._hits = (hits, probes)
-        return round(d_hits / d_probes, 4) if d_probes else None
-
-    def close(self) -> None:
-        self.store.close()
-
-
-def _lookup(ids: pa.ChunkedArray, values: pa.Array, wanted: pa.ChunkedArray) -> pa.Array:
-    index = pc.index_in(wanted, value_set=ids.combine_chunks())
-    return values.take(index)
+def _kill_point(point: str, batch_id: int) -> None:
+    """Tests of exactly-once: kill the driver's whole process group at a named point of a batch
+    (``batch``: before its sinks; ``sinks``: between the sinks and the state; ``state``: between
+    the state and Spark's commit)."""
+    if os.environ.get(KILL_ENV) == f"{point}:{batch_id}":
+        os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 @dataclass
@@ -196,7 +85,14 @@ class JobState:
 
 
 class BatchProcessor:
-    """``foreachBatch`` body: collect, join through every step, write the sinks, report."""
+    """``foreachBatch`` body: collect, feed every join step one slice, write the sinks, then the
+    steps' carried state (before Spark commits the batch), report.
+
+    A micro-batch drains the steps instead (every tuple inside leaves) when the job is to stop:
+    a stop was requested (:meth:`request_drain`), the source ended (the bounded generator's last
+    row, or a trigger that found no new file), or it is the last of ``max_batches``; the progress
+    record then says ``drained`` and why.
+    """
 
     def __init__(self, spec: JobSpec, on_progress: Callable[[dict], None] | None, print_progress: bool,
                  clock=time.time, spark=None):
@@ -204,15 +100,12 @@ class BatchProcessor:
         self.on_progress = on_progress
         self.print_progress = print_progress
         self.clock = clock
-        self.state_dir = Path(spec.checkpoint) / "sj_state"
+        retain = int(spark.conf.get(RETAIN_CONF, "100")) if spark is not None else 100
+        self.files = StateFiles(Path(spec.checkpoint) / "sj_state", min(retain, MAX_STATE_FILES))
         self.steps = [
-            JoinStep(step, i, self.state_dir, spec.deadline, spec.db_retry_max_s) for i, step in enumerate(spec.steps)
+            JoinStep(step, i, spec.deadline, spec.db_retry_max_s, spark, spec.partitions, clock)
+            for i, step in enumerate(spec.steps)
         ]
-        if spec.partitions > 1:
-            from .partitioned import PartitionedJoin
-
-            for step in self.steps:
-                step.partitioned = PartitionedJoin(spark, step.spec, spec.deadline, step.store, spec.partitions)
         self.matched_sink = open_sink(spec.sinks.matched, spec.db_retry_max_s)
         self.dead_sink = open_sink(spec.sinks.dead_letter, spec.db_retry_max_s)
         self.state = JobState()
@@ -220,13 +113,26 @@ class BatchProcessor:
         self.failure: SemiJoinError | None = None
         self.stopping = threading.Event()  # query.stop() is under way (run_job holds busy)
         self.busy = threading.Lock()  # held by a micro-batch, and by run_job while it stops the query
+        self.query = None  # set by run_job: the draining micro-batch has it end on its own (_end_after_batch)
+        self.ending = threading.Event()  # the draining micro-batch is done; the query ends after its commit
+        self.drain_reason: str | None = None  # a stop asked for: the next batch drains
+        self.drained: str | None = None  # set once a batch drained every step
+        self._gap = spec.trigger_interval_s  # expected time to the end of the next batch (decayed)
+
+    def request_drain(self, reason: str) -> None:
+        """The next micro-batch drains every step (a stop: ``reason`` goes in its record)."""
+        self.drain_reason = self.drain_reason or reason
 
     def __call__(self, frame, batch_id: int) -> None:
         """Join the micro-batch. One that Spark starts while the query is being stopped runs to
         its end too, without the lock run_job holds: query.stop() cancelled Spark's running jobs
         before it waits for this call, and raising instead would end the query with an ERROR and
         a traceback. Spark may or may not commit it; either way its sinks and state are those of
-        its batch id, so a replay rewrites them (exactly once)."""
+        its batch id, so a replay rewrites them (exactly once).
+
+        The micro-batch that drained the joins has the query end once Spark has committed it
+        (:func:`_end_after_batch`), so a stop never interrupts Spark writing its logs or
+        planning the next batch."""
         while not self.busy.acquire(timeout=0.1):
             if self.stopping.is_set():
                 self._join(frame, batch_id)
@@ -235,6 +141,8 @@ class BatchProcessor:
             self._join(frame, batch_id)
         finally:
             self.busy.release()
+        if self.drained is not None and self.query is not None and _end_after_batch(self.query):
+            self.ending.set()
 
     def _join(self, frame, batch_id: int) -> None:
         try:
@@ -244,7 +152,10 @@ class BatchProcessor:
             raise
 
     def process(self, batch: pa.Table, batch_id: int) -> dict:
+        _kill_point("batch", batch_id)
         started = self.clock()
+        batch, source_rows = self._source_rows(batch)
+        drain = self._drain_now(batch, source_rows)
         batch = self._prepare(batch)
         n_in = batch.num_rows
         dead = []
@@ -252,24 +163,57 @@ class BatchProcessor:
             bad = pc.is_valid(batch[CORRUPT_COLUMN])
             dead.append(dead_letter_rows(batch.filter(bad), -1, MALFORMED))
             batch = batch.filter(pc.invert(bad)).drop_columns([CORRUPT_COLUMN])
+        share = STEP_SHARE * self.spec.trigger_interval_s / len(self.steps)
+        horizon, until = started + DUE_SAFETY * self._gap, started + share
         rows, step_stats = batch, []
         join_seconds = 0.0
         for step in self.steps:
-            result = step.run(rows, batch_id, started)
+            step.restore(self.files, batch_id)
+            result = step.run(rows, batch_id, started, horizon, until, drain is not None)
+            until += share
             dead.append(result.dead)
             step_stats.append(result.stats)
             join_seconds += result.stats["wall_s"]
             rows = result.passed
-        dead_rows = pa.concat_tables(dead)
+        dead_rows = pa.concat_tables(dead, promote_options="default")
         self.matched_sink.write(batch_id, rows)
         self.dead_sink.write(batch_id, dead_rows)
+        _kill_point("sinks", batch_id)
+        for step in self.steps:
+            self.files.write(step.index, batch_id, step.state_table())
+        _kill_point("state", batch_id)
         done = self.clock()
-        record = self._record(batch_id, n_in, rows, dead_rows, step_stats, started, done, join_seconds)
+        self._gap = max(self.spec.trigger_interval_s, done - started, GAP_DECAY * self._gap)
+        record = self._record(batch_id, n_in, rows, dead_rows, step_stats, started, done, join_seconds, drain)
+        if drain is not None:
+            self.drained = drain
         if self.print_progress:
             print(ProgressRecord.from_dict(record).to_line(), flush=True)
         if self.on_progress is not None:
             self.on_progress(record)
         return record
+
+    def _drain_now(self, batch: pa.Table, source_rows: int) -> str | None:
+        """Why this batch drains the steps (None: it does not)."""
+        if self.drained is not None or self.drain_reason is not None:  # the job is stopping: every batch drains
+            return self.drained or self.drain_reason
+        spec = self.spec
+        if spec.stop.max_batches is not None and self.state.batches + 1 >= spec.stop.max_batches:
+            return "max_batches"
+        if spec.stop.end_of_input:
+            if spec.source.kind == "files" and source_rows == 0 and self.state.batches > 0:
+                return "end_of_input"  # the trigger found no new file
+            total = spec.source.total_rows if spec.source.kind == "generator" else None
+            if total is not None and batch.num_rows and pc.max(batch["tid"]).as_py() + 1 >= total:
+                return "end_of_input"
+        return None
+
+    @staticmethod
+    def _source_rows(batch: pa.Table) -> tuple[pa.Table, int]:
+        """The source's rows (heartbeat rows dropped), and how many there are."""
+        if TICK_COLUMN in batch.column_names:
+            batch = batch.filter(pc.is_null(batch[TICK_COLUMN])).drop_columns([TICK_COLUMN])
+        return batch, batch.num_rows
 
     def _prepare(self, batch: pa.Table) -> pa.Table:
         batch = repair_utf8(batch)
@@ -280,7 +224,7 @@ class BatchProcessor:
             batch = batch.drop_columns(["sj_id"])
         return batch.add_column(0, "sj_id", ids)
 
-    def _record(self, batch_id, n_in, matched, dead, step_stats, started, done, join_seconds) -> dict:
+    def _record(self, batch_id, n_in, matched, dead, step_stats, started, done, join_seconds, drained) -> dict:
         left = pa.concat_tables(
             [matched.select(["sj_id", "sj_arrival"]), dead.select(["sj_id", "sj_arrival"])], promote_options="default"
         )
@@ -301,6 +245,7 @@ class BatchProcessor:
         s.reconnect_wait_s += waited
         first = self.steps[0]
         ratios = [r for r in (step.cache_hit_ratio_delta() for step in self.steps) if r is not None]
+        queue_bytes = int(sum(st["queue_bytes"] for st in step_stats))
         record = ProgressRecord(
             algorithm="+".join(step.algorithm.name for step in self.steps),
             batch_id=batch_id,
@@ -311,8 +256,10 @@ class BatchProcessor:
             output_rows=matched.num_rows,
             service_rate_tps=round(n_in / join_seconds, 1) if join_seconds > 0 else None,
             batch_duration_s=round(done - started, 6),
-            queue_tuples=sum(st["held_for_retry"] for st in step_stats) + sum(step.algorithm.pending for step in self.steps),
-            peak_queue_tuples=n_in + sum(st["retried"] for st in step_stats),
+            queue_tuples=sum(st["held_for_retry"] + st["carried"] for st in step_stats),
+            peak_queue_tuples=max((st["pending"] + st["left"] for st in step_stats), default=0),
+            queue_bytes=queue_bytes,
+            drained=drained,
             cache_entries=first.algorithm.stats().get("cache_entries"),
             cache_hit_ratio=ratios[0] if ratios else None,
             disk_queries=int(sum(st["disk_queries"] for st in step_stats)),
@@ -320,7 +267,8 @@ class BatchProcessor:
             latency_ms_p50=latency["p50"],
             latency_ms_p99=latency["p99"],
             deadline_misses=misses,
-            memory_bytes=int(sum(step.algorithm.structure_bytes() for step in self.steps)),
+            memory_bytes=int(sum(st["structure_bytes"] for st in step_stats)),
+            structure_bytes_peak=int(sum(st["structure_bytes_peak"] for st in step_stats)),
             unmatched_by_reason=_count(dead["reason"]) if dead.num_rows else {},
             total_input_rows=s.input_rows,
             total_matched=s.matched,
@@ -349,18 +297,6 @@ class BatchProcessor:
             step.close()
         self.matched_sink.close()
         self.dead_sink.close()
-
-
-def deadlines_of(deadline: DeadlineSpec | None, rows: pa.Table) -> np.ndarray | None:
-    """Each row's absolute deadline in epoch seconds (SSIJ sec. IV-F), or None without deadlines."""
-    if deadline is None or rows.num_rows == 0:
-        return None
-    if deadline.max_latency_s is not None:
-        return rows["sj_arrival"].to_numpy(zero_copy_only=False) + deadline.max_latency_s
-    column = rows[deadline.column]
-    if pa.types.is_timestamp(column.type):
-        column = pc.divide(pc.cast(pc.cast(column, pa.timestamp("us")), pa.int64()), 1e6)
-    return column.cast(pa.float64()).to_numpy(zero_copy_only=False)
 
 
 def _count(values: pa.ChunkedArray) -> dict:
@@ -454,23 +390,17 @@ def run_job(
         if first not in columns:
             raise ConfigError(f"steps[0].column: {first!r} is not a column of the stream (columns: {sorted(columns - {FILE_COLUMN, 'sj_arrival', CORRUPT_COLUMN})})")
     processor = BatchProcessor(spec, on_progress, print_progress, clock, spark)
-    writer = frame.writeStream.foreachBatch(processor).option("checkpointLocation", spec.checkpoint).queryName(spec.name)
-    stop = spec.stop
-    if stop.end_of_input and spec.source.kind == "files":
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=f"{spec.trigger_interval_s} seconds")
+    writer = (with_heartbeat(spark, frame).writeStream.foreachBatch(processor)
+              .option("checkpointLocation", spec.checkpoint).queryName(spec.name)
+              .trigger(processingTime=f"{spec.trigger_interval_s} seconds"))
     started = clock()
-    query = writer.start()
-    reason = None
+    query = processor.query = writer.start()
     try:
-        while reason is None:
-            if _terminated(query, poll_s):
-                reason = "end_of_input"
-                break
-            reason = _stop_reason(spec, processor.state, stop_event, started, clock, query)
+        reason = _await_stop(spec, processor, query, stop_event, started, clock, poll_s)
+        if processor.drained is not None and processor.ending.wait(END_WAIT_S):
+            _terminated(query, END_WAIT_S)  # it ends on its own after the draining batch's commit
+        processor.stopping.set()
         with processor.busy:  # stop between micro-batches, never inside one
-            processor.stopping.set()
             query.stop()
         exception = query.exception()
         if exception is not None:
@@ -485,6 +415,7 @@ def run_job(
     return {
         "job": spec.name,
         "stopped_by": reason,
+        "drained": processor.drained,
         "batches": s.batches,
         "input_rows": s.input_rows,
         "matched": s.matched,
@@ -494,9 +425,51 @@ def run_job(
         "reconnects": s.reconnects,
         "reconnect_wait_s": round(s.reconnect_wait_s, 3),
         "held_for_retry": sum(step.held.num_rows for step in processor.steps if step.held is not None),
+        "queue_tuples": sum(step.carried.count for step in processor.steps),
         "duration_s": round(clock() - started, 3),
         "last_progress": s.last_record,
     }
+
+
+def _await_stop(spec: JobSpec, processor: BatchProcessor, query, stop_event, started: float, clock,
+                poll_s: float) -> str:
+    """Wait for a stop condition, have the next micro-batch drain the joins, and wait for it
+    (at most DRAIN_WAIT_S: then the tuples inside stay in the checkpoint's state); the reason."""
+    reason, asked = None, None
+    while True:
+        if _terminated(query, poll_s):
+            return reason or processor.drained or "query_ended"
+        if processor.drained is not None:
+            return reason or processor.drained
+        if reason is None:
+            reason = _stop_reason(spec, processor.state, stop_event, started, clock, query)
+            if reason is not None:
+                processor.request_drain(reason)
+                asked = clock()
+        elif clock() - asked > DRAIN_WAIT_S:
+            log.warning("no micro-batch drained the joins within %.0f s of the stop (%s); the tuples inside "
+                        "stay in the checkpoint's state", DRAIN_WAIT_S, reason)
+            return reason
+
+
+def _end_after_batch(query) -> bool:
+    """Have the streaming query end on its own once the running micro-batch has committed.
+
+    ``query.stop()`` interrupts Spark's stream thread wherever it is: writing the offset or
+    commit log (Hadoop's local file system then logs the InterruptedException of its ``chmod``
+    with a Java stack trace) or planning the next batch. A query whose state is TERMINATED
+    instead leaves its trigger loop after the running batch, and a later ``stop()`` finds no
+    thread to interrupt. Spark has no public call for that, so this sets the state of Spark 4's
+    ``StreamExecution`` through the JVM; False (and the plain stop) where that is not possible."""
+    try:
+        from pyspark import SparkContext
+
+        cls = SparkContext._jvm.java.lang.Class.forName("org.apache.spark.sql.execution.streaming.runtime.TERMINATED$")
+        query._jsq.streamingQuery().state().set(cls.getField("MODULE$").get(None))
+        return True
+    except Exception as exc:  # noqa: BLE001 - another Spark version: py4j's errors
+        log.info("the query is stopped by query.stop() (%s)", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return False
 
 
 def _terminated(query, timeout_s: float) -> bool:
@@ -509,6 +482,7 @@ def _terminated(query, timeout_s: float) -> bool:
 
 
 def _stop_reason(spec: JobSpec, state: JobState, stop_event, started: float, clock, query) -> str | None:
+    """A stop asked from outside (an event, the stop file), or the job's own bound reached."""
     stop = spec.stop
     if stop_event is not None and stop_event.is_set():
         return "stop_requested"
@@ -526,11 +500,12 @@ def _stop_reason(spec: JobSpec, state: JobState, stop_event, started: float, clo
 def _committed_rows(query) -> int:
     """Rows of the generator up to the last completed micro-batch (counted over restarts too)."""
     progress = query.lastProgress
-    if not progress or not progress.get("sources"):
-        return 0
-    end = progress["sources"][0].get("endOffset")
-    offset = json.loads(end) if isinstance(end, str) else end
-    return int(offset["row"]) if isinstance(offset, dict) and "row" in offset else 0
+    for source in (progress or {}).get("sources") or []:  # the generator's offset: {"row": n, ...}
+        end = source.get("endOffset")
+        offset = json.loads(end) if isinstance(end, str) and end.startswith("{") else end
+        if isinstance(offset, dict) and "row" in offset:
+            return int(offset["row"])
+    return 0
 
 
 def load_spec(path: str) -> JobSpec:

@@ -34,6 +34,7 @@ from .spec import SourceSpec
 GENERATOR_FORMAT = "semijoin_generator"
 CORRUPT_COLUMN = "_corrupt_record"
 FILE_COLUMN = "sj_file"
+TICK_COLUMN = "sj_tick"  # set on the heartbeat's rows (dropped before the join)
 ARRIVAL_BLOCK = 65536  # rows per block of bursty arrival times (each block seeded on its own)
 READ_PARTITION_ROWS = 100_000
 WARM_UP = {"row": 0, "t0": None, "warm_up": True}  # the end offset of a new query's first, empty batch
@@ -241,6 +242,18 @@ def repair_utf8(batch: pa.Table) -> pa.Table:
             texts = [None if b is None else b.decode("utf-8", "replace") for b in column.cast(pa.binary()).to_pylist()]
             batch = batch.set_column(i, f, pa.array(texts, pa.string()))
     return batch
+
+
+def with_heartbeat(spark, frame):
+    """``frame`` with one heartbeat row a second unioned in (Spark's ``rate`` source, every column
+    null but ``sj_tick``): a quiet source still gets a micro-batch every trigger, in which the
+    joins force out the tuples that have waited long enough (:mod:`.joinstate`)."""
+    from pyspark.sql import functions as F
+
+    ticks = spark.readStream.format("rate").option("rowsPerSecond", 1).option("numPartitions", 1).load()
+    columns = [F.lit(None).cast(f.dataType).alias(f.name) for f in frame.schema.fields]
+    ticks = ticks.select(*columns, F.lit(True).alias(TICK_COLUMN))
+    return frame.withColumn(TICK_COLUMN, F.lit(None).cast("boolean")).unionByName(ticks)
 
 
 def tuple_ids(batch: pa.Table, source: SourceSpec) -> pa.Array:

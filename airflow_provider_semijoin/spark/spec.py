@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.checks import check_flag, check_number, check_positive
 from ..core.errors import ConfigError, SpecError, shown, shown_key
 from ..core.joins.registry import ALGORITHMS, algorithm_class
 from ..core.stores.sql import DatabaseURL, check_identifier, redact
@@ -38,11 +39,7 @@ def _one_of(name: str, value, allowed) -> None:
 
 
 def _positive(name: str, value, *, optional: bool = False, integer: bool = False) -> None:
-    if value is None and optional:
-        return
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
-        raise SpecError(f"{name}: {shown(value)} is not a positive {'integer' if integer else 'number'}")
+    check_positive(name, value, integer=integer, optional=optional, error=SpecError)
 
 
 def _identifier(name: str, value) -> None:
@@ -123,12 +120,9 @@ class SourceSpec:
             _positive("master_rows", self.master_rows, integer=True)
             _one_of("key_type", self.key_type, ("int", "str"))
             _one_of("shape", self.shape, SHAPES)
-            if isinstance(self.exponent, bool) or not isinstance(self.exponent, (int, float)) or self.exponent < 0:
-                raise SpecError(f"exponent: {shown(self.exponent)} is not a number >= 0")
-            if isinstance(self.missing, bool) or not isinstance(self.missing, (int, float)) or not 0 <= self.missing <= 1:
-                raise SpecError(f"missing: {shown(self.missing)} is not a fraction between 0 and 1")
-            if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-                raise SpecError(f"seed: {shown(self.seed)} is not an integer >= 0")
+            check_number("exponent", self.exponent, "a number >= 0", minimum=0, error=SpecError)
+            check_number("missing", self.missing, "a fraction between 0 and 1", minimum=0, maximum=1, error=SpecError)
+            check_number("seed", self.seed, "an integer >= 0", integer=True, minimum=0, error=SpecError)
             self._check_extra_keys()
         if self.kind != "generator" and self.extra_keys:
             raise SpecError(f"extra_keys: given for a {self.kind} source; expected it only with kind 'generator'")
@@ -207,6 +201,9 @@ class StepSpec:
     again in later micro-batches for ``retry_grace_s`` seconds - the dimension row may arrive
     late - and then goes to the dead-letter sink). ``rename`` maps R's columns to output names;
     ``drop_column`` removes the natural key from the output (surrogate-key replacement).
+    ``max_queue_time_s``: the longest a tuple waits inside the join across micro-batches before
+    it is forced out (its page loaded); None: no bound (it leaves when its page comes round, or
+    when the job drains at a stop or the end of input).
     """
 
     column: str
@@ -219,6 +216,7 @@ class StepSpec:
     retry_grace_s: float | None = None
     rename: dict = field(default_factory=dict)
     drop_column: bool = False
+    max_queue_time_s: float | None = 10.0
 
     def __post_init__(self):
         _identifier("column", self.column)
@@ -259,8 +257,8 @@ class StepSpec:
             raise SpecError(f"rename: {shown(self.rename)} is not a mapping of master columns to output names")
         for old, new in self.rename.items():
             _identifier(f"rename.{shown_key(old)}", new)
-        if not isinstance(self.drop_column, bool):
-            raise SpecError(f"drop_column: {shown(self.drop_column)} is not true or false")
+        check_flag("drop_column", self.drop_column, error=SpecError)
+        _positive("max_queue_time_s", self.max_queue_time_s, optional=True)
 
     @property
     def memory_bytes(self) -> int:
@@ -336,8 +334,7 @@ class StopSpec:
     def __post_init__(self):
         _positive("duration_s", self.duration_s, optional=True)
         _positive("max_batches", self.max_batches, optional=True, integer=True)
-        if not isinstance(self.end_of_input, bool):
-            raise SpecError(f"end_of_input: {shown(self.end_of_input)} is not true or false")
+        check_flag("end_of_input", self.end_of_input, error=SpecError)
 
 
 @dataclass

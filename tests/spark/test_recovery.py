@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import sqlite3
 import subprocess
 import sys
 
 import pyarrow as pa
+import pytest
 from spark_jobs import SELECT, assert_sinks_equal_oracle, generator_job, write_master
 
 from airflow_provider_semijoin.core.progress import parse_line
 from airflow_provider_semijoin.spark.driver import SUMMARY_PREFIX
+from airflow_provider_semijoin.spark.joinstate import StateFiles
+from airflow_provider_semijoin.spark.runner import KILL_ENV
 from airflow_provider_semijoin.spark.spec import JobSpec
 
 
@@ -65,6 +69,71 @@ def test_sigkill_mid_stream_then_restart_is_exactly_once(tmp_path, sqlite_backen
     rows = sqlite3.connect(tmp_path / "facts.db").execute(
         f"SELECT sj_id, tid, nk, {', '.join(SELECT)} FROM fact"
     ).fetchall()
+    matched = pa.table({name: [r[i] for r in rows] for i, name in enumerate(["sj_id", "tid", "nk", *SELECT])})
+    assert len(set(matched["sj_id"].to_pylist())) == matched.num_rows  # no tuple twice
+    assert_sinks_equal_oracle(store, spec, matched=matched)
+
+
+KILL_POINTS = ("batch", "sinks", "state")  # during a batch; between sinks and state; between state and commit
+KILLS = int(os.environ.get("SEMIJOIN_TEST_KILLS", "3"))  # 10 for the acceptance run (about 15 min on 2 cores)
+
+
+def run_until_killed(spec_file, point: str, batch_id: int) -> subprocess.Popen:
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "airflow_provider_semijoin.spark.driver", "--spec", str(spec_file), "--master", "local[2]"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, KILL_ENV: f"{point}:{batch_id}"},
+    )
+    try:
+        driver.wait(timeout=600)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    return driver
+
+
+@pytest.mark.timeout(600 + KILLS * 400)
+def test_sigkill_at_random_points_of_a_carried_run_is_exactly_once(tmp_path, sqlite_backend):
+    """3 x KILLS micro-batches of a MESHJOIN whose tuples stay inside across batches; the driver
+    kills itself (SIGKILL, its whole process group) at KILLS random (point, batch) pairs, every
+    named point among them, and is started again each time: the fact table and the dead letter
+    equal the oracle, no tuple twice, and the tuples inside at each kill (in the checkpoint's
+    state) come out once."""
+    batches = 3 * KILLS
+    store = write_master(sqlite_backend, 2000)
+    data = generator_job(tmp_path, sqlite_backend.url, store.table, algorithm="meshjoin", total_rows=300 * batches,
+                         master_rows=2000, params={"page_rows": 16, "partition_pages": 4}).to_dict()
+    data["source"]["rows_per_second"] = 1e6  # a backlog: every batch is capped at max_rows_per_batch
+    data["source"]["max_rows_per_batch"] = 300
+    data["steps"][0]["max_queue_time_s"] = None  # tuples wait for MESHJOIN's cycle, however long
+    data["sinks"]["matched"] = {"kind": "table", "url": f"sqlite:///{tmp_path / 'facts.db'}", "table": "fact"}
+    spec = JobSpec.from_dict(data)
+    spec_file = tmp_path / "job.json"
+    spec_file.write_text(json.dumps(spec.to_dict()))
+    rng = random.Random(11)
+    points = list(KILL_POINTS) + [rng.choice(KILL_POINTS) for _ in range(KILLS - len(KILL_POINTS))]
+    rng.shuffle(points)
+    kills = list(zip(points, sorted(rng.sample(range(1, batches - 2), KILLS))))
+    state = StateFiles(tmp_path / "checkpoint" / "sj_state", 10)
+    inside = []
+    for point, batch_id in kills:
+        driver = run_until_killed(spec_file, point, batch_id)
+        assert driver.returncode == -signal.SIGKILL, (point, batch_id, driver.returncode)
+        kept = state.read(0, batch_id + 1)
+        assert kept is not None and kept[0] == (batch_id if point == "state" else batch_id - 1), (point, batch_id)
+        inside.append(kept[1].num_rows)
+    assert min(inside) > 0  # every kill left tuples inside the join: they survive in the state
+
+    second = start_driver(spec_file)
+    try:
+        out, _ = second.communicate(timeout=600)
+    finally:
+        if second.poll() is None:
+            os.killpg(second.pid, signal.SIGKILL)
+    assert second.returncode == 0, out[-2000:]
+    summary = json.loads(next(line for line in out.splitlines() if line.startswith(SUMMARY_PREFIX))[len(SUMMARY_PREFIX):])
+    assert (summary["stopped_by"], summary["drained"], summary["queue_tuples"]) == ("end_of_input", "end_of_input", 0)
+    rows = sqlite3.connect(tmp_path / "facts.db").execute(f"SELECT sj_id, tid, nk, {', '.join(SELECT)} FROM fact").fetchall()
     matched = pa.table({name: [r[i] for r in rows] for i, name in enumerate(["sj_id", "tid", "nk", *SELECT])})
     assert len(set(matched["sj_id"].to_pylist())) == matched.num_rows  # no tuple twice
     assert_sinks_equal_oracle(store, spec, matched=matched)

@@ -86,10 +86,10 @@ def test_tuple_ledger_counts_every_exit():
 def test_window_opens_after_the_warm_up_and_closes_after_the_window():
     window = BatchWindow(warmup_s=2.0, window_s=3.0)
     for batch_id, (end, n) in enumerate([(10.0, 5), (11.0, 7), (12.5, 9), (14.0, 4), (15.6, 6), (16.0, 8)]):
-        window({"batch_id": batch_id, "time": end, "input_rows": n})
+        window({"batch_id": batch_id, "time": end, "input_rows": n + 2, "matched": n - 1, "unmatched": 1})
     assert window.opened == 2 and window.closed == 4 and window.stop.is_set()
     assert [r["batch_id"] for r in window.batches()] == [3, 4]
-    assert window.rate() == round(10 / 3.1, 1)
+    assert window.rate() == round(10 / 3.1, 1)  # the tuples that left, not those that came in (some wait inside)
 
 
 def test_moderate_rate_is_half_the_slowest_rounded_down():

@@ -366,6 +366,18 @@ class JoinAlgorithm:
         """Bytes the algorithm's structures hold now (allocated capacity, not just the used part)."""
         raise NotImplementedError
 
+    @property
+    def one_row_per_match(self) -> bool:
+        """A matched stream tuple joins exactly one row of R (an equality join on a unique key):
+        its one pair completes it."""
+        return bool(self.store.key_unique)
+
+    @property
+    def between_joins(self) -> bool:
+        """No tuple has left with only part of its matches (the next step starts no one's join).
+        The default: a tuple meets all rows of its key in one step (pages hold whole keys)."""
+        return True
+
     def memory_split(self) -> dict:
         """How the budget was divided between the structures, in bytes."""
         return {}

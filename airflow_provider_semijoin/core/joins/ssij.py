@@ -470,6 +470,16 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
     def demand(self) -> int:
         return self.ib_size - len(self._ib)
 
+    @property
+    def one_row_per_match(self) -> bool:
+        return self.range == (0, 0) and bool(self.store.key_unique)
+
+    @property
+    def between_joins(self) -> bool:
+        """A range join's tuple leaves its cached pages' matches in the online phase and the
+        others in the join phase: it is half joined until the join phase that empties SB."""
+        return self.range == (0, 0) or (self._phase is None and self._sb.size == 0)
+
     def _stream_bytes(self) -> int:
         ib = len(self._ib) * self.ib_tuple_bytes
         sb = self._sb.size * (self.sb_tuple_bytes - self.pages_per_tuple * PAIR_BYTES) + self._sb.pairs * PAIR_BYTES

@@ -1,0 +1,195 @@
+"""A join that lives across calls: its stream buffer and algorithm keep their tuples between feeds.
+
+The papers' algorithms are continuous: a tuple waits in H_S / Q (HYBRIDJOIN sec. 4.1, MESHJOIN
+sec. 3.1) or IB / SB (SSIJ sec. IV-A) until its page or partition comes round, and the cost of a
+page load is amortised over every tuple waiting on that page (HYBRIDJOIN sec. 4.4, eq. 2). A
+:class:`JoinSession` keeps that queue alive while its caller hands it the stream in pieces (a
+Spark micro-batch, a file): :meth:`~JoinSession.feed` appends tuples,
+:meth:`~JoinSession.advance` steps the algorithm for a bounded slice and returns only what
+completed, :meth:`~JoinSession.drain` empties it (end of input, a stop).
+
+A slice ends when the algorithm has taken everything the buffer held (the stream is kept up
+with; what waits is the papers' queue, bounded by the memory budget) - or when a step takes
+nothing (MESHJOIN waits for w tuples, sec. 3.1) - and the slice's time is up (the caller gives
+the time a continuous join would have stepped meanwhile) *and* no waiting tuple is due before the
+slice's horizon. A tuple's due time is the earliest of its deadline (SSIJ sec. IV-F) and its
+arrival + the maximum queue time; while a tuple due before the horizon waits, the session steps
+with the buffer closed (the algorithms' end-of-stream mode: MESHJOIN admits a partial chunk,
+SSIJ forces a join phase, HYBRIDJOIN loads the oldest tuple's page), so a quiet stream never
+strands a tuple.
+
+Row ids are the caller's and must increase from feed to feed (arrival order); they index the
+caller's copy of the tuples (:func:`materialise`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from .joins.base import JoinAlgorithm, JoinOutput, StreamBuffer
+from .reasons import labels
+
+STALL_STEPS = 1000  # steps in a row without progress before the join is declared stuck
+COMPACT_MIN = 4096  # completed tuples at the head of the log before it is compacted
+
+
+class JoinSession:
+    """One algorithm with its stream buffer, fed and stepped piece by piece."""
+
+    def __init__(self, algorithm: JoinAlgorithm, clock, on_taken=None, on_left=None):
+        self.algorithm = algorithm
+        self.clock = clock
+        self.buffer = StreamBuffer(algorithm.store.key_type, clock)
+        self.on_taken = on_taken  # called with (row_ids, clock time) as tuples enter the algorithm
+        self.on_left = on_left  # called with (row_ids, clock time) as tuples leave it
+        self._ids = np.zeros(0, np.int64)  # every tuple fed and not compacted away, in feed order
+        self._due = np.zeros(0, np.float64)  # when each must have left (inf: never forced)
+        self._done = np.zeros(0, bool)
+        self._head = 0  # tuples before it are all done
+        self.fed = 0
+        self.completed = 0
+        self.forced_steps = 0
+
+    # -- what waits --------------------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        """Tuples fed that have not left (in the buffer or in the algorithm's structures)."""
+        return self.fed - self.completed
+
+    def pending_ids(self) -> np.ndarray:
+        live = ~self._done[self._head:]
+        return self._ids[self._head:][live]
+
+    def earliest_due(self) -> float:
+        live = ~self._done[self._head:]
+        return float(self._due[self._head:][live].min()) if live.any() else np.inf
+
+    # -- feeding and stepping ------------------------------------------------------------------
+    def feed(self, row_ids: np.ndarray, keys: np.ndarray, due: np.ndarray | None = None) -> None:
+        """Append tuples (ids increasing past every id fed before); ``due``: when each must
+        have left (clock units, NaN/inf = no bound), also handed to the algorithm as its deadline."""
+        row_ids = np.asarray(row_ids, np.int64)
+        if not len(row_ids):
+            return
+        if (len(self._ids) and row_ids[0] <= self._ids[-1]) or (np.diff(row_ids) <= 0).any():
+            raise ValueError("row ids must increase from feed to feed")
+        due = np.full(len(row_ids), np.inf) if due is None else np.asarray(due, np.float64)
+        self.buffer.append(row_ids, keys, np.where(np.isinf(due), np.nan, due))
+        self._ids = np.concatenate([self._ids, row_ids])
+        self._due = np.concatenate([self._due, np.nan_to_num(due, nan=np.inf)])
+        self._done = np.concatenate([self._done, np.zeros(len(row_ids), bool)])
+        self.fed += len(row_ids)
+
+    def step(self) -> JoinOutput:
+        """One iteration of the algorithm's outer loop; marks what it completed."""
+        out = self.algorithm.step(self.buffer)
+        now = self.clock()
+        if self.on_taken is not None:
+            for ids, t in self.buffer.taken:
+                self.on_taken(ids, t)
+        self.buffer.taken.clear()
+        self._mark_done(out, now)
+        return out
+
+    def advance(self, horizon: float = -np.inf, until: float = -np.inf) -> JoinOutput:
+        """One slice: step until the buffer is taken in (or a step takes nothing), then on while
+        the clock is before ``until`` and tuples wait (the time a continuous join would have
+        stepped), then until no waiting tuple is due before ``horizon``, then until no tuple is
+        half joined (:attr:`~.joins.base.JoinAlgorithm.between_joins`); returns what completed."""
+        outputs = self._step_while(lambda: self.buffer.available)
+        outputs += self._step_while(lambda: self.pending and self.clock() < until)
+        urgent = self._urgent(horizon)
+        if len(urgent):
+            outputs += self._force(lambda: not self._done[urgent].all())
+        if not self.algorithm.between_joins:  # every tuple's pairs in one slice
+            outputs += self._force(lambda: not self.algorithm.between_joins)
+        self._compact()
+        return JoinOutput.concat(outputs, self.algorithm.schema)
+
+    def _step_while(self, condition) -> list[JoinOutput]:
+        """Step while ``condition()`` holds and a step changes something (a step that takes
+        nothing and completes nothing: the algorithm waits for tuples, as MESHJOIN for w)."""
+        outputs = []
+        while condition():
+            before = (self.buffer.available, self.algorithm.pending, self.completed)
+            outputs.append(self.step())
+            if before == (self.buffer.available, self.algorithm.pending, self.completed):
+                break
+        return outputs
+
+    def drain(self) -> JoinOutput:
+        """Step until every tuple fed has left (the buffer is closed meanwhile, then reopened)."""
+        return JoinOutput.concat(self._force(lambda: self.pending), self.algorithm.schema)
+
+    def _urgent(self, horizon: float) -> np.ndarray:
+        """Positions (in the log) of the waiting tuples due before ``horizon``."""
+        tail = slice(self._head, None)
+        return np.flatnonzero(~self._done[tail] & (self._due[tail] < horizon)) + self._head
+
+    def _force(self, waiting) -> list[JoinOutput]:
+        """Step with the buffer closed (the algorithms' end-of-stream mode) while ``waiting()``."""
+        outputs, stalled = [], 0
+        self.buffer.closed = True
+        try:
+            while waiting():
+                before = (self.buffer.available, self.algorithm.pending, self.completed)
+                outputs.append(self.step())
+                self.forced_steps += 1
+                stalled = 0 if before != (self.buffer.available, self.algorithm.pending, self.completed) else stalled + 1
+                if stalled >= STALL_STEPS:
+                    raise RuntimeError(f"{self.algorithm.name} made no progress in {STALL_STEPS} steps "
+                                       f"with {self.pending} tuples pending")
+        finally:
+            self.buffer.closed = False
+        self._compact()
+        return outputs
+
+    def _mark_done(self, out: JoinOutput, now: float) -> None:
+        left = left_ids(out, self.algorithm.one_row_per_match)
+        if not len(left):
+            return
+        positions = np.minimum(np.searchsorted(self._ids, left), len(self._ids) - 1)
+        again = self._done[positions]
+        if (self._ids[positions] != left).any() or (again.any() and self.algorithm.one_row_per_match):
+            raise RuntimeError(f"{self.algorithm.name} completed a tuple that was not waiting (twice, or never fed)")
+        if again.any():  # more pairs of a tuple whose join spans several steps (a range join)
+            left, positions = left[~again], positions[~again]
+        self._done[positions] = True
+        self.completed += len(left)
+        if self.on_left is not None:
+            self.on_left(left, now)
+        while self._head < len(self._done):  # past the completed head, a window at a time
+            window = self._done[self._head:self._head + COMPACT_MIN]
+            if window.all():
+                self._head += len(window)
+            else:
+                self._head += int(np.argmin(window))
+                break
+
+    def _compact(self) -> None:
+        """Forget the completed head of the log once it is most of it (positions shift: only
+        between slices)."""
+        if self._head >= COMPACT_MIN and self._head * 2 >= len(self._ids):
+            self._ids, self._due, self._done = self._ids[self._head:], self._due[self._head:], self._done[self._head:]
+            self._head = 0
+
+
+def left_ids(out: JoinOutput, one_row_per_match: bool) -> np.ndarray:
+    """The row ids ``out`` completes, each once (``one_row_per_match``: a tuple has one pair)."""
+    matched = out.matched_ids if one_row_per_match else np.unique(out.matched_ids)
+    return np.concatenate([matched, out.unmatched_ids]) if len(out.unmatched_ids) else matched
+
+
+def materialise(stream: pa.Table, result: JoinOutput, schema: pa.Schema, matched_at=None, unmatched_at=None) -> tuple[pa.Table, pa.Table]:
+    """The matched table (stream columns + the selected master columns, one row per master row)
+    and the unmatched one (stream columns + ``reason``) of ``result``; ``matched_at`` and
+    ``unmatched_at`` are the rows of ``stream`` its matched and unmatched ids name (default: the
+    ids are row positions)."""
+    matched = stream.take(result.matched_ids if matched_at is None else matched_at)
+    for name in schema.names:
+        matched = matched.append_column(name, result.master[name])
+    unmatched = stream.take(result.unmatched_ids if unmatched_at is None else unmatched_at).append_column(
+        "reason", pa.array(labels(result.unmatched_reason), pa.string())
+    )
+    return matched, unmatched

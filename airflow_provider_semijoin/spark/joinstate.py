@@ -1,0 +1,208 @@
+"""The join state a step carries from one micro-batch to the next, and its checkpoint files.
+
+Without a drain at the end of each micro-batch (issue 11) a tuple may enter in batch N and leave
+in batch N+k, when its page comes round (HYBRIDJOIN sec. 4, MESHJOIN sec. 3.1, SSIJ sec. IV-A).
+The state of a step after batch N is therefore:
+
+* in memory, per (step, part): a :class:`~..core.session.JoinSession` (the algorithm with its
+  queue) fed with each tuple's sequence number ``sj_seq``, its join key and its due time;
+* on the driver, per step: :class:`CarriedRows`, the full rows of the tuples still inside the
+  join (and of those held for a retry), as one Arrow table sorted by ``sj_seq``; a completed
+  ``sj_seq`` is materialised from it;
+* in the checkpoint: :class:`StateFiles`, that table written after the batch's sinks and before
+  Spark commits the batch, one Arrow IPC file per (step, batch id), atomically (temporary name,
+  rename), the oldest pruned like Spark's ``minBatchesToRetain`` (at most 10 kept: each file
+  holds the whole queue, where Spark's state store keeps deltas).
+
+A batch N replayed after a crash reads the state after N-1 (the newest file of a batch before
+N), builds a fresh algorithm fed with those tuples in their order (caches start cold, the queue
+is whole) and rewrites batch N's sinks (which replace what the first attempt wrote), so every
+tuple leaves exactly once. Spark's own state store (``transformWithStateInPandas`` + RocksDB)
+does not serve here: the join runs in ``foreachBatch`` on the driver (and in ``mapInArrow`` for
+partitions), outside any stateful operator, and a state store can only be written from inside
+one; making the join such an operator would move it into grouped tasks whose per-key calls
+cannot step one algorithm over the whole queue.
+
+A tuple's due time is the earliest of its deadline (the job's ``deadline``) and its arrival + the
+step's ``max_queue_time_s``; :meth:`CarriedJoin.run` forces out every tuple due before the
+expected end of the next micro-batch.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..core.joins.base import JoinAlgorithm, JoinOutput
+from ..core.runner import feed_keys, one_version_of_r
+from ..core.session import JoinSession, left_ids, materialise
+from .spec import DeadlineSpec
+
+SEQ = "sj_seq"  # a tuple's number in its step, increasing in arrival order (the session's row id)
+DUE = "sj_due"  # epoch seconds by which the tuple must have left (inf: never forced)
+PART = "sj_part"  # the part (partitions = N) that holds the tuple
+RETRY_SINCE = "sj_retry_since"  # set on rows held for a retry (not inside the join)
+JOIN_COLUMNS = (SEQ, DUE, PART)
+
+
+def deadlines_of(deadline: DeadlineSpec | None, rows: pa.Table) -> np.ndarray | None:
+    """Each row's absolute deadline in epoch seconds (SSIJ sec. IV-F), or None without deadlines."""
+    if deadline is None or rows.num_rows == 0:
+        return None
+    if deadline.max_latency_s is not None:
+        return rows["sj_arrival"].to_numpy(zero_copy_only=False) + deadline.max_latency_s
+    column = rows[deadline.column]
+    if pa.types.is_timestamp(column.type):
+        column = pc.divide(pc.cast(pc.cast(column, pa.timestamp("us")), pa.int64()), 1e6)
+    return column.cast(pa.float64()).to_numpy(zero_copy_only=False)
+
+
+def due_times(rows: pa.Table, max_queue_time_s: float | None, deadline: DeadlineSpec | None) -> np.ndarray:
+    """When each tuple must have left (epoch seconds, inf: no bound): its deadline, or its
+    arrival + ``max_queue_time_s`` if that is earlier."""
+    due = np.full(rows.num_rows, np.inf)
+    if max_queue_time_s is not None and rows.num_rows:
+        due = rows["sj_arrival"].to_numpy(zero_copy_only=False) + max_queue_time_s
+    deadlines = deadlines_of(deadline, rows)
+    return due if deadlines is None else np.fmin(due, np.where(np.isnan(deadlines), np.inf, deadlines))
+
+
+class CarriedRows:
+    """The full rows of a step's tuples inside the join (sorted by ``sj_seq``), with the next
+    sequence number; what completes is materialised from here and leaves it."""
+
+    def __init__(self, rows: pa.Table | None = None):
+        self.rows = rows if rows is not None and rows.num_rows else None
+        self.next_seq = int(pc.max(rows[SEQ]).as_py()) + 1 if self.rows is not None else 0
+
+    @property
+    def count(self) -> int:
+        return self.rows.num_rows if self.rows is not None else 0
+
+    def carried(self) -> pa.Table | None:
+        """The rows inside the join (None when there is none)."""
+        return self.rows if self.rows is not None and self.rows.num_rows else None
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows.nbytes if self.rows is not None else 0
+
+    def add(self, rows: pa.Table, due: np.ndarray, part: np.ndarray) -> pa.Table:
+        """Number ``rows`` (append them); returns them with their state columns."""
+        seq = np.arange(self.next_seq, self.next_seq + rows.num_rows, dtype=np.int64)
+        self.next_seq += rows.num_rows
+        tagged = (rows.append_column(SEQ, pa.array(seq)).append_column(DUE, pa.array(due, pa.float64()))
+                  .append_column(PART, pa.array(part, pa.int32())))
+        if self.rows is None:
+            self.rows = tagged
+        else:
+            self.rows = pa.concat_tables([self.rows, tagged], promote_options="default")
+        return tagged
+
+    def take(self, result: JoinOutput, schema: pa.Schema) -> tuple[pa.Table, pa.Table]:
+        """The matched and unmatched rows of ``result`` (stream columns without the state ones);
+        they leave the carried rows."""
+        seq = self.rows[SEQ].combine_chunks().to_numpy()
+        matched_at, unmatched_at = np.searchsorted(seq, result.matched_ids), np.searchsorted(seq, result.unmatched_ids)
+        matched, unmatched = materialise(self.rows, result, schema, matched_at, unmatched_at)
+        if len(result):
+            keep = np.ones(len(seq), bool)
+            keep[matched_at] = False
+            keep[unmatched_at] = False
+            self.rows = self.rows.take(np.flatnonzero(keep))  # (one chunk: the next takes are fast)
+        return matched.drop_columns(list(JOIN_COLUMNS)), unmatched.drop_columns(list(JOIN_COLUMNS))
+
+    def repart(self, parts: np.ndarray) -> None:
+        """Assign the carried tuples to parts again (the cut points moved)."""
+        if self.rows is not None:
+            self.rows = self.rows.set_column(self.rows.schema.get_field_index(PART), PART, pa.array(parts, pa.int32()))
+
+    def of_part(self, part: int) -> pa.Table | None:
+        if self.rows is None:
+            return None
+        return self.rows.filter(pc.equal(self.rows[PART], part))
+
+
+def session_from(algorithm: JoinAlgorithm, column: str, rows: pa.Table | None, clock=time.time) -> JoinSession:
+    """A session over a fresh ``algorithm`` fed with carried ``rows`` (in ``sj_seq`` order)."""
+    session = JoinSession(algorithm, clock)
+    if rows is not None and rows.num_rows:
+        invalid, _ = feed_keys(algorithm, rows[column], rows[SEQ].to_numpy(), rows[DUE].to_numpy(), clock, session)
+        if len(invalid):  # carried rows were valid when they entered
+            raise RuntimeError(f"{len(invalid)} carried tuples have keys that cannot be in R")
+    return session
+
+
+def slice_of(session: JoinSession, column: str, rows: pa.Table, horizon: float, until: float, drain: bool,
+             clock=time.time) -> tuple[JoinOutput, dict]:
+    """Feed ``rows`` (with their state columns) to ``session`` and step it for one slice (or a
+    drain), inside one version of R; returns what completed and the slice's figures.
+    ``horizon``: tuples due before it leave now; ``until``: the slice steps at least until then
+    while tuples wait (:meth:`..core.session.JoinSession.advance`)."""
+    algorithm = session.algorithm
+    store = algorithm.store
+    io_before = store.counters.as_dict()
+    started = clock()
+    pending_before = session.pending
+    with one_version_of_r(algorithm) as invalidated:
+        invalid, _ = feed_keys(algorithm, rows[column], rows[SEQ].to_numpy(), rows[DUE].to_numpy(), clock, session)
+        out = session.drain() if drain else session.advance(horizon, until)
+    result = JoinOutput.concat([invalid, out], algorithm.schema)
+    io_after = store.counters.as_dict()
+    left = left_ids(result, algorithm.one_row_per_match)
+    stats = {
+        "wall_s": clock() - started,
+        "disk_queries": io_after["disk_queries"] - io_before["disk_queries"],
+        "disk_rows": io_after["disk_rows"] - io_before["disk_rows"],
+        "master_version": store.seen_version,
+        "invalidated": invalidated,
+        "fed": rows.num_rows,
+        "left": len(left),
+        "pending": session.pending,
+        "forced_steps": session.forced_steps,
+        "balanced": pending_before + rows.num_rows == len(left) + session.pending,
+        "structure_bytes": algorithm.structure_bytes(),
+        "structure_bytes_peak": algorithm.counters.structure_bytes_peak,
+    }
+    return result, stats
+
+
+class StateFiles:
+    """One Arrow IPC file per (step, batch id) under ``folder``: the state after that batch."""
+
+    def __init__(self, folder: Path, retain: int):
+        self.folder = Path(folder)
+        self.retain = max(int(retain), 1)
+
+    def _path(self, step: int, batch_id: int) -> Path:
+        return self.folder / f"step{step}-batch{batch_id}.arrow"
+
+    def _batches(self, step: int) -> list[int]:
+        if not self.folder.is_dir():
+            return []
+        return sorted(int(p.stem.rsplit("batch", 1)[1]) for p in self.folder.glob(f"step{step}-batch*.arrow"))
+
+    def write(self, step: int, batch_id: int, table: pa.Table) -> None:
+        """Atomically: a reader sees the whole file or none; older files beyond ``retain`` go."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self._path(step, batch_id)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        os.replace(tmp, path)  # (no fsync: a killed process loses nothing the kernel holds, as Spark's own files)
+        for old in self._batches(step):
+            if old <= batch_id - self.retain or old > batch_id:  # a later file is from an attempt never committed
+                self._path(step, old).unlink(missing_ok=True)
+
+    def read(self, step: int, before: int) -> tuple[int, pa.Table] | None:
+        """The newest state of ``step`` written for a batch before ``before`` (None: none)."""
+        earlier = [b for b in self._batches(step) if b < before]
+        if not earlier:
+            return None
+        with pa.OSFile(str(self._path(step, earlier[-1])), "rb") as source:
+            return earlier[-1], pa.ipc.open_file(source).read_all()

@@ -1,0 +1,196 @@
+"""One join step of a job: its store and algorithm, its on-missing policy and its carried state.
+
+A step is the per-micro-batch unit of :mod:`.runner`: it feeds a micro-batch's tuples to its
+algorithm for one bounded slice - in the driver through a :class:`~..core.session.JoinSession`,
+or over N parts in Spark tasks (:mod:`.partitioned`) - keeps the tuples still inside across
+micro-batches (:mod:`.joinstate`: the papers' queue, HYBRIDJOIN sec. 4.1, MESHJOIN sec. 3.1,
+SSIJ sec. IV-A) and routes what completed through its on-missing policy: matched rows go on,
+unmatched ones to the dead letter, to an unknown member, or are held for a retry.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..core.joins.registry import create
+from ..core.reasons import Unmatched
+from ..core.session import JoinSession
+from ..core.stores import SnapshotLost, open_store
+from .joinstate import JOIN_COLUMNS, RETRY_SINCE, SEQ, CarriedRows, StateFiles, due_times, session_from, slice_of
+from .partitioned import PartitionedJoin
+from .sinks import dead_letter_rows
+from .spec import DeadlineSpec, StepSpec
+
+NOT_IN_MASTER = Unmatched.NOT_IN_MASTER.label
+NULL_KEY = Unmatched.NULL_KEY.label
+SNAPSHOT_ATTEMPTS = 50  # slices a lost session may restart (each time R moved meanwhile)
+
+
+@dataclass
+class StepResult:
+    passed: pa.Table
+    dead: pa.Table
+    stats: dict
+
+
+class JoinStep:
+    """One join step of the job: its store and algorithm, its on-missing policy and its carried
+    state - the tuples inside the join (:mod:`.joinstate`) and, for ``retry``, those held until
+    their key appears in R. The algorithm, its caches and queue live across micro-batches; a
+    replayed batch or a restart rebuilds them from the checkpoint's state (caches cold)."""
+
+    def __init__(self, spec: StepSpec, index: int, deadline: DeadlineSpec | None = None,
+                 retry_max_s: float | None = None, spark=None, partitions: int = 1, clock=time.time):
+        self.spec = spec
+        self.deadline = deadline
+        self.index = index
+        self.clock = clock
+        self.store = open_store(spec.master.url, spec.master.table, spec.master.key, spec.master.select,
+                                retry_max_s=retry_max_s)
+        self.algorithm = create(spec.algorithm, self.store, spec.memory_bytes, spec.params)
+        self.select = list(self.store.select)
+        self.carried = CarriedRows()
+        self.held: pa.Table | None = None  # retry: tuples waiting for their key, with RETRY_SINCE
+        self.after_batch: int | None = None  # the batch the state in memory is after (None: fresh)
+        self._hits = (0, 0)
+        self.partitioned = None if partitions <= 1 else PartitionedJoin(
+            spark, spec, self.store, partitions, self.algorithm.one_row_per_match, clock)
+        self.session: JoinSession | None = JoinSession(self.algorithm, clock) if self.partitioned is None else None
+
+    # -- the state after a batch (written before Spark commits it) ------------------------------
+    def state_table(self) -> pa.Table:
+        """What the checkpoint keeps: the carried rows and the rows held for a retry (no sequence
+        number: that tells them apart)."""
+        held = self.held
+        if held is not None:
+            held = held.append_column(SEQ, pa.nulls(held.num_rows, pa.int64()))
+        parts = [t for t in (self.carried.carried(), held) if t is not None]
+        if not parts:
+            return pa.table({SEQ: pa.array([], pa.int64())})
+        return pa.concat_tables(parts, promote_options="default")
+
+    def restore(self, files: StateFiles, batch_id: int) -> None:
+        """The state after ``batch_id - 1``: kept in memory, or read from the checkpoint with a fresh
+        algorithm (a replay or a restart: caches cold, the queue whole)."""
+        if self.after_batch is not None and self.after_batch == batch_id - 1:
+            return
+        found = files.read(self.index, batch_id)
+        if found is None and self.after_batch is None:  # a new query: nothing carried, the algorithm as built
+            self.after_batch = batch_id - 1
+            return
+        table = found[1] if found is not None and found[1].num_rows else None
+        held = None
+        if table is not None:
+            is_held = pc.is_null(table[SEQ])
+            held = table.filter(is_held).drop_columns([c for c in JOIN_COLUMNS if c in table.column_names])
+            table = table.filter(pc.invert(is_held))
+        self.held = held if held is not None and held.num_rows else None
+        self.carried = CarriedRows(table if table is not None and table.num_rows else None)
+        self.algorithm = create(self.spec.algorithm, self.store, self.spec.memory_bytes, self.spec.params)
+        if self.partitioned is not None:
+            self.partitioned.rebuild_all()
+        else:
+            self.session = session_from(self.algorithm, self.spec.column, self.carried.carried(), self.clock)
+        self.after_batch = batch_id - 1
+
+    # -- the join ------------------------------------------------------------------------------
+    def run(self, rows: pa.Table, batch_id: int, now: float, horizon: float, until: float, drain: bool) -> StepResult:
+        """Feed ``rows`` and step for one slice (``drain``: until nothing waits); what completed
+        goes on: matched, or through the on-missing policy."""
+        retried = self.held.num_rows if self.held is not None else 0
+        if self.spec.on_missing == "retry":
+            rows = rows.append_column(RETRY_SINCE, pa.array(np.full(rows.num_rows, now)))
+            if self.held is not None:
+                rows = pa.concat_tables([self.held, rows], promote_options="default")
+            self.held = None
+        before = self.carried.count
+        tagged = self.carried.add(rows, due_times(rows, self.spec.max_queue_time_s, self.deadline), self._parts(rows))
+        if self.partitioned is not None:
+            result, stats = self.partitioned.run(tagged, self.carried, horizon, until, drain)
+        else:
+            result, stats = self._slice(tagged, horizon, until, drain)
+        matched, unmatched = self.carried.take(result, self.algorithm.schema)
+        if not stats["balanced"] or self.carried.count != before + rows.num_rows - stats["left"]:
+            raise RuntimeError(f"steps[{self.index}] ({self.algorithm.name}) broke exactly-once: {stats}")
+        passed, dead, held_next = self._route(self._rename(matched), unmatched, now)
+        self.held, self.after_batch = held_next, batch_id
+        held = held_next.num_rows if held_next is not None else 0
+        going_on = stats["left"] - dead.num_rows - held  # tuples passed on (a 1:K match: K rows)
+        if going_on > passed.num_rows or (self.algorithm.one_row_per_match and going_on != passed.num_rows):
+            raise RuntimeError(f"steps[{self.index}]: {stats['left']} tuples left the join but {passed.num_rows} rows "
+                               f"went on, {dead.num_rows} to the dead letter and {held} wait for a retry")
+        stats.update(held_for_retry=held, retried=retried, queue_bytes=self.carried.nbytes, carried=self.carried.count,
+                     passed_tuples=going_on)
+        return StepResult(passed, dead, stats)
+
+    def _slice(self, tagged: pa.Table, horizon: float, until: float, drain: bool) -> tuple:
+        """One slice in the driver; a session to R lost inside its snapshot while R moved
+        (:class:`..core.stores.SnapshotLost`) rebuilds the session from the carried rows as they
+        were before the slice (nothing has left yet) and runs the slice again."""
+        for attempt in range(SNAPSHOT_ATTEMPTS):
+            try:
+                return slice_of(self.session, self.spec.column, tagged, horizon, until, drain, self.clock)
+            except SnapshotLost:
+                if attempt == SNAPSHOT_ATTEMPTS - 1:
+                    raise
+                self.algorithm.restart()
+                first = tagged[SEQ][0].as_py() if tagged.num_rows else self.carried.next_seq
+                inside = self.carried.carried()
+                inside = inside.filter(pc.less(inside[SEQ], first)) if inside is not None else None
+                self.session = session_from(self.algorithm, self.spec.column, inside, self.clock)
+        raise AssertionError("unreachable")
+
+    def _parts(self, rows: pa.Table) -> np.ndarray:
+        if self.partitioned is None or rows.num_rows == 0:
+            return np.zeros(rows.num_rows, np.int32)
+        return self.partitioned.assign(rows[self.spec.column])
+
+    def _route(self, matched: pa.Table, unmatched: pa.Table, now: float):
+        """The on-missing policy: (rows going on, dead-letter rows, rows held for a retry)."""
+        policy = self.spec.on_missing
+        passed_parts, held_next = [matched], None
+        if policy == "unknown_member":
+            fill = pc.is_in(unmatched["reason"], pa.array([NOT_IN_MASTER, NULL_KEY]))
+            members = unmatched.filter(fill).drop_columns(["reason"])
+            passed_parts.append(self._unknown_member(members, matched.schema))
+            unmatched = unmatched.filter(pc.invert(fill))
+        elif policy == "retry":
+            waited = pc.subtract(now, unmatched[RETRY_SINCE])
+            keep = pc.and_(pc.equal(unmatched["reason"], NOT_IN_MASTER), pc.less(waited, self.spec.retry_grace_s))
+            held_next = unmatched.filter(keep).drop_columns(["reason"])
+            held_next = held_next if held_next.num_rows else None
+            unmatched = unmatched.filter(pc.invert(keep)).drop_columns([RETRY_SINCE])
+            passed_parts = [matched.drop_columns([RETRY_SINCE])]
+        dead = dead_letter_rows(unmatched.drop_columns(["reason"]), self.index, unmatched["reason"])
+        passed = pa.concat_tables(passed_parts, promote_options="default")
+        if self.spec.drop_column:
+            passed = passed.drop_columns([self.spec.column])
+        return passed, dead, held_next
+
+    def _rename(self, matched: pa.Table) -> pa.Table:
+        names = [self.spec.rename.get(n, n) if n in self.select else n for n in matched.column_names]
+        return matched.rename_columns(names)
+
+    def _unknown_member(self, rows: pa.Table, schema: pa.Schema) -> pa.Table:
+        for column in self.select:
+            out = self.spec.rename.get(column, column)
+            value = self.spec.unknown_member.get(out, self.spec.unknown_member.get(column))
+            rows = rows.append_column(out, pa.array([value] * rows.num_rows).cast(schema.field(out).type))
+        return rows.select(schema.names)
+
+    def cache_hit_ratio_delta(self) -> float | None:
+        extra = self.algorithm.counters.extra
+        if "cache_probes" not in extra:
+            return None
+        hits, probes = extra["cache_hits"], extra["cache_probes"]
+        d_hits, d_probes = hits - self._hits[0], probes - self._hits[1]
+        self._hits = (hits, probes)
+        return round(d_hits / d_probes, 4) if d_probes else None
+
+    def close(self) -> None:
+        self.store.close()

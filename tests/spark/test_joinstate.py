@@ -1,0 +1,143 @@
+"""The state a step carries across micro-batches, driven through the ``foreachBatch`` body
+(:class:`BatchProcessor`) without Spark: a micro-batch is the generator's rows handed to
+``process`` as Spark would collect them, a crash is a processor dropped without closing its
+steps, a replay is the same batch id handed again - as Spark does after a restart when the
+batch's commit is missing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_semijoin.spark.joinstate import StateFiles
+from airflow_provider_semijoin.spark.runner import BatchProcessor
+from airflow_provider_semijoin.spark.sinks import read_parquet_sink
+from airflow_provider_semijoin.spark.sources import generator_rows, generator_settings
+
+from spark_jobs import assert_sinks_equal_oracle, generator_job, write_master
+
+
+class Clock:
+    """Epoch seconds that the test moves on between batches; each reading adds a millisecond (a
+    slice's time runs out after a few dozen steps)."""
+
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        self.now += 0.001
+        return self.now
+
+
+def rows_of(spec, start: int, end: int, arrival: float) -> pa.Table:
+    rows = generator_rows(generator_settings(spec.source), start, end)
+    return rows.append_column("sj_arrival", pa.array(np.full(end - start, arrival)))
+
+
+def job(tmp_path, backend, n: int, algorithm="meshjoin", **step):
+    store = write_master(backend, 2000)
+    spec = generator_job(tmp_path, backend.url, store.table, algorithm=algorithm, total_rows=n, master_rows=2000,
+                         params={"page_rows": 16, "partition_pages": 4} if algorithm == "meshjoin" else {"page_rows": 16})
+    spec.steps[0].max_queue_time_s = None
+    for name, value in step.items():
+        setattr(spec.steps[0], name, value)
+    return store, spec
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(sizes=st.lists(st.integers(1, 400), min_size=3, max_size=12), crashes=st.sets(st.integers(0, 11), max_size=4),
+       algorithm=st.sampled_from(["meshjoin", "hybridjoin", "ssij"]), data=st.data())
+def test_crashes_and_replays_leave_every_tuple_once(tmp_path_factory, sqlite_backend, sizes, crashes, algorithm, data):
+    """After each crash the batch is replayed (its state was not committed) or the next one
+    comes (it was): the sinks end up equal to the oracle, and tuples were inside at the crashes."""
+    tmp_path = tmp_path_factory.mktemp("carried")
+    store, spec = job(tmp_path, sqlite_backend, sum(sizes), algorithm)
+    clock = Clock()
+    processor = BatchProcessor(spec, None, False, clock)
+    start, inside = 0, []
+    for batch_id, n in enumerate(sizes):
+        batch = rows_of(spec, start, start + n, clock.now)
+        if batch_id == len(sizes) - 1:
+            processor.request_drain("end_of_input")
+        processor.process(batch, batch_id)
+        if batch_id in crashes and batch_id < len(sizes) - 1:
+            inside.append(processor.steps[0].carried.count)
+            processor.close()
+            processor = BatchProcessor(spec, None, False, clock)  # the old one's memory is lost
+            if data.draw(st.booleans(), label=f"replay {batch_id}"):
+                processor.process(batch, batch_id)  # Spark had not committed it
+        start += n
+        clock.now += 1.0
+    assert processor.drained == "end_of_input" and processor.steps[0].carried.count == 0
+    assert_sinks_equal_oracle(store, spec)
+    matched = read_parquet_sink(spec.sinks.matched.path)
+    assert len(set(matched["sj_id"].to_pylist())) == matched.num_rows
+    if algorithm == "meshjoin" and inside:
+        assert max(inside) > 0  # MESHJOIN holds tuples for its cycle: they were carried over a crash
+
+
+def test_a_quiet_stream_lets_no_tuple_wait_past_max_queue_time(tmp_path, sqlite_backend):
+    """A few tuples, then only heartbeat micro-batches a second apart: MESHJOIN alone would wait
+    for w tuples; each tuple leaves in a batch ending before its arrival + max_queue_time_s."""
+    store, spec = job(tmp_path, sqlite_backend, 40, max_queue_time_s=4.0)
+    spec.trigger_interval_s, spec.stop.end_of_input = 1.0, False
+    clock = Clock()
+    processor = BatchProcessor(spec, None, False, clock)
+    left_at = {}
+    for batch_id in range(12):
+        batch = rows_of(spec, 0, 40, clock.now) if batch_id == 0 else rows_of(spec, 0, 0, clock.now)
+        record = processor.process(batch, batch_id)
+        for table in (read_parquet_sink(spec.sinks.matched.path), read_parquet_sink(spec.sinks.dead_letter.path)):
+            for sj_id in (table["sj_id"].to_pylist() if table.num_rows else []):
+                left_at.setdefault(sj_id, clock.now)
+        if batch_id == 1:
+            assert record["queue_tuples"] == 40  # not yet due, and too few for a MESHJOIN chunk
+        clock.now += 1.0
+    assert len(left_at) == 40 and max(left_at.values()) <= 1000.0 + 4.0 + 0.5
+    assert processor.steps[0].carried.count == 0 and processor.drained is None  # no drain: forced out
+    assert_sinks_equal_oracle(store, spec)
+
+
+def test_retry_holds_a_missing_key_in_the_state_until_it_appears(tmp_path, sqlite_backend):
+    """on_missing retry: a tuple whose key is not in R is held (in the checkpoint's state, so a
+    restart keeps it) and joins once the key is inserted; past the grace it goes to the dead letter."""
+    store, spec = job(tmp_path, sqlite_backend, 60, algorithm="hybridjoin", on_missing="retry", retry_grace_s=5.0)
+    spec.stop.end_of_input = False
+    clock = Clock()
+    processor = BatchProcessor(spec, None, False, clock)
+    processor.process(rows_of(spec, 0, 60, clock.now), 0)
+    held = processor.steps[0].held
+    assert held is not None and held.num_rows > 0
+    state = StateFiles(spec.checkpoint + "/sj_state", 10).read(0, 1)[1]
+    assert state.filter(pa.compute.is_null(state["sj_seq"])).num_rows == held.num_rows
+    missing_key = held["nk"][0].as_py()
+    sqlite_backend.execute(f"INSERT INTO \"{store.table}\" (nk, name, category) VALUES (?, 'late', 'late')", (missing_key,))
+    clock.now += 1.0
+    processor.close()
+    processor = BatchProcessor(spec, None, False, clock)  # a restart: the held tuples come from the state
+    processor.process(rows_of(spec, 0, 0, clock.now), 1)
+    matched = read_parquet_sink(spec.sinks.matched.path)
+    late = matched.filter(pa.compute.equal(matched["nk"], missing_key))
+    assert late.num_rows >= 1 and set(late["name"].to_pylist()) == {"late"}
+    clock.now += 10.0  # past the grace: the rest leave with their reason
+    processor.request_drain("end_of_input")
+    processor.process(rows_of(spec, 0, 0, clock.now), 2)
+    dead = read_parquet_sink(spec.sinks.dead_letter.path)
+    assert matched.num_rows + dead.num_rows == 60 and set(dead["reason"].to_pylist()) <= {"not_in_master", "null_key"}
+    assert processor.steps[0].held is None
+
+
+def test_the_queue_counts_in_the_memory_figures_and_the_structures_stay_in_budget(tmp_path, sqlite_backend):
+    """MESHJOIN holds tuples for its cycle: while they are carried the progress records count
+    the bytes of their rows, and the algorithm's structures, the queue's keys included, never
+    exceed the step's memory budget."""
+    store, spec = job(tmp_path, sqlite_backend, 1200)
+    processor = BatchProcessor(spec, None, False, Clock())
+    records = [processor.process(rows_of(spec, start, start + 300, 1000.0), i) for i, start in enumerate(range(0, 1200, 300))]
+    carried = [r for r in records if r["queue_tuples"]]
+    assert carried and all(r["queue_bytes"] > 0 and r["memory_bytes"] > 0 for r in carried)
+    assert records[-1]["drained"] == "end_of_input" and records[-1]["queue_bytes"] == 0
+    assert 0 < max(r["structure_bytes_peak"] for r in records) <= spec.steps[0].memory_bytes
+    assert_sinks_equal_oracle(store, spec)
