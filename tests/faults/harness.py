@@ -205,7 +205,12 @@ class Versions:
             return int(cursor.fetchone()[0])
 
     def expected(self, version: int, tids: list[int], keys: list[int]) -> tuple[Counter, Counter]:
-        """The oracle of tuples ``tids`` with join keys ``keys`` against R at ``version``."""
+        """The oracle of tuples ``tids`` with join keys ``keys`` against R at ``version`` (a join can
+        read a version the installer thread has committed but not yet recorded: wait for it)."""
+        deadline = time.monotonic() + 30
+        while version >= len(self.rows):
+            assert time.monotonic() < deadline, f"R's version {version} was read but never recorded by the installer"
+            time.sleep(0.01)
         r = self.rows[version]
         matched = Counter((t, (r[k]["name"], r[k]["category"])) for t, k in zip(tids, keys) if k in r)
         unmatched = Counter((t, "not_in_master") for t, k in zip(tids, keys) if k not in r)

@@ -3,7 +3,7 @@
 import numpy as np
 import pyarrow as pa
 import pytest
-from contract import JoinContract, stream_of
+from contract import JoinContract
 from hypothesis import strategies as st
 
 from airflow_provider_semijoin.core.costmodel import hit_ratio
