@@ -81,16 +81,7 @@ class PrivateMariaDB:
              "--innodb-buffer-pool-size=64M", "--max-connections=200"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"mariadbd exited: {self.error_log()[-2000:]}")
-            try:
-                self.root().close()
-                return
-            except MySQLdb.OperationalError:
-                time.sleep(0.1)
-        raise AssertionError(f"mariadbd did not start in {timeout_s} s: {self.error_log()[-2000:]}")
+        self.wait_up(timeout_s, poll_s=0.1, started=True)
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 60.0) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -114,15 +105,19 @@ class PrivateMariaDB:
             cursor.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = %s AND COMMAND <> 'Killed'", (user,))
             return [int(r[0]) for r in cursor.fetchall()]
 
-    def wait_up(self, timeout_s: float = 120.0) -> None:
+    def wait_up(self, timeout_s: float = 120.0, poll_s: float = 0.2, started: bool = False) -> None:
+        """Until root can connect (a server a test stopped may be restarted meanwhile); fails with
+        mariadbd's error log when it did not answer in time, or when the process just ``started`` exited."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            if started and self.process.poll() is not None:
+                raise AssertionError(f"mariadbd exited: {self.error_log()[-2000:]}")
             try:
                 self.root().close()
                 return
             except MySQLdb.OperationalError:
-                time.sleep(0.2)
-        raise AssertionError(f"{self.server} did not come back in {timeout_s} s")
+                time.sleep(poll_s)
+        raise AssertionError(f"{self.server} did not answer in {timeout_s} s: {self.error_log()[-2000:]}")
 
 
 class SessionKiller(threading.Thread):
