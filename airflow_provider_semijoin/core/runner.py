@@ -28,7 +28,7 @@ from .keys import normalize
 from .metrics import latency_ms
 from .reasons import labels
 from .session import JoinSession, materialise
-from .stores.base import SnapshotLost
+from .stores.versioned import SnapshotLost
 
 SNAPSHOT_ATTEMPTS = 50  # runs of one stream a lost session may end (each time R moved meanwhile)
 

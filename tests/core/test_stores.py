@@ -337,3 +337,14 @@ def test_redact():
     assert redact("sqlite:///x.db") == "sqlite:///x.db"
     assert redact(None) == "None"
     assert "secret" not in redact("mysql://u:top@secret@h/db")
+
+
+def test_the_stores_declare_the_protocol_the_algorithms_use(backend):
+    """The SQL stores are a JoinStore; calibration's in-memory R pages like one but has no versions."""
+    from airflow_provider_semijoin.core.stores import JoinStore, PagedRelation
+    from airflow_provider_semijoin.core.stores.memory import memory_store
+
+    store = backend.make_master(pa.table({"nk": list(range(1, 50)), "name": [f"n{k}" for k in range(1, 50)]}))
+    assert isinstance(store, JoinStore) and isinstance(store, PagedRelation)
+    in_memory = memory_store(store)
+    assert isinstance(in_memory, PagedRelation) and not isinstance(in_memory, JoinStore)

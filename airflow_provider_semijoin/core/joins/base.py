@@ -25,7 +25,8 @@ import pyarrow as pa
 from ..errors import ConfigError, shown
 from ..keys import KeyType
 from ..reasons import Unmatched
-from ..stores.base import MasterPage, MasterStore
+from ..stores.base import MasterPage
+from ..stores.protocol import JoinStore
 
 Clock = Callable[[], float]
 
@@ -314,7 +315,7 @@ class JoinAlgorithm:
     operator_name: ClassVar[str]  # its Airflow operator (:mod:`...operators.join` makes one per registry algorithm)
     auto_candidate: ClassVar[bool] = False  # among those ``algorithm: auto`` chooses from (its cost model predicts it)
 
-    def __init__(self, store: MasterStore, memory: int, *, clock: Clock = time.perf_counter, **params):
+    def __init__(self, store: JoinStore, memory: int, *, clock: Clock = time.perf_counter, **params):
         self.store = store
         self.memory = int(memory)
         self.clock = clock

@@ -1,0 +1,165 @@
+"""The versions of R and the snapshots the joins read it in (SSIJ sec. IV-E), for the SQL stores.
+
+R's change log (``<R>__sj_changes``, :mod:`.changes`) numbers the installed change batches; a
+snapshot is one consistent read of R for everything loaded inside it, at the newest version or
+at the version a micro-batch chose for all its parts (:meth:`VersionedReads.reading_at`, read
+through the before-images of :mod:`.versions`). :class:`VersionedReads` is the half of
+:class:`.base.MasterStore` that does this; the other half pages R.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from ..errors import ConfigError, StoreError
+from .sql import side_tables, table_exists
+from .versions import overlay
+
+
+class SnapshotLost(StoreError):
+    """A lost session ended a snapshot of R and the version of R moved meanwhile."""
+
+
+class VersionedReads:
+    """The change log and snapshots of a SQL store. Mixed into :class:`.base.MasterStore`, whose
+    connection, dialect, key type, key range and page maps (``_page_maps``) it uses."""
+
+    def _query(self, sql: str, params=()) -> list[tuple]:
+        """A bookkeeping query (change log, transactions): not counted as I/O on R."""
+        cursor = self.connection.cursor()
+        try:
+            cursor.execute(sql, tuple(params))
+            return list(cursor.fetchall() or [])
+        finally:
+            cursor.close()
+
+    def has_change_log(self) -> bool:
+        """Whether R has a change log (``<R>__sj_changes``, see :mod:`.changes`)."""
+        if not self._has_change_log:
+            try:
+                log, _ = side_tables(self.table)
+            except ConfigError:  # a name too long for change tables: R cannot have them
+                return False
+            self._has_change_log = table_exists(self.connection, log)
+            self._qlog = self.dialect.quote(log)
+        return self._has_change_log
+
+    def version(self) -> int:
+        """The version of R: how many change batches were installed (0 without a change log)."""
+        if not self.has_change_log():
+            return 0
+        return int(self._query(f"SELECT COALESCE(MAX(version), 0) FROM {self._qlog}")[0][0])
+
+    def changes_since(self, version: int, upto: int | None = None) -> tuple[int, np.ndarray]:
+        """``(new version, distinct keys changed after version)``, the keys in R's key dtype;
+        ``upto``: the keys changed in ``(version, upto]`` (and ``upto`` as the new version).
+        A restricted store (:meth:`restrict`) hands out the keys of its range only."""
+        new = self.version() if upto is None else upto
+        if new <= version:
+            return new, np.zeros(0, self.key_type.dtype)
+        p = self.dialect.param
+        in_range, range_params = self._key_range_sql()
+        texts = "" if self._key_sql() == self._qk else f", {self._qk}"  # sort keys: their text too
+        rows = self._query(
+            f"SELECT DISTINCT {self._key_sql()}, op{texts} FROM {self._qlog} WHERE version > {p} AND version <= {p}"
+            f"{' AND ' + in_range if in_range else ''}",
+            (int(version), new, *range_params),
+        )
+        return new, self._changed_keys(rows)
+
+    def _changed_keys(self, rows: list[tuple]) -> np.ndarray:
+        """Rows ``(key, op)`` of the change log -> R's distinct changed keys, in its key dtype."""
+        keys = [r[0] for r in rows]
+        if self.key_type.kind == "str":
+            encoded = [k.encode("utf-8") if isinstance(k, str) else bytes(k) for k in keys]
+            too_long = [(k, op) for k, (_, op) in zip(encoded, rows) if len(k) > self.key_type.width]
+            inserted = [k for k, op in too_long if op == "U"]
+            if inserted:
+                raise StoreError(
+                    f"key: an installed change puts key {inserted[0].decode('utf-8')!r} into {self.table!r}, "
+                    f"longer than the {self.key_type.width} bytes of its longest key when the join started; "
+                    "string keys are held at that width, so restart the join to see it"
+                )
+            gone = {k for k, _ in too_long}  # deleted keys longer than any key R had: never cached
+            keys = [k for k in encoded if k not in gone]
+        return np.unique(self.key_type.from_db(keys))
+
+    def note_changes(self, keys: np.ndarray) -> None:
+        """Keys of R changed: every page map keeps covering R, so a key inserted below R's
+        smallest or above its largest key is not declared absent without I/O."""
+        if len(keys):
+            ordered = np.sort(keys)  # (numpy has no min/max of byte strings)
+            for page_map in self._page_maps.values():
+                page_map.cover(ordered[0], ordered[-1])
+
+    @contextlib.contextmanager
+    def snapshot(self):
+        """One consistent read of R for everything loaded inside (SSIJ sec. IV-E: "each stream
+        tuple sees a consistent view of the database: either the relation instance before or
+        the relation instance after an update").
+
+        Yields the keys changed since :attr:`seen_version`, read from the change log inside the
+        snapshot, after the page maps were widened for them (:meth:`note_changes`); the caller
+        drops what it cached of them before any probe. :attr:`seen_version` becomes the
+        snapshot's version: the newest one, or :attr:`read_version` when set
+        (:meth:`reading_at`; R at that version through the before-images, :mod:`.versions`).
+        Re-entrant: an inner snapshot is part of the outer one and yields no keys. One store
+        serves one algorithm: the changed keys are handed out once.
+        """
+        if self._in_snapshot:
+            yield np.zeros(0, self.key_type.dtype)
+            return
+        began = self._begin_snapshot()
+        self._in_snapshot = True
+        try:
+            newest = self.version()
+            version = newest if self.read_version is None else self.read_version
+            self._overlay = overlay(self, version, newest, *self._key_range_sql())
+            low, high = sorted((self.seen_version, version))
+            changed = self.changes_since(low, high)[1]
+            if self._overlay is not None:  # keys R has at version but not at newest stay covered
+                self.note_changes(self.changes_since(version, newest)[1])
+            self.note_changes(changed)
+            self.seen_version = version
+            yield changed
+        finally:
+            self._in_snapshot = False
+            self._overlay = None
+            if began:
+                self._query("COMMIT")
+
+    @contextlib.contextmanager
+    def reading_at(self, version: int):
+        """Snapshots inside read R at ``version`` (chosen once for all parts of a micro-batch),
+        even when a newer one was installed meanwhile (:mod:`.versions`)."""
+        saved, self.read_version = self.read_version, int(version)
+        try:
+            yield self
+        finally:
+            self.read_version = saved
+
+    def _begin_snapshot(self) -> bool:
+        """Start a read transaction (True) or join one the connection already has (False)."""
+        raise NotImplementedError
+
+    def reconnected(self, waited_s: float, in_snapshot: bool) -> None:
+        """The connection lost its session and opened a new one (:mod:`.reconnect`), after
+        ``waited_s`` seconds. Inside a snapshot the new session entered a new one: it must see
+        the version of R this one saw, or the tuples of the run would see two
+        (:class:`SnapshotLost`; :func:`..runner.run_join` then runs again from the start). The
+        server may have restarted with R changed: the page maps are widened to R's key range."""
+        self.counters.reconnects += 1
+        self.counters.reconnect_wait_s += waited_s
+        if in_snapshot and self._in_snapshot and self.has_change_log():
+            version = self.version()
+            if version != self.seen_version:
+                raise SnapshotLost(
+                    f"the session to the database was lost inside a snapshot of {self.table!r} at version "
+                    f"{self.seen_version}, and R is at version {version} now"
+                )
+        if self._page_maps:
+            lo, hi = self._query(f"SELECT MIN({self._qk}), MAX({self._qk}) FROM {self._qt}")[0]
+            if lo is not None:
+                self.note_changes(self.key_type.from_db([lo, hi]))
