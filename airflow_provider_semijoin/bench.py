@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .core.calibration import ComponentCosts, calibrate
+from .core.checks import check_number
 from .core.costmodel import explain
 from .core.joins.registry import CACHE_ALGORITHMS
 from .core.errors import ConfigError
@@ -85,18 +86,14 @@ class BenchConfig:
             raise ConfigError(f"window: warm-up {self.warmup_s} s and window {self.window_s} s must be >= 0 and > 0")
         self.sweep_cache = list(self.sweep_cache or [])
         for i, share in enumerate(self.sweep_cache):
-            if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
-                raise ConfigError(f"sweep_cache[{i}]: {share!r} is not a share of the memory in (0, 1)")
-        if isinstance(self.io_samples, bool) or not isinstance(self.io_samples, int) or self.io_samples < 0:
-            raise ConfigError(f"io_samples: {self.io_samples!r} must be a whole number >= 0")
+            check_number(f"sweep_cache[{i}]", share, "a share of the memory in (0, 1)", above=0, below=1)
+        check_number("io_samples", self.io_samples, "a whole number >= 0", integer=True, minimum=0)
         self.sweep_max_scan = list(self.sweep_max_scan or [])
         for i, value in enumerate(self.sweep_max_scan):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"sweep_max_scan[{i}]: {value!r} is not a number of pages >= 1")
+            check_number(f"sweep_max_scan[{i}]", value, "a number of pages >= 1", integer=True, minimum=1)
         for name in ("temporal_interval", "dbms_chunk"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name}: {value!r} must be a whole number >= 1")
+            check_number(name, value, "a whole number >= 1", integer=True, minimum=1)
         if not 0 < self.temporal_fraction <= 1:
             raise ConfigError(f"temporal_fraction: {self.temporal_fraction!r} is not a share of R's keys in (0, 1]")
         if self.dbms_join and DatabaseURL.parse(self.master).dialect is not MYSQL:
@@ -115,7 +112,7 @@ def stream_chunks(config: BenchConfig, shape: str):
     return zipf_stream_chunks(CHUNK_ROWS, config.rows, exponent=config.zipf, shape=shape, seed=config.seed)
 
 
-def _backlog_target(algorithm) -> int:
+def backlog_target(algorithm) -> int:
     """Tuples the buffer should hold so the algorithm never waits for input (a cache
     front-stage probes more tuples than its disk phase takes: twice the demand)."""
     return 2 * algorithm.demand + CHUNK_ROWS
@@ -140,7 +137,7 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
         processing: list[np.ndarray] = []
         io_start = None
         while joined_s < config.warmup_s + config.window_s:
-            while buffer.available < _backlog_target(algorithm):
+            while buffer.available < backlog_target(algorithm):
                 chunk = next(chunks)
                 keys = normalize(chunk["nk"], store.key_type)
                 buffer.append(chunk["tid"].to_numpy(), keys.keys)

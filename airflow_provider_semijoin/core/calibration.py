@@ -36,6 +36,7 @@ from typing import Callable
 
 import numpy as np
 
+from .checks import check_number, check_positive
 from .errors import ConfigError
 from .joins.base import StreamBuffer, StreamChunk, join_page
 from .joins.frontstage import CacheJoin
@@ -117,8 +118,7 @@ class ComponentCosts:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise ConfigError(f"{f.name}: {value!r} is not a positive finite number of seconds")
+            check_positive(f.name, value, "a positive finite number of seconds")
 
     def io(self, rows) -> float:
         """c_IO(rows) = S + T * rows: one index range load of ``rows`` rows."""
@@ -410,8 +410,7 @@ def calibrate(
         key_type = KeyType(key_type, width if key_type == "str" else 0)
     elif key_type is not None and not isinstance(key_type, KeyType):
         raise ConfigError(f"key_type: {key_type!r} is not 'int', 'str' or a KeyType")
-    if isinstance(io_samples, bool) or not isinstance(io_samples, int) or io_samples < 0:
-        raise ConfigError(f"io_samples: {io_samples!r} must be a whole number >= 0")
+    check_number("io_samples", io_samples, "a whole number >= 0", integer=True, minimum=0)
     rng = np.random.default_rng(seed)
     mem = memory_store(store, key_type)
     query_s, row_s = mem.calibrate()

@@ -60,7 +60,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..bench import CHUNK_ROWS, BenchConfig, _backlog_target, measure
+from ..bench import CHUNK_ROWS, BenchConfig, backlog_target, measure
 from ..core.calibration import calibrate
 from ..core.checks import check_positive
 from ..core.joins.registry import CACHE_ALGORITHMS
@@ -454,7 +454,7 @@ def run_core_continuous(config: BenchConfig, table: str, algorithm: str, shape: 
         started = clock()
         while (joined_s if rate is None else clock() - started) < duration:
             if rate is None:
-                while buffer.available < _backlog_target(engine):
+                while buffer.available < backlog_target(engine):
                     chunk = stream_rows(config, shape, fed, fed + CHUNK_ROWS)
                     buffer.append(chunk["tid"].to_numpy(), normalize(chunk[KEY], store.key_type).keys)
                     fed += CHUNK_ROWS

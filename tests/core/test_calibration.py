@@ -74,7 +74,7 @@ def test_cache_costs_grow_with_the_size_of_h_r():
         (lambda: costs(c_H=-1.0), r"c_H: -1.0 is not a positive finite number"),
         (lambda: costs(row_s=float("nan")), r"row_s: nan is not a positive"),
         (lambda: calibrate(key_type="float"), r"key_type: 'float' is not one of"),
-        (lambda: calibrate(io_samples=-1), r"io_samples: -1 must be a whole number"),
+        (lambda: calibrate(io_samples=-1), r"io_samples: -1 is not a whole number >= 0"),
     ],
 )
 def test_errors_name_the_field(call, message):

@@ -91,7 +91,7 @@ def test_names_that_cannot_have_change_tables_are_refused(backend):
         stage_changes(backend.connection, clash, "nk", changes(["D"], [1]))
     with pytest.raises(ConfigError, match=r"^table: 'r; drop' is not a valid identifier"):
         pending_changes(backend.connection, "r; drop")
-    with pytest.raises(ConfigError, match=r"^max_rows: 0 must be a positive integer"):
+    with pytest.raises(ConfigError, match=r"^max_rows: 0 is not a positive integer"):
         install_changes(backend.connection, clash, "nk", max_rows=0)
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from ..checks import check_positive
 from ..errors import ConfigError, StoreError
 from .base import MasterStore
 from .opening import store_for
@@ -220,8 +221,7 @@ def install_changes(
     them from pending) to R and append their keys to the change log under the next version,
     all in ONE transaction: a reader sees all of the batch or none of it (SSIJ sec. IV-E).
     An empty batch installs nothing and returns the current version."""
-    if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
-        raise ConfigError(f"max_rows: {max_rows!r} must be a positive integer")
+    check_positive("max_rows", max_rows, integer=True, optional=True)
     with _connected(conn_or_url) as connection:
         store = _master(connection, table, key)
         given = None if changes is None else _rows_of(store, changes)
