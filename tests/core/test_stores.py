@@ -136,7 +136,7 @@ def test_page_rows_must_be_a_positive_integer(backend, page_rows):
 # ------------------------------------------------------------------------------- loads
 
 
-def test_load_pages_and_page_runs_return_what_plain_sql_returns(backend):
+def test_load_pages_return_what_plain_sql_returns(backend):
     store = backend.make_master(master())
     pm = store.page_map(4)  # 6 pages: 5 of 4 keys and one of 3
     everything = plain_sql(backend, store)
@@ -144,12 +144,6 @@ def test_load_pages_and_page_runs_return_what_plain_sql_returns(backend):
         for count in range(1, pm.n_pages - first + 1):
             got = as_rows(store.load_pages(pm, first, count))
             assert got == everything[4 * first : 4 * (first + count)], (first, count)
-    runs = [(0, 1), (2, 2), (5, 1)]
-    assert as_rows(store.load_page_runs(pm, runs)) == everything[0:4] + everything[8:16] + everything[20:]
-    assert as_rows(store.load_page_runs(pm, [(1, 1)])) == everything[4:8]
-    queries = store.counters.queries
-    empty = store.load_page_runs(pm, [])
-    assert len(empty) == 0 and empty.rows.schema == store.schema and store.counters.queries == queries
 
 
 @pytest.mark.parametrize("start", [KEYS[0], KEYS[5], KEYS[5] + 1, KEYS[0] - 100, KEYS[-1], KEYS[-1] + 1])

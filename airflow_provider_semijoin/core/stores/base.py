@@ -7,7 +7,7 @@ What the papers need from R, and what this module offers:
   B+tree (SSIJ sec. IV-B); a stream key is mapped to its page without I/O, and a key below R's
   smallest or above its largest key is known to be absent without I/O;
 * **page loads**: a page or a run of pages is one index range query (HYBRIDJOIN Fig. 5 line 8,
-  MESHJOIN's cyclic scan of partitions), a set of page runs is one query (SSIJ's read plan);
+  MESHJOIN's cyclic scan of partitions), each run of SSIJ's read plan is one such query;
 * **index-range loads** ``key >= k ORDER BY key LIMIT n`` and **point lookups** (INLJ), and
   ``IN`` lookups for the micro-batch baseline;
 * **counters** (:class:`IOCounters`): queries, rows read and seconds spent in the database.
@@ -358,17 +358,6 @@ class MasterStore(VersionedReads):
     def load_pages(self, page_map: PageMap, first: int, count: int = 1) -> MasterPage:
         """Pages ``first .. first+count-1`` in one index range query."""
         return self._page(*self._range_sql(page_map, first, count))
-
-    def load_page_runs(self, page_map: PageMap, runs: list[tuple[int, int]]) -> MasterPage:
-        """Several runs ``(first, count)`` of pages in one query (an OR of index ranges)."""
-        if not runs:
-            return self._to_page([])
-        terms, params = [], []
-        for first, count in runs:
-            where, bound = self._range_sql(page_map, first, count)
-            terms.append(f"({where})")
-            params += bound
-        return self._page(" OR ".join(terms), params)
 
     def _range_sql(self, page_map: PageMap, first: int, count: int) -> tuple[str, list]:
         """The condition on the key selecting pages ``first .. first+count-1``, and its parameters."""
