@@ -109,12 +109,12 @@ class SemiStreamJoinOperator(SemiJoinJobOperator):
         self._validate_at_parse_time()
 
     def _validate_at_parse_time(self) -> None:
-        data = self.job_dict(resolve=False)
-        if has_template(data):
-            return  # checked when the task runs, after rendering
         from ..spark.spec import JobSpec
 
         try:
+            data = self.job_dict(resolve=False)
+            if has_template(data):
+                return  # checked when the task runs, after rendering
             JobSpec.from_dict(data)
         except SpecError as exc:
             raise argument_error(self.task_id, exc) from None

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..core.errors import ConfigError, SpecError
 from ..core.joins.registry import ALGORITHMS
+from ..core.stores.sql import DatabaseURL
 
 PARSE_TIME_URL = "sqlite:///resolved-at-run-time.db"  # stands in for a connection's database at parse time
 PARSE_TIME_FOLDER = "resolved-at-run-time"  # stands in for a folder under the work folder at parse time
@@ -27,6 +29,15 @@ _NAME_CHARS = re.compile(r"[^A-Za-z0-9_]")
 
 def _no_page_rows(conn_id: str | None) -> int | None:
     return None
+
+
+def _has_password(url) -> bool:
+    if not isinstance(url, str):
+        return False
+    try:
+        return bool(DatabaseURL.parse(url).password)
+    except ConfigError:  # not a database URL: the spec says what is wrong with it
+        return False
 
 
 @dataclass(frozen=True)
@@ -77,9 +88,14 @@ def step_dict(*, column: str, master_conn_id: str | None, table: str, key: str, 
     }
 
 
-def sink_dict(target, default_path: Path | None, connections: Connections):
+def sink_dict(name: str, target, default_path: Path | None, connections: Connections):
     """A sink: ``conn_id`` (an Airflow connection) becomes the database ``url``; none given: Parquet
-    under ``default_path`` (a placeholder at parse time); anything else is left for the spec to check."""
+    under ``default_path`` (a placeholder at parse time); anything else is left for the spec to check.
+    A ``url`` given with a password is refused: the task's arguments are kept, rendered, in Airflow's
+    metadata database and shown in its UI, where only a connection's password is masked."""
+    if isinstance(target, dict) and "conn_id" not in target and _has_password(target.get("url")):
+        raise SpecError(f"sinks.{name}.url: holds a password, which Airflow would keep and show with the task's "
+                        "arguments; expected conn_id naming an Airflow connection")
     if target is None:
         return {"kind": "parquet", "path": str(default_path) if default_path is not None else PARSE_TIME_FOLDER}
     if not isinstance(target, dict) or "conn_id" not in target:
@@ -99,7 +115,7 @@ def job_dict(*, name: str, source, steps: list[dict], sinks, output_folder: Path
     given = sinks if isinstance(sinks, dict) else {}
     resolved = {**given}  # a name other than these two is kept, for the spec to refuse
     for sink in ("matched", "dead_letter"):
-        resolved[sink] = sink_dict(given.get(sink), output_folder / sink if output_folder is not None else None,
+        resolved[sink] = sink_dict(sink, given.get(sink), output_folder / sink if output_folder is not None else None,
                                    connections)
     data = {
         "name": name,

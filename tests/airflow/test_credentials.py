@@ -234,3 +234,27 @@ def test_the_command_line_takes_the_password_from_the_environment(sentinel, tmp_
     for proc in (ok, failing, wrong):
         assert sentinel.found_in(proc.stdout + proc.stderr) == []
     assert sentinel.found_in_files(tmp_path) == []
+
+
+def test_a_sink_url_with_a_password_is_refused_when_the_dag_is_parsed(tmp_path):
+    """Task arguments are kept rendered in the metadata DB and shown in the UI: a password belongs
+    in a connection (``conn_id``), so a sink URL holding one is refused before anything runs."""
+    from airflow.sdk import DAG
+
+    from airflow_provider_semijoin.core.errors import SpecError
+    from airflow_provider_semijoin.operators.join import HybridJoinOperator
+    from airflow_provider_semijoin.pipeline import PipelineSpec
+
+    secret = f"mysql://u:{uuid.uuid4().hex}@127.0.0.1:3306/warehouse"
+    sinks = {"matched": {"kind": "table", "url": secret, "table": "facts"}}
+    with DAG("sink_password", schedule=None):
+        with pytest.raises(SpecError, match=r"^join: sinks\.matched\.url: holds a password, .*; expected conn_id "):
+            HybridJoinOperator(task_id="join", column="nk", master_table="r", master_key="nk",
+                               source={"kind": "generator", "total_rows": 10}, sinks=sinks)
+    with pytest.raises(SpecError, match=r"^sinks\.matched\.url: holds a password"):
+        PipelineSpec(dag_id="p", source={"kind": "generator", "total_rows": 10}, sinks=sinks,
+                     steps=[{"column": "nk", "dimension": {"table": "d", "natural_key": "nk", "surrogate_key": "sk"}}])
+    with DAG("sink_no_password", schedule=None):  # a URL without one is taken as it is
+        HybridJoinOperator(task_id="join", column="nk", master_table="r", master_key="nk",
+                           source={"kind": "generator", "total_rows": 10},
+                           sinks={"matched": {"kind": "table", "url": f"sqlite:///{tmp_path}/f.db", "table": "facts"}})
