@@ -128,10 +128,17 @@ class CarriedRows:
         return self.rows.filter(pc.equal(self.rows[PART], part))
 
 
+def in_seq_order(rows: pa.Table) -> pa.Table:
+    """``rows`` sorted by ``sj_seq``, the order a session takes them in (rows that crossed a
+    shuffle, e.g. a part's rows after ``repartition``, come in any order)."""
+    return rows.sort_by(SEQ) if rows.num_rows > 1 else rows
+
+
 def session_from(algorithm: JoinAlgorithm, column: str, rows: pa.Table | None, clock=time.time) -> JoinSession:
-    """A session over a fresh ``algorithm`` fed with carried ``rows`` (in ``sj_seq`` order)."""
+    """A session over a fresh ``algorithm`` fed with carried ``rows`` (in any order)."""
     session = JoinSession(algorithm, clock)
     if rows is not None and rows.num_rows:
+        rows = in_seq_order(rows)
         invalid, _ = feed_keys(algorithm, rows[column], rows[SEQ].to_numpy(), rows[DUE].to_numpy(), clock, session)
         if len(invalid):  # carried rows were valid when they entered
             raise RuntimeError(f"{len(invalid)} carried tuples have keys that cannot be in R")
@@ -140,7 +147,7 @@ def session_from(algorithm: JoinAlgorithm, column: str, rows: pa.Table | None, c
 
 def slice_of(session: JoinSession, column: str, rows: pa.Table, horizon: float, until: float, drain: bool,
              clock=time.time) -> tuple[JoinOutput, dict]:
-    """Feed ``rows`` (with their state columns) to ``session`` and step it for one slice (or a
+    """Feed ``rows`` (with their state columns, in any order) to ``session`` and step it for one slice (or a
     drain), inside one version of R; returns what completed and the slice's figures.
     ``horizon``: tuples due before it leave now; ``until``: the slice steps at least until then
     while tuples wait (:meth:`..core.session.JoinSession.advance`)."""
@@ -149,6 +156,7 @@ def slice_of(session: JoinSession, column: str, rows: pa.Table, horizon: float, 
     io_before = store.counters.as_dict()
     started = clock()
     pending_before = session.pending
+    rows = in_seq_order(rows)
     with one_version_of_r(algorithm) as invalidated:
         invalid, _ = feed_keys(algorithm, rows[column], rows[SEQ].to_numpy(), rows[DUE].to_numpy(), clock, session)
         out = session.drain() if drain else session.advance(horizon, until)
