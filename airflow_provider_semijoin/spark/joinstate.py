@@ -131,7 +131,9 @@ class CarriedRows:
 def in_seq_order(rows: pa.Table) -> pa.Table:
     """``rows`` sorted by ``sj_seq``, the order a session takes them in (rows that crossed a
     shuffle, e.g. a part's rows after ``repartition``, come in any order)."""
-    return rows.sort_by(SEQ) if rows.num_rows > 1 else rows
+    if rows.num_rows < 2 or (np.diff(rows[SEQ].to_numpy()) > 0).all():  # the driver's own rows are in order already
+        return rows
+    return rows.sort_by(SEQ)
 
 
 def session_from(algorithm: JoinAlgorithm, column: str, rows: pa.Table | None, clock=time.time) -> JoinSession:
