@@ -9,7 +9,7 @@ peak structure bytes are checked against the budget. Machines are shared and noi
 the algorithms through the ratios of one run, not with figures from another run.
 
 Next to each measured service rate stands the one its cost model predicts
-(:func:`.core.costmodel.explain`) for the memory split the algorithm chose, with unit costs
+(:func:`.core.prediction.explain`) for the memory split the algorithm chose, with unit costs
 measured on this machine at the start of the run (:func:`.core.calibration.calibrate`) and the
 S and T of the store the algorithm ran on. ``sweep_cache`` measures and predicts every cache
 algorithm at several sizes of H_R (the papers' Figure 2 / 5(b)) and reports the empirical
@@ -29,9 +29,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .core.calibration import ComponentCosts, calibrate
+from .core.calibration import calibrate
+from .core.unitcosts import ComponentCosts
 from .core.checks import check_number
-from .core.costmodel import explain
+from .core.prediction import explain
 from .core.joins.registry import CACHE_ALGORITHMS
 from .core.errors import ConfigError
 from .core.joins import ALGORITHMS, StreamBuffer, create

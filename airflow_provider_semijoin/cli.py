@@ -15,10 +15,10 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from .core.errors import ConfigError, SemiJoinError, shown
+from .core.stores.sql import PASSWORD_ENV
 from .core.units import parse_bytes
 
 DEFAULT_MEMORY = "50MB"
-PASSWORD_ENV = "SEMIJOIN_DB_PASSWORD"
 
 
 def with_env_password(url):
@@ -156,6 +156,8 @@ def cmd_bench(args) -> int:
 
     if args.spark:
         return cmd_bench_spark(args)
+    if args.cold:
+        return cmd_bench_cold(args)
     config = BenchConfig(
         master=args.master, rows=args.rows, memory=parse_bytes(args.memory), zipf=args.zipf,
         shapes=_columns(args.shapes), algorithms=_columns(args.algorithms), warmup_s=args.warmup,
@@ -170,6 +172,20 @@ def cmd_bench(args) -> int:
         _print_json(report, args.out)
         print(f"wrote {args.out}")
     return 0 if all(r["memory_ok"] for r in report["results"]) else 1
+
+
+def cmd_bench_cold(args) -> int:
+    from .bench_cold import ColdConfig, run_cold
+
+    config = ColdConfig(
+        master=args.master, rows=args.rows, stream_rows=args.stream_rows, memory=parse_bytes(args.memory),
+        zipf=args.zipf, shapes=_columns(args.shapes), algorithms=_columns(args.algorithms), seed=args.seed,
+    )
+    report = run_cold(config, out=functools.partial(print, flush=True))
+    if args.out:
+        _print_json(report, args.out)
+        print(f"wrote {args.out}")
+    return 0 if all(r["exactly_once"] for r in report["results"]) else 1
 
 
 def cmd_bench_spark(args) -> int:
@@ -187,6 +203,17 @@ def cmd_bench_spark(args) -> int:
         _print_json(report, args.out)
         print(f"wrote {args.out}")
     return 0 if all(r["exactly_once"]["ok"] for shape in report["shapes"] for r in shape["rows"]) else 1
+
+
+def cmd_reproduce(args) -> int:
+    from .reproduce import run_reproduce
+
+    master = args.master or f"sqlite:///{Path(args.out).resolve() / 'master.db'}"
+    summary = run_reproduce(master, args.scale, args.out, seed=args.seed, out=functools.partial(print, flush=True),
+                            experiments=_columns(args.experiments) or None)
+    counts = {v: sum(c["verdict"] == v for c in summary["claims"]) for v in ("reproduced", "not reproduced", "not measured")}
+    print(", ".join(f"{n} {v}" for v, n in counts.items()) + f" of {len(summary['claims'])} claims")
+    return 0
 
 
 def _shares(text: str | None) -> list[float] | None:
@@ -316,6 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--dbms-join", action="store_true",
                    help="also measure MySQL's own index join of an in-memory stream chunk with R (SSIJ Figure 9)")
     b.add_argument("--dbms-chunk", type=int, default=1_000_000, help="stream tuples of that chunk (default 1000000)")
+    b.add_argument("--cold", action="store_true",
+                   help="time a whole `semijoin join` (a fresh process, start-up included) of a short stream file "
+                        "for every algorithm and the inlist / inlist-lru baselines, by wall clock")
+    b.add_argument("--stream-rows", type=int, default=400_000, help="with --cold: tuples of the stream file (default 400000)")
     b.add_argument("--out", help="write the report as JSON")
     b.add_argument("--spark", action="store_true",
                    help="measure the Spark pipeline (HYBRIDJOIN and the best cache algorithm, or --algorithms) against "
@@ -325,6 +356,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--spark-rate", type=float, default=None,
                    help="with --spark: tuples/s offered in the latency runs (default: half the slowest Spark path's throughput)")
     b.set_defaults(func=cmd_bench)
+
+    r = sub.add_parser("reproduce", help="run the papers' experiments on this machine; a report with plots and "
+                                         "a verdict per claim")
+    r.add_argument("--scale", choices=["small", "standard"], default="small",
+                   help="small: R = 40,000 rows, a few minutes; standard: R = 2M rows as the papers (hours)")
+    r.add_argument("--out", default="report", help="folder for README.md, the PNG plots and results.json")
+    r.add_argument("--master", default=None, help="database for R (default: sqlite:///<out>/master.db)")
+    r.add_argument("--experiments", default=None, help="comma-separated subset of: skew, memory, pq_vs_l, ssij, "
+                                                      "policy, max_scan, temporal, model (default: all)")
+    r.add_argument("--seed", type=int, default=0)
+    r.set_defaults(func=cmd_reproduce)
 
     s = sub.add_parser("soak", help="run the Spark pipeline for N minutes with updates and faults; sample RSS, "
                                     "structure bytes, checkpoint, history and connections; CSV + PNG + slopes")

@@ -17,8 +17,8 @@ Every ``sample_s`` seconds it samples:
   (MySQL), or file handles on the SQLite file.
 
 It writes ``soak.csv``, ``soak.png`` (one panel per series) and ``soak.json`` (the summary:
-slope of each series after the warm-up, per minute, ``structure_bytes_peak`` against the
-budget, and the exactly-once check of the sinks against the generator's tuple ids). Slopes are
+slope of each series after the warm-up, per minute, ``memory_peak_bytes`` - the structures'
+peak plus the most bytes the carried rows held - against the budget, and the exactly-once check of the sinks against the generator's tuple ids). Slopes are
 reported, not judged: a machine shared with other work moves them.
 """
 
@@ -185,7 +185,7 @@ class Recorder:
         self.lock = threading.Lock()
         self.history = ProgressHistory()
         self.latest: dict = {}
-        self.structure_peak = 0
+        self.memory_peak = 0
         self.updates = 0
         self.kills = 0
         self.events: list[dict] = []
@@ -202,7 +202,7 @@ class Recorder:
         with self.lock:
             self.history.append(record)
             self.latest = {**record, "total_input_rows": self.rows_before + int(record.get("total_input_rows") or 0)}
-            self.structure_peak = max(self.structure_peak, int(record.get("memory_bytes") or 0))
+            self.memory_peak = max(self.memory_peak, int(record.get("memory_peak_bytes") or 0))
 
     def event(self, kind: str, clock, **details) -> None:
         with self.lock:
@@ -481,9 +481,9 @@ def report(config: SoakConfig, spec, recorder: Recorder, summary: dict, out) -> 
         "samples": len(recorder.samples),
         "warmup_s": warmup_s,
         "slopes_per_minute": slopes(recorder.samples, warmup_s),
-        "structure_bytes_peak": recorder.structure_peak,
-        "structure_budget_bytes": budget,
-        "within_budget": recorder.structure_peak <= budget,
+        "memory_peak_bytes": recorder.memory_peak,
+        "memory_budget_bytes": budget,
+        "within_budget": recorder.memory_peak <= budget,
         "updates": recorder.updates,
         "kills": recorder.kills,
         "events": recorder.events,
@@ -505,8 +505,8 @@ def format_report(result: dict) -> list[str]:
         lines.append(f"{name:<18} {mean:>20} {slope:>18}")
     e = result["exactly_once"]
     lines += [
-        f"structure_bytes_peak {result['structure_bytes_peak']:,} of a budget of {result['structure_budget_bytes']:,} "
-        f"({'within' if result['within_budget'] else 'OVER'})",
+        f"memory_peak_bytes {result['memory_peak_bytes']:,} (structures + carried rows) of a budget of "
+        f"{result['memory_budget_bytes']:,} ({'within' if result['within_budget'] else 'OVER'})",
         f"{result['job']['input_rows']:,} tuples in {result['job']['batches']} micro-batches, {result['updates']} updates, "
         f"{result['kills']} KILL CONNECTION, {result['restarts']} restarts; exactly once: {'yes' if e['ok'] else 'NO'} (lost {e['lost']}, duplicated {e['duplicated']})",
         f"wrote {result['csv']}, {result['png']}",

@@ -1,8 +1,10 @@
 """Packaging: provider registration, the `airflow providers list` view, the dependency lock,
-and the layering rule (the core imports neither Airflow nor Spark)."""
+and the layering rules (the core imports neither Airflow nor Spark; no module imports one that
+imports it back, lazy and type-checking imports included)."""
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata as md
 import importlib.util
 import json
@@ -218,3 +220,75 @@ def test_layering_probe_reports_a_broken_module(tmp_path):
     (tmp_path / "broken_layer" / "bad.py").write_text("import no_such_module_xyz\n")
     with pytest.raises(AssertionError, match="No module named 'no_such_module_xyz'"):
         _probe("broken_layer", pythonpath=tmp_path)
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports anywhere (top level, in functions, under
+    ``TYPE_CHECKING``): ``from . import sub`` names the submodule, ``from .pkg import name`` the
+    package (its ``__init__`` runs)."""
+    modules = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        modules[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    graph = {}
+    for name, (path, is_package) in modules.items():
+        here = name.split(".") if is_package else name.split(".")[:-1]
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                target = ".".join((here[: len(here) - node.level + 1] if node.level else []) + ([node.module] if node.module else []))
+                subs = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in modules]
+                found = subs if len(subs) == len(node.names) else [target, *subs]
+            elif isinstance(node, ast.Import):
+                found = [a.name for a in node.names]
+            else:
+                continue
+            deps.update(m for m in found if m in modules and m != name)
+        graph[name] = deps
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    graph = import_graph(REPO / "airflow_provider_semijoin")
+    assert len(graph) > 50 and graph["airflow_provider_semijoin.core.prediction"], "the walk found the package"
+    assert import_cycles(graph) == []
+
+
+def test_import_cycle_check_sees_a_lazy_cycle_through_a_package(tmp_path):
+    pkg = tmp_path / "layered"
+    (pkg / "inner").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "inner" / "__init__.py").write_text("from .b import B\n")
+    (pkg / "inner" / "b.py").write_text("from ..low import L\nB = 1\n")
+    (pkg / "low.py").write_text("def f():\n    from .inner.b import B\n    return B\nL = 2\n")
+    (pkg / "free.py").write_text("from .inner import b\n")
+    assert import_cycles(import_graph(pkg)) == [["layered.inner.b", "layered.low"]]

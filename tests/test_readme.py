@@ -42,6 +42,7 @@ SMALL = (  # README size -> the size run here
     ("--minutes 30", "--minutes 0.25"),
     ("--update-every 20", "--update-every 5"),
     ("--kill-every 15", "--kill-every 4"),
+    ("--scale small --out report", "--scale small --out report --experiments max_scan"),  # all of it: test_reproduce
 )
 
 
@@ -95,6 +96,8 @@ def test_every_semijoin_command_runs_at_a_small_size(tmp_path):
             assert re.search(r"noperm\s+hybridjoin\s+[\d,]+", proc.stdout), proc.stdout
         if command.startswith("semijoin soak"):
             assert "exactly once: yes" in proc.stdout and (tmp_path / "soak" / "soak.csv").exists(), proc.stdout
+        if command.startswith("semijoin reproduce"):
+            assert (tmp_path / "report" / "max_scan.png").exists() and "claims" in proc.stdout, proc.stdout
         if command.startswith("semijoin algorithms"):
             assert "cachejoin-pq" in proc.stdout and "ssij" in proc.stdout
     stats = json.loads((tmp_path / "stats.json").read_text())

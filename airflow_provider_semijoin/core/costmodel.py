@@ -1,10 +1,12 @@
 """Cost models of the papers: how to split a memory budget, and what service rate to expect.
 
 Two parts. First, the cache-size model the front-stage sizes H_R with (below). Second, a
-service-rate model per algorithm family (:func:`explain`, :func:`predict`) from the papers'
-equations - MESHJOIN, HYBRIDJOIN eq. 1-4, SSJ eq. 1-10, CMESHJOIN eq. 1-7 - priced with unit
-costs measured on the running machine (:mod:`.calibration`), for the memory split an algorithm
-actually chose.
+service-rate model per algorithm family (:func:`model`; an algorithm names its family in its
+``cost_model`` and :func:`..prediction.explain` resolves it) from the papers' equations -
+MESHJOIN, HYBRIDJOIN eq. 1-4, SSJ eq. 1-10, CMESHJOIN eq. 1-7 - priced with unit costs
+(:class:`.unitcosts.ComponentCosts`) measured on the running machine (:mod:`.calibration`), for
+the memory split an algorithm actually chose. The module sits below the algorithms (the
+front-stage sizes H_R with it) and imports none of them.
 
 Cache front-stage (CMESHJOIN paper sec. 3.2, SSJ paper sec. V-A): for a stream whose keys follow
 Zipf's law with exponent ``s`` over R_t keys, caching the h_R most frequent master tuples serves
@@ -26,14 +28,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import ConfigError
-
-if TYPE_CHECKING:  # calibration imports the engine, which imports this module
-    from .calibration import ComponentCosts
+from .joins.stream_table import CHUNKS_PER, MAX_CHUNK, MIN_CHUNKS
+from .unitcosts import ComponentCosts
 
 EXACT_HARMONIC_LIMIT = 5_000_000
 EULER_GAMMA = 0.5772156649015329
@@ -89,13 +89,12 @@ def best_cache_size(memory: int, n_keys: int, bytes_per_cached: float, exponent:
 #
 #     mu = w / c_loop                        (HYBRIDJOIN eq. 4; MESHJOIN; SSJ eq. 3 with w_N + w_S)
 #
-# :func:`predict` takes the memory split an algorithm chose (``algorithm.memory_split()``), so
+# :func:`..prediction.predict` takes the memory split an algorithm chose (``algorithm.memory_split()``), so
 # the prediction describes the configuration that runs.
 # =================================================================================================
 
 SHAPES = ("noperm", "random")
 RANDOM_SHAPE_SEED = 12345  # the Random shape's permutation seed (workloads.zipf.RANDOM_SHAPE_SEED)
-NO_MODEL = ("inlist-lru", "ssij")  # registry algorithms without a service-rate model (see :func:`explain`)
 _RANK_CACHE: dict[tuple[int, float], np.ndarray] = {}
 _PERM_CACHE: dict[tuple[int, int], np.ndarray] = {}
 
@@ -222,8 +221,6 @@ def hybridjoin_queue(q: np.ndarray, h_s: int, page_rows: int) -> QueueState:
     weights = rate / loads  # share of the loads that load page j
     rows = float(page_rows)
     # groups: one per admission chunk of the window that holds a tuple of the page
-    from .joins.stream_table import CHUNKS_PER, MAX_CHUNK, MIN_CHUNKS  # here: the engine imports this module
-
     per_iteration = max(1.0, math.ceil(w / MAX_CHUNK))
     chunk = w / per_iteration
     window_chunks = age / w * per_iteration
@@ -232,7 +229,7 @@ def hybridjoin_queue(q: np.ndarray, h_s: int, page_rows: int) -> QueueState:
     return QueueState(age, w, rows, groups, chunks)
 
 
-def hybridjoin_iteration(state: QueueState, costs: "ComponentCosts") -> tuple[float, float]:
+def hybridjoin_iteration(state: QueueState, costs: ComponentCosts) -> tuple[float, float]:
     """``(c_loop, c_IO part)`` of one HYBRIDJOIN iteration, eq. 3:
 
         c_loop = c_IO(d) + d c_H + w (c_O + c_E + c_S + c_A)
@@ -248,7 +245,7 @@ def hybridjoin_iteration(state: QueueState, costs: "ComponentCosts") -> tuple[fl
 
 # -- MESHJOIN (Polyzotis et al.; as summarised in HYBRIDJOIN sec. 3.1 and SSJ sec. III) ----------------
 def meshjoin_iteration(w: float, partition_pages: int, partitions: int, page_rows: int, n_keys: int,
-                       costs: "ComponentCosts") -> tuple[float, float]:
+                       costs: ComponentCosts) -> tuple[float, float]:
     """``(c_loop, c_IO part)`` of one MESHJOIN iteration: read a partition of b pages (the disk
     buffer, R_t / k rows on average), admit w tuples into H_S (which holds w * k), probe them:
 
@@ -258,8 +255,6 @@ def meshjoin_iteration(w: float, partition_pages: int, partitions: int, page_row
     Each of the b pages popped per iteration walks one group per admission chunk of the last k
     that hit it; that count is taken for a uniform stream, so the model does not depend on the
     skew, as MESHJOIN's cyclic scan does not (the paper's mu = w / c_loop)."""
-    from .joins.stream_table import MAX_CHUNK
-
     c = costs
     rows = n_keys / max(partitions, 1)
     pages = max(-(-n_keys // page_rows), 1)
@@ -305,7 +300,7 @@ def probe_rounds(w_s: float, p_n: float) -> float:
     return 1.0 + math.log(max(w_s, 1.0)) / -math.log(p_n) + p_n / (1.0 - p_n)
 
 
-def front_stage_costs(w_s: float, p_n: float, costs: "ComponentCosts", cached: int = 1) -> tuple[float, float]:
+def front_stage_costs(w_s: float, p_n: float, costs: ComponentCosts, cached: int = 1) -> tuple[float, float]:
     """``(w_N, seconds)`` the front-stage adds to one iteration of the algorithm it wraps (SSJ
     eq. 2's H_R terms, w_N (c_H + c_O + c_S) for its hits, and the frequency check):
 
@@ -359,7 +354,7 @@ class Prediction:
         return self.detail.get("turnover_iterations", 1.0) * self.iteration_s
 
 
-def _split_of(split_or_algorithm) -> tuple[dict, dict]:
+def split_of(split_or_algorithm) -> tuple[dict, dict]:
     if isinstance(split_or_algorithm, dict):
         return split_or_algorithm, {}
     split = getattr(split_or_algorithm, "memory_split", None)
@@ -399,7 +394,7 @@ def _paged(name: str, split: dict, costs, n_keys: int, exponent: float, shape: s
     return state.w, loop, io, detail, "HYBRIDJOIN eq. 2-4 (w from the Zipf page probabilities)"
 
 
-def _inlist(split: dict, settings: dict, c: "ComponentCosts", n_keys: int, exponent: float) -> Prediction:
+def _inlist(split: dict, settings: dict, c: ComponentCosts, n_keys: int, exponent: float) -> Prediction:
     """The IN-list baseline: a batch of B tuples, its distinct keys (the expected number among B
     Zipf draws) looked up in IN queries of ``in_list_max`` keys, and the batch joined in memory."""
     batch = float(_need(split, "batch_rows", "inlist"))
@@ -412,7 +407,7 @@ def _inlist(split: dict, settings: dict, c: "ComponentCosts", n_keys: int, expon
     return Prediction("inlist", batch / loop, batch, loop, io, None, "IN-list: batch / (queries + keys + tuples)", detail)
 
 
-def _front_stage(algorithm: str, split: dict, c: "ComponentCosts", n_keys: int, exponent: float, shape: str,
+def _front_stage(algorithm: str, split: dict, c: ComponentCosts, n_keys: int, exponent: float, shape: str,
                  shape_seed: int, p_n: float | None) -> Prediction:
     """SSJ, CMESHJOIN, CACHEJOIN(-L, -PQ): H_R of h_R keys (p_N, eq. 1) in front of the disk
     phase named in ``split["inner"]``, which is fed the tuples H_R misses."""
@@ -439,49 +434,35 @@ def _front_stage(algorithm: str, split: dict, c: "ComponentCosts", n_keys: int, 
     return Prediction(algorithm, mu, w_s + w_n, inner_loop + front, io, p_n, model, detail)
 
 
-def explain(algorithm: str, split_or_algorithm, costs: "ComponentCosts", n_keys: int, exponent: float = 1.0,
-            shape: str = "noperm", *, shape_seed: int = RANDOM_SHAPE_SEED, p_n: float | None = None,
-            settings: dict | None = None) -> Prediction | None:
-    """The model of ``algorithm`` for the memory split it chose (``algorithm.memory_split()``,
-    or the algorithm itself), on R of ``n_keys`` distinct keys and a Zipf(``exponent``) stream
-    of ``shape``; None for an algorithm without a model (``inlist-lru``, and ``ssij``: its paper
-    gives a worst case (sec. V), not a model of its service rate).
+MODELS = ("inlj", "inlist", "meshjoin", "hybridjoin", "front-stage")  # the families an algorithm's ``cost_model`` names
 
-    ``p_n`` replaces the model's hit ratio p_N of H_R (eq. 1) by another one, e.g. the measured
-    hit ratio, to tell the error of p_N from the rest. ``settings`` are the algorithm's
-    parameters (taken from the algorithm when one is given). HYBRIDJOIN-L and -PQ (and
-    CACHEJOIN-L, -PQ) use HYBRIDJOIN's model: their papers give none, and they read the same
-    pages, in another order.
-    """
+
+def check_inputs(n_keys: int, exponent: float, shape: str, p_n: float | None) -> tuple[int, float]:
+    """The workload a model is asked about, checked: ``n_keys`` >= 1, a Zipf exponent >= 0, a
+    known shape, a hit ratio in [0, 1); returns ``(n_keys, exponent)`` as numbers."""
     n_keys = _check(n_keys, "n_keys", 1, integer=True)
     exponent = _check(exponent, "exponent")
     if shape not in SHAPES:
         raise ConfigError(f"shape: {shape!r} is not one of {list(SHAPES)}")
     if p_n is not None and not 0 <= _check(p_n, "p_n") < 1:
         raise ConfigError(f"p_n: {p_n!r} must be in [0, 1)")
-    split, own = _split_of(split_or_algorithm)
-    c = costs
-    from .joins.registry import ALGORITHMS, CACHE_ALGORITHMS  # below the algorithms: the registry imports them
+    return n_keys, exponent
 
-    if algorithm in NO_MODEL:
-        return None
-    if algorithm not in ALGORITHMS:
-        raise ConfigError(f"algorithm: {algorithm!r} has no cost model (models: {sorted(set(ALGORITHMS) - set(NO_MODEL))})")
-    if algorithm == "inlj":
+
+def model(family: str, algorithm: str, split: dict, settings: dict, costs: ComponentCosts, n_keys: int,
+          exponent: float, shape: str, shape_seed: int, p_n: float | None) -> Prediction:
+    """The prediction of the model ``family`` (one of :data:`MODELS`) for ``algorithm`` with the
+    memory ``split`` it chose and its ``settings``; :func:`..prediction.explain` resolves the
+    family from the algorithm's class and checks the inputs first."""
+    c = costs
+    if family == "inlj":
         loop = c.io(1) + c.c_S + c.c_O + c.c_step_inlj
         return Prediction(algorithm, 1.0 / loop, 1.0, loop, c.io(1), None, "INLJ: mu = 1 / (c_IO(1) + ...)", {})
-    if algorithm == "inlist":
-        return _inlist(split, {**own, **(settings or {})}, c, n_keys, exponent)
-    if algorithm in CACHE_ALGORITHMS:
+    if family == "inlist":
+        return _inlist(split, settings, c, n_keys, exponent)
+    if family == "front-stage":
         return _front_stage(algorithm, split, c, n_keys, exponent, shape, shape_seed, p_n)
-    base = "meshjoin" if algorithm == "meshjoin" else "hybridjoin"
-    w, loop, io, detail, model = _paged(base, split, c, n_keys, exponent, shape, shape_seed, 0)
-    return Prediction(algorithm, w / loop if loop > 0 else 0.0, w, loop, io, None, model, detail)
-
-
-def predict(algorithm: str, split_or_algorithm, costs: "ComponentCosts", n_keys: int, exponent: float = 1.0,
-            shape: str = "noperm", **options) -> float | None:
-    """Predicted service rate (stream tuples per second) of ``algorithm`` in the configuration
-    ``split_or_algorithm`` (its memory split, or the algorithm): :func:`explain`'s mu."""
-    found = explain(algorithm, split_or_algorithm, costs, n_keys, exponent, shape, **options)
-    return None if found is None else found.service_rate_tps
+    if family not in ("meshjoin", "hybridjoin"):
+        raise ValueError(f"{family!r} is not one of the models {MODELS}")
+    w, loop, io, detail, name = _paged(family, split, c, n_keys, exponent, shape, shape_seed, 0)
+    return Prediction(algorithm, w / loop if loop > 0 else 0.0, w, loop, io, None, name, detail)

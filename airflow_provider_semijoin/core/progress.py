@@ -40,7 +40,7 @@ class ProgressRecord:
     batch_duration_s: float
     queue_tuples: int = 0  # tuples still inside the joins or held for a retry at the end of the batch
     peak_queue_tuples: int = 0  # tuples inside a join during the batch (carried + new: the buffer's fill)
-    queue_bytes: int = 0  # bytes of the full rows the runner keeps for the tuples inside the joins (driver)
+    queue_bytes: int = 0  # bytes the runner keeps for the tuples inside the joins: their full rows (driver), the rows held for a retry, the sessions' logs
     drained: str | None = None  # why this batch emptied the joins (end_of_input, stop_file, ...), or None
     cache_entries: int | None = None
     cache_hit_ratio: float | None = None
@@ -50,7 +50,9 @@ class ProgressRecord:
     latency_ms_p99: float | None = None
     deadline_misses: int = 0
     memory_bytes: int = 0  # bytes the algorithms' structures hold (the queue's keys in H_S / Q / IB / SB included)
-    structure_bytes_peak: int = 0  # the most the algorithms' structures held (within their memory budget)
+    structure_bytes_peak: int = 0  # the most the algorithms' structures held (within their share of the budget)
+    memory_budget_bytes: int = 0  # the steps' memory budgets M together (structures + carried rows)
+    memory_peak_bytes: int = 0  # structure_bytes_peak + the most queue_bytes so far: within memory_budget_bytes
     unmatched_by_reason: dict = field(default_factory=dict)
     total_input_rows: int = 0
     total_matched: int = 0

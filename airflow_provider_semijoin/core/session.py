@@ -27,11 +27,13 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from .errors import ConfigError
 from .joins.base import JoinAlgorithm, JoinOutput, StreamBuffer
 from .reasons import labels
 
 STALL_STEPS = 1000  # steps in a row without progress before the join is declared stuck
-COMPACT_MIN = 4096  # completed tuples at the head of the log before it is compacted
+HEAD_WINDOW = 4096  # log entries the completed head is advanced over at a time
+LOG_BYTES_PER_TUPLE = 2 * (8 + 8 + 1)  # a waiting tuple's entry in a session's log (id, due, done), and one completed one
 
 
 class JoinSession:
@@ -60,6 +62,11 @@ class JoinSession:
     def pending_ids(self) -> np.ndarray:
         live = ~self._done[self._head:]
         return self._ids[self._head:][live]
+
+    @property
+    def log_bytes(self) -> int:
+        """Bytes of the log of tuples fed (ids, due times, done flags) not compacted away."""
+        return self._ids.nbytes + self._due.nbytes + self._done.nbytes
 
     def earliest_due(self) -> float:
         live = ~self._done[self._head:]
@@ -92,14 +99,16 @@ class JoinSession:
         self._mark_done(out, now)
         return out
 
-    def advance(self, horizon: float = -np.inf, until: float = -np.inf) -> JoinOutput:
+    def advance(self, horizon: float = -np.inf, until: float = -np.inf, max_pending: int | None = None) -> JoinOutput:
         """One slice: step until the buffer is taken in (or a step takes nothing), then on while
         the clock is before ``until`` and tuples wait (the time a continuous join would have
-        stepped), then until no waiting tuple is due before ``horizon``, then until no tuple is
-        half joined (:attr:`~.joins.base.JoinAlgorithm.between_joins`); returns what completed."""
+        stepped), then until no waiting tuple is due before ``horizon`` and at most
+        ``max_pending`` wait (the oldest beyond it are forced out: the caller's memory for their
+        rows is spent), then until no tuple is half joined
+        (:attr:`~.joins.base.JoinAlgorithm.between_joins`); returns what completed."""
         outputs = self._step_while(lambda: self.buffer.available)
         outputs += self._step_while(lambda: self.pending and self.clock() < until)
-        urgent = self._urgent(horizon)
+        urgent = self._urgent(horizon, max_pending)
         if len(urgent):
             outputs += self._force(lambda: not self._done[urgent].all())
         if not self.algorithm.between_joins:  # every tuple's pairs in one slice
@@ -122,10 +131,14 @@ class JoinSession:
         """Step until every tuple fed has left (the buffer is closed meanwhile, then reopened)."""
         return JoinOutput.concat(self._force(lambda: self.pending), self.algorithm.schema)
 
-    def _urgent(self, horizon: float) -> np.ndarray:
-        """Positions (in the log) of the waiting tuples due before ``horizon``."""
-        tail = slice(self._head, None)
-        return np.flatnonzero(~self._done[tail] & (self._due[tail] < horizon)) + self._head
+    def _urgent(self, horizon: float, max_pending: int | None = None) -> np.ndarray:
+        """Positions (in the log) of the waiting tuples due before ``horizon``, and of the oldest
+        beyond the newest ``max_pending``."""
+        live = np.flatnonzero(~self._done[self._head:]) + self._head
+        urgent = live[self._due[live] < horizon]
+        if max_pending is not None and len(live) > max_pending:
+            urgent = np.union1d(urgent, live[:len(live) - max(int(max_pending), 0)])
+        return urgent
 
     def _force(self, waiting) -> list[JoinOutput]:
         """Step with the buffer closed (the algorithms' end-of-stream mode) while ``waiting()``."""
@@ -160,7 +173,7 @@ class JoinSession:
         if self.on_left is not None:
             self.on_left(left, now)
         while self._head < len(self._done):  # past the completed head, a window at a time
-            window = self._done[self._head:self._head + COMPACT_MIN]
+            window = self._done[self._head:self._head + HEAD_WINDOW]
             if window.all():
                 self._head += len(window)
             else:
@@ -168,11 +181,63 @@ class JoinSession:
                 break
 
     def _compact(self) -> None:
-        """Forget the completed head of the log once it is most of it (positions shift: only
-        between slices)."""
-        if self._head >= COMPACT_MIN and self._head * 2 >= len(self._ids):
-            self._ids, self._due, self._done = self._ids[self._head:], self._due[self._head:], self._done[self._head:]
+        """Forget the completed entries of the log once they are as many as the waiting ones, so
+        it holds at most two entries per waiting tuple (positions shift: only between slices,
+        when no tuple is half joined)."""
+        completed = len(self._ids) - self.pending
+        if completed and completed >= self.pending and self.algorithm.between_joins:
+            keep = ~self._done
+            self._ids, self._due, self._done = self._ids[keep], self._due[keep], self._done[keep]
             self._head = 0
+
+
+def sized_for_rows(make, memory: int, row_bytes: float) -> tuple[JoinAlgorithm, int]:
+    """For a caller that keeps each waiting tuple's full row (``row_bytes``, plus its log entry)
+    next to the algorithm - a Spark step's carried rows (:mod:`...spark.joinstate`) - within one
+    budget of ``memory`` bytes: the algorithm ``make(m)`` with m, its structures' share, as
+    large as m + capacity_tuples(m) * (row + log bytes) <= memory allows (capacity grows with m,
+    so a smaller m than the first guess holds fewer rows). Returns the algorithm and m. Where
+    even the smallest m the algorithm accepts leaves rows for fewer tuples than it could hold,
+    the session's ``max_pending`` keeps the rest out (:meth:`JoinSession.advance`)."""
+    per_tuple = float(row_bytes) + LOG_BYTES_PER_TUPLE
+    whole = make(memory)  # (refuses a budget too small for the structures alone, in the algorithm's words)
+    share = int(memory * memory / (memory + whole.capacity_tuples * per_tuple))  # capacity about linear in m
+    algorithm = _smallest_accepted(make, share, memory, whole)
+    share = max(share, algorithm.memory)
+    rows_room = memory - share
+    if algorithm.capacity_tuples * per_tuple > rows_room:
+        tighter = memory - int(algorithm.capacity_tuples * per_tuple)
+        if tighter >= 1:
+            try:
+                algorithm, share = make(tighter), tighter
+            except ConfigError as exc:
+                if not str(exc).startswith("memory:"):
+                    raise
+    if memory - share < per_tuple:
+        raise ConfigError(
+            f"memory: {memory} bytes leaves no room for the rows of the tuples {algorithm.name} holds "
+            f"({per_tuple:.0f} bytes each) next to its structures ({share} bytes); give at least {2 * (share + int(per_tuple) * 64)} bytes")
+    return algorithm, share
+
+
+def _smallest_accepted(make, wanted: int, memory: int, whole: JoinAlgorithm) -> JoinAlgorithm:
+    """``make(wanted)``, or when the algorithm refuses that budget, ``make`` of about the
+    smallest budget between ``wanted`` and ``memory`` it accepts (``whole``: ``make(memory)``)."""
+    try:
+        return make(max(wanted, 1))
+    except ConfigError as exc:
+        if not str(exc).startswith("memory:"):
+            raise
+    lo, hi, best = max(wanted, 1), memory, whole
+    while hi - lo > max(hi // 64, 1):
+        mid = (lo + hi) // 2
+        try:
+            best, hi = make(mid), mid
+        except ConfigError as exc:
+            if not str(exc).startswith("memory:"):
+                raise
+            lo = mid
+    return best
 
 
 def left_ids(out: JoinOutput, one_row_per_match: bool) -> np.ndarray:

@@ -3,7 +3,7 @@
 Each candidate is sized on the dimension table itself (its memory split for the step's budget),
 and priced with unit costs measured on this machine against that table
 (:func:`..core.calibration.calibrate`: S and T of the database, the engine's own costs); the
-papers' service-rate models (:func:`..core.costmodel.predict`: MESHJOIN, HYBRIDJOIN eq. 1-4,
+papers' service-rate models (:func:`..core.prediction.predict`: MESHJOIN, HYBRIDJOIN eq. 1-4,
 SSJ eq. 1-10, CMESHJOIN eq. 4, INLJ) predict each one's rate for a Zipf stream of exponent
 ``skew``, and the fastest wins.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from ..core.costmodel import predict
+from ..core.prediction import predict
 from ..core.errors import ConfigError
 from ..core.joins.registry import ALGORITHMS, AUTO_CANDIDATES, create
 from ..core.stores import MasterStore

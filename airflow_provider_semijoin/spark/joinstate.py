@@ -48,6 +48,7 @@ DUE = "sj_due"  # epoch seconds by which the tuple must have left (inf: never fo
 PART = "sj_part"  # the part (partitions = N) that holds the tuple
 RETRY_SINCE = "sj_retry_since"  # set on rows held for a retry (not inside the join)
 JOIN_COLUMNS = (SEQ, DUE, PART)
+MAX_CHUNKS = 1024  # chunks the carried rows may be in before they are made one (a take over many small ones is slow)
 
 
 def deadlines_of(deadline: DeadlineSpec | None, rows: pa.Table) -> np.ndarray | None:
@@ -114,7 +115,9 @@ class CarriedRows:
             keep = np.ones(len(seq), bool)
             keep[matched_at] = False
             keep[unmatched_at] = False
-            self.rows = self.rows.take(np.flatnonzero(keep))  # (one chunk: the next takes are fast)
+            self.rows = self.rows.filter(pa.array(keep))  # (a mask: half the time of taking the kept positions)
+            if self.rows[SEQ].num_chunks > MAX_CHUNKS:  # the chunks of many batches, most of them thinned out
+                self.rows = self.rows.combine_chunks()
         return matched.drop_columns(list(JOIN_COLUMNS)), unmatched.drop_columns(list(JOIN_COLUMNS))
 
     def repart(self, parts: np.ndarray) -> None:
@@ -148,11 +151,12 @@ def session_from(algorithm: JoinAlgorithm, column: str, rows: pa.Table | None, c
 
 
 def slice_of(session: JoinSession, column: str, rows: pa.Table, horizon: float, until: float, drain: bool,
-             clock=time.time) -> tuple[JoinOutput, dict]:
+             clock=time.time, max_pending: int | None = None) -> tuple[JoinOutput, dict]:
     """Feed ``rows`` (with their state columns, in any order) to ``session`` and step it for one slice (or a
     drain), inside one version of R; returns what completed and the slice's figures.
     ``horizon``: tuples due before it leave now; ``until``: the slice steps at least until then
-    while tuples wait (:meth:`..core.session.JoinSession.advance`)."""
+    while tuples wait; ``max_pending``: the most that may wait after it, the oldest beyond
+    are forced out (:meth:`..core.session.JoinSession.advance`)."""
     algorithm = session.algorithm
     store = algorithm.store
     io_before = store.counters.as_dict()
@@ -161,7 +165,7 @@ def slice_of(session: JoinSession, column: str, rows: pa.Table, horizon: float, 
     rows = in_seq_order(rows)
     with one_version_of_r(algorithm) as invalidated:
         invalid, _ = feed_keys(algorithm, rows[column], rows[SEQ].to_numpy(), rows[DUE].to_numpy(), clock, session)
-        out = session.drain() if drain else session.advance(horizon, until)
+        out = session.drain() if drain else session.advance(horizon, until, max_pending)
     result = JoinOutput.concat([invalid, out], algorithm.schema)
     io_after = store.counters.as_dict()
     left = left_ids(result, algorithm.one_row_per_match)
@@ -178,6 +182,7 @@ def slice_of(session: JoinSession, column: str, rows: pa.Table, horizon: float, 
         "balanced": pending_before + rows.num_rows == len(left) + session.pending,
         "structure_bytes": algorithm.structure_bytes(),
         "structure_bytes_peak": algorithm.counters.structure_bytes_peak,
+        "log_bytes": session.log_bytes,
     }
     return result, stats
 

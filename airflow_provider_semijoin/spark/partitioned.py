@@ -143,7 +143,7 @@ def _part_session(step_json: str, part: int, memory: int, token: str, rows: pa.T
 
 
 def join_parts(step_json: str, memory: int, out_schema: pa.Schema, ranges: list, version: int, horizon: float,
-               until: float, drain: bool, call: str):
+               until: float, drain: bool, call: str, max_pending: int | None = None):
     """The ``mapInArrow`` function: one slice of each part of this task with its session.
 
     (A closure is pickled with copies of the module globals it names: the per-worker registry
@@ -157,13 +157,13 @@ def join_parts(step_json: str, memory: int, out_schema: pa.Schema, ranges: list,
         for part in np.unique(table[PART].to_numpy()):
             rows = table.filter(pc.equal(table[PART], part))
             yield from join_part(step_json, int(part), memory, rows, out_schema, ranges[part], version, horizon, until,
-                                 drain, call).to_batches()
+                                 drain, call, max_pending).to_batches()
 
     return run
 
 
 def join_part(step_json: str, part: int, memory: int, rows: pa.Table, out_schema: pa.Schema, key_range: tuple,
-              version: int, horizon: float, until: float, drain: bool, call: str) -> pa.Table:
+              version: int, horizon: float, until: float, drain: bool, call: str, max_pending: int | None = None) -> pa.Table:
     """One part's slice in this worker, reading R at ``version``: what completed and a stats
     row (or only a stats row saying ``lost`` when this worker does not hold the state the
     control row names, or lost its snapshot of R: the driver sends the part whole)."""
@@ -180,7 +180,7 @@ def join_part(step_json: str, part: int, memory: int, rows: pa.Table, out_schema
     try:
         with session.algorithm.store.reading_at(version):
             result, stats = slice_of(session, json.loads(step_json)["column"], rows if token else rows.slice(0, 0),
-                                     horizon, until, drain)
+                                     horizon, until, drain, max_pending=max_pending)
     except SnapshotLost:  # the session's state is half stepped: forget it, the driver resends the part
         _PARTS.pop((step_json, part), None)
         session.algorithm.store.close()
@@ -245,8 +245,9 @@ class PartitionedJoin:
         return self.partitioner.assign(keys)
 
     def run(self, tagged: pa.Table, carried: CarriedRows, horizon: float, until: float,
-            drain: bool) -> tuple[JoinOutput, dict]:
-        """One slice over every part: ``tagged`` are the new tuples (already in ``carried``)."""
+            drain: bool, max_pending: int | None = None) -> tuple[JoinOutput, dict]:
+        """One slice over every part: ``tagged`` are the new tuples (already in ``carried``);
+        ``max_pending``: the most the parts may hold together after it (each its share)."""
         started = self.clock()
         if self.partitioner.moved:  # the tuples inside follow the new cut points; every part is rebuilt from them
             if carried.rows is not None:
@@ -260,7 +261,8 @@ class PartitionedJoin:
         version = self.partitioner.store.version()  # one version of R for every part of this batch
         out, stats = [], []
         for _ in range(REBUILD_ATTEMPTS):
-            more_out, more = self._call(self._rows(tagged, carried, tokens), ranges, version, call, horizon, until, drain)
+            more_out, more = self._call(self._rows(tagged, carried, tokens), ranges, version, call, horizon, until, drain,
+                                        None if max_pending is None else max_pending // self.parts)
             out += more_out
             stats += [s for s in more if not s["lost"]]
             lost = sorted(s["part"] for s in more if s["lost"])
@@ -300,14 +302,14 @@ class PartitionedJoin:
             for t in pieces[1:] if t is not None])
 
     def _call(self, rows: pa.Table, ranges: list, version: int, call: str, horizon: float, until: float,
-              drain: bool) -> tuple[list[JoinOutput], list[dict]]:
+              drain: bool, max_pending: int | None) -> tuple[list[JoinOutput], list[dict]]:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         out_schema = pa.schema([pa.field(SEQ, pa.int64()), pa.field(REASON_CODE, pa.int8())] + list(self.schema)
                                + [pa.field(STATS_COLUMN, pa.string())])
         frame = self.spark.createDataFrame(rows.combine_chunks()).repartition(self.parts, PART)  # (Spark 4.0 reads a table's first chunk only)
         result = frame.mapInArrow(
-            join_parts(self.step_json, self.memory, out_schema, ranges, version, horizon, until, drain, call),
+            join_parts(self.step_json, self.memory, out_schema, ranges, version, horizon, until, drain, call, max_pending),
             from_arrow_schema(out_schema),
         ).toArrow()
         is_stats = pc.is_valid(result[STATS_COLUMN])
@@ -321,7 +323,8 @@ class PartitionedJoin:
 
     def _summary(self, stats: list[dict], started: float) -> dict:
         total = {k: sum(s.get(k, 0) for s in stats) for k in
-                 ("disk_queries", "disk_rows", "fed", "left", "pending", "forced_steps", "structure_bytes", "structure_bytes_peak")}
+                 ("disk_queries", "disk_rows", "fed", "left", "pending", "forced_steps", "structure_bytes", "structure_bytes_peak",
+                  "log_bytes")}
         return {
             **total,
             "wall_s": self.clock() - started,

@@ -232,7 +232,7 @@ class BatchProcessor:
         latency = latency_ms(np.maximum(done - arrival, 0.0))
         deadlines = deadlines_of(self.spec.deadline, left)
         misses = int(np.sum(done > deadlines)) if deadlines is not None else 0
-        n_matched = len(pc.unique(matched["sj_id"])) if matched.num_rows else 0
+        n_matched = self._tuples_of(matched)
         s = self.state
         s.batches += 1
         s.input_rows += n_in
@@ -269,6 +269,8 @@ class BatchProcessor:
             deadline_misses=misses,
             memory_bytes=int(sum(st["structure_bytes"] for st in step_stats)),
             structure_bytes_peak=int(sum(st["structure_bytes_peak"] for st in step_stats)),
+            memory_budget_bytes=int(sum(st["memory_budget_bytes"] for st in step_stats)),
+            memory_peak_bytes=int(sum(st["memory_peak_bytes"] for st in step_stats)),
             unmatched_by_reason=_count(dead["reason"]) if dead.num_rows else {},
             total_input_rows=s.input_rows,
             total_matched=s.matched,
@@ -282,6 +284,14 @@ class BatchProcessor:
         ).to_dict()
         s.last_record = record
         return record
+
+    def _tuples_of(self, rows: pa.Table) -> int:
+        """The stream tuples ``rows`` hold: one row each where every step has one row per match
+        (the ids need not be counted: ``pc.unique`` over a million string ids took 0.27 s of a
+        3.6 s micro-batch), else the distinct ``sj_id``."""
+        if not rows.num_rows or all(step.algorithm.one_row_per_match for step in self.steps):
+            return rows.num_rows
+        return len(pc.unique(rows["sj_id"]))
 
     def _reconnects(self) -> tuple[int, float]:
         """Reconnects and seconds waited for the databases since the last record (stores, sinks)."""

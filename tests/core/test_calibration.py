@@ -12,7 +12,9 @@ import math
 
 import pytest
 
-from airflow_provider_semijoin.core.calibration import ComponentCosts, calibrate, memory_store
+from airflow_provider_semijoin.core.calibration import calibrate
+from airflow_provider_semijoin.core.stores.memory import memory_store
+from airflow_provider_semijoin.core.unitcosts import ComponentCosts
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.workloads import master_table
 

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from airflow_provider_semijoin.core import costmodel as cm
-from airflow_provider_semijoin.core.calibration import ComponentCosts, memory_store
+from airflow_provider_semijoin.core.prediction import explain, predict
+from airflow_provider_semijoin.core.stores.memory import memory_store
+from airflow_provider_semijoin.core.unitcosts import ComponentCosts
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import create
 from airflow_provider_semijoin.core.joins.registry import CACHE_ALGORITHMS
@@ -127,22 +129,22 @@ def cache_split(inner: str, cached: int, h_s: int) -> dict:
 @pytest.mark.parametrize("name, inner", [("ssj", "meshjoin"), ("cmeshjoin", "meshjoin"), ("cachejoin", "hybridjoin"),
                                          ("cachejoin-pq", "hybridjoin")])
 def test_cache_algorithms_gain_from_memory_and_skew(name, inner):
-    small = cm.predict(name, cache_split(inner, 1000, 20_000), COSTS, 100_000, 1.0)
-    large = cm.predict(name, cache_split(inner, 4000, 80_000), COSTS, 100_000, 1.0)
+    small = predict(name, cache_split(inner, 1000, 20_000), COSTS, 100_000, 1.0)
+    large = predict(name, cache_split(inner, 4000, 80_000), COSTS, 100_000, 1.0)
     assert large > small > 0
-    rates = [cm.predict(name, cache_split(inner, 2000, 40_000), COSTS, 100_000, s) for s in (0.25, 0.5, 1.0, 1.2)]
+    rates = [predict(name, cache_split(inner, 2000, 40_000), COSTS, 100_000, s) for s in (0.25, 0.5, 1.0, 1.2)]
     assert rates == sorted(rates) and rates[0] < rates[-1]
 
 
 def test_meshjoin_does_not_depend_on_skew():
     split = {"page_rows": 500, "partition_pages": 4, "partitions": 50, "chunk_tuples": 400}
-    rates = {cm.predict("meshjoin", split, COSTS, 100_000, s, shape) for s in (0.0, 0.5, 1.0, 1.5) for shape in cm.SHAPES}
+    rates = {predict("meshjoin", split, COSTS, 100_000, s, shape) for s in (0.0, 0.5, 1.0, 1.5) for shape in cm.SHAPES}
     assert len(rates) == 1
 
 
 def test_inlj_is_one_query_per_tuple():
     expected = 1 / (COSTS.io(1) + COSTS.c_S + COSTS.c_O + COSTS.c_step_inlj)
-    assert cm.predict("inlj", {}, COSTS, 1000) == pytest.approx(expected)
+    assert predict("inlj", {}, COSTS, 1000) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("name", ["inlj", "inlist", "meshjoin", "hybridjoin", "hybridjoin-l", "hybridjoin-pq",
@@ -150,18 +152,18 @@ def test_inlj_is_one_query_per_tuple():
 def test_every_algorithm_is_predicted_from_its_own_split(name):
     store = memory_store(None, n_keys=20_000)
     algorithm = create(name, store, 1 << 20, {"page_rows": 100} if "hybrid" in name or "cachejoin" in name else {})
-    found = cm.explain(name, algorithm, COSTS, 20_000, 1.0, "random")
+    found = explain(name, algorithm, COSTS, 20_000, 1.0, "random")
     assert found.service_rate_tps > 0 and found.iteration_s > found.io_s > 0
-    assert found.service_rate_tps == cm.predict(name, algorithm.memory_split(), COSTS, 20_000, 1.0, "random",
+    assert found.service_rate_tps == predict(name, algorithm.memory_split(), COSTS, 20_000, 1.0, "random",
                                                 settings=dict(algorithm.settings))
     assert (found.hit_ratio is not None) == (name in CACHE_ALGORITHMS)
-    assert cm.explain("inlist-lru", {}, COSTS, 20_000) is None
+    assert explain("inlist-lru", {}, COSTS, 20_000) is None
 
 
 def test_a_measured_hit_ratio_replaces_p_n():
     split = cache_split("hybridjoin", 2000, 40_000)
-    ideal = cm.explain("cachejoin", split, COSTS, 100_000)
-    worse = cm.explain("cachejoin", split, COSTS, 100_000, p_n=ideal.hit_ratio / 2)
+    ideal = explain("cachejoin", split, COSTS, 100_000)
+    worse = explain("cachejoin", split, COSTS, 100_000, p_n=ideal.hit_ratio / 2)
     assert worse.hit_ratio == pytest.approx(ideal.hit_ratio / 2)
     assert worse.service_rate_tps < ideal.service_rate_tps
     assert cm.hit_ratio(cm.keys_for_hit_ratio(0.5, 100_000), 100_000) >= 0.5
@@ -170,17 +172,27 @@ def test_a_measured_hit_ratio_replaces_p_n():
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: cm.predict("hybrid", {}, COSTS, 10), r"algorithm: 'hybrid' has no cost model"),
-        (lambda: cm.predict("inlj", {}, COSTS, 0), r"n_keys: 0 must be >= 1"),
-        (lambda: cm.predict("inlj", {}, COSTS, 10, -1.0), r"exponent: -1.0 must be >= 0"),
-        (lambda: cm.predict("inlj", {}, COSTS, 10, 1.0, "zipfy"), r"shape: 'zipfy' is not one of"),
-        (lambda: cm.predict("cachejoin", {"inner": "hybridjoin"}, COSTS, 10), r"split.cache_keys: missing"),
-        (lambda: cm.predict("meshjoin", {"page_rows": 5}, COSTS, 10), r"split.chunk_tuples: missing"),
-        (lambda: cm.predict("cachejoin", cache_split("hybridjoin", 1, 10), COSTS, 10, p_n=1.5), r"p_n: 1.5 must be in"),
-        (lambda: cm.predict("inlj", 42, COSTS, 10), r"split: int is neither a memory split"),
+        (lambda: predict("hybrid", {}, COSTS, 10), r"algorithm: 'hybrid' has no cost model"),
+        (lambda: predict("inlj", {}, COSTS, 0), r"n_keys: 0 must be >= 1"),
+        (lambda: predict("inlj", {}, COSTS, 10, -1.0), r"exponent: -1.0 must be >= 0"),
+        (lambda: predict("inlj", {}, COSTS, 10, 1.0, "zipfy"), r"shape: 'zipfy' is not one of"),
+        (lambda: predict("cachejoin", {"inner": "hybridjoin"}, COSTS, 10), r"split.cache_keys: missing"),
+        (lambda: predict("meshjoin", {"page_rows": 5}, COSTS, 10), r"split.chunk_tuples: missing"),
+        (lambda: predict("cachejoin", cache_split("hybridjoin", 1, 10), COSTS, 10, p_n=1.5), r"p_n: 1.5 must be in"),
+        (lambda: predict("inlj", 42, COSTS, 10), r"split: int is neither a memory split"),
         (lambda: cm.page_probabilities(10, 1.0, 0), r"page_rows: 0 must be >= 1"),
     ],
 )
 def test_errors_name_the_field(call, message):
     with pytest.raises(ConfigError, match=message):
         call()
+
+
+def test_every_algorithm_names_a_model_family_or_none():
+    from airflow_provider_semijoin.core.joins import ALGORITHMS
+
+    families = {name: cls.cost_model for name, cls in ALGORITHMS.items()}
+    assert {name for name, family in families.items() if family is None} == {"inlist-lru", "ssij"}
+    assert {family for family in families.values() if family is not None} == set(cm.MODELS)
+    with pytest.raises(ValueError, match=r"'hybrid' is not one of the models"):
+        cm.model("hybrid", "x", {}, {}, COSTS, 10, 1.0, "noperm", 0, None)

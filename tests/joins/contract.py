@@ -23,9 +23,10 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from airflow_provider_semijoin.core.errors import ConfigError
-from airflow_provider_semijoin.core.joins import ALGORITHMS, JoinAlgorithm, create
+from airflow_provider_semijoin.core.joins import ALGORITHMS, JoinAlgorithm, JoinOutput, create
 from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
-from airflow_provider_semijoin.core.runner import JoinRun, run_join
+from airflow_provider_semijoin.core.runner import JoinRun, feed_keys, run_join
+from airflow_provider_semijoin.core.session import JoinSession, materialise
 from airflow_provider_semijoin.core.stores import DatabaseURL, create_change_tables, install_changes, stage_changes
 
 ROW_ID = "rid"  # the stream's row position: the oracle numbers stream tuples 0..n-1
@@ -614,6 +615,44 @@ class JoinContract:
         run = self.join(store, stream, memory)
         assert run.stats["memory_budget_bytes"] == memory
         assert 0 < run.stats["structure_bytes_peak"] <= memory
+
+    def test_pending_never_exceeds_capacity_tuples(self, backend):
+        """``capacity_tuples`` bounds what the algorithm holds (a Spark step sizes the carried
+        rows' share of the budget by it): fed a backlog far larger, stepped until drained."""
+        store = backend.make_master(master_of(range(0, 900, 3)))
+        algorithm = self.make(store, self.smallest_budget(store) * 3)
+        keys = zipf_keys(np.random.default_rng(5), np.arange(-20, 920), 20 * algorithm.capacity_tuples + 500, 1.0)
+        _, session = feed_keys(algorithm, pa.chunked_array([pa.array(keys)]), np.arange(len(keys)), None, time.perf_counter)
+        held = []
+        while session.pending:
+            session.step()
+            held.append(algorithm.pending)
+            if len(held) == 2000:
+                session.buffer.closed = True  # the end of the stream: the rest drains
+        assert max(held) <= algorithm.capacity_tuples, (max(held), algorithm.capacity_tuples)
+        assert session.completed == len(keys)
+
+    @pytest.mark.parametrize("max_pending", [0, 9])
+    def test_a_slice_leaves_at_most_max_pending_inside(self, backend, max_pending):
+        """A caller out of room for the rows of waiting tuples caps them: after each slice at most
+        ``max_pending`` wait (the oldest beyond are forced out), and the output is the oracle's."""
+        store = backend.make_master(master_of(range(0, 900, 3)))
+        algorithm = self.make(store)
+        stream = stream_of(zipf_keys(np.random.default_rng(8), np.arange(-20, 920), 700, 1.0).tolist())
+        session = JoinSession(algorithm, time.perf_counter)
+        outputs, waiting = [], []
+        for lo in range(0, stream.num_rows, 100):
+            piece = stream.slice(lo, 100)
+            invalid, _ = feed_keys(algorithm, piece[STREAM_KEY], np.arange(lo, lo + piece.num_rows), None,
+                                   time.perf_counter, session)
+            outputs += [invalid, session.advance(max_pending=max_pending)]
+            waiting.append(session.pending)
+        outputs.append(session.drain())
+        assert max(waiting) <= max_pending
+        matched, unmatched = materialise(stream, JoinOutput.concat(outputs, algorithm.schema), algorithm.schema)
+        assert engine_pairs(matched, unmatched, store.select, ROW_ID) == hash_join(store, stream, STREAM_KEY)
+        left = np.concatenate([np.unique(matched[ROW_ID].to_numpy()), unmatched[ROW_ID].to_numpy()])
+        assert sorted(left.tolist()) == list(range(stream.num_rows))
 
     def test_a_budget_too_small_is_refused(self, backend):
         store = backend.make_master(master_of(range(0, 900, 3)))

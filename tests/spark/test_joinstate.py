@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from airflow_provider_semijoin.core.errors import ConfigError
+from airflow_provider_semijoin.core.joins import create
+from airflow_provider_semijoin.core.session import sized_for_rows
 from airflow_provider_semijoin.spark.joinstate import StateFiles
 from airflow_provider_semijoin.spark.runner import BatchProcessor
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
@@ -143,6 +147,35 @@ def test_the_queue_counts_in_the_memory_figures_and_the_structures_stay_in_budge
     assert_sinks_equal_oracle(store, spec)
 
 
+@pytest.mark.parametrize("algorithm", ["meshjoin", "hybridjoin"])
+def test_the_carried_rows_count_against_the_budget(tmp_path, sqlite_backend, algorithm):
+    """A budget far too small for the rows of every tuple the algorithm could hold at the full
+    budget: the step sizes the algorithm down to leave room for them, forces the oldest out
+    when the rows would not fit, and the structures' peak plus the carried bytes stay within
+    M in every batch; every tuple still leaves exactly once."""
+    memory = 96 * 1024
+    store, spec = job(tmp_path, sqlite_backend, 6000, algorithm=algorithm, memory=str(memory))
+    processor = BatchProcessor(spec, None, False, Clock())
+    step = processor.steps[0]
+    whole = step.algorithm  # sized for the structures alone, as before any row is seen
+    records = [processor.process(rows_of(spec, start, start + 750, 1000.0), i) for i, start in enumerate(range(0, 6000, 750))]
+    assert step.sized and step.algorithm_memory < memory
+    assert whole.capacity_tuples > step.algorithm.capacity_tuples
+    assert all(r["memory_budget_bytes"] == memory for r in records)
+    assert all(0 < r["memory_peak_bytes"] <= memory for r in records), [r["memory_peak_bytes"] for r in records]
+    assert any(r["queue_bytes"] for r in records)
+    assert records[-1]["drained"] == "end_of_input" and records[-1]["queue_bytes"] == 0
+    assert_sinks_equal_oracle(store, spec)
+
+
+def test_a_budget_without_room_for_a_row_is_refused_in_one_sentence(tmp_path, sqlite_backend):
+    store, spec = job(tmp_path, sqlite_backend, 100, algorithm="hybridjoin")
+    processor = BatchProcessor(spec, None, False, Clock())
+    with pytest.raises(ConfigError, match=r"^memory: \d+ bytes leaves no room for the rows of the tuples hybridjoin holds"):
+        sized_for_rows(lambda m: create("hybridjoin", processor.steps[0].store, m, {"page_rows": 16}),
+                       processor.steps[0].algorithm.memory, 10**9)
+
+
 def test_a_part_rebuilt_from_rows_that_crossed_a_shuffle_takes_them_in_any_order(sqlite_backend):
     """A part's resent rows come out of ``repartition`` in any order (seen in partitions_bench as
     "row ids must increase from feed to feed" on a rebuild); the session takes them by sj_seq."""
@@ -163,3 +196,27 @@ def test_a_part_rebuilt_from_rows_that_crossed_a_shuffle_takes_them_in_any_order
     out, stats = slice_of(session, "nk", shuffled(300, 200), horizon=0.0, until=0.0, drain=True)
     left = np.concatenate([out.matched_ids, out.unmatched_ids])
     assert sorted(left.tolist()) == list(range(500)) and stats["balanced"] and session.pending == 0
+
+
+def test_records_count_tuples_not_rows_when_r_has_several_rows_per_key(tmp_path, sqlite_backend):
+    """A batch's ``matched`` counts stream tuples: on a unique key one row each (counted without
+    looking at the ids), on a 1:K master each tuple once however many rows it joined."""
+    from airflow_provider_semijoin.workloads.master import master_table
+
+    from spark_jobs import SELECT
+
+    base = master_table(2000)
+    twice = pa.concat_tables([base, base.slice(0, 500)])  # the first 500 keys have two rows
+    twice = twice.append_column("id", pa.array(np.arange(twice.num_rows)))
+    for rows, primary_key in ((base, None), (twice, "id")):
+        store = sqlite_backend.make_master(rows, select=SELECT, primary_key=primary_key)
+        _, spec = job(tmp_path / store.table, sqlite_backend, 600, algorithm="hybridjoin")
+        spec.steps[0].master.table = store.table
+        processor = BatchProcessor(spec, None, False, Clock())
+        record = processor.process(rows_of(spec, 0, 600, 1000.0), 0)  # the last batch of 600: a drain
+        processor.close()
+        matched = read_parquet_sink(spec.sinks.matched.path)
+        assert record["matched"] == len(set(matched["sj_id"].to_pylist())) and record["output_rows"] == matched.num_rows
+        assert record["matched"] + record["unmatched"] == 600
+        assert (record["output_rows"] > record["matched"]) == (primary_key is not None)
+        assert_sinks_equal_oracle(store, spec)

@@ -41,7 +41,7 @@ def test_one_minute_soak_writes_csv_png_and_keeps_exactly_once(spark, mysql_url,
     assert result["exactly_once"]["ok"], result["exactly_once"]
     assert result["exactly_once"]["tuples"] > 1_500  # a minute at 300 tuples/s, less a slow start on a busy machine
     assert result["updates"] >= 6, result["events"]
-    assert 0 < result["structure_bytes_peak"] <= result["structure_budget_bytes"]
+    assert 0 < result["memory_peak_bytes"] <= result["memory_budget_bytes"]
     with open(result["csv"]) as f:
         rows = list(csv.DictReader(f))
     assert tuple(rows[0].keys()) == COLUMNS
@@ -55,7 +55,7 @@ def test_one_minute_soak_writes_csv_png_and_keeps_exactly_once(spark, mysql_url,
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
     assert set(result["slopes_per_minute"]) == set(SERIES)
     assert all(s["per_minute"] is not None for s in result["slopes_per_minute"].values())
-    assert any(line.startswith("structure_bytes_peak") for line in lines)
+    assert any(line.startswith("memory_peak_bytes") for line in lines)
 
 
 def test_event_schedule_is_drawn_from_the_seed():

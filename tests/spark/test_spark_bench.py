@@ -75,6 +75,20 @@ def test_sink_check_finds_a_lost_and_a_duplicated_tuple(tmp_path):
     assert check_sinks(tmp_path, window) == {"ok": False, "lost": 1, "duplicated": 1, "tuples": 5}
 
 
+def test_a_parquet_sink_writes_ids_and_numbers_plain_and_master_strings_with_a_dictionary(tmp_path):
+    """The matched sink dictionary-encodes only string columns other than ``sj_id`` (a category
+    repeats; ids and numbers are nearly all distinct, a dictionary there costs time for nothing)."""
+    import pyarrow.parquet as pq
+
+    rows = pa.table({"sj_id": pa.array([str(i) for i in range(1000)]), "qty": pa.array(np.arange(1000)),
+                     "category": pa.array(["a", "b"] * 500)})
+    ParquetSink(str(tmp_path)).write(7, rows)
+    meta = pq.ParquetFile(tmp_path / "batch=7" / "part-0.parquet").metadata.row_group(0)
+    encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    assert [name for name, used in encodings.items() if "RLE_DICTIONARY" in used] == ["category"]
+    assert pq.read_table(tmp_path / "batch=7" / "part-0.parquet").equals(rows)
+
+
 def test_tuple_ledger_counts_every_exit():
     ledger = TupleLedger()
     ledger.record(np.array([0, 2, 1]))

@@ -314,6 +314,7 @@ class JoinAlgorithm:
     params: ClassVar[dict[str, Param]] = {}
     operator_name: ClassVar[str]  # its Airflow operator (:mod:`...operators.join` makes one per registry algorithm)
     auto_candidate: ClassVar[bool] = False  # among those ``algorithm: auto`` chooses from (its cost model predicts it)
+    cost_model: ClassVar[str | None] = None  # the family of :func:`...costmodel.model` that predicts it (None: none)
 
     def __init__(self, store: JoinStore, memory: int, *, clock: Clock = time.perf_counter, **params):
         self.store = store
@@ -361,6 +362,13 @@ class JoinAlgorithm:
     @property
     def demand(self) -> int:
         """Stream tuples the next step would take if they were there (w of the papers)."""
+        raise NotImplementedError
+
+    @property
+    def capacity_tuples(self) -> int:
+        """The most stream tuples it holds at once (H_S / Q, IB + SB, a batch): ``pending``
+        never exceeds it. A caller that keeps each waiting tuple's full row (a Spark step's
+        carried rows, :mod:`...spark.joinstate`) sizes its share of the budget by it."""
         raise NotImplementedError
 
     def structure_bytes(self) -> int:

@@ -58,6 +58,7 @@ class FrontStage(JoinAlgorithm):
     inner: type[JoinAlgorithm]
     strict = False  # True: f > threshold (CMESHJOIN), False: f >= threshold (SSJ)
     default_eviction = "lfu"
+    cost_model = "front-stage"  # SSJ eq. 2-10 / CMESHJOIN eq. 4 over the inner join's model
     params = {
         "cache_keys": Param(int, 0, "h_R: master tuples (keys) the cache holds; 0 = from the cost model", 0),
         "threshold": Param(int, 2, "frequency threshold: matches in one disk step that admit a tuple to H_R", 1),
@@ -207,6 +208,12 @@ class FrontStage(JoinAlgorithm):
     @property
     def demand(self) -> int:
         return max(self.algorithm.demand - self._misses.available, 0)
+
+    @property
+    def capacity_tuples(self) -> int:
+        """The disk phase's tuples and the misses waiting for it (at most its demand, which is at
+        most its capacity)."""
+        return 2 * self.algorithm.capacity_tuples
 
     def structure_bytes(self) -> int:
         waiting = self._misses.available * (self.store.key_type.itemsize + 8)

@@ -56,6 +56,7 @@ class HybridJoin(PagedJoin):
 
     name = "hybridjoin"
     operator_name = "HybridJoinOperator"
+    cost_model = "hybridjoin"  # -L and -PQ inherit it: they read the same pages in another order
     auto_candidate = True
     paper = "HYBRIDJOIN (Naeem, Dobbie, Weber), sec. 4, Fig. 5, eq. 1"
     params = {

@@ -27,6 +27,7 @@ from .master_cache import MasterCache, hit_ratio_of
 class IndexNestedLoopJoin(JoinAlgorithm):
     name = "inlj"
     operator_name = "INLJOperator"
+    cost_model = "inlj"
     auto_candidate = True
     paper = "INLJ (HYBRIDJOIN paper, sec. 3.2)"
     params = {}
@@ -56,6 +57,10 @@ class IndexNestedLoopJoin(JoinAlgorithm):
     def demand(self) -> int:
         return 1
 
+    @property
+    def capacity_tuples(self) -> int:
+        return 1
+
     def structure_bytes(self) -> int:
         return self._held
 
@@ -63,6 +68,7 @@ class IndexNestedLoopJoin(JoinAlgorithm):
 class InListJoin(JoinAlgorithm):
     name = "inlist"
     operator_name = "InListOperator"
+    cost_model = "inlist"
     paper = "baseline: micro-batch IN-list lookup (what foreachBatch code does)"
     params = {
         "batch_rows": Param(int, 0, "stream tuples per micro-batch; 0 = as many as the memory budget holds", 0),
@@ -114,6 +120,10 @@ class InListJoin(JoinAlgorithm):
     def demand(self) -> int:
         return self.batch_rows
 
+    @property
+    def capacity_tuples(self) -> int:
+        return self.batch_rows
+
     def structure_bytes(self) -> int:
         return self._held
 
@@ -124,6 +134,7 @@ class InListJoin(JoinAlgorithm):
 class InListLRUJoin(InListJoin):
     name = "inlist-lru"
     operator_name = "InListLRUOperator"
+    cost_model = None  # the LRU cache in front has no model
     paper = "baseline: micro-batch IN-list lookup with an LRU cache of master rows in the same budget"
     params = {
         **InListJoin.params,

@@ -471,6 +471,11 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         return self.ib_size - len(self._ib)
 
     @property
+    def capacity_tuples(self) -> int:
+        """IB (``ib_size``) and SB, which reaches SB_thresh + IB_thresh - 1 tuples (sec. IV-A)."""
+        return self.ib_size + self.sb_thresh + self.ib_thresh
+
+    @property
     def one_row_per_match(self) -> bool:
         return self.range == (0, 0) and bool(self.store.key_unique)
 

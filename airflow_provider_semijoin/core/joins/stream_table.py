@@ -278,6 +278,10 @@ class PagedJoin(JoinAlgorithm):
     def demand(self) -> int:
         return self.table.free
 
+    @property
+    def capacity_tuples(self) -> int:
+        return self.table.capacity
+
     def structure_bytes(self) -> int:
         return self.table.nbytes + self._disk_buffer_bytes + self.page_map.nbytes
 

@@ -35,6 +35,7 @@ def check_identifier(name: str, what: str) -> str:
 
 CHANGES_SUFFIX = "__sj_changes"  # the change log of R: (version, key, op)
 PENDING_SUFFIX = "__sj_pending"  # changes staged for R, not installed yet
+PASSWORD_ENV = "SEMIJOIN_DB_PASSWORD"  # where the semijoin CLI takes a MySQL password from (never argv)
 
 
 def side_tables(table: str) -> tuple[str, str]:

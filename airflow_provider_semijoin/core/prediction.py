@@ -1,0 +1,48 @@
+"""What an algorithm of the registry is predicted to sustain: its family's cost model
+(:mod:`.costmodel`) for the memory split it chose.
+
+Above the registry (it resolves a name to the algorithm's ``cost_model`` family), where
+:mod:`.costmodel` sits below the algorithms; ``auto`` (:mod:`..pipeline.auto`) and the benchmarks
+ask here.
+"""
+
+from __future__ import annotations
+
+from .costmodel import RANDOM_SHAPE_SEED, Prediction, check_inputs, model, split_of
+from .errors import ConfigError
+from .joins.registry import ALGORITHMS
+from .unitcosts import ComponentCosts
+
+MODELLED: tuple[str, ...] = tuple(name for name, cls in ALGORITHMS.items() if cls.cost_model is not None)
+
+
+def explain(algorithm: str, split_or_algorithm, costs: ComponentCosts, n_keys: int, exponent: float = 1.0,
+            shape: str = "noperm", *, shape_seed: int = RANDOM_SHAPE_SEED, p_n: float | None = None,
+            settings: dict | None = None) -> Prediction | None:
+    """The model of ``algorithm`` for the memory split it chose (``algorithm.memory_split()``,
+    or the algorithm itself), on R of ``n_keys`` distinct keys and a Zipf(``exponent``) stream
+    of ``shape``; None for an algorithm without a model (``inlist-lru``, and ``ssij``: its paper
+    gives a worst case (sec. V), not a model of its service rate).
+
+    ``p_n`` replaces the model's hit ratio p_N of H_R (eq. 1) by another one, e.g. the measured
+    hit ratio, to tell the error of p_N from the rest. ``settings`` are the algorithm's
+    parameters (taken from the algorithm when one is given). HYBRIDJOIN-L and -PQ (and
+    CACHEJOIN-L, -PQ) use HYBRIDJOIN's model: their papers give none, and they read the same
+    pages, in another order.
+    """
+    n_keys, exponent = check_inputs(n_keys, exponent, shape, p_n)
+    split, own = split_of(split_or_algorithm)
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"algorithm: {algorithm!r} has no cost model (models: {sorted(MODELLED)})")
+    family = ALGORITHMS[algorithm].cost_model
+    if family is None:
+        return None
+    return model(family, algorithm, split, {**own, **(settings or {})}, costs, n_keys, exponent, shape, shape_seed, p_n)
+
+
+def predict(algorithm: str, split_or_algorithm, costs: ComponentCosts, n_keys: int, exponent: float = 1.0,
+            shape: str = "noperm", **options) -> float | None:
+    """Predicted service rate (stream tuples per second) of ``algorithm`` in the configuration
+    ``split_or_algorithm`` (its memory split, or the algorithm): :func:`explain`'s mu."""
+    found = explain(algorithm, split_or_algorithm, costs, n_keys, exponent, shape, **options)
+    return None if found is None else found.service_rate_tps

@@ -1,0 +1,198 @@
+"""``semijoin reproduce``: the papers' experiments run on this machine, as curves in one report.
+
+Each experiment is a grid of cells (an algorithm at one setting of one variable); each cell is
+measured ``repeats`` times with :func:`.bench.measure` (the papers' method, HYBRIDJOIN sec. 6.1:
+a backlog, a warm-up, a window, the clock running only while the join steps) and reported as
+the median with its min-max range. Every cell of a run shares the master table, the stream's
+seed and the unit costs (:func:`.core.calibration.calibrate`, measured once), so the ratios
+within one run are what to read; absolute rates move with the machine.
+
+The experiments (``EXPERIMENTS``):
+
+* ``skew``: service rate over the Zipf exponent, INLJ, MESHJOIN, HYBRIDJOIN, -L and -PQ
+  (HYBRIDJOIN paper Fig. 7(e); the PQ paper Fig. 3(c) for -L and -PQ), SSJ and CMESHJOIN (SSJ
+  Fig. 6(c), CMESHJOIN Fig. 3(d)), CACHEJOIN-L and -PQ;
+* ``memory``: over the memory budget as a share of R's bytes, the cache front-stage family
+  (SSJ, CMESHJOIN, CACHEJOIN, -L, -PQ) and HYBRIDJOIN against MESHJOIN (SSJ Fig. 6(a),
+  CMESHJOIN Fig. 3(b), HYBRIDJOIN Fig. 7(d));
+* ``pq_vs_l``: -PQ over -L for both families at each skew (from the ``skew`` cells);
+* ``ssij``: SSIJ against MESHJOIN and HYBRIDJOIN, both shapes (SSIJ paper sec. VI-B, Fig. 8);
+* ``policy``: SSIJ's page-cache policy (utility counters) against LRU (Fig. 11);
+* ``max_scan``: SSIJ over maxScan (Fig. 15);
+* ``temporal``: the temporal-locality stream (SSIJ sec. VI-A) for SSIJ, HYBRIDJOIN, CACHEJOIN;
+* ``model``: measured over predicted (:func:`.core.prediction.explain`) for every cell that has
+  a model.
+
+The report (``<out>/README.md``) has one PNG per experiment (matplotlib), the tables, and one
+line per claim of the papers (:mod:`.claims`): reproduced or not, with the factor measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .bench import BenchConfig, measure
+from .claims import CLAIMS, judge
+from .core.calibration import calibrate
+from .core.errors import ConfigError
+from .core.stores import open_store, redact
+from .workloads import generate_master
+
+KEY = "nk"
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How big a reproduction is: R's rows, the default budget (the papers' 50 MB at 2M rows,
+    scaled with R), the warm-up and window of one measurement, the repeats of each cell, and
+    the grids of the swept variables."""
+
+    rows: int
+    memory: int
+    warmup_s: float
+    window_s: float
+    repeats: int
+    skews: tuple[float, ...]
+    memory_shares: tuple[float, ...]  # of R's bytes
+    max_scans: tuple[int, ...]
+
+
+SCALES = {
+    "small": Scale(rows=40_000, memory=1 << 20, warmup_s=0.1, window_s=0.3, repeats=3,
+                   skews=(0.0, 0.5, 1.0), memory_shares=(0.01, 0.1), max_scans=(1, 16)),
+    "standard": Scale(rows=2_000_000, memory=50 << 20, warmup_s=5.0, window_s=10.0, repeats=3,
+                      skews=(0.0, 0.25, 0.5, 0.75, 1.0), memory_shares=(0.01, 0.02, 0.05, 0.1, 0.2),
+                      max_scans=(1, 4, 16, 64, 200)),
+}
+SKEW_ALGORITHMS = ("inlj", "meshjoin", "hybridjoin", "hybridjoin-l", "hybridjoin-pq", "ssj", "cmeshjoin", "cachejoin-l",
+                   "cachejoin-pq")
+MEMORY_ALGORITHMS = ("meshjoin", "hybridjoin", "ssj", "cmeshjoin", "cachejoin", "cachejoin-l", "cachejoin-pq")
+SSIJ_ALGORITHMS = ("ssij", "meshjoin", "hybridjoin")
+TEMPORAL_ALGORITHMS = ("ssij", "hybridjoin", "cachejoin")
+EXPERIMENTS = ("skew", "memory", "pq_vs_l", "ssij", "policy", "max_scan", "temporal", "model")
+
+
+@dataclass
+class Cell:
+    """One algorithm at one setting: the repeats' service rates and what the model predicts."""
+
+    experiment: str
+    algorithm: str
+    setting: dict
+    rates: list[float]
+    predicted_tps: float | None = None
+    refused: str | None = None  # why the algorithm could not run here (a budget too small)
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.rates) if self.rates else None
+
+    def as_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "median": self.median,
+                "min": min(self.rates, default=None), "max": max(self.rates, default=None)}
+
+
+class Reproduction:
+    """Runs the cells of a scale on one master table and keeps them."""
+
+    def __init__(self, master: str, scale: Scale, seed: int = 0, out=print):
+        self.master, self.scale, self.seed, self.out = master, scale, seed, out
+        self.table = f"reproduce_r{scale.rows}"
+        self.cells: list[Cell] = []
+        generate_master(master, self.table, scale.rows, seed=seed)
+        with open_store(master, self.table, KEY) as store:
+            self.costs = calibrate(store, io_samples=0)
+            page_map = store.page_map()
+            self.r_bytes = int(store.row_bytes(page_map) * page_map.n_rows)
+
+    def config(self, zipf: float = 1.0, memory: int | None = None, shape: str = "noperm") -> BenchConfig:
+        s = self.scale
+        return BenchConfig(master=self.master, rows=s.rows, memory=memory or s.memory, zipf=zipf, shapes=[shape],
+                           warmup_s=s.warmup_s, window_s=s.window_s, seed=self.seed, io_samples=0)
+
+    def cell(self, experiment: str, algorithm: str, setting: dict, config: BenchConfig, shape: str = "noperm",
+             params: dict | None = None) -> Cell:
+        cell = Cell(experiment, algorithm, setting, [])
+        for _ in range(self.scale.repeats):
+            try:
+                r = measure(config, self.table, algorithm, shape, costs=self.costs, params=params)
+            except ConfigError as exc:
+                if not str(exc).startswith("memory:"):
+                    raise
+                cell.refused = str(exc)
+                break
+            cell.rates.append(r["service_rate_tps"])
+            cell.predicted_tps = r.get("predicted_tps")
+        self.cells.append(cell)
+        shown = f"{cell.median:>11,.0f} tuples/s" if cell.rates else "does not fit the budget"
+        self.out(f"  {experiment:<9} {algorithm:<14} {json.dumps(setting):<34} {shown}")
+        return cell
+
+    # -- the experiments -------------------------------------------------------------------------
+    def run(self, experiments=EXPERIMENTS) -> None:
+        s = self.scale
+        if "skew" in experiments or "pq_vs_l" in experiments:
+            for zipf in s.skews:
+                for name in SKEW_ALGORITHMS:
+                    self.cell("skew", name, {"skew": zipf}, self.config(zipf=zipf))
+        if "memory" in experiments:
+            for share in s.memory_shares:
+                memory = max(int(share * self.r_bytes), 1)
+                for name in MEMORY_ALGORITHMS:
+                    self.cell("memory", name, {"memory_share": share}, self.config(memory=memory))
+        if "ssij" in experiments:
+            for shape in ("noperm", "random"):
+                for name in SSIJ_ALGORITHMS:
+                    self.cell("ssij", name, {"shape": shape}, self.config(shape=shape), shape)
+        if "policy" in experiments:
+            for shape in ("noperm", "random", "temporal"):
+                for policy in ("utility", "lru"):
+                    self.cell("policy", "ssij", {"shape": shape, "policy": policy}, self.config(shape=shape), shape,
+                              {"cache_policy": policy})
+        if "max_scan" in experiments:
+            for max_scan in s.max_scans:
+                self.cell("max_scan", "ssij", {"max_scan": max_scan}, self.config(), "noperm", {"max_scan": max_scan})
+        if "temporal" in experiments:
+            for name in TEMPORAL_ALGORITHMS:
+                self.cell("temporal", name, {"shape": "temporal"}, self.config(shape="temporal"), "temporal")
+
+
+def run_reproduce(master: str, scale_name: str, out_dir: str | Path, seed: int = 0, out=print,
+                  experiments=EXPERIMENTS) -> dict:
+    """Run every experiment at ``scale_name`` on ``master`` and write ``out_dir/README.md``,
+    one PNG per experiment and ``results.json``; returns the summary."""
+    if scale_name not in SCALES:
+        raise ConfigError(f"scale: {scale_name!r} is not one of {list(SCALES)}")
+    unknown = sorted(set(experiments or ()) - set(EXPERIMENTS))
+    if unknown:
+        raise ConfigError(f"experiments: {unknown[0]!r} is not one of {list(EXPERIMENTS)}")
+    from .reproduce_report import write_report
+
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    out(f"reproduce --scale {scale_name}: master {redact(master)}, R = {SCALES[scale_name].rows:,} rows")
+    run = Reproduction(master, SCALES[scale_name], seed, out)
+    run.run(tuple(experiments or EXPERIMENTS))
+    verdicts = [judge(claim, run.cells) for claim in CLAIMS]
+    summary = {
+        "scale": scale_name,
+        "scale_settings": dataclasses.asdict(run.scale),
+        "master": redact(master),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "processor": platform.processor() or platform.machine()},
+        "seconds": round(time.perf_counter() - started, 1),
+        "r_bytes": run.r_bytes,
+        "cells": [c.as_dict() for c in run.cells],
+        "claims": verdicts,
+    }
+    summary["plots"] = write_report(folder, summary, run.cells)
+    (folder / "results.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    out(f"wrote {folder / 'README.md'} ({summary['seconds']} s)")
+    return summary

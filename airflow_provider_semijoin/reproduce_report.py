@@ -1,0 +1,230 @@
+"""The report of ``semijoin reproduce``: one PNG per experiment, the tables and the claims'
+verdicts in ``README.md`` (:mod:`.reproduce` measures, this module draws and writes)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+LOW, HIGH = 0.85, 1.15  # measured / predicted within this band: the model predicts
+
+
+def _label(setting: dict) -> str:
+    return ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in setting.items())
+
+
+def _cells(cells, experiment: str):
+    return [c for c in cells if c.experiment == experiment]
+
+
+def _by_algorithm(cells) -> dict[str, list]:
+    grouped = defaultdict(list)
+    for c in cells:
+        grouped[c.algorithm].append(c)
+    return grouped
+
+
+def _line_plot(ax, cells, variable: str, scale_x: float = 1.0) -> list[str]:
+    drawn = []
+    for name, group in _by_algorithm(cells).items():
+        points = [(c.setting[variable] * scale_x, c) for c in group if c.rates]
+        if not points:
+            continue
+        xs = [x for x, _ in points]
+        medians = [c.median for _, c in points]
+        lows = [c.median - min(c.rates) for _, c in points]
+        highs = [max(c.rates) - c.median for _, c in points]
+        ax.errorbar(xs, medians, yerr=[lows, highs], marker="o", capsize=3, label=name)
+        drawn.append(name)
+    ax.set_yscale("log")  # the algorithms differ by orders of magnitude
+    ax.set_ylabel("service rate (tuples/s), median, min-max")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    return drawn
+
+
+def _bar_plot(ax, cells, group_key: str, series_key: str) -> list[str]:
+    groups = list(dict.fromkeys(c.setting[group_key] if group_key in c.setting else c.algorithm for c in cells))
+    series = list(dict.fromkeys(c.setting[series_key] if series_key in c.setting else c.algorithm for c in cells))
+    width = 0.8 / max(len(series), 1)
+    for i, s in enumerate(series):
+        xs, medians, errors = [], [], [[], []]
+        for j, g in enumerate(groups):
+            for c in cells:
+                cg = c.setting.get(group_key, c.algorithm)
+                cs = c.setting.get(series_key, c.algorithm)
+                if cg == g and cs == s and c.rates:
+                    xs.append(j + i * width)
+                    medians.append(c.median)
+                    errors[0].append(c.median - min(c.rates))
+                    errors[1].append(max(c.rates) - c.median)
+        ax.bar(xs, medians, width, yerr=errors, capsize=3, label=str(s))
+    ax.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(groups))], [str(g) for g in groups])
+    ax.set_ylabel("service rate (tuples/s), median, min-max")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, axis="y")
+    return [str(s) for s in series]
+
+
+def _pq_over_l(cells) -> list[dict]:
+    """-PQ / -L at each skew, per family, from the skew cells (median of the pairwise ratios)."""
+    rows = []
+    skew = _cells(cells, "skew")
+    for family in ("hybridjoin", "cachejoin"):
+        for zipf in dict.fromkeys(c.setting["skew"] for c in skew):
+            pq = next((c for c in skew if c.algorithm == f"{family}-pq" and c.setting["skew"] == zipf and c.rates), None)
+            lru = next((c for c in skew if c.algorithm == f"{family}-l" and c.setting["skew"] == zipf and c.rates), None)
+            if pq and lru:
+                ratios = sorted(p / q for p, q in zip(pq.rates, lru.rates) if q)
+                if ratios:
+                    rows.append({"family": family, "skew": zipf, "median": ratios[len(ratios) // 2],
+                                 "min": ratios[0], "max": ratios[-1]})
+    return rows
+
+
+def _plot(folder: Path, name: str, draw) -> dict:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    series = draw(ax)
+    fig.tight_layout()
+    path = folder / f"{name}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return {"file": path.name, "series": series}
+
+
+def plots(folder: Path, cells) -> dict[str, dict]:
+    """One PNG per experiment that has cells; returns experiment -> its file and the series
+    (algorithms, policies) drawn in it."""
+    drawn = {}
+
+    def titled(title, draw):
+        def inner(ax):
+            series = draw(ax)
+            ax.set_title(title, fontsize=9)
+            return series
+        return inner
+
+    if _cells(cells, "skew"):
+        drawn["skew"] = _plot(folder, "skew", titled("service rate vs skew (Zipf exponent)",
+                                                      lambda ax: (ax.set_xlabel("skew"), _line_plot(ax, _cells(cells, "skew"), "skew"))[1]))
+    if _cells(cells, "memory"):
+        drawn["memory"] = _plot(folder, "memory", titled("service rate vs memory (% of R), skew 1", lambda ax: (
+            ax.set_xlabel("memory, % of R"), _line_plot(ax, _cells(cells, "memory"), "memory_share", 100.0))[1]))
+    ratios = _pq_over_l(cells)
+    if ratios:
+        def draw_ratios(ax):
+            series = []
+            for family in ("hybridjoin", "cachejoin"):
+                rows = [r for r in ratios if r["family"] == family]
+                if rows:
+                    ax.errorbar([r["skew"] for r in rows], [r["median"] for r in rows],
+                                yerr=[[r["median"] - r["min"] for r in rows], [r["max"] - r["median"] for r in rows]],
+                                marker="o", capsize=3, label=f"{family}-pq / {family}-l")
+                    series.append(family)
+            ax.axhline(1.0, color="grey", lw=0.8)
+            ax.set_xlabel("skew")
+            ax.set_ylabel("-PQ / -L service rate")
+            ax.legend(fontsize=7)
+            return series
+        drawn["pq_vs_l"] = _plot(folder, "pq_vs_l", titled("-PQ over -L", draw_ratios))
+    for experiment, group_key, series_key, title in (
+        ("ssij", "shape", "algorithm", "SSIJ vs MESHJOIN and HYBRIDJOIN, skew 1"),
+        ("policy", "shape", "policy", "SSIJ page-cache policy: utility vs LRU"),
+        ("temporal", "shape", "algorithm", "temporal-locality stream"),
+    ):
+        if _cells(cells, experiment):
+            drawn[experiment] = _plot(folder, experiment, titled(title, lambda ax, e=experiment, g=group_key, s=series_key:
+                                                                   _bar_plot(ax, _cells(cells, e), g, s)))
+    if _cells(cells, "max_scan"):
+        drawn["max_scan"] = _plot(folder, "max_scan", titled("SSIJ service rate vs maxScan", lambda ax: (
+            ax.set_xlabel("maxScan (pages)"), _line_plot(ax, _cells(cells, "max_scan"), "max_scan"))[1]))
+    modelled = [c for c in cells if c.rates and c.predicted_tps]
+    if modelled:
+        def draw_model(ax):
+            groups = _by_algorithm(modelled)
+            for name, group in groups.items():
+                ax.scatter([c.predicted_tps for c in group], [c.median for c in group], s=14, label=name)
+            top = max(max(c.predicted_tps, c.median) for c in modelled) * 1.2
+            ax.plot([1, top], [1, top], color="grey", lw=0.8)
+            ax.fill_between([1, top], [LOW, LOW * top], [HIGH, HIGH * top], color="grey", alpha=0.15)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("predicted (tuples/s)")
+            ax.set_ylabel("measured (tuples/s)")
+            ax.legend(fontsize=6, ncol=2)
+            return list(groups)
+        drawn["model"] = _plot(folder, "model", titled(f"measured vs predicted (band {LOW}-{HIGH})", draw_model))
+    return drawn
+
+
+def _cell_text(c) -> str:
+    if not c.rates:
+        return "does not fit"
+    return f"{c.median:,.0f} [{min(c.rates):,.0f}-{max(c.rates):,.0f}]"
+
+
+def _table(cells) -> list[str]:
+    settings = list(dict.fromkeys(_label(c.setting) for c in cells))
+    names = list(dict.fromkeys(c.algorithm for c in cells))
+    lines = ["| algorithm | " + " | ".join(settings) + " |", "|---|" + "---:|" * len(settings)]
+    for name in names:
+        row = {_label(c.setting): _cell_text(c) for c in cells if c.algorithm == name}
+        lines.append(f"| {name} | " + " | ".join(row.get(s, "-") for s in settings) + " |")
+    return lines
+
+
+def write_report(folder: Path, summary: dict, cells) -> dict[str, dict]:
+    """Write ``README.md`` and the plots; returns :func:`plots`' account of them."""
+    images = plots(folder, cells)
+    s = summary["scale_settings"]
+    lines = [
+        f"# Reproduction of the papers' experiments ({summary['scale']} scale)",
+        "",
+        f"Command: `semijoin reproduce --scale {summary['scale']} --master {summary['master']} --out <this folder>`; "
+        f"{summary['seconds']} s on {summary['machine']['platform']} ({summary['machine']['processor']}, "
+        f"Python {summary['machine']['python']}).",
+        "",
+        f"R = {s['rows']:,} rows ({summary['r_bytes']:,} bytes loaded), default memory {s['memory']:,} bytes, "
+        f"warm-up {s['warmup_s']} s and window {s['window_s']} s per measurement, {s['repeats']} repetitions per "
+        "cell: each cell is the median service rate in tuples/s with [min-max]. Compare within this run: "
+        "the machine is shared, absolute rates move."
+        + (" At the small scale a measurement lasts a fraction of a second, mostly a transient (H_S filling): the "
+           "small scale checks the machinery; the verdicts that count are the standard run's."
+           if summary["scale"] == "small" else ""),
+        "",
+        "## Claims of the papers",
+        "",
+        "| claim | paper, where | verdict | measured |",
+        "|---|---|---|---|",
+    ]
+    for v in summary["claims"]:
+        lines.append(f"| {v['claim']} | {v['paper']}, {v['where']} | {v['verdict']} | {v['measured']} |")
+    titles = {"skew": "Service rate vs skew", "memory": "Service rate vs memory", "pq_vs_l": "-PQ vs -L",
+              "ssij": "SSIJ vs MESHJOIN and HYBRIDJOIN", "policy": "SSIJ cache policy",
+              "max_scan": "SSIJ maxScan", "temporal": "Temporal locality", "model": "Predicted vs measured"}
+    for experiment, title in titles.items():
+        lines += ["", f"## {title}", ""]
+        if experiment in images:
+            lines += [f"![{title}]({images[experiment]['file']})", ""]
+        if experiment == "pq_vs_l":
+            rows = _pq_over_l(cells)
+            lines += ["| family | skew | -PQ / -L median [min-max] |", "|---|---:|---:|"]
+            lines += [f"| {r['family']} | {r['skew']:g} | {r['median']:.2f} [{r['min']:.2f}-{r['max']:.2f}] |" for r in rows]
+        elif experiment == "model":
+            modelled = [c for c in cells if c.rates and c.predicted_tps]
+            inside = sum(LOW <= c.median / c.predicted_tps <= HIGH for c in modelled)
+            lines += [f"{inside} of {len(modelled)} modelled cells within {LOW}-{HIGH}.", "",
+                      "| experiment | algorithm | setting | measured | predicted | measured / predicted |",
+                      "|---|---|---|---:|---:|---:|"]
+            lines += [f"| {c.experiment} | {c.algorithm} | {_label(c.setting)} | {c.median:,.0f} | {c.predicted_tps:,.0f} | "
+                      f"{c.median / c.predicted_tps:.2f} |" for c in modelled]
+        else:
+            group = _cells(cells, experiment)
+            lines += _table(group) if group else ["(not run)"]
+    (folder / "README.md").write_text("\n".join(lines) + "\n")
+    return images

@@ -1,0 +1,90 @@
+"""``semijoin reproduce``: the small scale end to end (every experiment, its plot holding every
+algorithm, a verdict per claim), and the judging of a claim on cells made up for the purpose."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_provider_semijoin.claims import CLAIMS, judge
+from airflow_provider_semijoin.cli import main
+from airflow_provider_semijoin.core.errors import ConfigError
+from airflow_provider_semijoin.reproduce import (EXPERIMENTS, MEMORY_ALGORITHMS, SKEW_ALGORITHMS, SSIJ_ALGORITHMS,
+                                                 TEMPORAL_ALGORITHMS, Cell, run_reproduce)
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_small_scale_writes_every_plot_with_every_algorithm_and_judges_every_claim(tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main(["reproduce", "--scale", "small", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads((out / "results.json").read_text())
+    plots = summary["plots"]
+    assert set(plots) == set(EXPERIMENTS)
+    for experiment, plot in plots.items():
+        assert (out / plot["file"]).read_bytes()[:8] == PNG, experiment
+    assert plots["skew"]["series"] == list(SKEW_ALGORITHMS)
+    assert plots["memory"]["series"] == list(MEMORY_ALGORITHMS)  # each fits at least one budget of the sweep
+    assert plots["ssij"]["series"] == list(SSIJ_ALGORITHMS)
+    assert plots["temporal"]["series"] == list(TEMPORAL_ALGORITHMS)
+    assert plots["policy"]["series"] == ["utility", "lru"]
+    assert plots["pq_vs_l"]["series"] == ["hybridjoin", "cachejoin"]
+    assert set(plots["model"]["series"]) >= {"inlj", "meshjoin", "hybridjoin", "cachejoin"}
+    cells = summary["cells"]
+    assert all(len(c["rates"]) == 3 and c["min"] <= c["median"] <= c["max"] for c in cells if not c["refused"])
+    report = (out / "README.md").read_text()
+    assert len(summary["claims"]) == len(CLAIMS) > 0
+    for verdict in summary["claims"]:
+        assert verdict["verdict"] in ("reproduced", "not reproduced", "not measured")
+        assert f"| {verdict['claim']} |" in report
+    assert all(f"]({plot['file']})" in report for plot in plots.values())
+    assert f"of {len(CLAIMS)} claims" in printed
+
+
+def test_an_unknown_scale_or_experiment_is_refused_before_any_work(tmp_path):
+    with pytest.raises(ConfigError, match=r"^scale: 'huge' is not one of \['small', 'standard'\]"):
+        run_reproduce(f"sqlite:///{tmp_path / 'r.db'}", "huge", tmp_path)
+    with pytest.raises(ConfigError, match=r"^experiments: 'speed' is not one of"):
+        run_reproduce(f"sqlite:///{tmp_path / 'r.db'}", "small", tmp_path, experiments=["skew", "speed"])
+    assert not (tmp_path / "r.db").exists()
+
+
+CLAIM = {"id": "x", "paper": "P", "where": "sec. 1", "claim": "a beats b", "experiment": "skew",
+         "a": {"algorithm": "hybridjoin", "skew": 1.0}, "b": {"algorithm": "meshjoin", "skew": 1.0}}
+
+
+def cells(a_rates, b_rates):
+    return [Cell("skew", "hybridjoin", {"skew": 1.0}, a_rates), Cell("skew", "meshjoin", {"skew": 1.0}, b_rates),
+            Cell("skew", "meshjoin", {"skew": 0.0}, [1.0, 1.0, 1.0])]
+
+
+@pytest.mark.parametrize("claim, a_rates, b_rates, verdict, factor", [
+    (CLAIM, [30, 10, 20], [10, 10, 5], "reproduced", 2.0),  # medians 20 / 10
+    (CLAIM, [9, 9, 9], [10, 10, 10], "not reproduced", 0.9),
+    ({**CLAIM, "min_factor": 3.0}, [25, 25, 25], [10, 10, 10], "reproduced", 2.5),  # within TOLERANCE of 3x
+    ({**CLAIM, "min_factor": 3.0}, [23, 23, 23], [10, 10, 10], "not reproduced", 2.3),
+    ({**CLAIM, "max_factor": 1.1}, [10.5, 10.5, 10.5], [10, 10, 10], "reproduced", 1.05),
+    ({**CLAIM, "max_factor": 1.1}, [12, 12, 12], [10, 10, 10], "not reproduced", 1.2),
+])
+def test_a_claim_is_judged_by_the_ratio_of_the_medians(claim, a_rates, b_rates, verdict, factor):
+    found = judge(claim, cells(a_rates, b_rates))
+    assert (found["verdict"], found["factor"]) == (verdict, factor)
+    assert found["measured"].startswith("hybridjoin (skew 1.0) / meshjoin (skew 1.0) = ")
+
+
+def test_a_claim_whose_cells_were_not_run_or_did_not_fit_is_not_measured():
+    missing = judge({**CLAIM, "b": {"algorithm": "ssj", "skew": 1.0}}, cells([1], [1]))
+    assert missing["verdict"] == "not measured" and "ssj (skew 1.0) was not run" in missing["measured"]
+    refused = judge(CLAIM, cells([1, 2, 3], []))
+    assert refused["verdict"] == "not measured" and "does not fit the budget" in refused["measured"]
+
+
+def test_every_claim_names_cells_an_experiment_measures():
+    from airflow_provider_semijoin.core.joins import ALGORITHMS
+
+    for claim in CLAIMS:
+        assert claim["experiment"] in EXPERIMENTS, claim["id"]
+        for side in ("a", "b"):
+            assert claim[side]["algorithm"] in ALGORITHMS, (claim["id"], side)
