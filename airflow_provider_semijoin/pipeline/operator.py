@@ -36,16 +36,21 @@ class SemiJoinPipelineOperator(SemiJoinJobOperator):
 
     def _choose(self, step, url: str) -> str:
         from ..core.stores import open_store
-        from .auto import choose_algorithm
+        from ..spark.spec import SourceSpec
+        from .auto import choose_algorithm, estimated_row_bytes
 
+        spec = PipelineSpec(**self.pipeline)
+        earlier = spec.steps[:[s.column for s in spec.steps].index(step.column)]
+        row_bytes = estimated_row_bytes(SourceSpec(**spec.source), sum(len(s.dimension.select) for s in earlier))
         dimension = step.dimension
         with open_store(url, dimension.table, dimension.natural_key, dimension.select) as store:
-            name, rates = choose_algorithm(store, parse_bytes(step.memory), step.skew)
+            name, rates = choose_algorithm(store, parse_bytes(step.memory), step.skew, row_bytes)
         # a rate without bound (every tuple served from memory) is shown as such: JSON has no inf
         shown = {k: round(v, 1) if math.isfinite(v) else "unbounded" for k, v in rates.items()}
-        self.auto_choices[step.column] = {"algorithm": name, "predicted_tps": shown}
-        self.log.info("Step %s: algorithm auto chose %s (predicted tuples/s: %s)", step.column, name,
-                      self.auto_choices[step.column]["predicted_tps"])
+        self.auto_choices[step.column] = {"algorithm": name, "predicted_tps": shown,
+                                          "estimated_row_bytes": round(row_bytes, 1)}
+        self.log.info("Step %s: algorithm auto chose %s (predicted tuples/s at the share the carried rows of "
+                      "~%.0f bytes leave it: %s)", step.column, name, row_bytes, shown)
         return name
 
     def job_info(self, spec, link: str) -> dict:

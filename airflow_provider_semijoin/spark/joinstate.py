@@ -48,6 +48,7 @@ DUE = "sj_due"  # epoch seconds by which the tuple must have left (inf: never fo
 PART = "sj_part"  # the part (partitions = N) that holds the tuple
 RETRY_SINCE = "sj_retry_since"  # set on rows held for a retry (not inside the join)
 JOIN_COLUMNS = (SEQ, DUE, PART)
+JOIN_COLUMN_BYTES = 8 + 8 + 4  # what the join columns add to a carried row (int64, float64, int32)
 MAX_CHUNKS = 1024  # chunks the carried rows may be in before they are made one (a take over many small ones is slow)
 
 

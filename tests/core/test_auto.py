@@ -1,0 +1,67 @@
+"""``algorithm: auto`` predicts each candidate at the share of M that the carried rows leave it
+(:mod:`airflow_provider_semijoin.pipeline.auto`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_semijoin.core.errors import ConfigError
+from airflow_provider_semijoin.core.joins.registry import create
+from airflow_provider_semijoin.core.session import sized_for_rows
+from airflow_provider_semijoin.pipeline.auto import (
+    STRING_BYTES,
+    choose_algorithm,
+    ddl_row_bytes,
+    estimated_row_bytes,
+    predictions,
+)
+from airflow_provider_semijoin.spark.joinstate import JOIN_COLUMN_BYTES
+from airflow_provider_semijoin.spark.spec import SourceSpec
+from airflow_provider_semijoin.workloads import master_table
+
+MEMORY = 4 << 20
+
+
+@pytest.fixture
+def store(sqlite_backend):
+    return sqlite_backend.make_master(master_table(200_000, seed=3).select(["nk", "sk"]))
+
+
+def test_the_carried_rows_cost_the_candidates_that_hold_many_tuples(store):
+    """MESHJOIN and HYBRIDJOIN hold H_S's tuples, whose rows take M from their structures: they
+    are predicted slower once the rows count; INLJ holds one tuple and loses next to nothing."""
+    whole = predictions(store, MEMORY, candidates=("meshjoin", "hybridjoin", "inlj"))
+    shared = predictions(store, MEMORY, candidates=("meshjoin", "hybridjoin", "inlj"), row_bytes=100.0)
+    for name in ("meshjoin", "hybridjoin"):
+        assert shared[name] < 0.9 * whole[name], (name, shared[name], whole[name])
+    assert shared["inlj"] == pytest.approx(whole["inlj"], rel=0.05)
+
+
+def test_each_candidate_is_predicted_as_the_step_will_size_it(store):
+    """The algorithm auto prices is the one a Spark step builds (:func:`sized_for_rows`)."""
+    algorithm, share = sized_for_rows(lambda m: create("hybridjoin", store, m), MEMORY, 100.0)
+    assert share < MEMORY and algorithm.memory_split() != create("hybridjoin", store, MEMORY).memory_split()
+    name, rates = choose_algorithm(store, MEMORY, 1.0, row_bytes=100.0)
+    assert name == max(rates, key=rates.get)
+
+
+def test_a_budget_the_rows_fill_leaves_no_candidate(store):
+    with pytest.raises(ConfigError, match=r"memory: 4096 bytes are too few for any algorithm"):
+        choose_algorithm(store, 4096, 1.0, row_bytes=10_000.0)
+
+
+@pytest.mark.parametrize("ddl, expected", [
+    ("tid BIGINT, nk STRING", 8 + STRING_BYTES),
+    ("a INT, b DOUBLE, c DECIMAL(10,2), d ARRAY<INT>", 4 + 8 + 16 + STRING_BYTES),
+    ("flag boolean, day date", 1 + 4),
+])
+def test_ddl_row_bytes(ddl, expected):
+    assert ddl_row_bytes(ddl) == expected
+
+
+def test_the_estimate_counts_the_ids_the_join_columns_and_earlier_steps():
+    generator = estimated_row_bytes(SourceSpec(), 0)
+    assert generator == 5 * 8 + STRING_BYTES + JOIN_COLUMN_BYTES  # tid, nk, qty, amount, sj_arrival
+    assert estimated_row_bytes(SourceSpec(), 2) == generator + 16
+    files = SourceSpec(kind="files", path="/landing", format="parquet", schema="id BIGINT, nk BIGINT")
+    assert estimated_row_bytes(files, 0) == 16 + 8 + 2 * STRING_BYTES + JOIN_COLUMN_BYTES
