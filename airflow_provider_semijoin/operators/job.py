@@ -232,9 +232,14 @@ class SemiJoinJobOperator(BaseOperator):
     def job_info(self, spec, link: str) -> dict:
         """``semijoin_info``: what runs, with which parameters and memory split (no credentials)."""
         described = spec.describe()
-        steps = []
+        from ..spark.joinstate import estimated_row_bytes
+
+        steps, added_columns = [], 0
         for step, shown in zip(spec.steps, described["steps"]):
-            steps.append({**shown, "memory_bytes": step.memory_bytes, "memory_split": self._memory_split(step)})
+            row_bytes = estimated_row_bytes(spec.source, added_columns)
+            steps.append({**shown, "memory_bytes": step.memory_bytes, "estimated_row_bytes": round(row_bytes, 1),
+                          "memory_split": self._memory_split(step, row_bytes)})
+            added_columns += len(step.master.select)
         first = steps[0]
         return {
             "algorithm": "+".join(s["algorithm"] for s in steps),
@@ -251,13 +256,18 @@ class SemiJoinJobOperator(BaseOperator):
         }
 
     @staticmethod
-    def _memory_split(step) -> dict:
-        """How the algorithm divides its budget (its structures sized on R, as the job will)."""
+    def _memory_split(step, row_bytes: float) -> dict:
+        """How the step divides its budget, as the job will (:func:`..core.session.sized_for_rows`):
+        the algorithm's structures, sized on R at its share, and the rows of the tuples it holds
+        (``carried_rows_bytes``: the rest, for rows of about ``row_bytes``)."""
         from ..core.joins.registry import create
+        from ..core.session import sized_for_rows
         from ..core.stores import open_store
 
         with open_store(step.master.url, step.master.table, step.master.key, step.master.select) as store:
-            return create(step.algorithm, store, step.memory_bytes, step.params).memory_split()
+            algorithm, share = sized_for_rows(lambda m: create(step.algorithm, store, m, step.params),
+                                              step.memory_bytes, row_bytes)
+            return {**algorithm.memory_split(), "carried_rows_bytes": step.memory_bytes - share}
 
     def _run(self, spec, records: queue.Queue, outcome: dict) -> None:
         try:

@@ -10,53 +10,19 @@ A step's memory holds the algorithm's structures *and* the rows of the tuples in
 (:func:`..core.session.sized_for_rows`, as the Spark step splits it), so each candidate is
 predicted at the share the rows leave it: a candidate that holds many tuples (MESHJOIN's and
 HYBRIDJOIN's H_S) gets less of M than one that holds few (INLJ). The rows' width is not known
-before the first micro-batch; :func:`estimated_row_bytes` estimates it from the source's schema.
+before the first micro-batch; :func:`..spark.joinstate.estimated_row_bytes` estimates it from the
+source's schema.
 """
 
 from __future__ import annotations
 
 import math
-import re
 
 from ..core.errors import ConfigError
 from ..core.joins.registry import ALGORITHMS, AUTO_CANDIDATES, create
 from ..core.prediction import predict
 from ..core.session import sized_for_rows
 from ..core.stores import MasterStore
-from ..spark.joinstate import JOIN_COLUMN_BYTES
-
-STRING_BYTES = 16  # a string value not seen yet: its 4-byte offset and 12 characters
-UNKNOWN_ROW_BYTES = 64  # a stream row whose schema is not given (inferred by Spark later): 8 columns of 8 bytes
-DDL_TYPE_BYTES = {"BOOLEAN": 1, "TINYINT": 1, "BYTE": 1, "SMALLINT": 2, "SHORT": 2, "INT": 4, "INTEGER": 4, "DATE": 4,
-                  "FLOAT": 4, "REAL": 4, "BIGINT": 8, "LONG": 8, "DOUBLE": 8, "TIMESTAMP": 8, "TIMESTAMP_NTZ": 8,
-                  "DECIMAL": 16}
-
-
-def ddl_row_bytes(ddl: str) -> float:
-    """The bytes of one row of a Spark DDL schema (``"tid BIGINT, nk STRING"``) in Arrow:
-    fixed-width types at their width, strings and anything else at :data:`STRING_BYTES`."""
-    columns = re.split(r",(?![^(<]*[)>])", ddl)  # commas outside DECIMAL(10,2) and ARRAY<...>
-    total = 0
-    for column in columns:
-        parts = column.split()
-        type_name = re.split(r"[(<]", parts[1])[0].upper() if len(parts) > 1 else ""
-        total += DDL_TYPE_BYTES.get(type_name, STRING_BYTES)
-    return float(total)
-
-
-def estimated_row_bytes(source, added_columns: int) -> float:
-    """A carried row's bytes in a step (:class:`..spark.joinstate.CarriedRows`): the stream's
-    columns (``source``, a :class:`..spark.spec.SourceSpec`), ``added_columns`` that earlier steps
-    joined on (surrogate keys: 8 bytes each), the tuple's id as text and arrival time, and the
-    join's own columns."""
-    from ..spark.sources import generator_schema, generator_settings
-
-    if source.kind == "generator":
-        stream = ddl_row_bytes(generator_schema(generator_settings(source)))  # its sj_arrival included
-    else:
-        stream = (ddl_row_bytes(source.schema) if source.schema else UNKNOWN_ROW_BYTES) + 8  # + sj_arrival
-    id_bytes = STRING_BYTES if source.kind == "generator" or source.id_column else 2 * STRING_BYTES  # '<file>#<row>'
-    return float(stream + 8 * added_columns + id_bytes + JOIN_COLUMN_BYTES)
 
 
 def predictions(store: MasterStore, memory: int, skew: float = 1.0, candidates=AUTO_CANDIDATES,

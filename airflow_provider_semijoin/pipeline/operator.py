@@ -36,8 +36,9 @@ class SemiJoinPipelineOperator(SemiJoinJobOperator):
 
     def _choose(self, step, url: str) -> str:
         from ..core.stores import open_store
+        from ..spark.joinstate import estimated_row_bytes
         from ..spark.spec import SourceSpec
-        from .auto import choose_algorithm, estimated_row_bytes
+        from .auto import choose_algorithm
 
         spec = PipelineSpec(**self.pipeline)
         earlier = spec.steps[:[s.column for s in spec.steps].index(step.column)]

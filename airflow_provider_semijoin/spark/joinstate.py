@@ -31,6 +31,7 @@ expected end of the next micro-batch.
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -50,6 +51,39 @@ RETRY_SINCE = "sj_retry_since"  # set on rows held for a retry (not inside the j
 JOIN_COLUMNS = (SEQ, DUE, PART)
 JOIN_COLUMN_BYTES = 8 + 8 + 4  # what the join columns add to a carried row (int64, float64, int32)
 MAX_CHUNKS = 1024  # chunks the carried rows may be in before they are made one (a take over many small ones is slow)
+STRING_BYTES = 16  # a string value not seen yet: its 4-byte offset and 12 characters
+UNKNOWN_ROW_BYTES = 64  # a stream row whose schema is not given (inferred by Spark later): 8 columns of 8 bytes
+DDL_TYPE_BYTES = {"BOOLEAN": 1, "TINYINT": 1, "BYTE": 1, "SMALLINT": 2, "SHORT": 2, "INT": 4, "INTEGER": 4, "DATE": 4,
+                  "FLOAT": 4, "REAL": 4, "BIGINT": 8, "LONG": 8, "DOUBLE": 8, "TIMESTAMP": 8, "TIMESTAMP_NTZ": 8,
+                  "DECIMAL": 16}
+
+
+def ddl_row_bytes(ddl: str) -> float:
+    """The bytes of one row of a Spark DDL schema (``"tid BIGINT, nk STRING"``) in Arrow:
+    fixed-width types at their width, strings and anything else at :data:`STRING_BYTES`."""
+    columns = re.split(r",(?![^(<]*[)>])", ddl)  # commas outside DECIMAL(10,2) and ARRAY<...>
+    total = 0
+    for column in columns:
+        parts = column.split()
+        type_name = re.split(r"[(<]", parts[1])[0].upper() if len(parts) > 1 else ""
+        total += DDL_TYPE_BYTES.get(type_name, STRING_BYTES)
+    return float(total)
+
+
+def estimated_row_bytes(source, added_columns: int) -> float:
+    """A carried row's bytes in a step (:class:`CarriedRows`), before its first micro-batch shows
+    them: the stream's columns (``source``, a :class:`.spec.SourceSpec`), ``added_columns`` that
+    earlier steps joined on (surrogate keys: 8 bytes each), the tuple's id as text and arrival
+    time, and the join's own columns. ``algorithm: auto`` and the task's published memory split
+    use it; the step itself sizes its algorithm from the rows of its first micro-batch."""
+    from .sources import generator_schema, generator_settings
+
+    if source.kind == "generator":
+        stream = ddl_row_bytes(generator_schema(generator_settings(source)))  # its sj_arrival included
+    else:
+        stream = (ddl_row_bytes(source.schema) if source.schema else UNKNOWN_ROW_BYTES) + 8  # + sj_arrival
+    id_bytes = STRING_BYTES if source.kind == "generator" or source.id_column else 2 * STRING_BYTES  # '<file>#<row>'
+    return float(stream + 8 * added_columns + id_bytes + JOIN_COLUMN_BYTES)
 
 
 def deadlines_of(deadline: DeadlineSpec | None, rows: pa.Table) -> np.ndarray | None:
