@@ -158,6 +158,8 @@ def cmd_bench(args) -> int:
         return cmd_bench_spark(args)
     if args.cold:
         return cmd_bench_cold(args)
+    if args.micro:
+        return cmd_bench_micro(args)
     config = BenchConfig(
         master=args.master, rows=args.rows, memory=parse_bytes(args.memory), zipf=args.zipf,
         shapes=_columns(args.shapes), algorithms=_columns(args.algorithms), warmup_s=args.warmup,
@@ -186,6 +188,18 @@ def cmd_bench_cold(args) -> int:
         _print_json(report, args.out)
         print(f"wrote {args.out}")
     return 0 if all(r["exactly_once"] for r in report["results"]) else 1
+
+
+def cmd_bench_micro(args) -> int:
+    from .bench_micro import MicroConfig, run_micro
+
+    batches = _whole_numbers(args.micro_batches, "--micro-batches")
+    config = MicroConfig(cache_keys=args.cache_keys, batches=batches, zipf=args.zipf, seed=args.seed)
+    report = run_micro(config, out=functools.partial(print, flush=True))
+    if args.out:
+        _print_json(report, args.out)
+        print(f"wrote {args.out}")
+    return 0
 
 
 def cmd_bench_spark(args) -> int:
@@ -347,6 +361,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time a whole `semijoin join` (a fresh process, start-up included) of a short stream file "
                         "for every algorithm and the inlist / inlist-lru baselines, by wall clock")
     b.add_argument("--stream-rows", type=int, default=400_000, help="with --cold: tuples of the stream file (default 400000)")
+    b.add_argument("--micro", action="store_true",
+                   help="time the cache-hit path alone (H_R probe + take, CACHEJOIN's front stage) on one core, no "
+                        "database, against a pandas hash index and Arrow's hash join")
+    b.add_argument("--cache-keys", type=int, default=200_000, help="with --micro: keys in H_R (default 200000)")
+    b.add_argument("--micro-batches", default="10000,100000,1000000",
+                   help="with --micro: stream batch sizes (default 10000,100000,1000000)")
     b.add_argument("--out", help="write the report as JSON")
     b.add_argument("--spark", action="store_true",
                    help="measure the Spark pipeline (HYBRIDJOIN and the best cache algorithm, or --algorithms) against "
