@@ -4,6 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from contract import JoinContract
+from hypothesis import given
 from hypothesis import strategies as st
 
 from airflow_provider_semijoin.core.costmodel import hit_ratio
@@ -138,6 +139,29 @@ def test_memory_split_follows_the_cost_model(zipf_master):
     small = create("cachejoin", zipf_master, 200 << 10).memory_split()["cache_keys"]
     large = create("cachejoin", zipf_master, 400 << 10).memory_split()["cache_keys"]
     assert 0 < small < large <= N_KEYS
+
+
+@given(cached=st.sets(st.integers(-2**62, 2**62), min_size=1, max_size=60),
+       probed=st.lists(st.integers(-2**62, 2**62), max_size=200), dtype=st.sampled_from([np.int64, np.int32]))
+def test_a_probe_finds_the_same_keys_by_hash_or_binary_search(cached, probed, dtype):
+    """H_R looks a batch as large as itself up by hashing (Arrow's index_in), a smaller one by
+    binary search: both give the same hits, rows and frequencies."""
+    bound = np.iinfo(dtype)
+    keys = np.array(sorted(k for k in cached if bound.min <= k <= bound.max) or [0], dtype)
+    stream = np.array([k for k in probed if bound.min <= k <= bound.max] + list(keys), dtype)  # >= h_R: hashed
+    results = []
+    for batch in ([stream], [stream[i:i + 1] for i in range(len(stream))]):  # whole (hashed if >= h_R), one by one
+        cache = MasterCache(len(keys), 1, keys.dtype, pa.schema([("v", pa.int64())]), "lfu")
+        cache.admit(keys, np.zeros(len(keys)), pa.table({"v": keys.astype(np.int64) * 3}), np.ones(len(keys), np.int64))
+        hits, values = [], []
+        for chunk in batch:
+            hit, _, log_rows = cache.probe(chunk)
+            hits += hit.tolist()
+            values += cache.rows(log_rows)["v"].to_pylist()
+        results.append((hits, values, sorted(cache.frequency.tolist())))
+    assert results[0] == results[1]
+    assert results[0][0] == [k in set(keys.tolist()) for k in stream.tolist()]
+    assert results[0][1] == [3 * int(k) for k in stream.tolist() if k in set(keys.tolist())]
 
 
 def test_invalidate_drops_changed_keys_and_they_can_be_cached_again():

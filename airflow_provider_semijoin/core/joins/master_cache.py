@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .base import ranges, starts_of
 
@@ -21,6 +22,7 @@ POLICIES = ("lfu", "random", "lru")
 MERGE_FRACTION = 0.1  # staged rows are merged into the one-chunk log once they are 10% of it
 MIN_MERGE_ROWS = 1024
 LOG_FACTOR = 1.25  # row-log slots per cached row: compaction when a fifth of the log is garbage
+HASH_BATCH_SHARE = 1  # a probe of at least h_R keys hashes H_R's keys instead of binary search (measured crossover: h_R / 2 to h_R)
 ENTRY_BYTES = 8 + 8 + 4 + 8 + 8  # sorted slot, row-log start, row count, frequency, free stack (+ two keys)
 
 
@@ -92,6 +94,17 @@ class MasterCache:
         return self._find(keys)[0]
 
     def _find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(hit, pos)``: which ``keys`` are cached, and where in the sorted keys (``pos[hit]``).
+
+        ``searchsorted`` costs O(log h_R) scattered reads per key: 147 ms for 800k keys against
+        200k cached ones, half the cache-hit path (``semijoin bench --micro``). A batch of
+        integer keys at least as large as H_R is hashed instead: Arrow's ``index_in`` builds a
+        hash table of the cached keys (O(h_R), about 9 ms at 200k) and looks the batch up in
+        O(1) each (34 ms for the same 800k keys); below that size the build costs more than
+        it saves."""
+        if self.size and len(keys) * HASH_BATCH_SHARE >= self.size and self._sorted_keys.dtype.kind in "iu":
+            pos = pc.index_in(keys, value_set=pa.array(self._sorted_keys)).fill_null(-1).to_numpy()
+            return pos >= 0, pos
         pos = np.searchsorted(self._sorted_keys, keys)
         hit = pos < self.size
         hit[hit] = self._sorted_keys[pos[hit]] == keys[hit]
