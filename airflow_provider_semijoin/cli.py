@@ -152,7 +152,7 @@ def cmd_algorithms(args) -> int:
 
 # -- bench / demo ---------------------------------------------------------------------------------
 def cmd_bench(args) -> int:
-    from .bench import BenchConfig, run_bench
+    from .bench.steady import BenchConfig, run_bench
 
     if args.spark:
         return cmd_bench_spark(args)
@@ -177,7 +177,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_bench_cold(args) -> int:
-    from .bench_cold import ColdConfig, run_cold
+    from .bench.cold import ColdConfig, run_cold
 
     config = ColdConfig(
         master=args.master, rows=args.rows, stream_rows=args.stream_rows, memory=parse_bytes(args.memory),
@@ -191,7 +191,7 @@ def cmd_bench_cold(args) -> int:
 
 
 def cmd_bench_micro(args) -> int:
-    from .bench_micro import MicroConfig, run_micro
+    from .bench.micro import MicroConfig, run_micro
 
     batches = _whole_numbers(args.micro_batches, "--micro-batches")
     config = MicroConfig(cache_keys=args.cache_keys, batches=batches, zipf=args.zipf, seed=args.seed)
@@ -203,8 +203,8 @@ def cmd_bench_micro(args) -> int:
 
 
 def cmd_bench_spark(args) -> int:
-    from .bench import BenchConfig
-    from .spark.bench import SparkBenchConfig, run_spark_bench
+    from .bench.spark_pipeline import SparkBenchConfig, run_spark_bench
+    from .bench.steady import BenchConfig
 
     config = SparkBenchConfig(
         BenchConfig(master=args.master, rows=args.rows, memory=parse_bytes(args.memory), zipf=args.zipf,
@@ -220,7 +220,7 @@ def cmd_bench_spark(args) -> int:
 
 
 def cmd_reproduce(args) -> int:
-    from .reproduce import run_reproduce
+    from .bench.reproduce import run_reproduce
 
     master = args.master or f"sqlite:///{Path(args.out).resolve() / 'master.db'}"
     summary = run_reproduce(master, args.scale, args.out, seed=args.seed, out=functools.partial(print, flush=True),

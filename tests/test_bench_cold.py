@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from airflow_provider_semijoin.bench_cold import ColdConfig, _without_password
+from airflow_provider_semijoin.bench.cold import ColdConfig, _without_password
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.stores.sql import PASSWORD_ENV

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from airflow_provider_semijoin.bench import BenchConfig
+from airflow_provider_semijoin.bench.steady import BenchConfig
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import ALGORITHMS

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from airflow_provider_semijoin.bench_micro import PATHS, HitPath, MicroConfig
+from airflow_provider_semijoin.bench.micro import PATHS, HitPath, MicroConfig
 from airflow_provider_semijoin.core.errors import ConfigError
 
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from airflow_provider_semijoin.claims import CLAIMS, judge
+from airflow_provider_semijoin.bench.claims import CLAIMS, judge
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
-from airflow_provider_semijoin.reproduce import (EXPERIMENTS, MEMORY_ALGORITHMS, SKEW_ALGORITHMS, SSIJ_ALGORITHMS,
+from airflow_provider_semijoin.bench.reproduce import (EXPERIMENTS, MEMORY_ALGORITHMS, SKEW_ALGORITHMS, SSIJ_ALGORITHMS,
                                                  TEMPORAL_ALGORITHMS, Cell, run_reproduce)
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -9,11 +9,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from airflow_provider_semijoin.bench import BenchConfig
+from airflow_provider_semijoin.bench.steady import BenchConfig
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.joins.registry import CACHE_ALGORITHMS
 from airflow_provider_semijoin.core.errors import ConfigError
-from airflow_provider_semijoin.spark.bench import (
+from airflow_provider_semijoin.bench.spark_pipeline import (
     CORE_BATCHES, CORE_CONTINUOUS, PIPELINE, STREAM_STATIC, BatchWindow, SparkBenchConfig, TupleLedger, check_sinks,
     moderate_rate,
 )

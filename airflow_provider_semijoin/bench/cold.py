@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from .core.errors import ConfigError
-from .core.stores.sql import PASSWORD_ENV
-from .core.files import write_table
-from .core.joins import ALGORITHMS
-from .core.stores import redact
-from .workloads import generate_master, zipf_stream
+from ..core.errors import ConfigError
+from ..core.stores.sql import PASSWORD_ENV
+from ..core.files import write_table
+from ..core.joins import ALGORITHMS
+from ..core.stores import redact
+from ..workloads import generate_master, zipf_stream
 
 BASELINES = ("inlist", "inlist-lru")
 SHAPES = ("noperm", "random")

@@ -30,14 +30,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .core.errors import ConfigError
-from .core.joins.base import StreamBuffer
-from .core.joins.master_cache import MasterCache
-from .core.joins.registry import create
-from .core.keys import KeyType
-from .core.stores.memory import MemoryStore
-from .workloads import master_table
-from .workloads.zipf import zipf_rows
+from ..core.errors import ConfigError
+from ..core.joins.base import StreamBuffer
+from ..core.joins.master_cache import MasterCache
+from ..core.joins.registry import create
+from ..core.keys import KeyType
+from ..core.stores.memory import MemoryStore
+from ..workloads import master_table
+from ..workloads.zipf import zipf_rows
 
 PATHS = ("h_r", "cachejoin", "pandas-index", "arrow-join")
 INNER_BYTES = 16 << 20  # the disk stage behind H_R (idle here: every key is cached)

@@ -29,19 +29,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .core.calibration import calibrate
-from .core.unitcosts import ComponentCosts
-from .core.checks import check_number
-from .core.prediction import explain
-from .core.joins.registry import CACHE_ALGORITHMS
-from .core.errors import ConfigError
-from .core.joins import ALGORITHMS, StreamBuffer, create
-from .core.keys import normalize
-from .core.metrics import latency_ms
-from .core.stores import DatabaseURL, open_store, redact
-from .core.stores.sql import MYSQL
-from .workloads import generate_master, temporal_stream_chunks, zipf_stream, zipf_stream_chunks
-from .workloads.zipf import RANDOM_SHAPE_SEED
+from ..core.calibration import calibrate
+from ..core.unitcosts import ComponentCosts
+from ..core.checks import check_number
+from ..core.prediction import explain
+from ..core.joins.registry import CACHE_ALGORITHMS
+from ..core.errors import ConfigError
+from ..core.joins import ALGORITHMS, StreamBuffer, create
+from ..core.keys import normalize
+from ..core.metrics import latency_ms
+from ..core.stores import DatabaseURL, open_store, redact
+from ..core.stores.sql import MYSQL
+from ..workloads import generate_master, temporal_stream_chunks, zipf_stream, zipf_stream_chunks
+from ..workloads.zipf import RANDOM_SHAPE_SEED
 
 MODEL_SHAPES = ("noperm", "random")  # Zipf over all of R: what the cost models describe
 SHAPES = MODEL_SHAPES + ("temporal",)  # + the SSIJ paper's temporal-locality stream

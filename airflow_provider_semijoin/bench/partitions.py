@@ -1,4 +1,4 @@
-"""``python -m airflow_provider_semijoin.spark.partitions_bench``: ``partitions = 1`` next to
+"""``python -m airflow_provider_semijoin.bench.partitions``: ``partitions = 1`` next to
 ``partitions = 2`` on a real standalone cluster (a master and two one-core workers started
 here), where a micro-batch's time goes, and a scaling estimate for 8-64 workers.
 
@@ -45,11 +45,11 @@ import pyarrow as pa
 from ..core.stores import open_store, redact
 from ..workloads import generate_master
 from ..workloads.zipf import zipf_rows
-from .partitioned import RangePartitioner
-from .step import JoinStep
-from .sinks import ParquetSink
-from .spec import StepSpec
-from .standalone import standalone_cluster
+from ..spark.partitioned import RangePartitioner
+from ..spark.step import JoinStep
+from ..spark.sinks import ParquetSink
+from ..spark.spec import StepSpec
+from ..spark.standalone import standalone_cluster
 
 WORKERS = (8, 16, 32, 64)
 
@@ -129,7 +129,7 @@ def hottest_page_share(store, stream: list[pa.Table], parts: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="airflow_provider_semijoin.spark.partitions_bench")
+    parser = argparse.ArgumentParser(prog="airflow_provider_semijoin.bench.partitions")
     parser.add_argument("--master", default="mysql://semijoin:semijoin@127.0.0.1:3306/semijoin_bench")
     parser.add_argument("--rows", type=int, default=200_000, help="rows of R")
     parser.add_argument("--batch-rows", type=int, default=100_000)
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zipf", type=float, default=1.0)
     parser.add_argument("--out", default=None, help="write the JSON report here")
     args = parser.parse_args(argv)
-    from .session import get_spark
+    from ..spark.session import get_spark
 
     table = f"sj_parts_{args.rows}"
     generate_master(args.master, table, args.rows, seed=0)

@@ -60,7 +60,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..bench import CHUNK_ROWS, BenchConfig, backlog_target, measure
+from .steady import CHUNK_ROWS, BenchConfig, backlog_target, measure
 from ..core.calibration import calibrate
 from ..core.checks import check_positive
 from ..core.joins.registry import CACHE_ALGORITHMS
@@ -76,10 +76,10 @@ from ..core.stores.sql import MYSQL, DatabaseURL
 from ..workloads import generate_master
 from ..workloads.zipf import SHAPES as GENERATOR_SHAPES
 from ..workloads.zipf import zipf_rows
-from .runner import run_job
-from .sinks import ParquetSink, dead_letter_rows
-from .sources import stream_frame
-from .spec import JobSpec, SourceSpec
+from ..spark.runner import run_job
+from ..spark.sinks import ParquetSink, dead_letter_rows
+from ..spark.sources import stream_frame
+from ..spark.spec import JobSpec, SourceSpec
 
 KEY = "nk"  # the join key of the bench's master table and stream
 DEFAULT_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"  # Debian's libmariadb-java
@@ -526,7 +526,7 @@ def spark_session(config: SparkBenchConfig, spark=None):
     if spark is None:
         from pyspark.sql import SparkSession
 
-        from .session import get_spark
+        from ..spark.session import get_spark
 
         created = SparkSession.getActiveSession() is None
         spark = get_spark(config.spark_master, app_name="semijoin-bench", conf={"spark.jars": jar} if jar else None)

@@ -37,12 +37,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .bench import BenchConfig, measure
+from .steady import BenchConfig, measure
 from .claims import CLAIMS, judge
-from .core.calibration import calibrate
-from .core.errors import ConfigError
-from .core.stores import open_store, redact
-from .workloads import generate_master
+from ..core.calibration import calibrate
+from ..core.errors import ConfigError
+from ..core.stores import open_store, redact
+from ..workloads import generate_master
 
 KEY = "nk"
 
@@ -172,7 +172,7 @@ def run_reproduce(master: str, scale_name: str, out_dir: str | Path, seed: int =
     unknown = sorted(set(experiments or ()) - set(EXPERIMENTS))
     if unknown:
         raise ConfigError(f"experiments: {unknown[0]!r} is not one of {list(EXPERIMENTS)}")
-    from .reproduce_report import write_report
+    from .report import write_report
 
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
