@@ -170,10 +170,15 @@ def cmd_bench(args) -> int:
         dbms_join=args.dbms_join, dbms_chunk=args.dbms_chunk,
     )
     report = run_bench(config, out=functools.partial(print, flush=True))
-    if args.out:
-        _print_json(report, args.out)
-        print(f"wrote {args.out}")
+    _write_report(report, args.out)
     return 0 if all(r["memory_ok"] for r in report["results"]) else 1
+
+
+def _write_report(report: dict, path: str | None) -> None:
+    """A benchmark's report as JSON at ``path`` (``--out``), if one was given."""
+    if path:
+        _print_json(report, path)
+        print(f"wrote {path}")
 
 
 def cmd_bench_cold(args) -> int:
@@ -184,9 +189,7 @@ def cmd_bench_cold(args) -> int:
         zipf=args.zipf, shapes=_columns(args.shapes), algorithms=_columns(args.algorithms), seed=args.seed,
     )
     report = run_cold(config, out=functools.partial(print, flush=True))
-    if args.out:
-        _print_json(report, args.out)
-        print(f"wrote {args.out}")
+    _write_report(report, args.out)
     return 0 if all(r["exactly_once"] for r in report["results"]) else 1
 
 
@@ -196,9 +199,7 @@ def cmd_bench_micro(args) -> int:
     batches = _whole_numbers(args.micro_batches, "--micro-batches")
     config = MicroConfig(cache_keys=args.cache_keys, batches=batches, zipf=args.zipf, seed=args.seed)
     report = run_micro(config, out=functools.partial(print, flush=True))
-    if args.out:
-        _print_json(report, args.out)
-        print(f"wrote {args.out}")
+    _write_report(report, args.out)
     return 0
 
 
@@ -213,9 +214,7 @@ def cmd_bench_spark(args) -> int:
         algorithms=_columns(args.algorithms), batch_rows=args.spark_batch_rows, latency_rate=args.spark_rate,
     )
     report = run_spark_bench(config, out=functools.partial(print, flush=True))
-    if args.out:
-        _print_json(report, args.out)
-        print(f"wrote {args.out}")
+    _write_report(report, args.out)
     return 0 if all(r["exactly_once"]["ok"] for shape in report["shapes"] for r in shape["rows"]) else 1
 
 
