@@ -16,7 +16,10 @@ tail of one) leaves few distinct keys waiting on a page; then fetching just thos
 ``IN (...)`` query costs less than the page (issue 12). For each page due, the access path is
 chosen from the calibrated costs: the range load costs ``S + T * rows of the page``, the probe
 ``S_in + c_in * distinct waiting keys`` (:meth:`..stores.base.MasterStore.calibrate_in`); both
-complete the same tuples, so the choice changes the I/O, never the result.
+complete the same tuples, so the choice changes the I/O, never the result. When no stream tuple
+waits to enter H_S, the keys of other sparse pages ride along in the same IN query (up to one
+range load's cost and the disk buffer's rows): a short stream spread over all pages then costs a
+few queries instead of one per page.
 
 HYBRIDJOIN-L and HYBRIDJOIN-PQ: M. A. Naeem, G. Weber, C. Lutteroth, "A Priority Queue of
 Frequent Pages..." (pq-frequent-pages): sec. 3.1 (early lookup element at about 30% of the
@@ -36,6 +39,7 @@ from .base import JoinOutput, Param, StreamBuffer
 from .stream_table import PagedJoin, StreamTable
 
 PAGE_ROWS_RANGE = (64, 8192)
+RIDER_KEYS = 8192  # keys of one IN query at most (the statement's size; MySQL's packet, SQLite's variables)
 
 
 def auto_page_rows(query_s: float, row_s: float, kept=()) -> int:
@@ -85,20 +89,62 @@ class HybridJoin(PagedJoin):
         if self.table.size:
             page = self._choose_page()
             row_ids, keys = self.table.pop_page(page)
-            outputs.append(self._join(self._fetch(page, keys), row_ids, keys))
+            distinct = np.unique(keys)
+            if self._in_cost(len(distinct)) < self._range_cost(page):
+                outputs.append(self._probe_in(page, row_ids, keys, riders=not (buffer.available or buffer.upstream)))
+            else:
+                outputs.append(self._join(self.store.load_pages(self.page_map, page), row_ids, keys))
+                self._loaded(page, len(row_ids))
             self.counters.loads += 1
-            self._loaded(page, len(row_ids))
         return JoinOutput.concat(outputs, self.schema)
 
-    def _fetch(self, page: int, keys: np.ndarray) -> MasterPage:
-        """The rows of R that ``keys`` (every key waiting on ``page``) need: the page by a range
-        load, or those keys by one IN query, whichever the calibrated costs say is cheaper."""
-        distinct = np.unique(keys)
-        rows = self.page_map.page_rows if self.page_map.sizes is None else int(self.page_map.sizes[page])
-        if self._in_query_s + self._in_key_s * len(distinct) < self._query_s + self._row_s * rows:
-            self.counters.extra["in_loads"] = self.counters.extra.get("in_loads", 0) + 1
-            return self.store.lookup_many(distinct)
-        return self.store.load_pages(self.page_map, page)
+    def _range_cost(self, page) -> float:
+        """S + T * rows: a range load of ``page`` (pages: their rows each)."""
+        rows = self.page_map.page_rows if self.page_map.sizes is None else self.page_map.sizes[page]
+        return self._query_s + self._row_s * rows
+
+    def _in_cost(self, keys) -> float:
+        return self._in_query_s + self._in_key_s * keys
+
+    def _probe_in(self, page: int, row_ids: np.ndarray, keys: np.ndarray, riders: bool) -> JoinOutput:
+        """The tuples waiting on ``page`` by one IN query of their distinct keys, the page being
+        sparse (issue 12). With ``riders`` (no stream tuple waits outside H_S, nor in a front
+        stage before it, so no page would collect more tuples before its turn: a short stream,
+        the tail of a micro-batch), the
+        keys of other sparse pages ride along in the same query, nearest pages first, as long
+        as the query costs at most one range load of the largest page and its rows fit the
+        disk buffer: a short stream spread over every page then costs a few queries, not one
+        per page."""
+        served = [(page, row_ids, keys)]
+        if riders:
+            served += self._riders(page, len(np.unique(keys)))
+        all_ids = np.concatenate([ids for _, ids, _ in served])
+        all_keys = np.concatenate([ks for _, _, ks in served])
+        extra = self.counters.extra
+        extra["in_loads"] = extra.get("in_loads", 0) + 1
+        extra["rider_pages"] = extra.get("rider_pages", 0) + len(served) - 1
+        out = self._join(self.store.lookup_many(np.unique(all_keys)), all_ids, all_keys)
+        for rider, ids, _ in served:
+            self._loaded(rider, len(ids))
+        return out
+
+    def _riders(self, page: int, keys_taken: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """Pop the sparse pages that ride along with ``page``'s IN query (``keys_taken`` keys so far)."""
+        waiting = np.flatnonzero(self.table.page_count)
+        counts = self.table.page_count[waiting]  # tuples: at least the page's distinct keys
+        sparse = self._in_key_s * counts < self._range_cost(waiting)
+        waiting, counts = waiting[sparse], counts[sparse]
+        order = np.argsort(np.abs(waiting - page), kind="stable")
+        largest_load = self._query_s + self._row_s * self.page_map.max_page_rows
+        room = min(RIDER_KEYS, self.page_map.max_page_rows // max(self.store.max_rows_per_key, 1),
+                   int((largest_load - self._in_query_s) / self._in_key_s)) - keys_taken
+        riders = []
+        for rider, count in zip(waiting[order], counts[order]):
+            if count > room:
+                break
+            room -= int(count)
+            riders.append((int(rider), *self.table.pop_page(int(rider))))
+        return riders
 
     def _admit(self, buffer: StreamBuffer) -> JoinOutput:
         """Fig. 5 lines 3-5: fill the free slots of H_S (w of them) with arrived tuples."""
