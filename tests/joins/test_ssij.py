@@ -533,3 +533,20 @@ def test_each_cycle_reads_one_version_while_another_connection_installs(backend,
         want = writer.states[version].get(values[rid])
         assert entry["pairs"] == Counter(want or ["not_in_master"]), (rid, version)
     assert len(seen) > 10 and max(seen) == 60 and algorithm.counters.extra["invalidated_pages"] > 0
+
+
+def test_a_sparse_sequence_is_read_by_an_in_query_a_dense_one_by_range(backend):
+    """Issue 12's per-page access path in SSIJ's read plan: a sequence with few distinct keys
+    waiting, none of its pages to be kept, is read by one IN query of those keys; with an IN
+    query dearer than any page (as if so measured) every sequence is a range read. Both exact."""
+    store = backend.make_master(master_of(range(0, 40_000, 2)))  # 20,000 keys, 400 pages of 50
+    stream = stream_of([i * 400 + 2 for i in range(100)])  # one key on every 4th page
+    params = {"page_rows": 50, "ib_thresh": 10, "sb_thresh": 50, "max_scan": 4}
+    memory = memory_for(store, params, 0)  # the stream buffers fill it: room for few pages of R
+    run = run_join(create("ssij", store, memory, params), stream, STREAM_KEY)
+    assert_exact(store, stream, run)
+    assert run.stats["in_loads"] >= 80 and run.stats["pages_read"] + run.stats["in_loads"] == 100
+    store._in_costs = (1.0, 1.0)
+    run = run_join(create("ssij", store, memory, params), stream, STREAM_KEY)
+    assert_exact(store, stream, run)
+    assert "in_loads" not in run.stats and run.stats["pages_read"] == 100

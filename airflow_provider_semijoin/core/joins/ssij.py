@@ -380,6 +380,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
             if s["range_lo"] > s["range_hi"]:
                 raise ConfigError(f"{self.name}.range_hi: {s['range_hi']} must be >= range_lo {s['range_lo']}")
         self.query_s, row_s = store.calibrate()
+        self._in_query_s, self._in_key_s = store.calibrate_in()
         self.page_map: PageMap = store.page_map(s["page_rows"])
         n_pages = self.page_map.n_pages
         self.rows_per_page = max(self.page_map.n_rows / max(n_pages, 1), 1.0)
@@ -790,14 +791,13 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         phase = self._phase
         first, count = phase.plan[phase.next]
         phase.next += 1
-        loaded = self.store.load_pages(self.page_map, first, count)
+        a, b = np.searchsorted(phase.pair_page, [first, first + count])
+        pair_sb, pair_page = phase.pair_sb[a:b], phase.pair_page[a:b]
+        loaded = self._read(phase, first, count, pair_sb)
         extra = self.counters.extra
         self.counters.loads += 1
         extra["sequences"] += 1
-        extra["pages_read"] += count
         extra["pages_requested"] += int(np.diff(np.searchsorted(phase.requested, [first, first + count]))[0])
-        a, b = np.searchsorted(phase.pair_page, [first, first + count])
-        pair_sb, pair_page = phase.pair_sb[a:b], phase.pair_page[a:b]
         if self.range == (0, 0):  # one page per tuple: each completes here
             out = join_page(loaded, phase.sb.row_ids[pair_sb], phase.sb.keys[pair_sb], self.store.key_unique)
             phase.open -= len(pair_sb)
@@ -809,6 +809,20 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
             self.cache.utility[:] = 0
             self._phase = None
         return out
+
+    def _read(self, phase: _JoinPhase, first: int, count: int, pair_sb: np.ndarray) -> MasterPage:
+        """Line 5: read the sequence by one range query; or, for an equi-join whose sequence holds
+        no page of ToKeep (nothing of it is cached after the phase), only the distinct keys
+        waiting on it by one IN query, when the calibrated costs say that is cheaper (issue 12:
+        a sparse sequence, e.g. of a short stream, need not read whole pages)."""
+        lo, hi = np.searchsorted(phase.requested, [first, first + count])
+        if self.range == (0, 0) and not phase.keep[lo:hi].any():
+            keys = np.unique(phase.sb.keys[pair_sb])
+            if self._in_query_s + self._in_key_s * len(keys) < self.query_s + self.page_s * count:
+                self.counters.extra["in_loads"] = self.counters.extra.get("in_loads", 0) + 1
+                return self.store.lookup_many(keys)
+        self.counters.extra["pages_read"] += count
+        return self.store.load_pages(self.page_map, first, count)
 
     def _join_ranges(self, phase: _JoinPhase, loaded: MasterPage, pair_sb: np.ndarray, pair_page: np.ndarray) -> JoinOutput:
         lo, hi = self._key_ranges(phase.sb.keys[pair_sb])
