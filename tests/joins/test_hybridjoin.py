@@ -136,7 +136,8 @@ def test_riders_fill_an_in_query_up_to_the_disk_buffer(backend, name):
 @pytest.mark.parametrize("name", HYBRIDS)
 def test_no_page_rides_along_while_stream_tuples_wait_outside_h_s(backend, name):
     """A page served early would miss the tuples still to come for it (the papers' amortisation):
-    riders wait until no stream tuple waits to enter H_S, then the tail goes in a few queries."""
+    riders wait until the stream has ended and no tuple waits to enter H_S, then the tail goes in
+    a few queries."""
     store = backend.make_master(master_of(range(0, 12_800, 2)))  # 100 pages of 64 keys
     algorithm = create(name, store, 16 << 10, {"page_rows": 64})
     keys = np.array([page * 128 + 2 for page in range(100)] * 6, np.int64)  # 600 tuples, H_S holds fewer
@@ -165,3 +166,17 @@ def test_pages_are_range_loaded_when_an_in_list_costs_more(backend, name):
     run = run_join(algorithm, stream, "sk")
     assert_exact(store, stream, run)
     assert sorted(loads) == [(0, 1), (1, 1), (3, 1)] and "in_loads" not in run.stats
+
+
+@pytest.mark.parametrize("name", HYBRIDS)
+def test_no_page_rides_along_while_the_stream_may_go_on(backend, name):
+    """A micro-batch of a stream that goes on (its buffer not closed): every tuple is in H_S, but
+    the next batch may make its sparse pages dense, so each page waits for its own turn."""
+    store = backend.make_master(master_of(range(0, 12_800, 2)))  # 100 pages of 64 keys
+    algorithm = create(name, store, 4 << 20, {"page_rows": 64})
+    buffer = StreamBuffer(store.key_type)
+    keys = np.array([page * 128 + 2 for page in range(100)], np.int64)
+    buffer.append(np.arange(len(keys)), keys)
+    left = sum(len(algorithm.step(buffer).matched_ids) for _ in range(40))
+    assert left == 40 and algorithm.pending == 60  # one page (one tuple) per step
+    assert algorithm.counters.extra.get("rider_pages", 0) == 0

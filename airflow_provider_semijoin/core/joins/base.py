@@ -88,7 +88,6 @@ class StreamBuffer:
         self._available = 0
         self._earliest: float | None = math.inf  # None: to be recomputed
         self.closed = False
-        self.upstream = 0  # tuples an earlier stage still holds that may come here (a front stage's stream)
         self.taken: list[tuple[np.ndarray, float]] = []
 
     @property

@@ -138,7 +138,6 @@ class FrontStage(JoinAlgorithm):
                 break
             outputs.append(self._probe(self._take(buffer, want)))
         self._misses.closed = buffer.exhausted  # the disk stage drains exactly when the stream does
-        self._misses.upstream = buffer.available  # still to be probed: some may miss and come to the disk stage
         if self._misses.available or self.algorithm.pending or self._misses.closed:
             disk = self.algorithm.step(self._misses)
             self._misses.taken.clear()

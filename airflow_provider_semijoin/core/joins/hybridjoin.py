@@ -16,10 +16,11 @@ tail of one) leaves few distinct keys waiting on a page; then fetching just thos
 ``IN (...)`` query costs less than the page (issue 12). For each page due, the access path is
 chosen from the calibrated costs: the range load costs ``S + T * rows of the page``, the probe
 ``S_in + c_in * distinct waiting keys`` (:meth:`..stores.base.MasterStore.calibrate_in`); both
-complete the same tuples, so the choice changes the I/O, never the result. When no stream tuple
-waits to enter H_S, the keys of other sparse pages ride along in the same IN query (up to one
-range load's cost and the disk buffer's rows): a short stream spread over all pages then costs a
-few queries instead of one per page.
+complete the same tuples, so the choice changes the I/O, never the result. Once the stream has
+ended and every tuple is in H_S, the keys of other sparse pages ride along in the same IN query
+(up to one range load's cost and the disk buffer's rows): a short stream spread over all pages
+then costs a few queries instead of one per page. While tuples may still come, a sparse page
+waits for its turn: by then it may be dense (the papers' amortisation, across micro-batches too).
 
 HYBRIDJOIN-L and HYBRIDJOIN-PQ: M. A. Naeem, G. Weber, C. Lutteroth, "A Priority Queue of
 Frequent Pages..." (pq-frequent-pages): sec. 3.1 (early lookup element at about 30% of the
@@ -91,7 +92,7 @@ class HybridJoin(PagedJoin):
             row_ids, keys = self.table.pop_page(page)
             distinct = np.unique(keys)
             if self._in_cost(len(distinct)) < self._range_cost(page):
-                outputs.append(self._probe_in(page, row_ids, keys, riders=not (buffer.available or buffer.upstream)))
+                outputs.append(self._probe_in(page, row_ids, keys, riders=buffer.exhausted))
             else:
                 outputs.append(self._join(self.store.load_pages(self.page_map, page), row_ids, keys))
                 self._loaded(page, len(row_ids))
@@ -108,9 +109,9 @@ class HybridJoin(PagedJoin):
 
     def _probe_in(self, page: int, row_ids: np.ndarray, keys: np.ndarray, riders: bool) -> JoinOutput:
         """The tuples waiting on ``page`` by one IN query of their distinct keys, the page being
-        sparse (issue 12). With ``riders`` (no stream tuple waits outside H_S, nor in a front
-        stage before it, so no page would collect more tuples before its turn: a short stream,
-        the tail of a micro-batch), the
+        sparse (issue 12). With ``riders`` (the stream has ended and every tuple is in H_S, so
+        no page would collect more tuples before its turn: a short stream, the end of input;
+        a front stage's disk stage ends with its stream), the
         keys of other sparse pages ride along in the same query, nearest pages first, as long
         as the query costs at most one range load of the largest page and its rows fit the
         disk buffer: a short stream spread over every page then costs a few queries, not one
