@@ -40,7 +40,8 @@ class ProgressRecord:
     batch_duration_s: float
     queue_tuples: int = 0  # tuples still inside the joins or held for a retry at the end of the batch
     peak_queue_tuples: int = 0  # tuples inside a join during the batch (carried + new: the buffer's fill)
-    queue_bytes: int = 0  # bytes the runner keeps for the tuples inside the joins: their full rows (driver), the rows held for a retry, the sessions' logs
+    queue_bytes: int = 0  # bytes the runner keeps in memory for the tuples inside the joins: their rows not in the mapped state file, the rows held for a retry, the sessions' logs
+    carried_file_bytes: int = 0  # the rows of the tuples inside the joins in the checkpoint's state files, memory-mapped (disk and page cache, not the budget)
     drained: str | None = None  # why this batch emptied the joins (end_of_input, stop_file, ...), or None
     cache_entries: int | None = None
     cache_hit_ratio: float | None = None

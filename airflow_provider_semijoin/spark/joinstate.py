@@ -7,12 +7,13 @@ The state of a step after batch N is therefore:
 * in memory, per (step, part): a :class:`~..core.session.JoinSession` (the algorithm with its
   queue) fed with each tuple's sequence number ``sj_seq``, its join key and its due time;
 * on the driver, per step: :class:`CarriedRows`, the full rows of the tuples still inside the
-  join (and of those held for a retry), as one Arrow table sorted by ``sj_seq``; a completed
-  ``sj_seq`` is materialised from it;
-* in the checkpoint: :class:`StateFiles`, that table written after the batch's sinks and before
-  Spark commits the batch, one Arrow IPC file per (step, batch id), atomically (temporary name,
-  rename), the oldest pruned like Spark's ``minBatchesToRetain`` (at most 10 kept: each file
-  holds the whole queue, where Spark's state store keeps deltas).
+  join, as one Arrow table sorted by ``sj_seq``; a completed ``sj_seq`` is materialised from it;
+* in the checkpoint: :class:`StateFiles`, that table (and the rows held for a retry) written
+  after the batch's sinks and before Spark commits the batch, one Arrow IPC file per (step,
+  batch id), atomically (temporary name, rename), the oldest pruned like Spark's
+  ``minBatchesToRetain`` (at most 10 kept: each file holds the whole queue, where Spark's state
+  store keeps deltas). Once written, the file *is* the carried rows: memory-mapped, so between
+  batches the driver keeps no row of a tuple inside in memory (:meth:`CarriedRows.spill`).
 
 A batch N replayed after a crash reads the state after N-1 (the newest file of a batch before
 N), builds a fresh algorithm fed with those tuples in their order (caches start cold, the queue
@@ -51,6 +52,8 @@ RETRY_SINCE = "sj_retry_since"  # set on rows held for a retry (not inside the j
 JOIN_COLUMNS = (SEQ, DUE, PART)
 JOIN_COLUMN_BYTES = 8 + 8 + 4  # what the join columns add to a carried row (int64, float64, int32)
 MAX_CHUNKS = 1024  # chunks the carried rows may be in before they are made one (a take over many small ones is slow)
+STATE_CHUNK_ROWS = 65_536  # rows per record batch of a state file: what a spill or a write copies at a time
+SPILLED_ROW_BYTES = 8 + 1  # memory per carried tuple whose row is in the mapped state file: sj_seq looked up, alive flag
 STRING_BYTES = 16  # a string value not seen yet: its 4-byte offset and 12 characters
 UNKNOWN_ROW_BYTES = 64  # a stream row whose schema is not given (inferred by Spark later): 8 columns of 8 bytes
 DDL_TYPE_BYTES = {"BOOLEAN": 1, "TINYINT": 1, "BYTE": 1, "SMALLINT": 2, "SHORT": 2, "INT": 4, "INTEGER": 4, "DATE": 4,
@@ -110,23 +113,41 @@ def due_times(rows: pa.Table, max_queue_time_s: float | None, deadline: Deadline
 
 class CarriedRows:
     """The full rows of a step's tuples inside the join (sorted by ``sj_seq``), with the next
-    sequence number; what completes is materialised from here and leaves it."""
+    sequence number; what completes is materialised from here and leaves it.
 
-    def __init__(self, rows: pa.Table | None = None):
+    Between micro-batches the rows live in the checkpoint's state file of the last batch
+    (:meth:`spill`, after :class:`StateFiles` wrote it), memory-mapped: the join needs a tuple's
+    key, which H_S holds, and its row only when it leaves. What the step then holds in memory
+    per carried tuple is its sequence number while a batch looks rows up, and an alive flag
+    (:data:`SPILLED_ROW_BYTES`); a completed row is read back from the file (the page cache)
+    when it leaves. Rows added in a batch are that batch's own input until the batch's state
+    is written and mapped.
+    """
+
+    def __init__(self, rows: pa.Table | None = None, mapped_bytes: int = 0):
         self.rows = rows if rows is not None and rows.num_rows else None
         self.next_seq = int(pc.max(rows[SEQ]).as_py()) + 1 if self.rows is not None else 0
+        self._alive: np.ndarray | None = None  # per row of ``rows``: still inside (None: every row)
+        self._count = self.rows.num_rows if self.rows is not None else 0
+        self.mapped_bytes = mapped_bytes if self.rows is not None else 0  # bytes of ``rows`` in the mapped file
 
     @property
     def count(self) -> int:
-        return self.rows.num_rows if self.rows is not None else 0
+        return self._count
 
     def carried(self) -> pa.Table | None:
-        """The rows inside the join (None when there is none)."""
-        return self.rows if self.rows is not None and self.rows.num_rows else None
+        """The rows inside the join (None when there is none); a copy where some have left since
+        the rows were mapped."""
+        if not self._count:
+            return None
+        return self.rows if self._alive is None else self.rows.filter(pa.array(self._alive))
 
     @property
     def nbytes(self) -> int:
-        return self.rows.nbytes if self.rows is not None else 0
+        """Bytes in memory: the rows not in the mapped file, and the alive flags."""
+        if self.rows is None:
+            return 0
+        return self.rows.nbytes - self.mapped_bytes + (self._alive.nbytes if self._alive is not None else 0)
 
     def add(self, rows: pa.Table, due: np.ndarray, part: np.ndarray) -> pa.Table:
         """Number ``rows`` (append them); returns them with their state columns."""
@@ -138,6 +159,9 @@ class CarriedRows:
             self.rows = tagged
         else:
             self.rows = pa.concat_tables([self.rows, tagged], promote_options="default")
+        if self._alive is not None:
+            self._alive = np.concatenate((self._alive, np.ones(rows.num_rows, bool)))
+        self._count += rows.num_rows
         return tagged
 
     def take(self, result: JoinOutput, schema: pa.Schema) -> tuple[pa.Table, pa.Table]:
@@ -147,23 +171,50 @@ class CarriedRows:
         matched_at, unmatched_at = np.searchsorted(seq, result.matched_ids), np.searchsorted(seq, result.unmatched_ids)
         matched, unmatched = materialise(self.rows, result, schema, matched_at, unmatched_at)
         if len(result):
-            keep = np.ones(len(seq), bool)
+            keep = np.ones(len(seq), bool) if self._alive is None else self._alive
             keep[matched_at] = False
             keep[unmatched_at] = False
-            self.rows = self.rows.filter(pa.array(keep))  # (a mask: half the time of taking the kept positions)
-            if self.rows[SEQ].num_chunks > MAX_CHUNKS:  # the chunks of many batches, most of them thinned out
-                self.rows = self.rows.combine_chunks()
+            if self.mapped_bytes:  # the mapped rows stay where they are until the next spill
+                self._alive = keep
+            else:
+                self.rows = self.rows.filter(pa.array(keep))  # (a mask: half the time of taking the kept positions)
+                if self.rows[SEQ].num_chunks > MAX_CHUNKS:  # the chunks of many batches, most of them thinned out
+                    self.rows = self.rows.combine_chunks()
+            self._count = int(keep.sum())
         return matched.drop_columns(list(JOIN_COLUMNS)), unmatched.drop_columns(list(JOIN_COLUMNS))
 
+    def live_batches(self, chunk_rows: int = STATE_CHUNK_ROWS):
+        """The rows inside the join as record batches of at most ``chunk_rows``, without copying
+        more than one batch at a time (what :meth:`StateFiles.write_batches` writes)."""
+        if not self._count:
+            return
+        start = 0
+        for batch in self.rows.to_batches(max_chunksize=chunk_rows):
+            alive = None if self._alive is None else self._alive[start:start + batch.num_rows]
+            start += batch.num_rows
+            if alive is None:
+                yield batch
+            elif alive.any():
+                yield batch.filter(pa.array(alive))
+
+    def spill(self, mapped: pa.Table) -> None:
+        """The rows inside are now those of ``mapped`` (the state file just written, memory-mapped)."""
+        if mapped.num_rows != self._count:
+            raise RuntimeError(f"the state file holds {mapped.num_rows} rows, {self._count} are inside the join")
+        self.rows = mapped if mapped.num_rows else None
+        self._alive = None
+        self.mapped_bytes = mapped.nbytes if mapped.num_rows else 0
+
     def repart(self, parts: np.ndarray) -> None:
-        """Assign the carried tuples to parts again (the cut points moved)."""
+        """Assign the carried tuples (every row of ``rows``) to parts again (the cut points moved)."""
         if self.rows is not None:
             self.rows = self.rows.set_column(self.rows.schema.get_field_index(PART), PART, pa.array(parts, pa.int32()))
 
     def of_part(self, part: int) -> pa.Table | None:
         if self.rows is None:
             return None
-        return self.rows.filter(pc.equal(self.rows[PART], part))
+        mine = pc.equal(self.rows[PART], part)
+        return self.rows.filter(mine if self._alive is None else pc.and_(mine, pa.array(self._alive)))
 
 
 def in_seq_order(rows: pa.Table) -> pa.Table:
@@ -239,11 +290,16 @@ class StateFiles:
 
     def write(self, step: int, batch_id: int, table: pa.Table) -> None:
         """Atomically: a reader sees the whole file or none; older files beyond ``retain`` go."""
+        self.write_batches(step, batch_id, table.schema, table.to_batches(max_chunksize=STATE_CHUNK_ROWS))
+
+    def write_batches(self, step: int, batch_id: int, schema: pa.Schema, batches) -> None:
+        """:meth:`write` of a table given as its record ``batches`` (written one at a time)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self._path(step, batch_id)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
         os.replace(tmp, path)  # (no fsync: a killed process loses nothing the kernel holds, as Spark's own files)
         for old in self._batches(step):
             if old <= batch_id - self.retain or old > batch_id:  # a later file is from an attempt never committed
@@ -254,5 +310,9 @@ class StateFiles:
         earlier = [b for b in self._batches(step) if b < before]
         if not earlier:
             return None
-        with pa.OSFile(str(self._path(step, earlier[-1])), "rb") as source:
-            return earlier[-1], pa.ipc.open_file(source).read_all()
+        return earlier[-1], self.mapped(step, earlier[-1])
+
+    def mapped(self, step: int, batch_id: int) -> pa.Table:
+        """The state of ``step`` after ``batch_id``, memory-mapped: its rows stay in the file (the
+        page cache) until read; the file may be pruned meanwhile, the mapping keeps it."""
+        return pa.ipc.open_file(pa.memory_map(str(self._path(step, batch_id)), "r")).read_all()

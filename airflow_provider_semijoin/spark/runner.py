@@ -179,8 +179,9 @@ class BatchProcessor:
         self.matched_sink.write(batch_id, rows)
         self.dead_sink.write(batch_id, dead_rows)
         _kill_point("sinks", batch_id)
-        for step in self.steps:
-            self.files.write(step.index, batch_id, step.state_table())
+        for step, stats in zip(self.steps, step_stats):
+            step.write_state(self.files, batch_id)
+            step.account(stats)
         _kill_point("state", batch_id)
         done = self.clock()
         self._gap = max(self.spec.trigger_interval_s, done - started, GAP_DECAY * self._gap)
@@ -259,6 +260,7 @@ class BatchProcessor:
             queue_tuples=sum(st["held_for_retry"] + st["carried"] for st in step_stats),
             peak_queue_tuples=max((st["pending"] + st["left"] for st in step_stats), default=0),
             queue_bytes=queue_bytes,
+            carried_file_bytes=int(sum(st.get("carried_file_bytes", 0) for st in step_stats)),
             drained=drained,
             cache_entries=first.algorithm.stats().get("cache_entries"),
             cache_hit_ratio=ratios[0] if ratios else None,

@@ -21,7 +21,8 @@ from ..core.joins.registry import create
 from ..core.reasons import Unmatched
 from ..core.session import LOG_BYTES_PER_TUPLE, JoinSession, sized_for_rows
 from ..core.stores import SnapshotLost, open_store
-from .joinstate import JOIN_COLUMNS, RETRY_SINCE, SEQ, CarriedRows, StateFiles, due_times, session_from, slice_of
+from .joinstate import (JOIN_COLUMNS, RETRY_SINCE, SEQ, SPILLED_ROW_BYTES, CarriedRows, StateFiles, due_times,
+                        session_from, slice_of)
 from .partitioned import PartitionedJoin
 from .sinks import dead_letter_rows
 from .spec import DeadlineSpec, StepSpec
@@ -73,16 +74,36 @@ class JoinStep:
         self.session: JoinSession | None = JoinSession(self.algorithm, clock) if self.partitioned is None else None
 
     # -- the state after a batch (written before Spark commits it) ------------------------------
-    def state_table(self) -> pa.Table:
+    @property
+    def spills(self) -> bool:
+        """The carried rows live in the mapped state file between batches (:meth:`CarriedRows.spill`);
+        not with ``on_missing: retry``, whose held rows share the file with another schema."""
+        return self.spec.on_missing != "retry"
+
+    def write_state(self, files: StateFiles, batch_id: int) -> None:
         """What the checkpoint keeps: the carried rows and the rows held for a retry (no sequence
-        number: that tells them apart)."""
+        number: that tells them apart), one record batch at a time; then the carried rows are
+        the file's, memory-mapped."""
+        if self.held is None and self.carried.rows is not None:
+            files.write_batches(self.index, batch_id, self.carried.rows.schema, self.carried.live_batches())
+            if self.spills:
+                self.carried.spill(files.mapped(self.index, batch_id))
+            return
         held = self.held
         if held is not None:
             held = held.append_column(SEQ, pa.nulls(held.num_rows, pa.int64()))
         parts = [t for t in (self.carried.carried(), held) if t is not None]
-        if not parts:
-            return pa.table({SEQ: pa.array([], pa.int64())})
-        return pa.concat_tables(parts, promote_options="default")
+        files.write(self.index, batch_id, pa.concat_tables(parts, promote_options="default") if parts
+                    else pa.table({SEQ: pa.array([], pa.int64())}))
+
+    def account(self, stats: dict) -> dict:
+        """The step's memory after its batch (the state written): the structures' peak, and the
+        carried rows, the rows held for a retry and the session's log (``queue_bytes``)."""
+        queue_bytes = self.carried.nbytes + self._held_bytes() + stats.get("log_bytes", 0)
+        self._queue_peak = max(self._queue_peak, queue_bytes)
+        stats.update(queue_bytes=queue_bytes, carried_file_bytes=self.carried.mapped_bytes,
+                     memory_peak_bytes=stats["structure_bytes_peak"] + self._queue_peak)
+        return stats
 
     def restore(self, files: StateFiles, batch_id: int) -> None:
         """The state after ``batch_id - 1``: kept in memory, or read from the checkpoint with a fresh
@@ -94,16 +115,17 @@ class JoinStep:
             self.after_batch = batch_id - 1
             return
         table = found[1] if found is not None and found[1].num_rows else None
-        held = None
-        if table is not None:
+        held, mapped = None, table is not None and table[SEQ].null_count == 0 and self.spills
+        if table is not None and table[SEQ].null_count:
             is_held = pc.is_null(table[SEQ])
             held = table.filter(is_held).drop_columns([c for c in JOIN_COLUMNS if c in table.column_names])
             table = table.filter(pc.invert(is_held))
         self.held = held if held is not None and held.num_rows else None
-        self.carried = CarriedRows(table if table is not None and table.num_rows else None)
+        table = table if table is not None and table.num_rows else None
+        self.carried = CarriedRows(table, table.nbytes if mapped and table is not None else 0)
         carried = self.carried.carried()
         if carried is not None:
-            self._size(carried.nbytes / carried.num_rows)
+            self._size(self._row_bytes(carried))
         else:
             self.algorithm = create(self.spec.algorithm, self.store, self.algorithm_memory, self.spec.params)
         if self.partitioned is not None:
@@ -125,7 +147,7 @@ class JoinStep:
         before = self.carried.count
         tagged = self.carried.add(rows, due_times(rows, self.spec.max_queue_time_s, self.deadline), self._parts(rows))
         if not self.sized and before == 0 and tagged.num_rows:  # nothing inside yet: the algorithm may be replaced
-            self._size(tagged.nbytes / tagged.num_rows)
+            self._size(self._row_bytes(tagged))
             self.session = JoinSession(self.algorithm, self.clock) if self.partitioned is None else None
         max_pending = self._max_pending(tagged)
         if self.partitioned is not None:
@@ -142,12 +164,8 @@ class JoinStep:
         if going_on > passed.num_rows or (self.algorithm.one_row_per_match and going_on != passed.num_rows):
             raise RuntimeError(f"steps[{self.index}]: {stats['left']} tuples left the join but {passed.num_rows} rows "
                                f"went on, {dead.num_rows} to the dead letter and {held} wait for a retry")
-        queue_bytes = self.carried.nbytes + self._held_bytes() + stats.get("log_bytes", 0)
-        self._queue_peak = max(self._queue_peak, queue_bytes)
-        stats.update(held_for_retry=held, retried=retried, queue_bytes=queue_bytes, carried=self.carried.count,
-                     passed_tuples=going_on, memory_budget_bytes=self.spec.memory_bytes,
-                     algorithm_memory_bytes=self.algorithm_memory,
-                     memory_peak_bytes=stats["structure_bytes_peak"] + self._queue_peak)
+        stats.update(held_for_retry=held, retried=retried, carried=self.carried.count, passed_tuples=going_on,
+                     memory_budget_bytes=self.spec.memory_bytes, algorithm_memory_bytes=self.algorithm_memory)
         return StepResult(passed, dead, stats)
 
     # -- the memory budget: structures + carried rows ------------------------------------------------
@@ -160,6 +178,11 @@ class JoinStep:
             self.partitioned.memory = max(share // self.partitioned.parts, 1)
             self.partitioned.rebuild_all()
 
+    def _row_bytes(self, rows: pa.Table) -> float:
+        """Memory a carried tuple's row takes between batches: in the mapped state file, its
+        sequence number and alive flag; else the row itself (state columns included)."""
+        return float(SPILLED_ROW_BYTES) if self.spills else rows.nbytes / rows.num_rows
+
     def _held_bytes(self) -> int:
         return self.held.nbytes if self.held is not None else 0
 
@@ -169,10 +192,9 @@ class JoinStep:
         width of the rows carried now."""
         if not self.sized:
             return None
-        rows = self.carried.carried()
-        if rows is None:
+        if not self.carried.count:
             return None
-        per_tuple = rows.nbytes / rows.num_rows + LOG_BYTES_PER_TUPLE
+        per_tuple = self._row_bytes(self.carried.rows) + LOG_BYTES_PER_TUPLE
         room = self.spec.memory_bytes - self.algorithm_memory - self._held_bytes()
         return max(int(room // per_tuple), 0)
 
