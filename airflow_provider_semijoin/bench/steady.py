@@ -188,7 +188,8 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
 
 
 EXTRA_STATS = ("pq_loads", "starvation_loads", "threshold_now", "cache_admissions",  # the cache and PQ families
-               "join_phases", "sequences", "pages_requested", "pages_read", "cache_evictions")  # SSIJ
+               "join_phases", "sequences", "pages_requested", "pages_read", "pages_by_in", "in_loads",  # SSIJ
+               "cache_evictions")
 
 
 def _store_costs(config: BenchConfig, store, costs: ComponentCosts | None) -> ComponentCosts:
@@ -430,18 +431,24 @@ SSIJ_HEADER = (f"{'tuples/s':>11} {'hit ratio':>9} {'queries/s':>9} {'rows/query
                f"{'phases':>6} {'read/req':>9}")
 
 
+def _ssij_runs(config: BenchConfig, table: str, costs: ComponentCosts, param: str, values, out) -> list[dict]:
+    """SSIJ measured on every shape at each of ``values`` of its parameter ``param`` (tagged on each result)."""
+    results = []
+    for shape in config.shapes:
+        for value in values:
+            r = measure(config, table, "ssij", shape, costs=costs, params={param: value})
+            r[param] = value
+            out(f"  {shape:<8} {param} {value!s:<8} {r['service_rate_tps']:>11,.0f} tuples/s")
+            results.append(r)
+    return results
+
+
 def ssij_policies(config: BenchConfig, table: str, costs: ComponentCosts, out=print) -> dict:
     """Figure 11: SSIJ with its ToKeep/ToRemove policy (utility counters) and with LRU, on every
     shape, same data and budget; the ratio is measured in this run."""
-    results = []
     out("")
     out("SSIJ cache policy (Figure 11): utility (ToKeep/ToRemove) vs LRU")
-    for shape in config.shapes:
-        for policy in SSIJ_POLICIES:
-            r = measure(config, table, "ssij", shape, costs=costs, params={"cache_policy": policy})
-            r["cache_policy"] = policy
-            out(f"  {shape:<8} {policy:<8} {r['service_rate_tps']:>11,.0f} tuples/s")
-            results.append(r)
+    results = _ssij_runs(config, table, costs, "cache_policy", SSIJ_POLICIES, out)
     out("")
     out(f"SSIJ cache policy, Zipf {config.zipf}, memory {config.memory / 2**20:.4g} MiB, R = {config.rows:,} rows")
     out(f"{'shape':<8} {'policy':<8} " + SSIJ_HEADER + f" {'x LRU':>6}")
@@ -454,15 +461,9 @@ def ssij_policies(config: BenchConfig, table: str, costs: ComponentCosts, out=pr
 
 def sweep_max_scan(config: BenchConfig, table: str, costs: ComponentCosts, out=print) -> dict:
     """Figure 15: SSIJ's service rate over maxScan (the most pages one range query reads)."""
-    results = []
     out("")
     out(f"SSIJ maxScan sweep (Figure 15): {', '.join(map(str, config.sweep_max_scan))} pages")
-    for shape in config.shapes:
-        for max_scan in config.sweep_max_scan:
-            r = measure(config, table, "ssij", shape, costs=costs, params={"max_scan": max_scan})
-            r["max_scan"] = max_scan
-            out(f"  {shape:<8} maxScan {max_scan:>6} {r['service_rate_tps']:>11,.0f} tuples/s")
-            results.append(r)
+    results = _ssij_runs(config, table, costs, "max_scan", config.sweep_max_scan, out)
     out("")
     out(f"SSIJ maxScan, Zipf {config.zipf}, memory {config.memory / 2**20:.4g} MiB, R = {config.rows:,} rows")
     out(f"{'shape':<8} {'maxScan':>7} {'effective':>9} " + SSIJ_HEADER)

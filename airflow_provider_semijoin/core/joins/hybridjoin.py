@@ -35,7 +35,6 @@ import math
 
 import numpy as np
 
-from ..stores.base import MasterPage
 from .base import JoinOutput, Param, StreamBuffer
 from .stream_table import PagedJoin, StreamTable
 

@@ -819,7 +819,9 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         if self.range == (0, 0) and not phase.keep[lo:hi].any():
             keys = np.unique(phase.sb.keys[pair_sb])
             if self._in_query_s + self._in_key_s * len(keys) < self.query_s + self.page_s * count:
-                self.counters.extra["in_loads"] = self.counters.extra.get("in_loads", 0) + 1
+                extra = self.counters.extra
+                extra["in_loads"] = extra.get("in_loads", 0) + 1
+                extra["pages_by_in"] = extra.get("pages_by_in", 0) + count
                 return self.store.lookup_many(keys)
         self.counters.extra["pages_read"] += count
         return self.store.load_pages(self.page_map, first, count)
