@@ -3,7 +3,7 @@
 import numpy as np
 import pyarrow as pa
 import pytest
-from contract import JoinContract
+from contract import JoinContract, measured_as
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -146,7 +146,7 @@ def test_the_disk_stage_takes_no_riders_while_the_stream_waits_to_be_probed(back
     """The front stage hands its disk stage only the misses it needs, so the disk stage's own
     buffer runs empty while stream tuples still wait to be probed: those may miss and join the
     sparse pages, so no page rides along until the stream is through (HYBRIDJOIN's riders)."""
-    store = backend.make_master(master_table(4_000, seed=0).select(["nk", "sk"]))
+    store = measured_as(backend.make_master(master_table(4_000, seed=0).select(["nk", "sk"])), 1e-3, 1e-6, 1e-3, 1e-7)
     algorithm = create(name, store, 32 << 10, {"cache_keys": 50, "page_rows": 64})  # H_S: ~500 tuples
     stream = zipf_stream(3_000, 4_000, exponent=0.5, shape="random", seed=2)  # sparse pages: about 40 tuples on 64 keys
     keys = normalize(stream["nk"], store.key_type).keys

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from contract import JoinContract, assert_exact, master_of, record_loads, stream_of, zipf_keys
+from contract import JoinContract, assert_exact, master_of, measured_as, record_loads, stream_of, zipf_keys
 from hypothesis import strategies as st
 
 from airflow_provider_semijoin.core.joins import StreamBuffer, create
@@ -123,7 +123,7 @@ def record_lookups(store) -> list[int]:
 def test_riders_fill_an_in_query_up_to_the_disk_buffer(backend, name):
     """One key on each of 100 pages of 64 rows: the IN queries carry other pages' keys, never
     more keys than a page's rows (the disk buffer holds one page)."""
-    store = backend.make_master(master_of(range(0, 12_800, 2)))  # 100 pages of 64 keys
+    store = measured_as(backend.make_master(master_of(range(0, 12_800, 2))), 1e-3, 1e-6, 1e-3, 1e-7)  # 100 pages of 64 keys
     stream = stream_of([page * 128 + 2 for page in range(100)])
     algorithm = create(name, store, 4 << 20, {"page_rows": 64})
     lookups = record_lookups(store)
@@ -138,7 +138,7 @@ def test_no_page_rides_along_while_stream_tuples_wait_outside_h_s(backend, name)
     """A page served early would miss the tuples still to come for it (the papers' amortisation):
     riders wait until the stream has ended and no tuple waits to enter H_S, then the tail goes in
     a few queries."""
-    store = backend.make_master(master_of(range(0, 12_800, 2)))  # 100 pages of 64 keys
+    store = measured_as(backend.make_master(master_of(range(0, 12_800, 2))), 1e-3, 1e-6, 1e-3, 1e-7)  # 100 pages of 64 keys
     algorithm = create(name, store, 16 << 10, {"page_rows": 64})
     keys = np.array([page * 128 + 2 for page in range(100)] * 6, np.int64)  # 600 tuples, H_S holds fewer
     assert algorithm.table.capacity < len(keys)
@@ -172,7 +172,7 @@ def test_pages_are_range_loaded_when_an_in_list_costs_more(backend, name):
 def test_no_page_rides_along_while_the_stream_may_go_on(backend, name):
     """A micro-batch of a stream that goes on (its buffer not closed): every tuple is in H_S, but
     the next batch may make its sparse pages dense, so each page waits for its own turn."""
-    store = backend.make_master(master_of(range(0, 12_800, 2)))  # 100 pages of 64 keys
+    store = measured_as(backend.make_master(master_of(range(0, 12_800, 2))), 1e-3, 1e-6, 1e-3, 1e-7)  # 100 pages of 64 keys
     algorithm = create(name, store, 4 << 20, {"page_rows": 64})
     buffer = StreamBuffer(store.key_type)
     keys = np.array([page * 128 + 2 for page in range(100)], np.int64)
