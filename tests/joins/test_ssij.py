@@ -12,7 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from contract import (
-    ROW_ID, STREAM_KEY, JoinContract, MasterWriter, assert_exact, master_of, one_to_k_master, stream_of, zipf_keys,
+    ROW_ID, STREAM_KEY, JoinContract, MasterWriter, assert_exact, master_of, measured_as, one_to_k_master, stream_of,
+    zipf_keys,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -539,7 +540,7 @@ def test_a_sparse_sequence_is_read_by_an_in_query_a_dense_one_by_range(backend):
     """Issue 12's per-page access path in SSIJ's read plan: a sequence with few distinct keys
     waiting, none of its pages to be kept, is read by one IN query of those keys; with an IN
     query dearer than any page (as if so measured) every sequence is a range read. Both exact."""
-    store = backend.make_master(master_of(range(0, 40_000, 2)))  # 20,000 keys, 400 pages of 50
+    store = measured_as(backend.make_master(master_of(range(0, 40_000, 2))), 1e-3, 1e-5, 1e-3, 1e-7)  # 400 pages of 50
     stream = stream_of([i * 400 + 2 for i in range(100)])  # one key on every 4th page
     params = {"page_rows": 50, "ib_thresh": 10, "sb_thresh": 50, "max_scan": 4}
     memory = memory_for(store, params, 0)  # the stream buffers fill it: room for few pages of R
