@@ -174,13 +174,13 @@ class CarriedRows:
             keep = np.ones(len(seq), bool) if self._alive is None else self._alive
             keep[matched_at] = False
             keep[unmatched_at] = False
+            self._count = int(keep.sum())  # (a sum over the flags: cheaper than deduplicating the positions that left)
             if self.mapped_bytes:  # the mapped rows stay where they are until the next spill
                 self._alive = keep
             else:
                 self.rows = self.rows.filter(pa.array(keep))  # (a mask: half the time of taking the kept positions)
                 if self.rows[SEQ].num_chunks > MAX_CHUNKS:  # the chunks of many batches, most of them thinned out
                     self.rows = self.rows.combine_chunks()
-            self._count = int(keep.sum())
         return matched.drop_columns(list(JOIN_COLUMNS)), unmatched.drop_columns(list(JOIN_COLUMNS))
 
     def live_batches(self, chunk_rows: int = STATE_CHUNK_ROWS):
@@ -208,7 +208,10 @@ class CarriedRows:
     def repart(self, parts: np.ndarray) -> None:
         """Assign the carried tuples (every row of ``rows``) to parts again (the cut points moved)."""
         if self.rows is not None:
-            self.rows = self.rows.set_column(self.rows.schema.get_field_index(PART), PART, pa.array(parts, pa.int32()))
+            at = self.rows.schema.get_field_index(PART)
+            if self.mapped_bytes:  # the new column is in memory, no longer in the mapped file
+                self.mapped_bytes -= self.rows.column(at).nbytes
+            self.rows = self.rows.set_column(at, PART, pa.array(parts, pa.int32()))
 
     def of_part(self, part: int) -> pa.Table | None:
         if self.rows is None:

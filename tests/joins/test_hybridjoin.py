@@ -120,16 +120,19 @@ def record_lookups(store) -> list[int]:
 
 
 @pytest.mark.parametrize("name", HYBRIDS)
-def test_riders_fill_an_in_query_up_to_the_disk_buffer(backend, name):
+@pytest.mark.parametrize("memory, queries", [(4 << 20, 1), (160_000, 2)])
+def test_riders_fill_an_in_query_up_to_the_disk_buffer(backend, name, memory, queries):
     """One key on each of 100 pages of 64 rows: the IN queries carry other pages' keys, never
-    more keys than a page's rows (the disk buffer holds one page)."""
+    more keys than the disk buffer holds rows (a page's, or RIDER_KEYS' within 1/64 of M)."""
     store = measured_as(backend.make_master(master_of(range(0, 12_800, 2))), 1e-3, 1e-6, 1e-3, 1e-7)  # 100 pages of 64 keys
     stream = stream_of([page * 128 + 2 for page in range(100)])
-    algorithm = create(name, store, 4 << 20, {"page_rows": 64})
+    algorithm = create(name, store, memory, {"page_rows": 64})
+    buffer_rows = algorithm._buffer_rows
+    assert buffer_rows >= 100 if queries == 1 else 64 <= buffer_rows < 100
     lookups = record_lookups(store)
     run = run_join(algorithm, stream, "sk")
     assert_exact(store, stream, run)
-    assert sum(lookups) == 100 and max(lookups) <= 64 and len(lookups) < 100
+    assert sum(lookups) == 100 and max(lookups) <= buffer_rows and len(lookups) == queries, lookups
     assert run.stats["rider_pages"] == 100 - len(lookups)
 
 

@@ -220,3 +220,37 @@ def test_records_count_tuples_not_rows_when_r_has_several_rows_per_key(tmp_path,
         assert record["matched"] + record["unmatched"] == 600
         assert (record["output_rows"] > record["matched"]) == (primary_key is not None)
         assert_sinks_equal_oracle(store, spec)
+
+
+def carried_in_file(tmp_path, n: int):
+    """``n`` carried rows written to a state file and mapped, as after a batch."""
+    from airflow_provider_semijoin.spark.joinstate import CarriedRows
+
+    carried = CarriedRows()
+    carried.add(pa.table({"nk": np.arange(n, dtype=np.int64)}), np.full(n, np.inf), np.zeros(n, np.int32))
+    files = StateFiles(tmp_path, retain=2)
+    files.write_batches(0, 0, carried.rows.schema, carried.live_batches())
+    carried.spill(files.mapped(0, 0))
+    return carried
+
+
+def test_a_tuple_that_left_is_not_counted_out_twice(tmp_path):
+    """The count of carried tuples drops by the tuples that were still inside, so a join that
+    emitted a tuple twice leaves the count off and the step's exactly-once check fails."""
+    from airflow_provider_semijoin.core.joins.base import JoinOutput
+
+    carried = carried_in_file(tmp_path, 10)
+    schema = pa.schema([])
+    leaving = JoinOutput(np.array([2, 5]), pa.table({}), np.array([7]), np.array([1], np.int8))
+    matched, unmatched = carried.take(leaving, schema)
+    assert (matched.num_rows, unmatched.num_rows, carried.count) == (2, 1, 7)
+    carried.take(JoinOutput(np.array([5]), pa.table({}), np.array([], np.int64), np.array([], np.int8)), schema)
+    assert carried.count == 7 and carried.carried()["nk"].to_pylist() == [0, 1, 3, 4, 6, 8, 9]
+
+
+def test_parts_assigned_anew_count_in_memory_not_in_the_file(tmp_path):
+    """``repart`` replaces the mapped part column by one in memory: its bytes count."""
+    carried = carried_in_file(tmp_path, 1000)
+    assert carried.nbytes == 0
+    carried.repart(np.ones(1000, np.int32))
+    assert carried.nbytes == 4 * 1000 and carried.of_part(1).num_rows == 1000
