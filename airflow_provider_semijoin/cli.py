@@ -212,6 +212,7 @@ def cmd_bench_spark(args) -> int:
                     shapes=_columns(args.shapes) or ["noperm"], warmup_s=args.warmup, window_s=args.window,
                     params=_params(args.set), seed=args.seed),
         algorithms=_columns(args.algorithms), batch_rows=args.spark_batch_rows, latency_rate=args.spark_rate,
+        trigger_s=args.spark_trigger, latency_max_queue_s=args.spark_max_queue_time,
     )
     report = run_spark_bench(config, out=functools.partial(print, flush=True))
     _write_report(report, args.out)
@@ -374,6 +375,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --spark: tuples per micro-batch of the throughput runs (default about one H_S of HYBRIDJOIN at 50 MB)")
     b.add_argument("--spark-rate", type=float, default=None,
                    help="with --spark: tuples/s offered in the latency runs (default: half the slowest Spark path's throughput)")
+    b.add_argument("--spark-trigger", type=float, default=0.5,
+                   help="with --spark: the trigger interval of the latency runs, seconds (default 0.5)")
+    b.add_argument("--spark-max-queue-time", type=float, default=None,
+                   help="with --spark: the steps' max_queue_time_s in the latency runs, the longest a tuple waits "
+                        "inside the join (default: the step's default)")
     b.set_defaults(func=cmd_bench)
 
     r = sub.add_parser("reproduce", help="run the papers' experiments on this machine; a report with plots and "

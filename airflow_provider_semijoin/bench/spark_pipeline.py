@@ -98,13 +98,16 @@ QUIET_RATE, QUIET_TRIGGER_S, QUIET_MAX_QUEUE_S = 5000.0, 1.0, 2.0  # the bounded
 class SparkBenchConfig:
     """The core bench's settings (master, rows, memory, zipf, shapes, warm-up, window, params,
     seed) plus the Spark ones. ``algorithms`` None: HYBRIDJOIN and the best cache algorithm.
-    ``latency_rate`` None: half of the slowest Spark path's throughput."""
+    ``latency_rate`` None: half of the slowest Spark path's throughput. ``latency_max_queue_s``:
+    the steps' ``max_queue_time_s`` in the latency runs (None: the step's default), the longest a
+    tuple may wait inside the join: what a user who wants a p99 bound sets."""
 
     core: BenchConfig
     algorithms: list[str] | None = None
     batch_rows: int = 1_000_000
     latency_rate: float | None = None
     trigger_s: float = 0.5
+    latency_max_queue_s: float | None = None
     spark_master: str = "local[2]"
     jdbc_jar: str | None = DEFAULT_JDBC_JAR
     workdir: str | None = None
@@ -120,6 +123,7 @@ class SparkBenchConfig:
         check_positive("batch_rows", self.batch_rows, "a positive number of tuples per micro-batch", integer=True)
         check_positive("latency_rate", self.latency_rate, "a positive number of tuples per second", optional=True)
         check_positive("trigger_s", self.trigger_s, "a positive number of seconds")
+        check_positive("latency_max_queue_s", self.latency_max_queue_s, "a positive number of seconds", optional=True)
 
 
 # -- the source of the throughput runs ------------------------------------------------------------
@@ -292,7 +296,7 @@ def run_pipeline(spark, config: SparkBenchConfig, table: str, algorithm: str, sh
     })
     window = BatchWindow(core.warmup_s, core.window_s)
     run_job(spec, spark=spark, on_progress=window, stop_event=window.stop)
-    return spark_result(algorithm, PIPELINE, window, out, rate)
+    return {**spark_result(algorithm, PIPELINE, window, out, rate), "max_queue_time_s": spec.steps[0].max_queue_time_s}
 
 
 # -- Spark's own stream-static join ----------------------------------------------------------------
@@ -588,10 +592,11 @@ def bench_shape(config: SparkBenchConfig, table: str, shape: str, workdir: Path,
         rows.append(static)
         out(f"  {shape} {STREAM_STATIC:<14} {static['path']:<24} {static['tuples_per_s'] or 0:>12,.0f} tuples/s")
         rate = config.latency_rate or moderate_rate([r["tuples_per_s"] for r in rows if is_spark(r)])
-        out(f"  latency runs offered {rate:,.0f} tuples/s (trigger {config.trigger_s:g} s)")
+        out(f"  latency runs offered {rate:,.0f} tuples/s ({latency_settings(config)})")
         for r in rows:
             if r["path"] == PIPELINE:
-                paced = run_pipeline(spark, config, table, r["algorithm"], shape, run_dir(), rate)
+                paced = run_pipeline(spark, config, table, r["algorithm"], shape, run_dir(), rate,
+                                     max_queue_time_s=config.latency_max_queue_s)
             elif r["path"] == CORE_CONTINUOUS:
                 paced = run_core_continuous(core, table, r["algorithm"], shape, rate, clock)
             elif r["algorithm"] == STREAM_STATIC:
@@ -638,7 +643,8 @@ def format_table(result: dict, config: SparkBenchConfig) -> list[str]:
         f"Spark bench, shape {result['shape']}, Zipf {core.zipf:g}, memory {core.memory / 2**20:.4g} MiB, "
         f"R = {core.rows:,} rows, Spark {config.spark_master}",
         f"tuples/s: backlog, {config.batch_rows:,} tuples per micro-batch, window {core.window_s:g} s after "
-        f"{core.warmup_s:g} s warm-up; p99: arrival to output at {result['latency_rate']:,.0f} tuples/s offered",
+        f"{core.warmup_s:g} s warm-up; p99: arrival to output at {result['latency_rate']:,.0f} tuples/s offered "
+        f"({latency_settings(config)})",
         f"{'algorithm':<14} {'path':<38} {'tuples/s':>11} {'p99 ms':>10} {'overhead':>8} {'exactly once':>12}",
     ]
     for r in result["rows"]:
@@ -677,6 +683,11 @@ def format_table(result: dict, config: SparkBenchConfig) -> list[str]:
     return lines
 
 
+def latency_settings(config: SparkBenchConfig) -> str:
+    wait = config.latency_max_queue_s
+    return f"trigger {config.trigger_s:g} s, max_queue_time {'the default' if wait is None else f'{wait:g} s'}"
+
+
 def size_text(n_bytes: int) -> str:
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n_bytes % size == 0:
@@ -703,5 +714,8 @@ def command(config: SparkBenchConfig) -> str:
               f"--spark-batch-rows {config.batch_rows}"]
     if config.latency_rate:
         parts.append(f"--spark-rate {config.latency_rate:g}")
+    parts.append(f"--spark-trigger {config.trigger_s:g}")
+    if config.latency_max_queue_s is not None:
+        parts.append(f"--spark-max-queue-time {config.latency_max_queue_s:g}")
     parts += [f"--set {k}={v}" for k, v in core.params.items()]
     return " ".join(parts)

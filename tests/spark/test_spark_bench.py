@@ -23,7 +23,8 @@ from airflow_provider_semijoin.spark.sinks import ParquetSink
 def test_tiny_spark_bench_reports_every_path_exactly_once(spark, tmp_path, capsys):
     out = tmp_path / "bench.json"
     args = ["bench", "--spark", "--master", f"sqlite:///{tmp_path / 'b.db'}", "--rows", "3000", "--memory", "256KB",
-            "--warmup", "0.4", "--window", "0.8", "--spark-batch-rows", "1500", "--out", str(out)]
+            "--warmup", "0.4", "--window", "0.8", "--spark-batch-rows", "1500", "--spark-max-queue-time", "0.3",
+            "--out", str(out)]
     assert main(args) == 0
     (shape,) = json.loads(out.read_text())["shapes"]
     picked = max(shape["cache_pick"], key=lambda r: r["service_rate_tps"])["algorithm"]
@@ -37,6 +38,8 @@ def test_tiny_spark_bench_reports_every_path_exactly_once(spark, tmp_path, capsy
         if r["path"] != CORE_BATCHES:  # the latency run of the path: at the offered rate, exactly once too
             assert r["latency_ms_p99"] > 0 and r["latency"]["exactly_once"]["ok"]
             assert r["latency"]["offered_tps"] == shape["latency_rate"] and isinstance(r["latency_kept_up"], bool)
+        if r["path"] == PIPELINE:  # the throughput run lets tuples wait (a backlog), the latency run 0.3 s at most
+            assert (r["max_queue_time_s"], r["latency"]["max_queue_time_s"]) == (None, 0.3)
     for name in ("hybridjoin", picked):
         spark_row, batches = rows[(name, PIPELINE)], rows[(name, CORE_BATCHES)]
         assert spark_row["exactly_once"]["tuples"] == sum(spark_row["batch_rows"])  # each micro-batch, whole
@@ -55,6 +58,7 @@ def test_tiny_spark_bench_reports_every_path_exactly_once(spark, tmp_path, capsy
     assert all(line.endswith(" yes") for line in table)
     assert printed[-2].startswith("command (") and "semijoin bench --spark --master sqlite:///" in printed[-2]
     assert "--spark-batch-rows 1500" in printed[-2] and "--memory 256KiB" in printed[-2]
+    assert "--spark-trigger 0.5 --spark-max-queue-time 0.3" in printed[-2]
 
 
 def test_sink_check_finds_a_lost_and_a_duplicated_tuple(tmp_path):
@@ -118,6 +122,7 @@ def test_moderate_rate_is_half_the_slowest_rounded_down():
         ({"batch_rows": 0}, r"^batch_rows: 0 is not a positive number of tuples per micro-batch$"),
         ({"latency_rate": -5.0}, r"^latency_rate: -5.0 is not a positive number of tuples per second$"),
         ({"trigger_s": 0}, r"^trigger_s: 0 is not a positive number of seconds$"),
+        ({"latency_max_queue_s": -1.0}, r"^latency_max_queue_s: -1.0 is not a positive number of seconds$"),
         ({"shapes": ["noperm", "temporal"]},
          r"^shapes\[1\]: 'temporal' is not a stream shape of the Spark generator source \(one of \['noperm', 'random'\]\)$"),
     ],
