@@ -33,7 +33,7 @@ from .reasons import labels
 
 STALL_STEPS = 1000  # steps in a row without progress before the join is declared stuck
 HEAD_WINDOW = 4096  # log entries the completed head is advanced over at a time
-LOG_BYTES_PER_TUPLE = 2 * (8 + 8 + 1)  # a waiting tuple's entry in a session's log (id, due, done), and one completed one
+LOG_BYTES_PER_TUPLE = 8 + 8 + 1  # a waiting tuple's entry in a session's log (id, due, done) between slices (compact)
 
 
 class JoinSession:
@@ -180,12 +180,19 @@ class JoinSession:
                 self._head += int(np.argmin(window))
                 break
 
-    def _compact(self) -> None:
-        """Forget the completed entries of the log once they are as many as the waiting ones, so
-        it holds at most two entries per waiting tuple (positions shift: only between slices,
-        when no tuple is half joined)."""
+    def compact(self) -> None:
+        """Forget every completed entry of the log now, so that it holds one entry per waiting
+        tuple (:data:`LOG_BYTES_PER_TUPLE`): a caller that keeps the session between slices, a
+        Spark step across micro-batches, calls it at the end of each slice. Only between
+        slices, when no tuple is half joined."""
+        self._compact(0.0)
+
+    def _compact(self, share: float = 1.0) -> None:
+        """Forget the completed entries of the log once they are ``share`` of the waiting ones or
+        more (1: the log holds at most two entries per waiting tuple; positions shift: only
+        between slices, when no tuple is half joined)."""
         completed = len(self._ids) - self.pending
-        if completed and completed >= self.pending and self.algorithm.between_joins:
+        if completed and completed >= share * self.pending and self.algorithm.between_joins:
             keep = ~self._done
             self._ids, self._due, self._done = self._ids[keep], self._due[keep], self._done[keep]
             self._head = 0

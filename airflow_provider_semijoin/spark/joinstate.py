@@ -255,6 +255,7 @@ def slice_of(session: JoinSession, column: str, rows: pa.Table, horizon: float, 
     with one_version_of_r(algorithm) as invalidated:
         invalid, _ = feed_keys(algorithm, rows[column], rows[SEQ].to_numpy(), rows[DUE].to_numpy(), clock, session)
         out = session.drain() if drain else session.advance(horizon, until, max_pending)
+    session.compact()  # between batches the log holds the waiting tuples only
     result = JoinOutput.concat([invalid, out], algorithm.schema)
     io_after = store.counters.as_dict()
     left = left_ids(result, algorithm.one_row_per_match)

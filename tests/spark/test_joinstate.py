@@ -254,3 +254,23 @@ def test_parts_assigned_anew_count_in_memory_not_in_the_file(tmp_path):
     assert carried.nbytes == 0
     carried.repart(np.ones(1000, np.int32))
     assert carried.nbytes == 4 * 1000 and carried.of_part(1).num_rows == 1000
+
+
+def test_between_slices_the_log_holds_one_entry_per_waiting_tuple(sqlite_backend):
+    """The budget counts LOG_BYTES_PER_TUPLE per carried tuple: a slice ends with the session's
+    log compacted to the tuples still inside, however many left during it."""
+    from airflow_provider_semijoin.core.joins import create
+    from airflow_provider_semijoin.core.session import LOG_BYTES_PER_TUPLE
+    from airflow_provider_semijoin.spark.joinstate import DUE, SEQ, session_from, slice_of
+
+    keys = np.arange(1, 2001)
+    store = sqlite_backend.make_master(pa.table({"nk": keys, "name": [f"n{k}" for k in keys]}))
+    rng = np.random.default_rng(3)
+    session = session_from(create("hybridjoin", store, 1 << 20, {"page_rows": 16}), "nk", None)
+    first = 0
+    for n in (400, 400, 400):
+        rows = pa.table({"nk": rng.integers(1, 2001, n), SEQ: np.arange(first, first + n), DUE: np.full(n, np.inf)})
+        first += n
+        out, stats = slice_of(session, "nk", rows, horizon=0.0, until=0.0, drain=False)
+        assert stats["left"] > 0 and session.pending > 0
+        assert stats["log_bytes"] == session.log_bytes == session.pending * LOG_BYTES_PER_TUPLE
