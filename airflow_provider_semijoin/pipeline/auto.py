@@ -26,14 +26,15 @@ from ..core.stores import MasterStore
 
 
 def predictions(store: MasterStore, memory: int, skew: float = 1.0, candidates=AUTO_CANDIDATES,
-                row_bytes: float | None = None) -> dict[str, float]:
+                row_bytes: float | None = None, costs=None) -> dict[str, float]:
     """Predicted service rate (tuples/s) of each candidate that fits ``memory`` on ``store``
     (``inf``: every tuple served from memory; candidates whose model is undefined are left out).
     With ``row_bytes``, each is predicted at the share of ``memory`` that the rows of the tuples
-    it holds leave it."""
+    it holds leave it. ``costs``: the component costs to predict with (default: measured now,
+    :func:`..core.calibration.calibrate`)."""
     from ..core.calibration import calibrate
 
-    costs = calibrate(store)
+    costs = calibrate(store) if costs is None else costs
     n_keys = store.page_map().n_keys
     rates = {}
     for name in candidates:

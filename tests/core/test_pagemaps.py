@@ -106,7 +106,10 @@ def test_a_restricted_store_keeps_no_map(mysql_backend):
 def test_hybridjoin_takes_a_kept_page_size_near_the_measured_one(mysql_backend):
     assert auto_page_rows(1e-3, 1e-6) == 2048  # 4*S/T = 4000, rounded down to a power of two
     assert auto_page_rows(1e-3, 1e-6, kept=[512, 1024, 4096]) == 1024  # down to half of it: kept
-    assert auto_page_rows(1e-3, 1e-6, kept=[512, 4096]) == 2048  # none near enough (never larger)
+    assert auto_page_rows(1e-3, 1e-6, kept=[512, 4096]) == 4096  # up to twice it: kept
+    assert auto_page_rows(1e-3, 1e-6, kept=[1024, 4096]) == 1024  # as near both ways: the smaller
+    assert auto_page_rows(1e-3, 1e-6, kept=[2048, 4096]) == 2048  # its own size first
+    assert auto_page_rows(1e-3, 1e-6, kept=[512, 8192]) == 2048  # none near enough
     store = mysql_backend.make_master(master(KEYS))
     assert store.kept_page_rows() == []
     store.page_map(5), store.page_map(64)

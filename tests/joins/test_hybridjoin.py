@@ -183,3 +183,14 @@ def test_no_page_rides_along_while_the_stream_may_go_on(backend, name):
     left = sum(len(algorithm.step(buffer).matched_ids) for _ in range(40))
     assert left == 40 and algorithm.pending == 60  # one page (one tuple) per step
     assert algorithm.counters.extra.get("rider_pages", 0) == 0
+
+
+def test_a_larger_kept_page_is_taken_only_where_the_rider_buffer_holds_it(mysql_backend):
+    """The measured costs ask for pages of 256 rows and a map of 512 is kept beside R (MySQL): a
+    large budget reads the kept map (no O(R) build); a small one, whose disk buffer would grow
+    for it, builds its own of 256."""
+    store = measured_as(mysql_backend.make_master(master_of(range(20_000))), 1e-4, 1e-6, 1e-3, 1e-7)  # 4*S/T = 400
+    store.page_map(512)
+    assert store.kept_page_rows() == [512]
+    assert create("hybridjoin", store, 64 << 20).page_map.page_rows == 512
+    assert create("hybridjoin", store, 256 << 10).page_map.page_rows == 256

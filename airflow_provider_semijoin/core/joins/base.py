@@ -371,6 +371,13 @@ class JoinAlgorithm:
         carried rows, :mod:`...spark.joinstate`) sizes its share of the budget by it."""
         raise NotImplementedError
 
+    @property
+    def capacity_with_waiting(self) -> int:
+        """The most tuples it holds plus those a front stage keeps waiting for it, which are at
+        most its :attr:`demand` (CACHEJOIN Algorithm 1 lines 2-11): a front stage's
+        :attr:`capacity_tuples` (the joins a front stage wraps define it)."""
+        raise NotImplementedError
+
     def structure_bytes(self) -> int:
         """Bytes the algorithm's structures hold now (allocated capacity, not just the used part)."""
         raise NotImplementedError

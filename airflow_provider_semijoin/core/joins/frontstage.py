@@ -211,9 +211,8 @@ class FrontStage(JoinAlgorithm):
 
     @property
     def capacity_tuples(self) -> int:
-        """The disk phase's tuples and the misses waiting for it (at most its demand, which is at
-        most its capacity)."""
-        return 2 * self.algorithm.capacity_tuples
+        """The disk phase's tuples and the misses waiting for it (at most its demand)."""
+        return self.algorithm.capacity_with_waiting
 
     def structure_bytes(self) -> int:
         waiting = self._misses.available * (self.store.key_type.itemsize + 8)

@@ -112,6 +112,11 @@ class MeshJoin(PagedJoin):
     def demand(self) -> int:
         return self.chunk_tuples
 
+    @property
+    def capacity_with_waiting(self) -> int:
+        """H_S and one chunk of w tuples waiting for the next iteration (MESHJOIN sec. 3.1)."""
+        return self.table.capacity + self.chunk_tuples
+
     def memory_split(self) -> dict:
         return {
             **super().memory_split(),

@@ -282,6 +282,12 @@ class PagedJoin(JoinAlgorithm):
     def capacity_tuples(self) -> int:
         return self.table.capacity
 
+    @property
+    def capacity_with_waiting(self) -> int:
+        """The demand is H_S's free slots (HYBRIDJOIN Fig. 5 line 3): what waits for them and
+        what H_S holds never exceed its capacity together."""
+        return self.table.capacity
+
     def structure_bytes(self) -> int:
         return self.table.nbytes + self._disk_buffer_bytes + self.page_map.nbytes
 
