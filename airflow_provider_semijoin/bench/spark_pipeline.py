@@ -5,7 +5,9 @@ For HYBRIDJOIN and the best cache algorithm (picked by measuring the cache famil
 engine first, :func:`pick_cache_algorithm`; or the algorithms given) it measures three paths:
 
 * ``spark pipeline``: the product's streaming query (:func:`.runner.run_job`): the built-in
-  generator source -> ``foreachBatch`` (collect, drain through the engine, Parquet sinks).
+  generator source -> ``foreachBatch`` (collect, a slice of the engine, Parquet sinks, state),
+  the join working ahead between micro-batches (:mod:`..spark.ahead`); and the same query with
+  the join idle between them (``work_ahead: false``, throughput only): what working ahead gains.
 * ``core, Spark's batches``: the engine's :class:`..core.session.JoinSession` fed the same
   stream tuples in the same micro-batches, each stepped for a slice with the queue carried, as
   the pipeline does, without Spark. Overhead ratio = this rate / the pipeline's rate: what
@@ -89,6 +91,7 @@ BACKLOG_RATE = 1e12  # tuples/s offered in the throughput runs: all have arrived
 STREAM_STATIC = "spark-join"
 R_KEY = "sj_master_key"  # R's key column in the stream-static join (the stream has its own nk)
 PIPELINE, CORE_BATCHES, CORE_CONTINUOUS = "spark pipeline", "core, Spark's batches", "core, continuous"
+PIPELINE_RESTING = "spark pipeline, no work ahead"  # the join idle between micro-batches (spark.ahead off)
 KEPT_UP_SHARE = 0.9  # a latency run that completes less than this share of the offered rate fell behind
 STOP_GRACE_S = 300.0
 QUIET_RATE, QUIET_TRIGGER_S, QUIET_MAX_QUEUE_S = 5000.0, 1.0, 2.0  # the bounded-wait run: a quiet stream  # a run whose window is not complete this long after warm-up + window stops anyway
@@ -237,9 +240,10 @@ def window_latency(out: Path, window: BatchWindow) -> dict:
 
 
 def batch_split(window: BatchWindow) -> dict | None:
-    """Where a pipeline micro-batch's time goes (means over the window): the engine
-    (run_join's own clock), the rest of foreachBatch (output tables, sinks, progress) and Spark
-    outside foreachBatch (source, planning, collecting the batch to the driver as Arrow)."""
+    """Where a pipeline micro-batch's time goes (means over the window): the engine's slice
+    (its own clock), the rest of foreachBatch (output tables, sinks, state, progress) and Spark
+    outside foreachBatch (source, planning, collecting the batch to the driver as Arrow); and
+    the time the engine worked ahead meanwhile, on its thread (``engine_ahead``)."""
     batches = window.batches()
     if not batches or batches[0].get("batch_duration_s") is None:
         return None
@@ -247,8 +251,9 @@ def batch_split(window: BatchWindow) -> dict | None:
     cycle = float(np.mean(np.diff(ends)))
     inside = float(np.mean([r["batch_duration_s"] for r in batches]))
     engine = float(np.mean([r["input_rows"] / r["service_rate_tps"] if r["service_rate_tps"] else 0.0 for r in batches]))
+    ahead = float(np.mean([r.get("ahead_s", 0.0) for r in batches]))
     return {"cycle": round(cycle, 3), "engine": round(engine, 3), "rest_of_foreach_batch": round(inside - engine, 3),
-            "spark_outside_foreach_batch": round(cycle - inside, 3)}
+            "spark_outside_foreach_batch": round(cycle - inside, 3), "engine_ahead": round(ahead, 3)}
 
 
 def spark_result(algorithm: str, path: str, window: BatchWindow, out: Path, rate: float | None) -> dict:
@@ -276,10 +281,12 @@ def spark_result(algorithm: str, path: str, window: BatchWindow, out: Path, rate
 
 # -- the Spark pipeline ----------------------------------------------------------------------------
 def run_pipeline(spark, config: SparkBenchConfig, table: str, algorithm: str, shape: str, out: Path,
-                 rate: float | None, trigger_s: float | None = None, max_queue_time_s: float | None = None) -> dict:
+                 rate: float | None, trigger_s: float | None = None, max_queue_time_s: float | None = None,
+                 work_ahead: bool = True) -> dict:
     """The product's streaming query for ``algorithm``: a backlog (``rate`` None: every tuple
     has arrived, so no tuple is forced out by its wait) or ``rate`` with each tuple forced out
-    after ``max_queue_time_s`` (None: the step's default)."""
+    after ``max_queue_time_s`` (None: the step's default); ``work_ahead``: the join goes on
+    between micro-batches (the product's default)."""
     core = config.core
     step = {"column": KEY, "master": {"url": core.master, "table": table, "key": KEY},
             "algorithm": algorithm, "memory": core.memory, "params": core.params_for(algorithm)}
@@ -293,10 +300,12 @@ def run_pipeline(spark, config: SparkBenchConfig, table: str, algorithm: str, sh
         "name": "semijoin_bench",
         "trigger_interval_s": (trigger_s or config.trigger_s) if rate is not None else 0.001,
         "stop": {"duration_s": core.warmup_s + core.window_s + STOP_GRACE_S},
+        "work_ahead": work_ahead,
     })
     window = BatchWindow(core.warmup_s, core.window_s)
     run_job(spec, spark=spark, on_progress=window, stop_event=window.stop)
-    return {**spark_result(algorithm, PIPELINE, window, out, rate), "max_queue_time_s": spec.steps[0].max_queue_time_s}
+    path = PIPELINE if work_ahead else PIPELINE_RESTING
+    return {**spark_result(algorithm, path, window, out, rate), "max_queue_time_s": spec.steps[0].max_queue_time_s}
 
 
 # -- Spark's own stream-static join ----------------------------------------------------------------
@@ -581,12 +590,14 @@ def bench_shape(config: SparkBenchConfig, table: str, shape: str, workdir: Path,
     try:
         for name in algorithms:
             pipeline = run_pipeline(spark, config, table, name, shape, run_dir(), None)
+            resting = run_pipeline(spark, config, table, name, shape, run_dir(), None, work_ahead=False)
             batches = run_core_batches(core, table, name, shape, pipeline["batch_rows"], pipeline["first_window_batch"] or 0, clock)
             continuous = run_core_continuous(core, table, name, shape, None, clock)
             for r in (batches, continuous):
                 r["overhead_ratio"] = _ratio(r["tuples_per_s"], pipeline["tuples_per_s"])
-            rows += [pipeline, batches, continuous]
-            for r in (pipeline, batches, continuous):
+            resting["overhead_ratio"] = _ratio(pipeline["tuples_per_s"], resting["tuples_per_s"])
+            rows += [pipeline, resting, batches, continuous]
+            for r in (pipeline, resting, batches, continuous):
                 out(f"  {shape} {name:<14} {r['path']:<24} {r['tuples_per_s'] or 0:>12,.0f} tuples/s")
         static = run_stream_static(spark, config, table, shape, run_dir(), None, jdbc)
         rows.append(static)
@@ -659,7 +670,8 @@ def format_table(result: dict, config: SparkBenchConfig) -> list[str]:
     if any(r.get("latency_kept_up") is False for r in result["rows"]):
         lines.append(f"* its latency run completed less than {KEPT_UP_SHARE:.0%} of the offered rate in the window: "
                      "the p99 counts only the tuples that completed and understates the latency")
-    lines.append("overhead = core tuples/s / Spark pipeline tuples/s of the same algorithm")
+    lines.append("overhead = core tuples/s / Spark pipeline tuples/s of the same algorithm; on the no-work-ahead "
+                 "row: the pipeline's gain from working ahead (its tuples/s / this row's)")
     for r in result["rows"]:
         quiet = r.get("quiet")
         if quiet:
@@ -673,9 +685,10 @@ def format_table(result: dict, config: SparkBenchConfig) -> list[str]:
         split = r.get("batch_split_s")
         if split:
             lines.append(
-                f"{r['algorithm']} pipeline micro-batch {split['cycle']:.2f} s = engine {split['engine']:.2f} s "
+                f"{r['algorithm']} {r['path']}: micro-batch {split['cycle']:.2f} s = engine {split['engine']:.2f} s "
                 f"+ output, sinks {split['rest_of_foreach_batch']:.2f} s + Spark (source, collect, scheduling) "
-                f"{split['spark_outside_foreach_batch']:.2f} s (window means)"
+                f"{split['spark_outside_foreach_batch']:.2f} s; the engine worked ahead {split['engine_ahead']:.2f} s "
+                "meanwhile (window means)"
             )
     if result["cache_pick"]:
         cells = ", ".join(f"{r['algorithm']} {r['service_rate_tps']:,.0f}" for r in result["cache_pick"])

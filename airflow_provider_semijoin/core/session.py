@@ -116,6 +116,18 @@ class JoinSession:
         self._compact()
         return JoinOutput.concat(outputs, self.algorithm.schema)
 
+    def work_ahead(self, keep_going) -> JoinOutput:
+        """Step over the tuples already fed, while ``keep_going()`` and a step changes something -
+        the papers' outer loop while no tuple arrives: HYBRIDJOIN loads the page of its oldest
+        tuple (sec. 4.1), MESHJOIN waits for w tuples (sec. 3.1) - then until no tuple is half
+        joined; returns what completed. A caller steps a session ahead with it while it has
+        nothing to feed (a Spark step between micro-batches)."""
+        outputs = self._step_while(lambda: self.pending and keep_going())
+        if not self.algorithm.between_joins:
+            outputs += self._force(lambda: not self.algorithm.between_joins)
+        self._compact()
+        return JoinOutput.concat(outputs, self.algorithm.schema)
+
     def _step_while(self, condition) -> list[JoinOutput]:
         """Step while ``condition()`` holds and a step changes something (a step that takes
         nothing and completes nothing: the algorithm waits for tuples, as MESHJOIN for w)."""

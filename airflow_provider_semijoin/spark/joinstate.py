@@ -247,8 +247,7 @@ def slice_of(session: JoinSession, column: str, rows: pa.Table, horizon: float, 
     while tuples wait; ``max_pending``: the most that may wait after it, the oldest beyond
     are forced out (:meth:`..core.session.JoinSession.advance`)."""
     algorithm = session.algorithm
-    store = algorithm.store
-    io_before = store.counters.as_dict()
+    io_before = algorithm.store.counters.as_dict()
     started = clock()
     pending_before = session.pending
     rows = in_seq_order(rows)
@@ -257,24 +256,41 @@ def slice_of(session: JoinSession, column: str, rows: pa.Table, horizon: float, 
         out = session.drain() if drain else session.advance(horizon, until, max_pending)
     session.compact()  # between batches the log holds the waiting tuples only
     result = JoinOutput.concat([invalid, out], algorithm.schema)
-    io_after = store.counters.as_dict()
+    return result, _slice_stats(session, result, io_before, started, pending_before, rows.num_rows, invalidated, clock)
+
+
+def ahead_of(session: JoinSession, keep_going, clock=time.time) -> tuple[JoinOutput, dict]:
+    """Step ``session`` over the tuples inside, taking no new one, while ``keep_going()``
+    (:meth:`..core.session.JoinSession.work_ahead`), inside one version of R; what completed
+    and the figures, as :func:`slice_of`'s."""
+    io_before = session.algorithm.store.counters.as_dict()
+    started, pending_before = clock(), session.pending
+    with one_version_of_r(session.algorithm) as invalidated:
+        result = session.work_ahead(keep_going)
+    session.compact()
+    return result, _slice_stats(session, result, io_before, started, pending_before, 0, invalidated, clock)
+
+
+def _slice_stats(session: JoinSession, result: JoinOutput, io_before: dict, started: float, pending_before: int,
+                 fed: int, invalidated: int, clock) -> dict:
+    algorithm = session.algorithm
+    io_after = algorithm.store.counters.as_dict()
     left = left_ids(result, algorithm.one_row_per_match)
-    stats = {
+    return {
         "wall_s": clock() - started,
         "disk_queries": io_after["disk_queries"] - io_before["disk_queries"],
         "disk_rows": io_after["disk_rows"] - io_before["disk_rows"],
-        "master_version": store.seen_version,
+        "master_version": algorithm.store.seen_version,
         "invalidated": invalidated,
-        "fed": rows.num_rows,
+        "fed": fed,
         "left": len(left),
         "pending": session.pending,
         "forced_steps": session.forced_steps,
-        "balanced": pending_before + rows.num_rows == len(left) + session.pending,
+        "balanced": pending_before + fed == len(left) + session.pending,
         "structure_bytes": algorithm.structure_bytes(),
         "structure_bytes_peak": algorithm.counters.structure_bytes_peak,
         "log_bytes": session.log_bytes,
     }
-    return result, stats
 
 
 class StateFiles:

@@ -175,6 +175,10 @@ class BatchProcessor:
             step_stats.append(result.stats)
             join_seconds += result.stats["wall_s"]
             rows = result.passed
+        caches = self._cache_figures()
+        if drain is None and self.spec.work_ahead:  # the cut: the state after this batch is fixed
+            for step in self.steps:
+                step.start_ahead()
         dead_rows = pa.concat_tables(dead, promote_options="default")
         self.matched_sink.write(batch_id, rows)
         self.dead_sink.write(batch_id, dead_rows)
@@ -185,7 +189,7 @@ class BatchProcessor:
         _kill_point("state", batch_id)
         done = self.clock()
         self._gap = max(self.spec.trigger_interval_s, done - started, GAP_DECAY * self._gap)
-        record = self._record(batch_id, n_in, rows, dead_rows, step_stats, started, done, join_seconds, drain)
+        record = self._record(batch_id, n_in, rows, dead_rows, step_stats, started, done, join_seconds, drain, caches)
         if drain is not None:
             self.drained = drain
         if self.print_progress:
@@ -225,7 +229,14 @@ class BatchProcessor:
             batch = batch.drop_columns(["sj_id"])
         return batch.add_column(0, "sj_id", ids)
 
-    def _record(self, batch_id, n_in, matched, dead, step_stats, started, done, join_seconds, drained) -> dict:
+    def _cache_figures(self) -> tuple[int | None, float | None]:
+        """The first step's cache entries and the first cache hit ratio of this batch (read before
+        the steps work ahead: then their threads hold the algorithms)."""
+        ratios = [r for r in (step.cache_hit_ratio_delta() for step in self.steps) if r is not None]
+        return self.steps[0].algorithm.stats().get("cache_entries"), ratios[0] if ratios else None
+
+    def _record(self, batch_id, n_in, matched, dead, step_stats, started, done, join_seconds, drained,
+                caches) -> dict:
         left = pa.concat_tables(
             [matched.select(["sj_id", "sj_arrival"]), dead.select(["sj_id", "sj_arrival"])], promote_options="default"
         )
@@ -244,8 +255,6 @@ class BatchProcessor:
         reconnects, waited = self._reconnects()
         s.reconnects += reconnects
         s.reconnect_wait_s += waited
-        first = self.steps[0]
-        ratios = [r for r in (step.cache_hit_ratio_delta() for step in self.steps) if r is not None]
         queue_bytes = int(sum(st["queue_bytes"] for st in step_stats))
         record = ProgressRecord(
             algorithm="+".join(step.algorithm.name for step in self.steps),
@@ -257,13 +266,14 @@ class BatchProcessor:
             output_rows=matched.num_rows,
             service_rate_tps=round(n_in / join_seconds, 1) if join_seconds > 0 else None,
             batch_duration_s=round(done - started, 6),
+            ahead_s=round(sum(st.get("ahead_s", 0.0) for st in step_stats), 6),
             queue_tuples=sum(st["held_for_retry"] + st["carried"] for st in step_stats),
             peak_queue_tuples=max((st["pending"] + st["left"] for st in step_stats), default=0),
             queue_bytes=queue_bytes,
             carried_file_bytes=int(sum(st.get("carried_file_bytes", 0) for st in step_stats)),
             drained=drained,
-            cache_entries=first.algorithm.stats().get("cache_entries"),
-            cache_hit_ratio=ratios[0] if ratios else None,
+            cache_entries=caches[0],
+            cache_hit_ratio=caches[1],
             disk_queries=int(sum(st["disk_queries"] for st in step_stats)),
             disk_rows=int(sum(st["disk_rows"] for st in step_stats)),
             latency_ms_p50=latency["p50"],

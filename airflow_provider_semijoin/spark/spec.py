@@ -368,6 +368,7 @@ class JobSpec:
     deadline: DeadlineSpec | None = None
     arrival_column: str | None = None
     db_retry_max_s: float = 120.0  # how long a lost MySQL session is reopened for (master data, table sinks)
+    work_ahead: bool = True  # steps go on joining between micro-batches (:mod:`.ahead`)
 
     def __post_init__(self):
         for name, kind in (("source", SourceSpec), ("sinks", SinkSpec), ("stop", StopSpec), ("deadline", DeadlineSpec)):
@@ -381,6 +382,8 @@ class JobSpec:
         _positive("trigger_interval_s", self.trigger_interval_s)
         _positive("partitions", self.partitions, integer=True)
         _positive("db_retry_max_s", self.db_retry_max_s)
+        if not isinstance(self.work_ahead, bool):
+            raise SpecError(f"work_ahead: {shown(self.work_ahead)} is not true or false")
         if not isinstance(self.steps, list) or not self.steps:
             raise SpecError("steps: missing; expected a list of at least one join step")
         for i, step in enumerate(self.steps):

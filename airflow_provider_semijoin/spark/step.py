@@ -17,10 +17,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..core.joins.base import JoinOutput
 from ..core.joins.registry import create
 from ..core.reasons import Unmatched
 from ..core.session import LOG_BYTES_PER_TUPLE, JoinSession, sized_for_rows
 from ..core.stores import SnapshotLost, open_store
+from .ahead import WorkAhead
 from .joinstate import (JOIN_COLUMNS, RETRY_SINCE, SEQ, SPILLED_ROW_BYTES, CarriedRows, StateFiles, due_times,
                         session_from, slice_of)
 from .partitioned import PartitionedJoin
@@ -72,6 +74,8 @@ class JoinStep:
         self.partitioned = None if partitions <= 1 else PartitionedJoin(
             spark, spec, self.store, partitions, self.algorithm.one_row_per_match, clock)
         self.session: JoinSession | None = JoinSession(self.algorithm, clock) if self.partitioned is None else None
+        self.ahead = WorkAhead(clock)  # the session stepped between micro-batches (:mod:`.ahead`)
+        self._ahead_done: tuple | None = None  # what it completed: (output, figures), for the next batch
 
     # -- the state after a batch (written before Spark commits it) ------------------------------
     @property
@@ -106,10 +110,13 @@ class JoinStep:
         return stats
 
     def restore(self, files: StateFiles, batch_id: int) -> None:
-        """The state after ``batch_id - 1``: kept in memory, or read from the checkpoint with a fresh
-        algorithm (a replay or a restart: caches cold, the queue whole)."""
+        """The state after ``batch_id - 1``: kept in memory (what was worked ahead since is this
+        batch's), or read from the checkpoint with a fresh algorithm (a replay or a restart:
+        caches cold, the queue whole, what was worked ahead dropped)."""
+        self._stop_ahead()
         if self.after_batch is not None and self.after_batch == batch_id - 1:
             return
+        self._ahead_done = None
         found = files.read(self.index, batch_id)
         if found is None and self.after_batch is None:  # a new query: nothing carried, the algorithm as built
             self.after_batch = batch_id - 1
@@ -153,7 +160,7 @@ class JoinStep:
         if self.partitioned is not None:
             result, stats = self.partitioned.run(tagged, self.carried, horizon, until, drain, max_pending)
         else:
-            result, stats = self._slice(tagged, horizon, until, drain, max_pending)
+            result, stats = self._with_ahead(*self._slice(tagged, horizon, until, drain, max_pending))
         matched, unmatched = self.carried.take(result, self.algorithm.schema)
         if not stats["balanced"] or self.carried.count != before + rows.num_rows - stats["left"]:
             raise RuntimeError(f"steps[{self.index}] ({self.algorithm.name}) broke exactly-once: {stats}")
@@ -167,6 +174,36 @@ class JoinStep:
         stats.update(held_for_retry=held, retried=retried, carried=self.carried.count, passed_tuples=going_on,
                      memory_budget_bytes=self.spec.memory_bytes, algorithm_memory_bytes=self.algorithm_memory)
         return StepResult(passed, dead, stats)
+
+    # -- working ahead between micro-batches (:mod:`.ahead`) ----------------------------------------
+    def start_ahead(self) -> None:
+        """Step the session on a thread until the next micro-batch (driver-side steps with tuples
+        inside; called once the batch's slice is over and its output taken: the cut)."""
+        if self.session is not None and self.session.pending and not self.ahead.running:
+            self.ahead.start(self.session, f"step{self.index}")
+
+    def _stop_ahead(self) -> None:
+        """End the stepping ahead; keep what it completed for this batch. Where it failed (a
+        database past its retry bound, R lost inside its snapshot), nothing it did counts: the
+        session is rebuilt from the carried rows, the state at the cut, and the slice meets the
+        failure again, if it lasts, where it is reported."""
+        done, error = self.ahead.stop()
+        self._ahead_done = done
+        if error is not None:
+            self.algorithm.restart()
+            self.session = session_from(self.algorithm, self.spec.column, self.carried.carried(), self.clock)
+
+    def _with_ahead(self, result, stats: dict) -> tuple:
+        """The slice's output and figures with what was worked ahead before it."""
+        done, self._ahead_done = self._ahead_done, None
+        if done is None:
+            return result, {**stats, "ahead_s": 0.0, "ahead_left": 0}
+        ahead, figures = done
+        stats = {**stats, "ahead_s": figures["wall_s"], "ahead_left": figures["left"],
+                 "balanced": stats["balanced"] and figures["balanced"]}
+        for name in ("left", "disk_queries", "disk_rows", "invalidated"):
+            stats[name] += figures[name]
+        return JoinOutput.concat([ahead, result], self.algorithm.schema), stats
 
     # -- the memory budget: structures + carried rows ------------------------------------------------
     def _size(self, row_bytes: float) -> None:
@@ -209,6 +246,7 @@ class JoinStep:
                 if attempt == SNAPSHOT_ATTEMPTS - 1:
                     raise
                 self.algorithm.restart()
+                self._ahead_done = None  # its tuples are in the carried rows: the new session joins them again
                 first = tagged[SEQ][0].as_py() if tagged.num_rows else self.carried.next_seq
                 inside = self.carried.carried()
                 inside = inside.filter(pc.less(inside[SEQ], first)) if inside is not None else None
@@ -263,4 +301,5 @@ class JoinStep:
         return round(d_hits / d_probes, 4) if d_probes else None
 
     def close(self) -> None:
+        self.ahead.stop()
         self.store.close()

@@ -661,6 +661,30 @@ class JoinContract:
         left = np.concatenate([np.unique(matched[ROW_ID].to_numpy()), unmatched[ROW_ID].to_numpy()])
         assert sorted(left.tolist()) == list(range(stream.num_rows))
 
+    @pytest.mark.parametrize("steps_ahead", [1, 7, 10_000])
+    def test_working_ahead_stops_when_told_between_joins_and_matches_the_oracle(self, backend, steps_ahead):
+        """``work_ahead`` (a Spark step between micro-batches) steps over what was fed while told
+        to: it stops after the step under way with no tuple half joined, however few steps it
+        was given, and the output stays the oracle's."""
+        store = backend.make_master(master_of(range(0, 900, 3)))
+        algorithm = self.make(store)
+        stream = stream_of(zipf_keys(np.random.default_rng(4), np.arange(-20, 920), 900, 1.0).tolist())
+        session = JoinSession(algorithm, time.perf_counter)
+        outputs = []
+        for lo in range(0, stream.num_rows, 150):
+            piece = stream.slice(lo, 150)
+            invalid, _ = feed_keys(algorithm, piece[STREAM_KEY], np.arange(lo, lo + piece.num_rows), None,
+                                   time.perf_counter, session)
+            outputs += [invalid, session.advance()]
+            asked = []
+            outputs.append(session.work_ahead(lambda: asked.append(1) or len(asked) <= steps_ahead))
+            assert algorithm.between_joins and len(asked) <= steps_ahead + 1
+        outputs.append(session.drain())
+        matched, unmatched = materialise(stream, JoinOutput.concat(outputs, algorithm.schema), algorithm.schema)
+        assert engine_pairs(matched, unmatched, store.select, ROW_ID) == hash_join(store, stream, STREAM_KEY)
+        left = np.concatenate([np.unique(matched[ROW_ID].to_numpy()), unmatched[ROW_ID].to_numpy()])
+        assert sorted(left.tolist()) == list(range(stream.num_rows))
+
     def test_a_budget_too_small_is_refused(self, backend):
         store = backend.make_master(master_of(range(0, 900, 3)))
         with pytest.raises(ConfigError, match=r"^memory: 16 bytes is too small for "):

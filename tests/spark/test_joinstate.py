@@ -6,6 +6,8 @@ batch's commit is missing."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -274,3 +276,60 @@ def test_between_slices_the_log_holds_one_entry_per_waiting_tuple(sqlite_backend
         out, stats = slice_of(session, "nk", rows, horizon=0.0, until=0.0, drain=False)
         assert stats["left"] > 0 and session.pending > 0
         assert stats["log_bytes"] == session.log_bytes == session.pending * LOG_BYTES_PER_TUPLE
+
+
+def wait_for(condition, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("algorithm", ["hybridjoin", "cachejoin", "ssij", "meshjoin"])
+def test_between_batches_the_join_works_ahead_and_its_output_leaves_with_the_next_batch(tmp_path, sqlite_backend,
+                                                                                        algorithm):
+    """Once a batch has cut its state, the step goes on joining on a thread (spark/ahead.py):
+    what it completes leaves with the next batch - a heartbeat batch with no new tuple here -
+    once, and the state written after that batch holds only what is still inside."""
+    store, spec = job(tmp_path, sqlite_backend, 600, algorithm)
+    spec.stop.end_of_input = False  # (the first batch holds every tuple: it would drain)
+    clock = Clock()
+    processor = BatchProcessor(spec, None, False, clock)
+    step = processor.steps[0]
+    processor.process(rows_of(spec, 0, 600, clock.now), 0)
+    inside = step.carried.count
+    assert inside > 0 and step.ahead.running
+    wait_for(lambda: step.ahead.finished)
+    worked_ahead = inside - step.session.pending
+    record = processor.process(rows_of(spec, 0, 0, clock.now), 1)
+    if algorithm in ("hybridjoin", "cachejoin"):  # each step loads the page of the oldest tuple: all leave
+        assert worked_ahead == inside
+    else:  # SSIJ's phases and MESHJOIN's chunks wait for tuples of a stream that goes on (sec. IV-A, 3.1)
+        assert worked_ahead == 0
+    assert record["ahead_s"] > 0 and step.ahead.running == (step.carried.count > 0)  # again, from the new cut
+    assert record["matched"] + record["unmatched"] >= worked_ahead
+    assert record["queue_tuples"] == step.carried.count == inside - record["matched"] - record["unmatched"]
+    assert StateFiles(tmp_path / "checkpoint" / "sj_state", 10).read(0, 2)[1].num_rows == step.carried.count
+    processor.request_drain("end_of_input")
+    processor.process(rows_of(spec, 0, 0, clock.now), 2)
+    assert_sinks_equal_oracle(store, spec)
+    matched = read_parquet_sink(spec.sinks.matched.path)
+    assert len(set(matched["sj_id"].to_pylist())) == matched.num_rows
+
+
+def test_without_work_ahead_the_join_rests_between_batches(tmp_path, sqlite_backend):
+    store, spec = job(tmp_path, sqlite_backend, 600, "hybridjoin")
+    spec.work_ahead, spec.stop.end_of_input = False, False
+    processor = BatchProcessor(spec, None, False, Clock())
+    processor.process(rows_of(spec, 0, 600, 1000.0), 0)
+    inside = processor.steps[0].carried.count
+    assert inside > 0 and not processor.steps[0].ahead.running and processor.steps[0].session.pending == inside
+
+
+def test_a_spec_with_work_ahead_not_a_boolean_is_refused(tmp_path, sqlite_backend):
+    from airflow_provider_semijoin.core.errors import SpecError
+    from airflow_provider_semijoin.spark.spec import JobSpec
+
+    _, spec = job(tmp_path, sqlite_backend, 10)
+    with pytest.raises(SpecError, match=r"^work_ahead: 'yes' is not true or false$"):
+        JobSpec.from_dict({**spec.to_dict(), "work_ahead": "yes"})

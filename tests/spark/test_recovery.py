@@ -93,16 +93,20 @@ def run_until_killed(spec_file, point: str, batch_id: int) -> subprocess.Popen:
 
 
 @pytest.mark.timeout(600 + KILLS * 400)
-def test_sigkill_at_random_points_of_a_carried_run_is_exactly_once(tmp_path, sqlite_backend):
-    """3 x KILLS micro-batches of a MESHJOIN whose tuples stay inside across batches; the driver
+@pytest.mark.parametrize("algorithm, params", [("meshjoin", {"page_rows": 16, "partition_pages": 4}),
+                                               ("hybridjoin", {"page_rows": 16})])
+def test_sigkill_at_random_points_of_a_carried_run_is_exactly_once(tmp_path, sqlite_backend, algorithm, params):
+    """3 x KILLS micro-batches of a join whose tuples stay inside across batches (MESHJOIN: for
+    its cycle; HYBRIDJOIN: until their page comes round, the join working ahead between
+    batches, so a kill at ``sinks`` or ``state`` lands while its thread steps); the driver
     kills itself (SIGKILL, its whole process group) at KILLS random (point, batch) pairs, every
     named point among them, and is started again each time: the fact table and the dead letter
     equal the oracle, no tuple twice, and the tuples inside at each kill (in the checkpoint's
     state) come out once."""
     batches = 3 * KILLS
     store = write_master(sqlite_backend, 2000)
-    data = generator_job(tmp_path, sqlite_backend.url, store.table, algorithm="meshjoin", total_rows=300 * batches,
-                         master_rows=2000, params={"page_rows": 16, "partition_pages": 4}).to_dict()
+    data = generator_job(tmp_path, sqlite_backend.url, store.table, algorithm=algorithm, total_rows=300 * batches,
+                         master_rows=2000, params=params).to_dict()
     data["source"]["rows_per_second"] = 1e6  # a backlog: every batch is capped at max_rows_per_batch
     data["source"]["max_rows_per_batch"] = 300
     data["steps"][0]["max_queue_time_s"] = None  # tuples wait for MESHJOIN's cycle, however long

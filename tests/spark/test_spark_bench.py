@@ -14,7 +14,8 @@ from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.joins.registry import CACHE_ALGORITHMS
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.bench.spark_pipeline import (
-    CORE_BATCHES, CORE_CONTINUOUS, PIPELINE, STREAM_STATIC, BatchWindow, SparkBenchConfig, TupleLedger, check_sinks,
+    CORE_BATCHES, CORE_CONTINUOUS, PIPELINE, PIPELINE_RESTING, STREAM_STATIC, BatchWindow, SparkBenchConfig, TupleLedger,
+    check_sinks,
     moderate_rate,
 )
 from airflow_provider_semijoin.spark.sinks import ParquetSink
@@ -30,12 +31,12 @@ def test_tiny_spark_bench_reports_every_path_exactly_once(spark, tmp_path, capsy
     picked = max(shape["cache_pick"], key=lambda r: r["service_rate_tps"])["algorithm"]
     assert [r["algorithm"] for r in shape["cache_pick"]] == list(CACHE_ALGORITHMS)
     rows = {(r["algorithm"], r["path"]): r for r in shape["rows"]}
-    paths = (PIPELINE, CORE_BATCHES, CORE_CONTINUOUS)
+    paths = (PIPELINE, PIPELINE_RESTING, CORE_BATCHES, CORE_CONTINUOUS)
     assert list(rows) == [(a, p) for a in ("hybridjoin", picked) for p in paths] + [
         (STREAM_STATIC, "spark stream-static, R via store scan")]
     for r in shape["rows"]:
         assert r["tuples_per_s"] > 0 and r["exactly_once"]["ok"] and r["exactly_once"]["tuples"] > 0, r
-        if r["path"] != CORE_BATCHES:  # the latency run of the path: at the offered rate, exactly once too
+        if r["path"] not in (CORE_BATCHES, PIPELINE_RESTING):  # its latency run: at the offered rate, exactly once too
             assert r["latency_ms_p99"] > 0 and r["latency"]["exactly_once"]["ok"]
             assert r["latency"]["offered_tps"] == shape["latency_rate"] and isinstance(r["latency_kept_up"], bool)
         if r["path"] == PIPELINE:  # the throughput run lets tuples wait (a backlog), the latency run 0.3 s at most
@@ -50,6 +51,9 @@ def test_tiny_spark_bench_reports_every_path_exactly_once(spark, tmp_path, capsy
         for path in (CORE_BATCHES, CORE_CONTINUOUS):
             core = rows[(name, path)]
             assert core["overhead_ratio"] == round(core["tuples_per_s"] / spark_row["tuples_per_s"], 2)
+        resting = rows[(name, PIPELINE_RESTING)]
+        assert resting["overhead_ratio"] == round(spark_row["tuples_per_s"] / resting["tuples_per_s"], 2)
+        assert resting["batch_split_s"]["engine_ahead"] == 0.0 and "latency" not in resting
     printed = capsys.readouterr().out.splitlines()
     header = printed.index(next(line for line in printed if line.startswith("algorithm ")))
     assert printed[header].split() == ["algorithm", "path", "tuples/s", "p99", "ms", "overhead", "exactly", "once"]
