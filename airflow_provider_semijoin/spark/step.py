@@ -10,6 +10,7 @@ unmatched ones to the dead letter, to an unknown member, or are held for a retry
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -160,7 +161,8 @@ class JoinStep:
         if self.partitioned is not None:
             result, stats = self.partitioned.run(tagged, self.carried, horizon, until, drain, max_pending)
         else:
-            result, stats = self._with_ahead(*self._slice(tagged, horizon, until, drain, max_pending))
+            with self._version_worked_ahead():
+                result, stats = self._with_ahead(*self._slice(tagged, horizon, until, drain, max_pending))
         matched, unmatched = self.carried.take(result, self.algorithm.schema)
         if not stats["balanced"] or self.carried.count != before + rows.num_rows - stats["left"]:
             raise RuntimeError(f"steps[{self.index}] ({self.algorithm.name}) broke exactly-once: {stats}")
@@ -192,6 +194,14 @@ class JoinStep:
         if error is not None:
             self.algorithm.restart()
             self.session = session_from(self.algorithm, self.spec.column, self.carried.carried(), self.clock)
+
+    def _version_worked_ahead(self):
+        """The slice reads R at the version the stepping ahead read, so every tuple leaving with
+        this batch saw that one version (SSIJ sec. IV-E; the record's ``master_versions``);
+        changes installed since are seen from the next batch on."""
+        if self._ahead_done is None or not self.store.has_change_log():
+            return contextlib.nullcontext()
+        return self.store.reading_at(self._ahead_done[1]["master_version"])
 
     def _with_ahead(self, result, stats: dict) -> tuple:
         """The slice's output and figures with what was worked ahead before it."""

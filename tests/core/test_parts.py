@@ -143,3 +143,19 @@ def test_a_version_the_database_cannot_give_is_refused_in_one_sentence(backend):
         run_join(algorithm, pa.table({"sk": [4]}), "sk")
     with full.reading_at(2):
         assert pairs(run_join(algorithm, pa.table({"sk": [4, 7]}), "sk")) == {(4, 1), (7, 0)}
+
+
+def test_r_at_a_version_before_an_install_of_thousands_of_keys_reads_whole(backend):
+    """The before-images of an install of any size: a read at the version before it sees R as
+    it was, in one query per page (the changed keys are looked up in the change log, not
+    inlined: 1,500 of them passed SQLite's expression depth)."""
+    keys = list(range(1, 6001, 2))
+    full = backend.make_master(master(keys), select=["v"])
+    changed = keys[::2]
+    install_changes(backend.url, full.table, "nk", changes(["U"] * len(changed), changed, [-1] * len(changed)))
+    with full.reading_at(0), full.snapshot():
+        page = full.load_pages(full.page_map(len(keys)), 0)
+    assert page.keys.tolist() == keys and page.rows["v"].to_pylist() == [10 * k for k in keys]
+    with full.snapshot():
+        newest = full.load_pages(full.page_map(len(keys)), 0)
+    assert newest.rows["v"].to_pylist() == [-1 if i % 2 == 0 else 10 * k for i, k in enumerate(keys)]

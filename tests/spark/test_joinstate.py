@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -333,3 +334,37 @@ def test_a_spec_with_work_ahead_not_a_boolean_is_refused(tmp_path, sqlite_backen
     _, spec = job(tmp_path, sqlite_backend, 10)
     with pytest.raises(SpecError, match=r"^work_ahead: 'yes' is not true or false$"):
         JobSpec.from_dict({**spec.to_dict(), "work_ahead": "yes"})
+
+
+def test_a_batch_after_working_ahead_reads_the_version_of_r_the_stepping_ahead_read(tmp_path, sqlite_backend):
+    """An install that lands while the join works ahead between two batches is seen from the
+    batch after next: every tuple leaving with the next batch - worked ahead or joined in its
+    slice - saw the version the stepping ahead read (SSIJ sec. IV-E), the one its record names."""
+    import pyarrow.compute as pc
+
+    from airflow_provider_semijoin.core.stores import create_change_tables, install_changes
+    from airflow_provider_semijoin.workloads.master import master_table
+
+    store, spec = job(tmp_path, sqlite_backend, 3000, "hybridjoin")
+    spec.stop.end_of_input = False
+    create_change_tables(sqlite_backend.url, store.table, "nk")
+    clock = Clock()
+    processor = BatchProcessor(spec, None, False, clock)
+    step = processor.steps[0]
+    processor.process(rows_of(spec, 0, 600, clock.now), 0)
+    wait_for(lambda: step.ahead.finished)
+    renamed = master_table(2000)
+    renamed = renamed.set_column(renamed.schema.get_field_index("name"), "name",
+                                 pc.binary_join_element_wise("v1-", pc.cast(renamed["nk"], pa.string()), ""))
+    install_changes(sqlite_backend.url, store.table, "nk", renamed.add_column(0, "op", pa.array(["U"] * 2000)))
+
+    def matched(batch_id: int) -> pa.Table:
+        return pq.read_table(tmp_path / "matched" / f"batch={batch_id}" / "part-0.parquet")
+
+    second = processor.process(rows_of(spec, 600, 1200, clock.now), 1)
+    assert second["master_versions"] == [0] and second["ahead_s"] > 0
+    tids, names = matched(1)["tid"].to_numpy(), matched(1)["name"].to_pylist()
+    assert (tids < 600).sum() > 0 and (tids >= 600).sum() > 0  # worked ahead, and joined in the slice
+    assert not [n for n in names if n.startswith("v1-")]
+    third = processor.process(rows_of(spec, 1200, 1800, clock.now), 2)
+    assert third["master_versions"] == [1] and all(n.startswith("v1-") for n in matched(2)["name"].to_pylist())

@@ -73,24 +73,29 @@ def save_before_images(cursor, store, version: int, keys: list) -> None:
 
 @dataclass(frozen=True)
 class Overlay:
-    """R at ``version`` seen from a snapshot at ``newest``: ``firsts`` holds, per key changed in
-    between, the version of its first change after ``version`` (keys as SQL parameters)."""
+    """R at ``version`` seen from a snapshot at ``newest``: each key changed in between as the
+    before-image of its first change after ``version`` (none: the key was inserted since), every
+    other key as R has it. The changed keys are looked up in the change log inside the query,
+    one correlated look-up per row read, so an install of any size makes a query of one size
+    (it used to inline every changed key: thousands of them passed SQLite's expression depth)."""
 
     version: int
     newest: int
-    firsts: list[tuple]  # (key, first version after ``version``)
 
     def query(self, store, columns: str, where: str, params: list, suffix: str) -> tuple[str, list]:
         """The rows of R at ``version`` that satisfy ``where``, in key order."""
         d, qk = store.dialect, store._qk
-        keys = [k for k, _ in self.firsts]
-        pairs = " OR ".join([f"(version = {d.param} AND {qk} = {d.param})"] * len(self.firsts))
+
+        def changed_since(alias: str) -> str:
+            return f"FROM {store._qlog} l WHERE l.version > {d.param} AND l.version <= {d.param} AND l.{qk} = {alias}.{qk}"
+
         sql = (
-            f"SELECT {columns} FROM {store._qt} WHERE ({where}) AND {qk} NOT IN ({d.placeholders(len(keys))}) "
-            f"UNION ALL SELECT {columns} FROM {d.quote(before_table(store.table))} WHERE ({where}) AND ({pairs}) "
-            f"ORDER BY 1{suffix}"
+            f"SELECT {columns} FROM {store._qt} r WHERE ({where}) AND NOT EXISTS (SELECT 1 {changed_since('r')}) "
+            f"UNION ALL SELECT {columns} FROM {d.quote(before_table(store.table))} b WHERE ({where}) "
+            f"AND b.version = (SELECT MIN(l.version) {changed_since('b')}) ORDER BY 1{suffix}"
         )
-        return sql, [*params, *keys, *params, *(v for k, v in self.firsts for v in (v, k))]
+        span = [self.version, self.newest]
+        return sql, [*params, *span, *params, *span]
 
 
 def overlay(store, version: int, newest: int, range_sql: str, range_params: list) -> Overlay | None:
@@ -108,9 +113,9 @@ def overlay(store, version: int, newest: int, range_sql: str, range_params: list
             f"{KEEP_VERSIONS} installs old and its before-images are pruned"
         )
     p = store.dialect.param
-    rows = store._query(
-        f"SELECT {store._qk}, MIN(version) FROM {store._qlog} WHERE version > {p} AND version <= {p}"
-        f"{' AND ' + range_sql if range_sql else ''} GROUP BY {store._qk}",
+    changed = store._query(
+        f"SELECT 1 FROM {store._qlog} WHERE version > {p} AND version <= {p}"
+        f"{' AND ' + range_sql if range_sql else ''} LIMIT 1",
         (version, newest, *range_params),
     )
-    return Overlay(version, newest, [(k, int(v)) for k, v in rows]) if rows else None
+    return Overlay(version, newest) if changed else None
