@@ -273,6 +273,25 @@ def reasons_by_row(run: JoinRun) -> dict[int, str]:
 # ------------------------------------------------------------------------------ the contract
 
 
+def worked_ahead_in_pieces(algorithm, stream: pa.Table, piece_rows: int, steps_ahead: int,
+                           advance_first: bool) -> JoinOutput:
+    """``stream`` fed to one session in pieces; after each piece (and a slice, ``advance_first``)
+    the session works ahead with ``steps_ahead`` steps granted and must end between joins;
+    finally drained. Returns every output."""
+    session = JoinSession(algorithm, time.perf_counter)
+    outputs = []
+    for lo in range(0, stream.num_rows, piece_rows):
+        piece = stream.slice(lo, piece_rows)
+        invalid, _ = feed_keys(algorithm, piece[STREAM_KEY], np.arange(lo, lo + piece.num_rows), None,
+                               time.perf_counter, session)
+        outputs += [invalid, session.advance()] if advance_first else [invalid]
+        asked = []
+        outputs.append(session.work_ahead(lambda: asked.append(1) or len(asked) <= steps_ahead))
+        assert algorithm.between_joins and len(asked) <= steps_ahead + 1
+    outputs.append(session.drain())
+    return JoinOutput.concat(outputs, algorithm.schema)
+
+
 class JoinContract:
     """Shared tests; a subclass sets ``algorithm`` and, if it needs them, ``params``."""
 
@@ -669,18 +688,8 @@ class JoinContract:
         store = backend.make_master(master_of(range(0, 900, 3)))
         algorithm = self.make(store)
         stream = stream_of(zipf_keys(np.random.default_rng(4), np.arange(-20, 920), 900, 1.0).tolist())
-        session = JoinSession(algorithm, time.perf_counter)
-        outputs = []
-        for lo in range(0, stream.num_rows, 150):
-            piece = stream.slice(lo, 150)
-            invalid, _ = feed_keys(algorithm, piece[STREAM_KEY], np.arange(lo, lo + piece.num_rows), None,
-                                   time.perf_counter, session)
-            outputs += [invalid, session.advance()]
-            asked = []
-            outputs.append(session.work_ahead(lambda: asked.append(1) or len(asked) <= steps_ahead))
-            assert algorithm.between_joins and len(asked) <= steps_ahead + 1
-        outputs.append(session.drain())
-        matched, unmatched = materialise(stream, JoinOutput.concat(outputs, algorithm.schema), algorithm.schema)
+        out = worked_ahead_in_pieces(algorithm, stream, 150, steps_ahead, advance_first=True)
+        matched, unmatched = materialise(stream, out, algorithm.schema)
         assert engine_pairs(matched, unmatched, store.select, ROW_ID) == hash_join(store, stream, STREAM_KEY)
         left = np.concatenate([np.unique(matched[ROW_ID].to_numpy()), unmatched[ROW_ID].to_numpy()])
         assert sorted(left.tolist()) == list(range(stream.num_rows))

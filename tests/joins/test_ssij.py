@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from contract import (
     ROW_ID, STREAM_KEY, JoinContract, MasterWriter, assert_exact, master_of, measured_as, one_to_k_master, stream_of,
-    zipf_keys,
+    worked_ahead_in_pieces, zipf_keys,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -346,25 +346,15 @@ def test_a_range_join_worked_ahead_ends_with_no_tuple_half_joined(backend, steps
     """A range join's tuple is half joined between its online and join phases: working ahead
     (a Spark step between micro-batches) told to stop after a step or three finishes the phase
     under way first, so the session can be compacted and cut there; the output is the oracle's."""
-    from airflow_provider_semijoin.core.runner import feed_keys
-    from airflow_provider_semijoin.core.session import JoinSession, materialise
+    from airflow_provider_semijoin.core.session import materialise
 
     table = master_of(range(0, 500, 4))
     store = backend.make_master(table)
     stream = stream_of(zipf_keys(np.random.default_rng(9), np.arange(-60, 560), 1200, 0.8).tolist())
     params = {"page_rows": 3, "ib_thresh": 25, "sb_thresh": 30, "max_scan": 4, "range_lo": -10, "range_hi": 10}
     algorithm = create("ssij", store, memory_for(store, params, 12), params)
-    session = JoinSession(algorithm, time.perf_counter)
-    outputs = []
-    for lo in range(0, stream.num_rows, 200):
-        piece = stream.slice(lo, 200)
-        invalid, _ = feed_keys(algorithm, piece[STREAM_KEY], np.arange(lo, lo + piece.num_rows), None,
-                               time.perf_counter, session)
-        asked = []
-        outputs += [invalid, session.work_ahead(lambda: asked.append(1) or len(asked) <= steps_ahead)]
-        assert algorithm.between_joins
-    outputs.append(session.drain())
-    matched, unmatched = materialise(stream, JoinOutput.concat(outputs, algorithm.schema), algorithm.schema)
+    out = worked_ahead_in_pieces(algorithm, stream, 200, steps_ahead, advance_first=False)
+    matched, unmatched = materialise(stream, out, algorithm.schema)
     assert engine_pairs(matched, unmatched, store.select, ROW_ID) == range_oracle(table, stream, -10, 10, store.select)
 
 
