@@ -368,3 +368,23 @@ def test_a_batch_after_working_ahead_reads_the_version_of_r_the_stepping_ahead_r
     assert not [n for n in names if n.startswith("v1-")]
     third = processor.process(rows_of(spec, 1200, 1800, clock.now), 2)
     assert third["master_versions"] == [1] and all(n.startswith("v1-") for n in matched(2)["name"].to_pylist())
+
+
+def test_the_driver_switches_threads_sooner_while_steps_work_ahead_and_restores_it(tmp_path, sqlite_backend):
+    """Spark's calls in the batch's thread wait for the GIL a working-ahead step holds at most
+    AHEAD_SWITCH_S, only while a job that works ahead runs."""
+    import sys
+
+    from airflow_provider_semijoin.spark.runner import AHEAD_SWITCH_S
+
+    before = 0.005  # Python's default (a processor another test did not close may have left it lower)
+    sys.setswitchinterval(before)
+    _, spec = job(tmp_path, sqlite_backend, 10)
+    processor = BatchProcessor(spec, None, False, Clock())
+    assert sys.getswitchinterval() == pytest.approx(AHEAD_SWITCH_S)
+    processor.close()
+    assert sys.getswitchinterval() == pytest.approx(before)
+    spec.work_ahead = False
+    processor = BatchProcessor(spec, None, False, Clock())
+    assert sys.getswitchinterval() == pytest.approx(before)
+    processor.close()
