@@ -10,9 +10,9 @@ of Spark and 1 s of sinks in series with the engine.
 
 :class:`WorkAhead` gives that time back. Once a micro-batch's slice is over and what it
 completed has been taken out of the carried rows - the cut: the state after N is then fixed,
-and every tuple inside is in it - a thread steps the session over the tuples inside, taking no
-new one (:meth:`..core.session.JoinSession.work_ahead`), until the next micro-batch begins
-(:meth:`WorkAhead.stop`). What it completed belongs to batch N+1: it leaves the carried rows
+and every tuple inside is in it - a thread steps the session over the tuples inside (no new
+tuple arrives meanwhile: :meth:`..core.session.JoinSession.work_ahead`) until the next
+micro-batch begins (:meth:`WorkAhead.stop`). What it completed belongs to batch N+1: it leaves the carried rows
 and is written with N+1's sinks. Exactly once holds as before: a crash before N+1 commits
 loses nothing, since those tuples are in the state after N and a replay joins them again; a
 batch that rebuilds its session from the checkpoint (a replay, a restart) drops what was
@@ -64,7 +64,8 @@ class WorkAhead:
 
     @property
     def finished(self) -> bool:
-        """Started, and done stepping on its own: nothing inside is left to step without new tuples."""
+        """Started, and done stepping on its own (half the tuples inside left, or the algorithm
+        waits for new tuples)."""
         return self._thread is not None and not self._thread.is_alive()
 
     def start(self, session: JoinSession, name: str) -> None:

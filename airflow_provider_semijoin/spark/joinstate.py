@@ -260,7 +260,7 @@ def slice_of(session: JoinSession, column: str, rows: pa.Table, horizon: float, 
 
 
 def ahead_of(session: JoinSession, keep_going, clock=time.time) -> tuple[JoinOutput, dict]:
-    """Step ``session`` over the tuples inside, taking no new one, while ``keep_going()``
+    """Step ``session`` over the tuples inside (no new tuple is fed meanwhile) while ``keep_going()``
     (:meth:`..core.session.JoinSession.work_ahead`), inside one version of R; what completed
     and the figures, as :func:`slice_of`'s."""
     io_before = session.algorithm.store.counters.as_dict()
