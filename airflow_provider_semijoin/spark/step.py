@@ -192,8 +192,7 @@ class JoinStep:
         done, error = self.ahead.stop()
         self._ahead_done = done
         if error is not None:
-            self.algorithm.restart()
-            self.session = session_from(self.algorithm, self.spec.column, self.carried.carried(), self.clock)
+            self._rebuild(self.carried.carried())
 
     def _version_worked_ahead(self):
         """The slice reads R at the version the stepping ahead read, so every tuple leaving with
@@ -203,14 +202,18 @@ class JoinStep:
             return contextlib.nullcontext()
         return self.store.reading_at(self._ahead_done[1]["master_version"])
 
+    def _rebuild(self, inside: pa.Table | None) -> None:
+        """The algorithm anew (caches cold) in a session fed the carried rows ``inside``."""
+        self.algorithm.restart()
+        self.session = session_from(self.algorithm, self.spec.column, inside, self.clock)
+
     def _with_ahead(self, result, stats: dict) -> tuple:
         """The slice's output and figures with what was worked ahead before it."""
         done, self._ahead_done = self._ahead_done, None
         if done is None:
-            return result, {**stats, "ahead_s": 0.0, "ahead_left": 0}
+            return result, {**stats, "ahead_s": 0.0}
         ahead, figures = done
-        stats = {**stats, "ahead_s": figures["wall_s"], "ahead_left": figures["left"],
-                 "balanced": stats["balanced"] and figures["balanced"]}
+        stats = {**stats, "ahead_s": figures["wall_s"], "balanced": stats["balanced"] and figures["balanced"]}
         for name in ("left", "disk_queries", "disk_rows", "invalidated"):
             stats[name] += figures[name]
         return JoinOutput.concat([ahead, result], self.algorithm.schema), stats
@@ -255,12 +258,10 @@ class JoinStep:
             except SnapshotLost:
                 if attempt == SNAPSHOT_ATTEMPTS - 1:
                     raise
-                self.algorithm.restart()
                 self._ahead_done = None  # its tuples are in the carried rows: the new session joins them again
                 first = tagged[SEQ][0].as_py() if tagged.num_rows else self.carried.next_seq
                 inside = self.carried.carried()
-                inside = inside.filter(pc.less(inside[SEQ], first)) if inside is not None else None
-                self.session = session_from(self.algorithm, self.spec.column, inside, self.clock)
+                self._rebuild(inside.filter(pc.less(inside[SEQ], first)) if inside is not None else None)
         raise AssertionError("unreachable")
 
     def _parts(self, rows: pa.Table) -> np.ndarray:
