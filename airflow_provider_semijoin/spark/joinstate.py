@@ -130,6 +130,7 @@ class CarriedRows:
         self._alive: np.ndarray | None = None  # per row of ``rows``: still inside (None: every row)
         self._count = self.rows.num_rows if self.rows is not None else 0
         self.mapped_bytes = mapped_bytes if self.rows is not None else 0  # bytes of ``rows`` in the mapped file
+        self._mapped_part_bytes = self._part_bytes() if self.mapped_bytes else 0  # of them, the part column's
 
     @property
     def count(self) -> int:
@@ -204,14 +205,17 @@ class CarriedRows:
         self.rows = mapped if mapped.num_rows else None
         self._alive = None
         self.mapped_bytes = mapped.nbytes if mapped.num_rows else 0
+        self._mapped_part_bytes = self._part_bytes() if mapped.num_rows else 0
+
+    def _part_bytes(self) -> int:
+        return self.rows.column(PART).nbytes
 
     def repart(self, parts: np.ndarray) -> None:
         """Assign the carried tuples (every row of ``rows``) to parts again (the cut points moved)."""
         if self.rows is not None:
-            at = self.rows.schema.get_field_index(PART)
-            if self.mapped_bytes:  # the new column is in memory, no longer in the mapped file
-                self.mapped_bytes -= self.rows.column(at).nbytes
-            self.rows = self.rows.set_column(at, PART, pa.array(parts, pa.int32()))
+            self.mapped_bytes -= self._mapped_part_bytes  # the new column is in memory, the file's is no longer read
+            self._mapped_part_bytes = 0
+            self.rows = self.rows.set_column(self.rows.schema.get_field_index(PART), PART, pa.array(parts, pa.int32()))
 
     def of_part(self, part: int) -> pa.Table | None:
         if self.rows is None:

@@ -253,11 +253,17 @@ def test_a_tuple_that_left_is_not_counted_out_twice(tmp_path):
 
 
 def test_parts_assigned_anew_count_in_memory_not_in_the_file(tmp_path):
-    """``repart`` replaces the mapped part column by one in memory: its bytes count."""
+    """``repart`` replaces the mapped part column by one in memory: its bytes count, once, and the
+    rows added since the file was mapped (in memory already) are not counted twice."""
     carried = carried_in_file(tmp_path, 1000)
     assert carried.nbytes == 0
-    carried.repart(np.ones(1000, np.int32))
-    assert carried.nbytes == 4 * 1000 and carried.of_part(1).num_rows == 1000
+    added = carried.add(pa.table({"nk": np.arange(1000, 1200, dtype=np.int64)}), np.full(200, np.inf),
+                        np.zeros(200, np.int32))
+    assert carried.nbytes == added.nbytes
+    carried.repart(np.ones(1200, np.int32))
+    assert carried.nbytes == added.nbytes + 4 * 1000 and carried.of_part(1).num_rows == 1200
+    carried.repart(np.zeros(1200, np.int32))  # the cut points moved again within the batch
+    assert carried.nbytes == added.nbytes + 4 * 1000 and carried.of_part(0).num_rows == 1200
 
 
 def test_between_slices_the_log_holds_one_entry_per_waiting_tuple(sqlite_backend):
