@@ -76,14 +76,8 @@ class HybridJoin(PagedJoin):
         query_s, row_s = store.calibrate()
         self._query_s, self._row_s = query_s, row_s
         self._in_query_s, self._in_key_s = store.calibrate_in()
-        measured = auto_page_rows(query_s, row_s)
-        page_rows = self.settings["page_rows"] or auto_page_rows(query_s, row_s, store.kept_page_rows())
-        self.page_map = store.page_map(page_rows)
-        row_bytes = store.row_bytes(self.page_map)
+        self.page_map, row_bytes = self._page_map_for(store, query_s, row_s)
         rider_rows = int(self.memory * RIDER_BUFFER_SHARE / row_bytes)
-        if not self.settings["page_rows"] and page_rows > measured and self.page_map.max_page_rows > rider_rows:
-            self.page_map = store.page_map(measured)  # a larger kept page's disk buffer would cost H_S room
-            row_bytes = store.row_bytes(self.page_map)
         self._buffer_rows = max(self.page_map.max_page_rows, min(RIDER_KEYS * store.max_rows_per_key, rider_rows))
         self._disk_buffer_bytes = int(math.ceil(self._buffer_rows * row_bytes))
         budget = self.memory - self._disk_buffer_bytes - self.page_map.nbytes - self._reserved_bytes()
@@ -93,6 +87,22 @@ class HybridJoin(PagedJoin):
                 self._disk_buffer_bytes + self.page_map.nbytes + 1024, "one disk page and the page map"
             )
         self.table = StreamTable(capacity, self.page_map.n_pages, store.key_type.dtype)
+
+    def _page_map_for(self, store, query_s: float, row_s: float):
+        """R's page map (d) and its rows' width: the page size set, or :func:`auto_page_rows`'
+        choice among the kept maps - but not a kept page larger than the measured size whose
+        rows do not fit the rider buffer (its disk buffer would cost H_S room)."""
+        if self.settings["page_rows"]:
+            page_map = store.page_map(self.settings["page_rows"])
+            return page_map, store.row_bytes(page_map)
+        measured = auto_page_rows(query_s, row_s)
+        page_rows = auto_page_rows(query_s, row_s, store.kept_page_rows())
+        page_map = store.page_map(page_rows)
+        row_bytes = store.row_bytes(page_map)
+        if page_rows > measured and page_map.max_page_rows > self.memory * RIDER_BUFFER_SHARE / row_bytes:
+            page_map = store.page_map(measured)
+            row_bytes = store.row_bytes(page_map)
+        return page_map, row_bytes
 
     # -- one iteration ----------------------------------------------------------------------
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
