@@ -10,8 +10,8 @@ import pytest
 from airflow_provider_semijoin.bench.claims import CLAIMS, judge
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
-from airflow_provider_semijoin.bench.reproduce import (EXPERIMENTS, MEMORY_ALGORITHMS, SKEW_ALGORITHMS, SSIJ_ALGORITHMS,
-                                                 TEMPORAL_ALGORITHMS, Cell, run_reproduce)
+from airflow_provider_semijoin.bench.reproduce import (DBMS_JOIN, EXPERIMENTS, MEMORY_ALGORITHMS, SKEW_ALGORITHMS,
+                                                 SSIJ_ALGORITHMS, TEMPORAL_ALGORITHMS, Cell, run_reproduce)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -30,11 +30,14 @@ def test_small_scale_writes_every_plot_with_every_algorithm_and_judges_every_cla
     assert plots["ssij"]["series"] == list(SSIJ_ALGORITHMS)
     assert plots["temporal"]["series"] == list(TEMPORAL_ALGORITHMS)
     assert plots["policy"]["series"] == ["utility", "lru"]
+    assert plots["dbms"]["series"] == ["ssij"]  # the DBMS's own join runs inside MySQL only: the master is SQLite
     assert plots["pq_vs_l"]["series"] == ["hybridjoin", "cachejoin"]
     assert set(plots["model"]["series"]) >= {"inlj", "meshjoin", "hybridjoin", "cachejoin"}
     cells = summary["cells"]
-    assert all(len(c["rates"]) == 3 and c["min"] <= c["median"] <= c["max"] for c in cells if not c["refused"])
+    assert all(len(c["rates"]) == 3 and c["min"] <= c["median"] <= c["max"]
+               for c in cells if not c["refused"] and not c["unavailable"])
     report = (out / "README.md").read_text()
+    assert f"| {DBMS_JOIN} | not run: runs inside MySQL/MariaDB; the master sqlite:///" in report
     assert len(summary["claims"]) == len(CLAIMS) > 0
     for verdict in summary["claims"]:
         assert verdict["verdict"] in ("reproduced", "not reproduced", "not measured")
@@ -87,4 +90,18 @@ def test_every_claim_names_cells_an_experiment_measures():
     for claim in CLAIMS:
         assert claim["experiment"] in EXPERIMENTS, claim["id"]
         for side in ("a", "b"):
-            assert claim[side]["algorithm"] in ALGORITHMS, (claim["id"], side)
+            assert claim[side]["algorithm"] in (*ALGORITHMS, DBMS_JOIN), (claim["id"], side)
+
+
+@pytest.mark.mysql
+def test_ssij_is_set_against_the_dbms_own_index_join_inside_mysql(mysql_url, tmp_path):
+    """The ``dbms`` experiment on MariaDB: the DBMS's cell holds one rate per repetition (its
+    warm-buffer-pool runs of one INSERT ... SELECT join), and the claim is judged on the two."""
+    summary = run_reproduce(mysql_url, "small", tmp_path, experiments=["dbms"], out=lambda _line: None)
+    cells = {c["algorithm"]: c for c in summary["cells"]}
+    assert set(cells) == {"ssij", DBMS_JOIN}
+    assert len(cells[DBMS_JOIN]["rates"]) == 3 and min(cells[DBMS_JOIN]["rates"]) > 0
+    assert summary["plots"]["dbms"]["series"] == ["ssij", DBMS_JOIN]
+    verdict = next(v for v in summary["claims"] if v["id"] == "ssij-vs-dbms")
+    factor = cells["ssij"]["median"] / cells[DBMS_JOIN]["median"]
+    assert verdict["factor"] == round(factor, 3) and verdict["verdict"] in ("reproduced", "not reproduced")

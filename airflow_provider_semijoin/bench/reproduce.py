@@ -20,6 +20,9 @@ The experiments (``EXPERIMENTS``):
 * ``policy``: SSIJ's page-cache policy (utility counters) against LRU (Fig. 11);
 * ``max_scan``: SSIJ over maxScan (Fig. 15);
 * ``temporal``: the temporal-locality stream (SSIJ sec. VI-A) for SSIJ, HYBRIDJOIN, CACHEJOIN;
+* ``dbms``: SSIJ against the DBMS's own index join (SSIJ sec. VI-C, Fig. 9): a uniform stream,
+  SSIJ with 10% of R's bytes (the paper's budget), the DBMS one statement over a chunk of the
+  stream held in memory, its buffer pool warm (MySQL/MariaDB only; on SQLite the cell says so);
 * ``model``: measured over predicted (:func:`.core.prediction.explain`) for every cell that has
   a model.
 
@@ -37,11 +40,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .steady import BenchConfig, measure
+from .steady import BenchConfig, dbms_index_join, measure
 from .claims import CLAIMS, judge
 from ..core.calibration import calibrate
 from ..core.errors import ConfigError
-from ..core.stores import open_store, redact
+from ..core.stores import DatabaseURL, open_store, redact
+from ..core.stores.sql import MYSQL
 from ..workloads import generate_master
 
 KEY = "nk"
@@ -61,21 +65,24 @@ class Scale:
     skews: tuple[float, ...]
     memory_shares: tuple[float, ...]  # of R's bytes
     max_scans: tuple[int, ...]
+    dbms_chunk: int  # stream tuples the DBMS joins in one statement (the paper: 1M)
 
 
 SCALES = {
     "small": Scale(rows=40_000, memory=1 << 20, warmup_s=0.1, window_s=0.3, repeats=3,
-                   skews=(0.0, 0.5, 1.0), memory_shares=(0.01, 0.1), max_scans=(1, 16)),
+                   skews=(0.0, 0.5, 1.0), memory_shares=(0.01, 0.1), max_scans=(1, 16), dbms_chunk=20_000),
     "standard": Scale(rows=2_000_000, memory=50 << 20, warmup_s=5.0, window_s=10.0, repeats=3,
                       skews=(0.0, 0.25, 0.5, 0.75, 1.0), memory_shares=(0.01, 0.02, 0.05, 0.1, 0.2),
-                      max_scans=(1, 4, 16, 64, 200)),
+                      max_scans=(1, 4, 16, 64, 200), dbms_chunk=1_000_000),
 }
 SKEW_ALGORITHMS = ("inlj", "meshjoin", "hybridjoin", "hybridjoin-l", "hybridjoin-pq", "ssj", "cmeshjoin", "cachejoin-l",
                    "cachejoin-pq")
 MEMORY_ALGORITHMS = ("meshjoin", "hybridjoin", "ssj", "cmeshjoin", "cachejoin", "cachejoin-l", "cachejoin-pq")
 SSIJ_ALGORITHMS = ("ssij", "meshjoin", "hybridjoin")
 TEMPORAL_ALGORITHMS = ("ssij", "hybridjoin", "cachejoin")
-EXPERIMENTS = ("skew", "memory", "pq_vs_l", "ssij", "policy", "max_scan", "temporal", "model")
+DBMS_JOIN = "dbms-index-join"  # the DBMS's own join, a cell's algorithm in the ``dbms`` experiment
+DBMS_MEMORY_SHARE = 0.1  # of R's bytes, SSIJ's budget next to the DBMS (SSIJ sec. VI-C)
+EXPERIMENTS = ("skew", "memory", "pq_vs_l", "ssij", "policy", "max_scan", "temporal", "dbms", "model")
 
 
 @dataclass
@@ -88,6 +95,7 @@ class Cell:
     rates: list[float]
     predicted_tps: float | None = None
     refused: str | None = None  # why the algorithm could not run here (a budget too small)
+    unavailable: str | None = None  # why it was not run on this master at all
 
     @property
     def median(self) -> float | None:
@@ -161,6 +169,25 @@ class Reproduction:
         if "temporal" in experiments:
             for name in TEMPORAL_ALGORITHMS:
                 self.cell("temporal", name, {"shape": "temporal"}, self.config(shape="temporal"), "temporal")
+        if "dbms" in experiments:
+            self.dbms()
+
+    def dbms(self) -> None:
+        """SSIJ and the DBMS's own index join on one uniform stream (SSIJ sec. VI-C, Fig. 9): the
+        DBMS's cell holds the warm-buffer-pool runs of :func:`.steady.dbms_index_join`."""
+        setting = {"stream": "uniform"}
+        self.cell("dbms", "ssij", setting, self.config(zipf=0.0, memory=max(int(DBMS_MEMORY_SHARE * self.r_bytes), 1)))
+        cell = Cell("dbms", DBMS_JOIN, setting, [])
+        if DatabaseURL.parse(self.master).dialect is not MYSQL:
+            cell.unavailable = f"runs inside MySQL/MariaDB; the master {redact(self.master)} is not one"
+        else:
+            s = self.scale
+            found = dbms_index_join(self.master, self.table, s.dbms_chunk, s.rows, self.seed, warm_runs=s.repeats,
+                                    out=lambda _line: None)
+            cell.rates = [r["tuples_per_s"] for r in found["runs"] if r["run"] == "warm buffer pool"]
+        self.cells.append(cell)
+        shown = f"{cell.median:>11,.0f} tuples/s" if cell.rates else f"not run: {cell.unavailable}"
+        self.out(f"  {'dbms':<9} {DBMS_JOIN:<14} {json.dumps(setting):<34} {shown}")
 
 
 def run_reproduce(master: str, scale_name: str, out_dir: str | Path, seed: int = 0, out=print,

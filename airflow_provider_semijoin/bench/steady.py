@@ -473,55 +473,11 @@ def sweep_max_scan(config: BenchConfig, table: str, costs: ComponentCosts, out=p
 
 
 def dbms_join(config: BenchConfig, table: str, costs: ComponentCosts, out=print) -> dict:
-    """Figure 9 (sec. VI-C): the DBMS's own index join. A chunk of ``dbms_chunk`` stream tuples
-    with uniform keys (the paper's setup) is loaded into an in-memory table (MEMORY engine,
-    not timed), then ONE statement joins it with R inside the server and writes the result
-    into another in-memory table, so no row crosses to the client; tuples per second of that
-    statement (run twice: the second with a warm buffer pool), and of the same join aggregated
-    instead of written (the lookups alone), against SSIJ's service rate on the same uniform
-    stream and the configured budget."""
+    """Figure 9 (sec. VI-C): the DBMS's own index join (:func:`dbms_index_join`, one warm run)
+    against SSIJ's service rate on the same uniform stream and the configured budget."""
     uniform = dataclasses.replace(config, zipf=0.0)
-    chunk = zipf_stream(config.dbms_chunk, config.rows, exponent=0.0, seed=config.seed)
-    connection = DatabaseURL.parse(config.master).connect()
-    runs = []
-    try:
-        cursor = connection.cursor()
-        heap = max(256 << 20, 400 * config.dbms_chunk)  # the stream copy and the result, in memory
-        cursor.execute(f"SET SESSION max_heap_table_size = {heap}, tmp_table_size = {heap}")
-        cursor.execute("DROP TEMPORARY TABLE IF EXISTS sj_stream_chunk")
-        cursor.execute("CREATE TEMPORARY TABLE sj_stream_chunk (tid BIGINT NOT NULL, nk BIGINT NOT NULL) ENGINE=MEMORY")
-        rows = list(zip(chunk["tid"].to_pylist(), chunk["nk"].to_pylist()))
-        for at in range(0, len(rows), 20_000):
-            cursor.executemany("INSERT INTO sj_stream_chunk (tid, nk) VALUES (%s, %s)", rows[at : at + 20_000])
-        with open_store(config.master, table, "nk") as store:
-            columns = ", ".join(f"r.{MYSQL.quote(c)}" for c in store.select)
-        select = f"SELECT s.tid, {columns} FROM sj_stream_chunk s JOIN {MYSQL.quote(table, 'table')} r ON r.nk = s.nk"
-        cursor.execute(f"EXPLAIN {select}")
-        plan = [dict(zip([d[0] for d in cursor.description], row)) for row in cursor.fetchall()]
-        cursor.execute("SELECT @@innodb_buffer_pool_size")
-        buffer_pool = int(cursor.fetchone()[0])
-        for attempt in ("cold", "warm"):
-            cursor.execute("DROP TEMPORARY TABLE IF EXISTS sj_join_result")
-            cursor.execute(f"CREATE TEMPORARY TABLE sj_join_result ENGINE=MEMORY {select} LIMIT 0")
-            started = time.perf_counter()
-            cursor.execute(f"INSERT INTO sj_join_result {select}")
-            seconds = time.perf_counter() - started
-            runs.append({"run": f"{attempt} buffer pool", "seconds": round(seconds, 3), "result_rows": cursor.rowcount,
-                         "tuples_per_s": round(config.dbms_chunk / seconds, 1)})
-            out(f"  DBMS index join ({attempt} buffer pool): {config.dbms_chunk:,} tuples in {seconds:.2f} s")
-        started = time.perf_counter()
-        cursor.execute(f"SELECT COUNT(*), SUM(r.{MYSQL.quote('sk')}) FROM sj_stream_chunk s "
-                       f"JOIN {MYSQL.quote(table, 'table')} r ON r.nk = s.nk")
-        matched = int(cursor.fetchone()[0])
-        seconds = time.perf_counter() - started
-        runs.append({"run": "aggregated, no result", "seconds": round(seconds, 3), "result_rows": matched,
-                     "tuples_per_s": round(config.dbms_chunk / seconds, 1)})
-        out(f"  DBMS index join (aggregated, no result written): {config.dbms_chunk:,} tuples in {seconds:.2f} s")
-        cursor.execute("DROP TEMPORARY TABLE IF EXISTS sj_join_result")
-        cursor.execute("DROP TEMPORARY TABLE sj_stream_chunk")
-        cursor.close()
-    finally:
-        connection.close()
+    found = dbms_index_join(config.master, table, config.dbms_chunk, config.rows, config.seed, out=out)
+    runs, plan, buffer_pool = found["runs"], found["plan"], found["buffer_pool_bytes"]
     ssij = measure(uniform, table, "ssij", "noperm", costs=costs)
     out(f"  SSIJ on the same uniform stream: {ssij['service_rate_tps']:,.0f} tuples/s")
     best = max(r["tuples_per_s"] for r in runs)
@@ -537,3 +493,56 @@ def dbms_join(config: BenchConfig, table: str, costs: ComponentCosts, out=print)
     out(f"plan: {access}")
     return {"dbms": runs, "plan": plan, "buffer_pool_bytes": buffer_pool, "ssij": ssij,
             "ssij_over_best_dbms": round(ssij["service_rate_tps"] / best, 3)}
+
+
+def dbms_index_join(master: str, table: str, chunk_rows: int, rows: int, seed: int, warm_runs: int = 1,
+                    out=print) -> dict:
+    """The DBMS's own index join (SSIJ sec. VI-C, Fig. 9). A chunk of ``chunk_rows`` stream
+    tuples with uniform keys over R's ``rows`` (the paper's setup) is loaded into an in-memory
+    table (MEMORY engine, not timed), then ONE statement joins it with R inside the server and
+    writes the result into another in-memory table, so no row crosses to the client: tuples per
+    second of that statement, once with the buffer pool as found ("cold") and ``warm_runs``
+    times after it, and of the same join aggregated instead of written (the lookups alone).
+    Returns the runs, the query plan and the buffer pool's size."""
+    chunk = zipf_stream(chunk_rows, rows, exponent=0.0, seed=seed)
+    connection = DatabaseURL.parse(master).connect()
+    runs = []
+    try:
+        cursor = connection.cursor()
+        heap = max(256 << 20, 400 * chunk_rows)  # the stream copy and the result, in memory
+        cursor.execute(f"SET SESSION max_heap_table_size = {heap}, tmp_table_size = {heap}")
+        cursor.execute("DROP TEMPORARY TABLE IF EXISTS sj_stream_chunk")
+        cursor.execute("CREATE TEMPORARY TABLE sj_stream_chunk (tid BIGINT NOT NULL, nk BIGINT NOT NULL) ENGINE=MEMORY")
+        pairs = list(zip(chunk["tid"].to_pylist(), chunk["nk"].to_pylist()))
+        for at in range(0, len(pairs), 20_000):
+            cursor.executemany("INSERT INTO sj_stream_chunk (tid, nk) VALUES (%s, %s)", pairs[at : at + 20_000])
+        with open_store(master, table, "nk") as store:
+            columns = ", ".join(f"r.{MYSQL.quote(c)}" for c in store.select)
+        select = f"SELECT s.tid, {columns} FROM sj_stream_chunk s JOIN {MYSQL.quote(table, 'table')} r ON r.nk = s.nk"
+        cursor.execute(f"EXPLAIN {select}")
+        plan = [dict(zip([d[0] for d in cursor.description], row)) for row in cursor.fetchall()]
+        cursor.execute("SELECT @@innodb_buffer_pool_size")
+        buffer_pool = int(cursor.fetchone()[0])
+        for attempt in ["cold"] + ["warm"] * warm_runs:
+            cursor.execute("DROP TEMPORARY TABLE IF EXISTS sj_join_result")
+            cursor.execute(f"CREATE TEMPORARY TABLE sj_join_result ENGINE=MEMORY {select} LIMIT 0")
+            started = time.perf_counter()
+            cursor.execute(f"INSERT INTO sj_join_result {select}")
+            seconds = time.perf_counter() - started
+            runs.append({"run": f"{attempt} buffer pool", "seconds": round(seconds, 3), "result_rows": cursor.rowcount,
+                         "tuples_per_s": round(chunk_rows / seconds, 1)})
+            out(f"  DBMS index join ({attempt} buffer pool): {chunk_rows:,} tuples in {seconds:.2f} s")
+        started = time.perf_counter()
+        cursor.execute(f"SELECT COUNT(*), SUM(r.{MYSQL.quote('sk')}) FROM sj_stream_chunk s "
+                       f"JOIN {MYSQL.quote(table, 'table')} r ON r.nk = s.nk")
+        matched = int(cursor.fetchone()[0])
+        seconds = time.perf_counter() - started
+        runs.append({"run": "aggregated, no result", "seconds": round(seconds, 3), "result_rows": matched,
+                     "tuples_per_s": round(chunk_rows / seconds, 1)})
+        out(f"  DBMS index join (aggregated, no result written): {chunk_rows:,} tuples in {seconds:.2f} s")
+        cursor.execute("DROP TEMPORARY TABLE IF EXISTS sj_join_result")
+        cursor.execute("DROP TEMPORARY TABLE sj_stream_chunk")
+        cursor.close()
+    finally:
+        connection.close()
+    return {"runs": runs, "plan": plan, "buffer_pool_bytes": buffer_pool}
