@@ -71,7 +71,7 @@ class Scale:
 SCALES = {
     "small": Scale(rows=40_000, memory=1 << 20, warmup_s=0.1, window_s=0.3, repeats=3,
                    skews=(0.0, 0.5, 1.0), memory_shares=(0.01, 0.1), max_scans=(1, 16), dbms_chunk=20_000),
-    "standard": Scale(rows=2_000_000, memory=50 << 20, warmup_s=5.0, window_s=10.0, repeats=3,
+    "standard": Scale(rows=2_000_000, memory=50 << 20, warmup_s=3.0, window_s=6.0, repeats=3,
                       skews=(0.0, 0.25, 0.5, 0.75, 1.0), memory_shares=(0.01, 0.02, 0.05, 0.1, 0.2),
                       max_scans=(1, 4, 16, 64, 200), dbms_chunk=1_000_000),
 }
