@@ -389,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default="report", help="folder for README.md, the PNG plots and results.json")
     r.add_argument("--master", default=None, help="database for R (default: sqlite:///<out>/master.db)")
     r.add_argument("--experiments", default=None, help="comma-separated subset of: skew, memory, pq_vs_l, ssij, "
-                                                      "policy, max_scan, temporal, model (default: all)")
+                                                      "policy, max_scan, temporal, dbms, model (default: all)")
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(func=cmd_reproduce)
 

@@ -105,3 +105,11 @@ def test_ssij_is_set_against_the_dbms_own_index_join_inside_mysql(mysql_url, tmp
     verdict = next(v for v in summary["claims"] if v["id"] == "ssij-vs-dbms")
     factor = cells["ssij"]["median"] / cells[DBMS_JOIN]["median"]
     assert verdict["factor"] == round(factor, 3) and verdict["verdict"] in ("reproduced", "not reproduced")
+
+
+def test_the_help_lists_every_experiment(capsys):
+    with pytest.raises(SystemExit, match="0"):
+        main(["reproduce", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    listed = text.split("subset of: ", 1)[1].split(" (default: all)", 1)[0]
+    assert listed.split(", ") == list(EXPERIMENTS)
