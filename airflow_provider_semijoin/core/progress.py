@@ -39,6 +39,7 @@ class ProgressRecord:
     service_rate_tps: float | None  # input_rows / batch_duration_s
     batch_duration_s: float
     ahead_s: float = 0.0  # seconds the joins went on between the batch before and this one (their output: this batch's)
+    ahead_bytes: int = 0  # bytes of that output, held until this batch took it: output in flight, as a slice's before its sinks, not the budget's
     queue_tuples: int = 0  # tuples still inside the joins or held for a retry at the end of the batch
     peak_queue_tuples: int = 0  # tuples inside a join during the batch (carried + new: the buffer's fill)
     queue_bytes: int = 0  # bytes the runner keeps in memory for the tuples inside the joins: their rows not in the mapped state file, the rows held for a retry, the sessions' logs

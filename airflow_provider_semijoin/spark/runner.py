@@ -272,6 +272,7 @@ class BatchProcessor:
             service_rate_tps=round(n_in / join_seconds, 1) if join_seconds > 0 else None,
             batch_duration_s=round(done - started, 6),
             ahead_s=round(sum(st.get("ahead_s", 0.0) for st in step_stats), 6),
+            ahead_bytes=int(sum(st.get("ahead_bytes", 0) for st in step_stats)),
             queue_tuples=sum(st["held_for_retry"] + st["carried"] for st in step_stats),
             peak_queue_tuples=max((st["pending"] + st["left"] for st in step_stats), default=0),
             queue_bytes=queue_bytes,

@@ -211,9 +211,10 @@ class JoinStep:
         """The slice's output and figures with what was worked ahead before it."""
         done, self._ahead_done = self._ahead_done, None
         if done is None:
-            return result, {**stats, "ahead_s": 0.0}
+            return result, {**stats, "ahead_s": 0.0, "ahead_bytes": 0}
         ahead, figures = done
-        stats = {**stats, "ahead_s": figures["wall_s"], "balanced": stats["balanced"] and figures["balanced"]}
+        stats = {**stats, "ahead_s": figures["wall_s"], "ahead_bytes": ahead.nbytes,
+                 "balanced": stats["balanced"] and figures["balanced"]}
         for name in ("left", "disk_queries", "disk_rows", "invalidated"):
             stats[name] += figures[name]
         return JoinOutput.concat([ahead, result], self.algorithm.schema), stats

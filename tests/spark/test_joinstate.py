@@ -313,8 +313,9 @@ def test_between_batches_the_join_works_ahead_and_its_output_leaves_with_the_nex
     record = processor.process(rows_of(spec, 0, 0, clock.now), 1)
     if algorithm in ("hybridjoin", "cachejoin"):  # each step loads the page of the oldest tuple, until half left
         assert 0 < still_inside <= inside * KEEP_INSIDE  # the rest waits for the next batch
+        assert record["ahead_bytes"] >= 8 * worked_ahead  # (an id each at least, and the master rows matched)
     else:  # SSIJ's phases and MESHJOIN's chunks wait for tuples of a stream that goes on (sec. IV-A, 3.1)
-        assert worked_ahead == 0
+        assert worked_ahead == 0 and record["ahead_bytes"] == 0
     assert record["ahead_s"] > 0 and step.ahead.running == (step.carried.count > 0)  # again, from the new cut
     assert record["matched"] + record["unmatched"] >= worked_ahead
     assert record["queue_tuples"] == step.carried.count == inside - record["matched"] - record["unmatched"]

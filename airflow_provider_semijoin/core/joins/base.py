@@ -193,6 +193,12 @@ class JoinOutput:
         return len(self.matched_ids) + len(self.unmatched_ids)
 
     @property
+    def nbytes(self) -> int:
+        """Bytes the output holds: the ids, the reasons and the master rows."""
+        arrays = (self.matched_ids, self.unmatched_ids, self.unmatched_reason, self.matched_keys)
+        return self.master.nbytes + sum(a.nbytes for a in arrays if a is not None)
+
+    @property
     def completed(self) -> int:
         """Stream tuples this output completes (a tuple with K master rows counts once)."""
         return len(np.unique(self.matched_ids)) + len(self.unmatched_ids)
