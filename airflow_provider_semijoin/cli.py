@@ -385,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("reproduce", help="run the papers' experiments on this machine; a report with plots and "
                                          "a verdict per claim")
     r.add_argument("--scale", choices=["small", "standard"], default="small",
-                   help="small: R = 40,000 rows, a few minutes; standard: R = 2M rows as the papers (hours)")
+                   help="small: R = 40,000 rows, a few minutes; standard: R = 2M rows as the papers (about an hour)")
     r.add_argument("--out", default="report", help="folder for README.md, the PNG plots and results.json")
     r.add_argument("--master", default=None, help="database for R (default: sqlite:///<out>/master.db)")
     r.add_argument("--experiments", default=None, help="comma-separated subset of: skew, memory, pq_vs_l, ssij, "
