@@ -35,6 +35,8 @@ from .errors import ConfigError
 from .joins.stream_table import CHUNKS_PER, MAX_CHUNK, MIN_CHUNKS
 from .unitcosts import ComponentCosts
 
+PROBE_LOOK_MARGIN = 1.25  # a front-stage round looks at 1.25x the tuples expected to hold the misses wanted
+
 EXACT_HARMONIC_LIMIT = 5_000_000
 EULER_GAMMA = 0.5772156649015329
 
@@ -290,14 +292,18 @@ def cache_tuples(w_s: float, p_n: float) -> float:
 
 
 def probe_rounds(w_s: float, p_n: float) -> float:
-    """Stream-probing rounds per iteration: the front-stage probes what the disk phase asks
-    for (w_S) and again for the share p_N that hit, until w_S misses wait: about
-    1 + log(w_S) / log(1/p_N) rounds, plus p_N / (1 - p_N) single-tuple rounds at the end."""
+    """Stream-probing rounds per iteration (:meth:`.joins.frontstage.FrontStage._probe_round`):
+    one round looks at ``PROBE_LOOK_MARGIN`` w_S / (1 - p_N) tuples, which hold w_S misses
+    unless their binomial count of misses (mean margin w_S, variance margin w_S p_N) falls
+    short, with probability Phi(-z), z = (margin - 1) w_S / sqrt(margin w_S p_N); then a
+    second round takes the rest."""
     if p_n <= 0:
         return 1.0
     if p_n >= 1:
         return math.inf
-    return 1.0 + math.log(max(w_s, 1.0)) / -math.log(p_n) + p_n / (1.0 - p_n)
+    w = max(w_s, 1.0)
+    z = (PROBE_LOOK_MARGIN - 1.0) * w / math.sqrt(PROBE_LOOK_MARGIN * w * p_n)
+    return 1.0 + 0.5 * math.erfc(z / math.sqrt(2.0))
 
 
 def front_stage_costs(w_s: float, p_n: float, costs: ComponentCosts, cached: int = 1) -> tuple[float, float]:

@@ -88,6 +88,20 @@ def test_warm_hit_ratio_is_the_models_p_n(zipf_master, name):
     assert abs(measured - expected) <= 0.05, (measured, expected)
 
 
+@pytest.mark.parametrize("name", ["ssj", "cachejoin", "cachejoin-pq"])
+def test_a_warm_cache_probes_in_about_one_round_a_step(zipf_master, name):
+    """Taking only the misses still wanted each round took 2.4-7 rounds a step here (up to 64)
+    once many tuples hit; a round sized from the observed miss ratio takes at most about one
+    (0.6-1.2 here: a step whose wrapped algorithm wants no tuple probes none)."""
+    algorithm = create(name, zipf_master, 1 << 20, {"cache_keys": 200, "eviction": "lfu", "page_rows": 50})
+    stream = zipf_stream(100_000, N_KEYS, exponent=1.0, shape="random", seed=5)
+    history = feed(algorithm, stream, zipf_master.key_type)
+    c = algorithm.counters.extra
+    steps = len(history)
+    assert c["cache_hits"] / c["cache_probes"] > 0.3  # the cache is warm for most of the stream
+    assert c["cache_rounds"] <= 1.5 * steps, (c["cache_rounds"], steps)
+
+
 @pytest.mark.parametrize("name", ["ssj", "cachejoin-pq"])
 def test_the_cache_adapts_when_the_hot_set_shifts(zipf_master, name):
     """Half the stream has one hot set, the other half another (a different permutation of

@@ -76,7 +76,8 @@ def test_deadlines_must_match_the_tuples():
 )
 def test_hand_out_order_matches_a_model(chunks, takes):
     """Model: a list of (deadline or inf, arrival number); take pops the front, take_by_deadline
-    pops the n smallest by (deadline, arrival); earliest_deadline is the smallest deadline."""
+    pops the n smallest by (deadline, arrival); earliest_deadline is the smallest deadline;
+    peek_keys shows the front without taking it."""
     buffer, model, row = StreamBuffer(INT), [], 0
     for deadlines in chunks:
         rows = np.arange(row, row + len(deadlines))
@@ -86,6 +87,7 @@ def test_hand_out_order_matches_a_model(chunks, takes):
         row += len(deadlines)
     for by_deadline, n in takes:
         assert buffer.earliest_deadline == min((d for d, _ in model), default=math.inf)
+        assert buffer.peek_keys(n).tolist() == [r for _, r in model[:n]]  # keys == row ids here
         chunk = buffer.take_by_deadline(n) if by_deadline else buffer.take(n)
         chosen = sorted(model)[:n] if by_deadline else model[:n]
         assert chunk.row_ids.tolist() == [r for _, r in chosen]

@@ -142,6 +142,19 @@ class StreamBuffer:
             return StreamChunk(np.zeros(0, np.int64), np.zeros(0, self.key_type.dtype))
         return self._hand_out(StreamChunk.concat(parts))
 
+    def peek_keys(self, n: int) -> np.ndarray:
+        """The keys of the tuples ``take(n)`` would hand out, left in the buffer."""
+        want = min(int(n), self._available)
+        parts = []
+        for chunk in self._chunks:
+            if want <= 0:
+                break
+            parts.append(chunk.keys[:want])
+            want -= len(parts[-1])
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate(parts) if parts else np.zeros(0, self.key_type.dtype)
+
     def take_by_deadline(self, n: int) -> StreamChunk:
         """Up to ``n`` tuples, earliest deadline first; ties and tuples without a deadline
         (which come after every deadline) in arrival order. The rest keep arrival order."""

@@ -39,7 +39,7 @@ import time
 
 import numpy as np
 
-from ..costmodel import best_cache_size
+from ..costmodel import PROBE_LOOK_MARGIN, best_cache_size
 from ..errors import ConfigError
 from ..stores.base import MasterStore
 from .base import Clock, JoinAlgorithm, JoinOutput, Param, StreamBuffer, StreamChunk, ranges
@@ -50,6 +50,8 @@ from .meshjoin import MeshJoin
 DECAY_PER_KEY = 32  # default halving period: 32 probed tuples per cached key
 ADAPT_STEPS = 32  # disk-probing steps between threshold adjustments
 PROBE_ROUNDS = 64  # stream-probing rounds per step at most (Algorithm 1's inner loop)
+MIN_MISS_RATIO = 1 / 64  # a round looks at no more than 80x the misses wanted (PROBE_LOOK_MARGIN x 64)
+MAX_LOOK = 1 << 17  # ... nor at more than 128k tuples beyond them
 
 
 class FrontStage(JoinAlgorithm):
@@ -100,9 +102,10 @@ class FrontStage(JoinAlgorithm):
         self.threshold = s["threshold"]
         self._decay_every = s["decay_every"] or DECAY_PER_KEY * max(self.cache.capacity, 1)
         self._probed_since_decay = 0
+        self._miss_ratio = 1.0  # misses per probed tuple, averaged over the last rounds
         self._steps_since_adapt = 0
         self._evictions_at_adapt = 0
-        self.counters.extra.update(cache_hits=0, cache_probes=0, cache_admissions=0)
+        self.counters.extra.update(cache_hits=0, cache_probes=0, cache_admissions=0, cache_rounds=0)
 
     @classmethod
     def _inner_floor(cls, store: MasterStore, inner_params: dict) -> int:
@@ -136,7 +139,7 @@ class FrontStage(JoinAlgorithm):
             want = self.algorithm.demand - self._misses.available
             if want <= 0 or not buffer.available:
                 break
-            outputs.append(self._probe(self._take(buffer, want)))
+            outputs.append(self._probe_round(buffer, want))
         self._misses.closed = buffer.exhausted  # the disk stage drains exactly when the stream does
         if self._misses.available or self.algorithm.pending or self._misses.closed:
             disk = self.algorithm.step(self._misses)
@@ -145,8 +148,28 @@ class FrontStage(JoinAlgorithm):
             self._learn(disk)
         return JoinOutput.concat(outputs, self.schema)
 
-    def _probe(self, chunk: StreamChunk) -> JoinOutput:
-        hit, probe_idx, log_rows = self.cache.probe(chunk.keys)
+    def _probe_round(self, buffer: StreamBuffer, want: int) -> JoinOutput:
+        """Probe H_R with the next tuples, as many as hold ``want`` misses and no more.
+
+        Algorithm 1 takes tuples until w misses wait; taking ``want`` tuples a round (the
+        misses still wanted) needs a round per few tuples once most tuples hit (at a hit ratio
+        of 0.77, 64 rounds of 259 tuples on average). Instead a round looks ahead at the tuples
+        the observed miss ratio says hold ``want`` misses (with a margin) and takes the prefix
+        up to the ``want``-th miss and the hits after it: usually one round a step, and never
+        more misses waiting than the wrapped algorithm's demand (so M holds as before).
+        """
+        ratio = max(self._miss_ratio, MIN_MISS_RATIO)
+        look = min(buffer.available, max(want, min(math.ceil(want * PROBE_LOOK_MARGIN / ratio), want + MAX_LOOK)))
+        keys = buffer.peek_keys(look)
+        hit, pos = self.cache.find(keys)
+        miss_at = np.flatnonzero(~hit)
+        self._miss_ratio = (self._miss_ratio + len(miss_at) / len(keys)) / 2
+        self.counters.extra["cache_rounds"] += 1
+        cut = int(miss_at[want]) if len(miss_at) > want else len(keys)
+        return self._probe(self._take(buffer, cut), (hit[:cut], pos[:cut]))
+
+    def _probe(self, chunk: StreamChunk, found: tuple[np.ndarray, np.ndarray] | None = None) -> JoinOutput:
+        hit, probe_idx, log_rows = self.cache.probe(chunk.keys, found)
         c = self.counters.extra
         c["cache_probes"] += len(chunk)
         c["cache_hits"] += int(hit.sum())
