@@ -223,11 +223,14 @@ def write_report(folder: Path, summary: dict, cells) -> dict[str, dict]:
         elif experiment == "model":
             modelled = [c for c in cells if c.rates and c.predicted_tps]
             inside = sum(LOW <= c.median / c.predicted_tps <= HIGH for c in modelled)
-            lines += [f"{inside} of {len(modelled)} modelled cells within {LOW}-{HIGH}.", "",
-                      "| experiment | algorithm | setting | measured | predicted | measured / predicted |",
-                      "|---|---|---|---:|---:|---:|"]
+            lines += [f"{inside} of {len(modelled)} modelled cells within {LOW}-{HIGH}. A cache algorithm's "
+                      "prediction is at the hit ratio measured; its prediction with the ideal p_N follows.", "",
+                      "| experiment | algorithm | setting | measured | predicted | measured / predicted "
+                      "| predicted with ideal p_N |",
+                      "|---|---|---|---:|---:|---:|---:|"]
             lines += [f"| {c.experiment} | {c.algorithm} | {_label(c.setting)} | {c.median:,.0f} | {c.predicted_tps:,.0f} | "
-                      f"{c.median / c.predicted_tps:.2f} |" for c in modelled]
+                      f"{c.median / c.predicted_tps:.2f} | "
+                      f"{f'{c.predicted_ideal_tps:,.0f}' if c.predicted_ideal_tps else '-'} |" for c in modelled]
         else:
             group = _cells(cells, experiment)
             lines += _table(group) if group else ["(not run)"]
