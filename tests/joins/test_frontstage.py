@@ -205,6 +205,39 @@ def test_a_probe_finds_the_same_keys_by_hash_or_binary_search(cached, probed, dt
     assert results[0][1] == [3 * int(k) for k in stream.tolist() if k in set(keys.tolist())]
 
 
+@settings(max_examples=150, deadline=None)
+@given(capacity=st.integers(1, 40), policy=st.sampled_from(["lfu", "lru", "random"]),
+       batches=st.lists(st.lists(st.floats(0, 100, allow_nan=False), min_size=1, max_size=30), min_size=1, max_size=12))
+def test_admissions_keep_each_key_with_its_rows_and_lfu_keeps_the_most_frequent(capacity, policy, batches):
+    """Batches of new keys are admitted into H_R, each key with its own rows: H_R never holds more
+    than h_R keys, a probe of every key admitted returns exactly its rows where it hits, and the
+    first LFU overwrite keeps the h_R most frequent of the entries and the candidates (later ones
+    draw their victims from a pool of the least frequent eighth, rebuilt when it runs short)."""
+    cache = MasterCache(capacity, 2, np.dtype(np.int64), pa.schema([("v", pa.int64())]), policy, seed=1)
+    admitted, next_key, first_full = [], 0, None
+    for frequencies in batches:
+        keys = np.arange(next_key, next_key + len(frequencies), dtype=np.int64)
+        next_key += len(keys)
+        unique_f = np.asarray(frequencies) + np.arange(len(keys)) * 1e-6 + next_key * 1e-3  # no ties
+        if first_full is None and policy == "lfu" and cache.size + len(keys) > capacity:
+            held = {int(k): float(f) for k, f in zip(cache._slot_key[cache._sorted_slot], cache.frequency[cache._sorted_slot])}
+            everyone = {**held, **dict(zip(keys.tolist(), unique_f.tolist()))}
+            first_full = set(sorted(everyone, key=everyone.get, reverse=True)[:capacity])
+            check_first = True
+        else:
+            check_first = False
+        rows = pa.table({"v": np.repeat(keys * 3, 2) + np.tile([0, 1], len(keys))})
+        cache.admit(keys, unique_f, rows, np.full(len(keys), 2, np.int64))
+        admitted += keys.tolist()
+        assert cache.size <= capacity
+        if check_first:
+            assert set(cache._sorted_keys.tolist()) == first_full
+        probe = np.array(admitted, np.int64)
+        hit, idx, log_rows = cache.find(probe)[0], *cache.probe(probe)[1:]
+        assert int(hit.sum()) == cache.size
+        assert cache.rows(log_rows)["v"].to_pylist() == (np.repeat(probe[idx[::2]] * 3, 2) + np.tile([0, 1], len(idx) // 2)).tolist()
+
+
 def test_invalidate_drops_changed_keys_and_they_can_be_cached_again():
     """SSIJ sec. IV-E: entries of changed keys go (all K rows of a key); not counted as evictions."""
     cache = MasterCache(4, 2, np.dtype(np.int64), pa.schema([("v", pa.int64())]), "lfu")

@@ -22,6 +22,7 @@ POLICIES = ("lfu", "random", "lru")
 MERGE_FRACTION = 0.1  # staged rows are merged into the one-chunk log once they are 10% of it
 MIN_MERGE_ROWS = 1024
 LOG_FACTOR = 1.25  # row-log slots per cached row: compaction when a fifth of the log is garbage
+VICTIM_POOL_SHARE = 8  # LFU/LRU victims are drawn from the least frequent 1/8 of H_R, rebuilt when used up
 HASH_BATCH_SHARE = 1  # a probe of at least h_R keys hashes H_R's keys instead of binary search (measured crossover: h_R / 2 to h_R)
 ENTRY_BYTES = 8 + 8 + 4 + 8 + 8  # sorted slot, row-log start, row count, frequency, free stack (+ two keys)
 
@@ -62,6 +63,7 @@ class MasterCache:
         self._log_bytes = 0
         self._live_rows = 0
         self._rng = np.random.default_rng(seed)
+        self._pool = np.zeros(0, dtype=np.int64)  # slots of candidate victims (:meth:`_victims`)
         self.evictions = 0
 
     @staticmethod
@@ -128,17 +130,7 @@ class MasterCache:
             self._tick += 1.0
             frequency = np.full(len(keys), self._tick)  # just used: the most recent of all
         if self.policy in ("lfu", "lru") and len(keys) > self._n_free:
-            # overwrite a batch at a time: candidates and entries compete on frequency (LFU) or
-            # time of last use (LRU), the h_R highest of both stay
-            used = self._sorted_slot
-            combined = np.concatenate((self.frequency[used], frequency))
-            keep = np.argpartition(-combined, self.capacity - 1)[: self.capacity] if len(combined) > self.capacity else np.arange(len(combined))
-            kept = np.zeros(len(combined), dtype=bool)
-            kept[keep] = True
-            evict_at = np.flatnonzero(~kept[: len(used)])
-            if len(evict_at):
-                self._evict_at(evict_at)
-            chosen = np.flatnonzero(kept[len(used):])
+            chosen = self._contest(frequency)
         elif len(keys) > self.capacity:  # random overwrite: the most frequent candidates replace all
             chosen = np.sort(np.argsort(-frequency, kind="stable")[: self.capacity])
         else:
@@ -167,6 +159,36 @@ class MasterCache:
         self._sorted_keys = np.insert(self._sorted_keys, at, keys)
         self._sorted_slot = np.insert(self._sorted_slot, at, slots)
         self.size += len(keys)
+
+    def _contest(self, frequency: np.ndarray) -> np.ndarray:
+        """LFU / LRU overwrite: candidates and entries compete on frequency (time of last use),
+        the h_R highest of both stay. The most frequent candidates take the free slots; the
+        others, most frequent first, meet the least frequent entries, least first, and the
+        i-th enters if it beats the i-th (a prefix wins). Returns the candidates that enter,
+        sorted, with their victims evicted. The victims come from :meth:`_victims`."""
+        order = np.argsort(-frequency, kind="stable")
+        contenders = order[self._n_free :]
+        victims = self._victims(min(len(contenders), self.size))
+        wins = int(np.sum(frequency[contenders[: len(victims)]] > self.frequency[victims]))
+        if wins:
+            self._evict_at(np.searchsorted(self._sorted_keys, self._slot_key[victims[:wins]]))
+        self._pool = np.concatenate((victims[wins:], self._pool))  # the entries that held stay candidates
+        return np.sort(order[: len(order) - len(contenders) + wins])
+
+    def _victims(self, n: int) -> np.ndarray:
+        """Slots of the ``n`` least frequent entries, least first. They come from a pool of the
+        least frequent eighth of H_R, chosen by one ``argpartition`` over H_R and rebuilt once
+        it runs short, so an admission costs O(h_R / 8) and not O(h_R) (the frequencies of the
+        pool's entries are read when they compete, so one that got hot since loses no slot)."""
+        pool = self._pool[self._slot_count[self._pool] > 0]  # a slot dropped since has left it
+        if len(pool) < n:
+            used = self._sorted_slot
+            size = min(len(used), max(n, self.capacity // VICTIM_POOL_SHARE))
+            pool = used[np.argpartition(self.frequency[used], size - 1)[:size]] if size < len(used) else used
+        least = np.argpartition(self.frequency[pool], n - 1)[:n] if 0 < n < len(pool) else np.arange(min(n, len(pool)))
+        victims = pool[least[np.argsort(self.frequency[pool[least]], kind="stable")]]
+        self._pool = np.delete(pool, least)
+        return victims
 
     def invalidate(self, keys: np.ndarray) -> int:
         """Drop the entries of ``keys`` (changed in R, SSIJ sec. IV-E): a key's rows must be
