@@ -27,7 +27,7 @@ derivatives of eq. 5-7 locate analytically.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -142,30 +142,25 @@ def rank_positions(n_keys: int, shape: str, shape_seed: int = RANDOM_SHAPE_SEED)
     return _PERM_CACHE[key]
 
 
-def key_probabilities(n_keys: int, exponent: float, page_rows: int, shape: str = "noperm", *,
-                      cached: int = 0, shape_seed: int = RANDOM_SHAPE_SEED) -> tuple[np.ndarray, np.ndarray]:
-    """``(p_k, page of k)`` for every key of R: the probability that a stream tuple has key k,
-    among the tuples that miss an H_R holding the ``cached`` most frequent keys (normalised to
-    sum 1; all zeros when H_R holds every key), and the page of ``page_rows`` consecutive keys
-    that k lies on."""
+def page_probabilities(n_keys: int, exponent: float, page_rows: int, shape: str = "noperm", *,
+                       cached: int = 0, shape_seed: int = RANDOM_SHAPE_SEED) -> np.ndarray:
+    """q_j: the probability that a stream tuple's key lies on page j of R (pages of ``page_rows``
+    consecutive keys), among the tuples that miss an H_R holding the ``cached`` most frequent
+    keys (then normalised to sum 1; all zeros when H_R holds every key)."""
     page_rows = _check(page_rows, "page_rows", 1, integer=True)
     cached = _check(cached, "cached", 0, integer=True)
     p = rank_probabilities(n_keys, exponent)
     if cached:
         p = p.copy()
         p[:cached] = 0.0
-    total = p.sum()
+    n_pages = -(-len(p) // page_rows)
     positions = rank_positions(len(p), shape, shape_seed)
-    page = (np.arange(len(p)) if positions is None else positions) // page_rows
-    return (p / total if total > 0 else p), page
-
-
-def page_probabilities(n_keys: int, exponent: float, page_rows: int, shape: str = "noperm", *,
-                       cached: int = 0, shape_seed: int = RANDOM_SHAPE_SEED) -> np.ndarray:
-    """q_j: the probability that a stream tuple's key lies on page j of R, the sum of
-    :func:`key_probabilities` over the page's keys."""
-    p, page = key_probabilities(n_keys, exponent, page_rows, shape, cached=cached, shape_seed=shape_seed)
-    return np.bincount(page, weights=p, minlength=-(-len(p) // page_rows))
+    if positions is None:
+        q = np.add.reduceat(p, np.arange(0, len(p), page_rows))
+    else:
+        q = np.bincount(positions // page_rows, weights=p, minlength=n_pages)
+    total = q.sum()
+    return q / total if total > 0 else q
 
 
 def keys_for_hit_ratio(p_n: float, n_keys: int, exponent: float = 1.0) -> int:
@@ -179,21 +174,16 @@ def keys_for_hit_ratio(p_n: float, n_keys: int, exponent: float = 1.0) -> int:
 class QueueState:
     """Steady state of HYBRIDJOIN's H_S/Q under a backlog: ``age`` A (tuples admitted between a
     page's first waiting tuple and its load), ``w`` (tuples per load, eq. 2's w), ``rows`` per
-    load, ``groups`` walked per pop, ``chunks`` of Q scanned per lookup; with the keys' own
-    probabilities, ``load_share`` (of the loads, per page) and ``load_keys`` (distinct keys
-    waiting when the page is due), for the choice between a range load and an IN probe."""
+    load, ``groups`` walked per pop, ``chunks`` of Q scanned per lookup."""
 
     age: float
     w: float
     rows: float
     groups: float
     chunks: float
-    load_share: np.ndarray | None = field(default=None, compare=False, repr=False)
-    load_keys: np.ndarray | None = field(default=None, compare=False, repr=False)
 
 
-def hybridjoin_queue(q: np.ndarray, h_s: int, page_rows: int,
-                     keys: tuple[np.ndarray, np.ndarray] | None = None) -> QueueState:
+def hybridjoin_queue(q: np.ndarray, h_s: int, page_rows: int) -> QueueState:
     """Tuples per iteration of HYBRIDJOIN from the page probabilities ``q`` and h_S slots.
 
     The paper fits w = k * h_S * d / R_t (eq. 2, k = 1.36 measured in its setup). Here w is
@@ -208,19 +198,10 @@ def hybridjoin_queue(q: np.ndarray, h_s: int, page_rows: int,
     and every admitted tuple leaves with one load, so w = 1 / sum_j q_j / (1 + A q_j). With
     uniform q over P pages this gives w = 2 h_S / P (k = 2): each page is loaded once per
     cycle, with its count grown linearly from 0; with skew, hot pages gather more per load.
-    While every page has A q_j >> 1, w stays about A / P = 2 h_S / P whatever the skew; what
-    skew changes is how many *distinct keys* a cold page holds when it is due,
-
-        D_j = sum_{k on j} 1 - (1 - p_k / q_j) exp(-A p_k)
-
-    (its first tuple, then Poisson(A p_k) arrivals of key k), given by ``keys`` = ``(p_k, page
-    of k)`` (:func:`key_probabilities`): HYBRIDJOIN probes a page with few of them by one IN
-    query instead of its range load (:func:`hybridjoin_io`).
     """
     h_s = _check(h_s, "h_S", 1)
-    q_all = np.asarray(q, dtype=np.float64)
-    live = q_all > 0
-    q = q_all[live]
+    q = np.asarray(q, dtype=np.float64)
+    q = q[q > 0]
     if len(q) == 0:
         return QueueState(0.0, 0.0, 0.0, 0.0, 0.0)
 
@@ -247,30 +228,7 @@ def hybridjoin_queue(q: np.ndarray, h_s: int, page_rows: int,
     window_chunks = age / w * per_iteration
     groups = float(np.sum(weights * (1 + window_chunks * -np.expm1(-chunk * q))))
     chunks = min(window_chunks, h_s / CHUNKS_PER + MIN_CHUNKS)
-    if keys is None:
-        return QueueState(age, w, rows, groups, chunks)
-    p, page = keys
-    on_page = q_all[page]
-    absent = (1.0 - p / np.where(on_page > 0, on_page, 1.0)) * np.exp(-age * p)
-    load_keys = np.bincount(page, weights=1.0 - absent, minlength=len(q_all))[live]
-    return QueueState(age, w, rows, groups, chunks, weights, load_keys)
-
-
-def hybridjoin_io(state: QueueState, costs: ComponentCosts) -> tuple[float, float, float]:
-    """``(c_IO, rows joined, share of IN probes)`` of a load, averaged over the loads: each due
-    page by the cheaper of its range load, S + T d, and one IN query of its D_j distinct keys,
-    S_in + c_in D_j (:meth:`.joins.hybridjoin.HybridJoin._step`); all range loads without
-    ``state.load_keys``."""
-    c = costs
-    range_io = c.io(state.rows)
-    if state.load_keys is None:
-        return range_io, state.rows, 0.0
-    in_io = c.in_query_s + c.in_key_s * state.load_keys
-    by_in = in_io < range_io
-    share = state.load_share
-    io = float(np.sum(share * np.where(by_in, in_io, range_io)))
-    rows = float(np.sum(share * np.where(by_in, state.load_keys, state.rows)))
-    return io, rows, float(np.sum(share[by_in]))
+    return QueueState(age, w, rows, groups, chunks)
 
 
 def hybridjoin_iteration(state: QueueState, costs: ComponentCosts) -> tuple[float, float]:
@@ -279,11 +237,10 @@ def hybridjoin_iteration(state: QueueState, costs: ComponentCosts) -> tuple[floa
         c_loop = c_IO(d) + d c_H + w (c_O + c_E + c_S + c_A)
                  + w c_compact + c_step + c_pop + groups c_group + chunks c_chunk
 
-    the first line the paper's, the second what the engine adds (measured); c_IO(d) and the d
-    rows joined are those of :func:`hybridjoin_io` (a sparse page is probed by an IN query)."""
+    the first line the paper's, the second what the engine adds (measured)."""
     c = costs
-    io, rows, _ = hybridjoin_io(state, costs)
-    loop = (io + rows * c.c_H + state.w * (c.c_O + c.c_E + c.c_S + c.c_A + c.c_compact)
+    io = c.io(state.rows)
+    loop = (io + state.rows * c.c_H + state.w * (c.c_O + c.c_E + c.c_S + c.c_A + c.c_compact)
             + c.c_step + c.c_pop + state.groups * c.c_group + state.chunks * c.c_chunk)
     return loop, io
 
@@ -436,11 +393,9 @@ def _paged(name: str, split: dict, costs, n_keys: int, exponent: float, shape: s
         return w, loop, io, detail, "MESHJOIN: mu = w / c_loop"
     h_s = int(_need(split, "stream_table_capacity_tuples", name))
     q = page_probabilities(n_keys, exponent, page_rows, shape, cached=cached, shape_seed=shape_seed)
-    keys = key_probabilities(n_keys, exponent, page_rows, shape, cached=cached, shape_seed=shape_seed)
-    state = hybridjoin_queue(q, h_s, page_rows, keys)
+    state = hybridjoin_queue(q, h_s, page_rows)
     loop, io = hybridjoin_iteration(state, costs)
     detail = {"w": state.w, "age": state.age, "groups_per_pop": state.groups, "chunks_scanned": state.chunks,
-              "in_load_share": hybridjoin_io(state, costs)[2],
               "k_eq2": state.w * n_keys / (h_s * page_rows), "turnover_iterations": state.age / max(state.w, 1e-12)}
     return state.w, loop, io, detail, "HYBRIDJOIN eq. 2-4 (w from the Zipf page probabilities)"
 

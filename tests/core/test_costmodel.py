@@ -103,37 +103,6 @@ def test_hybridjoin_w_matches_the_engines_stream_table(shape, cached):
     assert simulate_oldest_first(q, 1000, 60_000) == pytest.approx(predicted, rel=0.06)
 
 
-@pytest.mark.parametrize("exponent, shape", [(1.0, "noperm"), (1.0, "random"), (0.5, "noperm")])
-def test_distinct_keys_of_a_due_page_match_the_engines_stream_table(exponent, shape):
-    """D_j, the distinct keys waiting when page j is due (what an IN probe of it looks up),
-    averaged over the loads, against HYBRIDJOIN's stream table fed the same Zipf keys."""
-    n_keys, page_rows, h_s = 20_000, 100, 2000
-    p, page = cm.key_probabilities(n_keys, exponent, page_rows, shape)
-    state = cm.hybridjoin_queue(cm.page_probabilities(n_keys, exponent, page_rows, shape), h_s, page_rows, (p, page))
-    predicted = float(np.sum(state.load_share * state.load_keys))
-    table = StreamTable(h_s, -(-n_keys // page_rows), np.dtype(np.int64))
-    keys = np.random.default_rng(1).choice(n_keys, size=150_000, p=p)
-    at, distinct = 0, []
-    while at < len(keys):
-        n = min(table.free, len(keys) - at)
-        table.admit(np.arange(at, at + n), keys[at : at + n], page[keys[at : at + n]])
-        at += n
-        distinct.append(len(np.unique(table.pop_page(int(page[table.oldest_key()]))[1])))
-    assert np.mean(distinct[len(distinct) // 3 :]) == pytest.approx(predicted, rel=0.08)
-
-
-def test_hybridjoin_prices_a_sparse_page_by_its_in_probe():
-    """At skew 1 most due pages hold few distinct keys: one IN query of them costs less than the
-    range load, as HYBRIDJOIN's per-page choice finds, and the model gains from skew by it."""
-    split = {"page_rows": 500, "pages": 200, "stream_table_capacity_tuples": 20_000}
-    no_in = dataclasses.replace(COSTS, in_query_s=1.0)  # an IN probe that never pays
-    skewed = predict("hybridjoin", split, COSTS, 100_000, 1.0)
-    assert skewed > predict("hybridjoin", split, no_in, 100_000, 1.0)
-    assert skewed > 1.2 * predict("hybridjoin", split, COSTS, 100_000, 0.0)
-    assert explain("hybridjoin", split, COSTS, 100_000, 1.0).detail["in_load_share"] > 0.5
-    assert explain("hybridjoin", split, no_in, 100_000, 1.0).detail["in_load_share"] == 0
-
-
 def test_random_shape_is_the_generators():
     assert cm.RANDOM_SHAPE_SEED == RANDOM_SHAPE_SEED
     n_keys, page_rows = 2000, 100
