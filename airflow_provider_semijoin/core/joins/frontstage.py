@@ -157,8 +157,8 @@ class FrontStage(JoinAlgorithm):
         """Probe H_R with the next tuples, as many as hold ``want`` misses and no more.
 
         Algorithm 1 takes tuples until w misses wait; taking ``want`` tuples a round (the
-        misses still wanted) needs a round per few tuples once most tuples hit (at a hit ratio
-        of 0.77, 64 rounds of 259 tuples on average). Instead a round looks ahead at the tuples
+        misses still wanted) needs many small rounds once most tuples hit (2.4-7 a step in the
+        tests, up to :data:`PROBE_ROUNDS`). Instead a round looks ahead at the tuples
         the observed miss ratio says hold ``want`` misses (with a margin) and takes the prefix
         up to the ``want``-th miss and the hits after it: usually one round a step, and never
         more misses waiting than the wrapped algorithm's demand (so M holds as before).
