@@ -149,17 +149,32 @@ def measured_as(store, query_s: float, row_s: float, in_query_s: float, in_key_s
     return store
 
 
-def record_loads(store) -> list[tuple[int, int]]:
-    """From now on, record ``(first, count)`` of every page load of ``store``
-    (``del store.load_pages`` stops recording)."""
-    calls, load = [], store.load_pages
+def record_calls(store, method: str, entry) -> list:
+    """From now on, record ``entry(*args)`` of every call of ``store.<method>``, on its own
+    session or its reader's (read-ahead), until ``del store.<method>``."""
+    calls = []
 
-    def load_pages(page_map, first, count=1):
-        calls.append((first, count))
-        return load(page_map, first, count)
+    def recorder(target):
+        call = getattr(type(target), method).__get__(target)  # the class's, not an earlier recorder
 
-    store.load_pages = load_pages
+        def recording_call(*args):
+            if vars(store).get(method) is recording:
+                calls.append(entry(*args))
+            return call(*args)
+
+        return recording_call
+
+    recording = recorder(store)
+    setattr(store, method, recording)
+    reader = store.reader() if hasattr(store, "reader") else None
+    if reader is not None:
+        setattr(reader.sibling, method, recorder(reader.sibling))
     return calls
+
+
+def record_loads(store) -> list[tuple[int, int]]:
+    """``(first, count)`` of every page load of ``store`` from now on (:func:`record_calls`)."""
+    return record_calls(store, "load_pages", lambda page_map, first, count=1: (first, count))
 
 
 class StepClock:

@@ -22,6 +22,17 @@ ended and every tuple is in H_S, the keys of other sparse pages ride along in th
 then costs a few queries instead of one per page. While tuples may still come, a sparse page
 waits for its turn: by then it may be dense (the papers' amortisation, across micro-batches too).
 
+Read-ahead (``read_ahead``, on by default; an engineering step the papers leave out): a load
+waits mostly for the database, which runs on the other core. So each step chooses and pops its
+page as Fig. 5 says (after admitting), hands the load to a second session on its own thread
+(:class:`..stores.reader.Reader`), and joins the page the step before loaded meanwhile: the
+join's work and the database's overlap, and every page is still chosen from H_S as the paper
+has it at that point. A page's tuples leave one step later; what a step loads is the same.
+The tuples in flight (at most :attr:`_ahead_tuples`, a larger page is read at once) and the
+second page's rows have their own share of M (:attr:`_ahead_bytes`, at most
+:data:`READ_AHEAD_SHARE` of it, or no read-ahead). R read inside a snapshot
+(a change log) is read on the store's own session, at once.
+
 HYBRIDJOIN-L and HYBRIDJOIN-PQ: M. A. Naeem, G. Weber, C. Lutteroth, "A Priority Queue of
 Frequent Pages..." (pq-frequent-pages): sec. 3.1 (early lookup element at about 30% of the
 queue) and sec. 4 (priority queue of frequent pages, pageThreshold, counter ptc, gliding
@@ -32,9 +43,14 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
+from ..stores.base import MasterPage
 from .base import JoinOutput, Param, StreamBuffer
 from .stream_table import PagedJoin, StreamTable
 
@@ -43,6 +59,8 @@ RIDER_KEYS = 4096  # keys of one IN query of riders at most. Draining 75k Zipf t
 #                   R = 2M rows, MariaDB) took 90 queries with riders capped at one range load's cost, 36 at
 #                   1024 keys, 17 at 4096 and 12 at 8192: 0.79, 0.70, 0.65 and 0.68 s (the round trips, not the keys)
 RIDER_BUFFER_SHARE = 1 / 64  # of M at most for the rows of one IN query beyond one page's (the disk buffer)
+READ_AHEAD_SHARE = 1 / 16  # of M at most for read-ahead (its tuples in flight and a second disk buffer);
+#                            a smaller M reads on its own session and keeps its bytes for H_S
 
 
 def auto_page_rows(query_s: float, row_s: float, kept=()) -> int:
@@ -59,6 +77,17 @@ def auto_page_rows(query_s: float, row_s: float, kept=()) -> int:
     return int(min(near, key=lambda k: (abs(math.log2(k / best)), k)) if near else best)
 
 
+@dataclass
+class PageRequest:
+    """The tuples popped for one load (a page, or an IN query with its riders) and how to read
+    their rows of R from a store; ``future`` once a :class:`..stores.reader.Reader` reads it."""
+
+    row_ids: np.ndarray
+    keys: np.ndarray
+    read: Callable[[object], MasterPage]
+    future: Future | None = None
+
+
 class HybridJoin(PagedJoin):
     """HYBRIDJOIN (Fig. 5): index-based loads driven by the oldest tuple of Q."""
 
@@ -69,6 +98,7 @@ class HybridJoin(PagedJoin):
     paper = "HYBRIDJOIN (Naeem, Dobbie, Weber), sec. 4, Fig. 5, eq. 1"
     params = {
         "page_rows": Param(int, 0, "rows of R per disk partition (d); 0 = 4*S/T from the measured costs", 0),
+        "read_ahead": Param(int, 1, "1: load a page on a second session while the page before is joined; 0: off", 0),
     }
 
     def __init__(self, store, memory, **kwargs):
@@ -80,7 +110,14 @@ class HybridJoin(PagedJoin):
         rider_rows = int(self.memory * RIDER_BUFFER_SHARE / row_bytes)
         self._buffer_rows = max(self.page_map.max_page_rows, min(RIDER_KEYS * store.max_rows_per_key, rider_rows))
         self._disk_buffer_bytes = int(math.ceil(self._buffer_rows * row_bytes))
-        budget = self.memory - self._disk_buffer_bytes - self.page_map.nbytes - self._reserved_bytes()
+        self._ahead: deque[PageRequest] = deque()  # loads handed to the reader, oldest first
+        tuple_bytes = store.key_type.itemsize + 8
+        self._ahead_tuples = self._disk_buffer_bytes // tuple_bytes  # in flight: one disk buffer's bytes of them
+        self._ahead_bytes = self._disk_buffer_bytes + self._ahead_tuples * tuple_bytes  # and the rows read for them
+        if not (self.settings["read_ahead"] and hasattr(store, "reader") and self._ahead_bytes <= self.memory * READ_AHEAD_SHARE):
+            self._ahead_tuples = self._ahead_bytes = 0
+        budget = (self.memory - self._disk_buffer_bytes - self._ahead_bytes - self.page_map.nbytes
+                  - self._reserved_bytes())
         capacity = StreamTable.capacity_for(budget, self.page_map.n_pages, store.key_type.itemsize)
         if capacity < 1:
             raise self._budget_error(
@@ -104,20 +141,74 @@ class HybridJoin(PagedJoin):
             row_bytes = store.row_bytes(page_map)
         return page_map, row_bytes
 
-    # -- one iteration ----------------------------------------------------------------------
+    # -- one iteration ---------------------------------------------------------------------
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
         outputs = [self._admit(buffer)]
+        request = None
         if self.table.size:
-            page = self._choose_page()
-            row_ids, keys = self.table.pop_page(page)
-            distinct = np.unique(keys)
-            if self._in_cost(len(distinct)) < self._range_cost(page):
-                outputs.append(self._probe_in(page, row_ids, keys, riders=buffer.exhausted))
-            else:
-                outputs.append(self._join(self.store.load_pages(self.page_map, page), row_ids, keys))
-                self._loaded(page, len(row_ids))
+            request = self._request(self._choose_page(), riders=buffer.exhausted)
             self.counters.loads += 1
+            self._submit(request)
+        ahead = request is not None and request.future is not None and len(request.row_ids) <= self._ahead_tuples
+        while len(self._ahead) > 0:  # the loads of the steps before: joined now
+            outputs.append(self._finish(self._ahead.popleft()))
+        if ahead:
+            self._ahead.append(request)  # joined in the next step
+        elif request is not None:
+            outputs.append(self._finish(request))
         return JoinOutput.concat(outputs, self.schema)
+
+    def _request(self, page: int, riders: bool) -> PageRequest:
+        """Pop the tuples waiting on ``page`` and say how to read their rows: a range load, or
+        an IN query of their distinct keys when that costs less (the page is sparse)."""
+        row_ids, keys = self.table.pop_page(page)
+        distinct = np.unique(keys)
+        if self._in_cost(len(distinct)) < self._range_cost(page):
+            request = self._probe_in(page, row_ids, keys, riders)
+        else:
+            page_map = self.page_map
+            request = PageRequest(row_ids, keys, lambda store: store.load_pages(page_map, page))
+            self._loaded(page, len(row_ids))
+        return request
+
+    def _submit(self, request: PageRequest) -> None:
+        """Hand ``request`` to the store's reader, which reads in order on its own session:
+        unless read-ahead is off, R is read in a snapshot (on this store's session, when the
+        request is joined) or the store has no reader. A request whose tuples exceed the share
+        of M kept for those in flight is joined at once all the same."""
+        if not self._ahead_tuples or self.store.in_snapshot:
+            return
+        reader = self.store.reader()
+        if reader is None:
+            self._ahead_tuples = 0  # an in-memory SQLite database, a connection handed in
+            return
+        request.future = reader.submit(request.read)
+
+    def _finish(self, request: PageRequest) -> JoinOutput:
+        """Join ``request``'s tuples with their rows (all of them complete)."""
+        if request.future is None:
+            page = request.read(self.store)
+        else:
+            page = request.future.result()
+            self.store.reader().hand_over(self.store.counters)
+            if self.store.in_snapshot:  # read before the snapshot began: read again inside it
+                page = request.read(self.store)
+        return self._join(page, request.row_ids, request.keys)
+
+    @property
+    def pending(self) -> int:
+        return self.table.size + sum(len(r.row_ids) for r in self._ahead)
+
+    @property
+    def demand(self) -> int:
+        """H_S's free slots (Fig. 5 line 3), less the tuples whose load is in flight."""
+        return max(self.table.free - sum(len(r.row_ids) for r in self._ahead), 0)
+
+    def structure_bytes(self) -> int:
+        return super().structure_bytes() + self._ahead_bytes
+
+    def memory_split(self) -> dict:
+        return {**super().memory_split(), "read_ahead_bytes": self._ahead_bytes}
 
     def _range_cost(self, page) -> float:
         """S + T * rows: a range load of ``page`` (pages: their rows each)."""
@@ -127,7 +218,7 @@ class HybridJoin(PagedJoin):
     def _in_cost(self, keys) -> float:
         return self._in_query_s + self._in_key_s * keys
 
-    def _probe_in(self, page: int, row_ids: np.ndarray, keys: np.ndarray, riders: bool) -> JoinOutput:
+    def _probe_in(self, page: int, row_ids: np.ndarray, keys: np.ndarray, riders: bool) -> PageRequest:
         """The tuples waiting on ``page`` by one IN query of their distinct keys, the page being
         sparse (issue 12). With ``riders`` (the stream has ended and every tuple is in H_S, so
         no page would collect more tuples before its turn: a short stream, the end of input;
@@ -144,10 +235,10 @@ class HybridJoin(PagedJoin):
         extra = self.counters.extra
         extra["in_loads"] = extra.get("in_loads", 0) + 1
         extra["rider_pages"] = extra.get("rider_pages", 0) + len(served) - 1
-        out = self._join(self.store.lookup_many(np.unique(all_keys)), all_ids, all_keys)
         for rider, ids, _ in served:
             self._loaded(rider, len(ids))
-        return out
+        wanted = np.unique(all_keys)
+        return PageRequest(all_ids, all_keys, lambda store: store.lookup_many(wanted))
 
     def _riders(self, page: int, keys_taken: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
         """Pop the sparse pages that ride along with ``page``'s IN query (``keys_taken`` keys so far)."""
@@ -167,9 +258,9 @@ class HybridJoin(PagedJoin):
 
     def _admit(self, buffer: StreamBuffer) -> JoinOutput:
         """Fig. 5 lines 3-5: fill the free slots of H_S (w of them) with arrived tuples."""
-        if not (self.table.free and buffer.available):
+        if not (self.demand and buffer.available):
             return JoinOutput.empty(self.schema)
-        return self._admit_chunk(self._take(buffer, self.table.free))
+        return self._admit_chunk(self._take(buffer, self.demand))
 
     def _reserved_bytes(self) -> int:
         """Bytes a variant's own structures need, taken from the budget before H_S is sized."""

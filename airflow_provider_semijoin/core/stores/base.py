@@ -19,8 +19,10 @@ A loaded page is a :class:`MasterPage`: its keys as a sorted numpy array (see
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import time
+import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,6 +102,7 @@ class MasterStore(VersionedReads):
         self.key = key
         self.counters = IOCounters()
         self._in_snapshot = False
+        self._reader = None  # a Reader once made (:meth:`reader`), False: the connection cannot be opened again
         if hasattr(connection, "on_reconnect"):  # a ReconnectingConnection (MySQL)
             connection.on_reconnect = self.reconnected
         self._qt = self.dialect.quote(table, "table")
@@ -215,6 +218,9 @@ class MasterStore(VersionedReads):
         loads, lookups, ``n_rows`` and the changed keys of snapshots cover that range only.
         Call it before anything is built on the store; returns the store."""
         self.key_range = (lo, hi)
+        if self._reader:  # its sibling sees the old range
+            self._reader.close()
+        self._reader = None
         self._page_maps.clear()
         self._max_rows_per_key = self._costs = self._in_costs = None
         self._row_bytes.clear()
@@ -464,7 +470,39 @@ class MasterStore(VersionedReads):
         overhead of a small Arrow table (offsets and validity buffers)."""
         return int(math.ceil(rows * self.row_bytes(page_map))) + 16 * (2 + len(self.select))
 
+    @property
+    def in_snapshot(self) -> bool:
+        """Inside :meth:`snapshot`: R is read at one version, on this store's own session."""
+        return self._in_snapshot
+
+    def reader(self):
+        """A :class:`.reader.Reader`: R read on a second session, on its own thread (made once,
+        closed with the store); None where the connection cannot be opened again (a DB-API
+        connection handed in, an in-memory SQLite database)."""
+        if self._reader is None:
+            from .reader import Reader
+
+            connection = self._sibling_connection()
+            if connection is None:
+                self._reader = False
+                return None
+            sibling = copy.copy(self)  # the same table, columns, key range and page maps
+            for name in [n for n, v in vars(sibling).items() if isinstance(v, (types.FunctionType, types.MethodType))]:
+                delattr(sibling, name)  # what was set on this store only (a test's wrapper) stays here
+            sibling.connection, sibling.counters, sibling._reader = connection, IOCounters(), False
+            if hasattr(connection, "on_reconnect"):
+                connection.on_reconnect = sibling.reconnected
+            self._reader = Reader(sibling)
+        return self._reader or None
+
+    def _sibling_connection(self):
+        """A new session to the same database, or None (see :meth:`reader`)."""
+        reopen = getattr(self.connection, "sibling", None)  # a ReconnectingConnection (MySQL)
+        return reopen() if reopen is not None else None
+
     def close(self) -> None:
+        if self._reader:
+            self._reader.close()
         self.connection.close()
 
     def __enter__(self):

@@ -109,6 +109,11 @@ class ReconnectingConnection:
             "on_reconnect": None,
         })
 
+    def sibling(self) -> "ReconnectingConnection":
+        """A new session to the same server, reconnecting by the same policy (a store's second
+        session, :meth:`.base.MasterStore.reader`)."""
+        return ReconnectingConnection(self._connect, self.server, self.policy)
+
     # -- the wrapped connection ---------------------------------------------------------------
     @property
     def wrapped_connection(self):

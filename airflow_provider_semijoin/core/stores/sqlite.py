@@ -75,6 +75,13 @@ class SqliteStore(MasterStore):
             )
         return KeyType("str", key_type.width, FoldedCollation(names.pop(), key_type.width))
 
+    def _sibling_connection(self):
+        """The database file opened again (None for an in-memory database)."""
+        files = [row[2] for row in self.connection.execute("PRAGMA database_list") if row[1] == "main"]
+        if not files or not files[0]:
+            return None
+        return sqlite3.connect(files[0], isolation_level=None, check_same_thread=False)
+
     def _begin_snapshot(self) -> bool:
         """A read transaction: its snapshot starts with its first read (in WAL mode, installs go
         on meanwhile; :func:`.changes.create_change_tables` switches the database to WAL)."""
