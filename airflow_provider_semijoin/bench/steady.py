@@ -130,7 +130,6 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
         model = explain(algorithm_name, algorithm, costs, config.rows, config.zipf, shape,
                         shape_seed=RANDOM_SHAPE_SEED) if shape in MODEL_SHAPES else None
         chunks = stream_chunks(config, shape)
-        reader = store.reader()
         buffer = StreamBuffer(store.key_type, clock)
         entered = np.zeros(0)
         fed = 0
@@ -148,8 +147,7 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
                 entered = np.concatenate([entered, np.zeros(fed - len(entered))])
             t0 = clock()
             out = algorithm.step(buffer)
-            if reader is not None:  # a read ahead (HYBRIDJOIN) runs inside the step's time
-                reader.wait()
+            store.wait_for_reads()  # a read ahead (HYBRIDJOIN) runs inside the step's time
             step_s = clock() - t0
             for ids, _ in buffer.taken:
                 entered[ids] = joined_s

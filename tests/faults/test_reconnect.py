@@ -12,6 +12,7 @@ from harness import SELECT, Versions
 from harness import mariadb, seed  # noqa: F401 (fixtures)
 
 from airflow_provider_semijoin.cli import main
+from airflow_provider_semijoin.core.joins import JoinOutput, StreamBuffer, create
 from airflow_provider_semijoin.core.errors import ConfigError, SpecError
 from airflow_provider_semijoin.core.stores import DatabaseURL, SnapshotLost, TransactionLost, open_store
 from airflow_provider_semijoin.core.stores.reconnect import RetryPolicy
@@ -81,6 +82,30 @@ def test_a_write_transaction_lost_is_raised_for_the_writer_to_redo(mariadb):
     finally:
         connection.cursor().execute(f"DROP TABLE IF EXISTS {table}")
         connection.close()
+
+
+def test_a_killed_read_ahead_session_is_reopened_and_the_join_stays_exact(mariadb, master):
+    """HYBRIDJOIN reads ahead on the store's second session (:mod:`...stores.reader`); killing
+    that session between steps costs one reconnect, counted on the store, and no tuple."""
+    rng = np.random.default_rng(5)
+    keys = rng.integers(-50, 2_050, 4_000)
+    with open_store(mariadb.url, master.table, "nk", SELECT) as store:
+        algorithm = create("hybridjoin", store, 1 << 20, {"page_rows": 50})
+        buffer = StreamBuffer(store.key_type)
+        buffer.append(np.arange(len(keys)), keys)
+        buffer.close()
+        outputs, steps = [], 0
+        while not (buffer.exhausted and algorithm.pending == 0):
+            outputs.append(algorithm.step(buffer))
+            steps += 1
+            if steps == 5:
+                kill(mariadb, store.reader().sibling.connection)
+        out = JoinOutput.concat(outputs, algorithm.schema)
+        assert store.counters.reconnects == 1 and store.reader().sibling.counters.reconnects == 1
+    left = np.concatenate([np.unique(out.matched_ids), out.unmatched_ids])
+    assert np.array_equal(np.sort(left), np.arange(len(keys)))  # exactly once
+    in_r = np.isin(keys, list(master.rows[0]))
+    assert np.array_equal(np.unique(out.matched_ids), np.flatnonzero(in_r))
 
 
 @pytest.mark.parametrize("bad", [0, -1, "soon", float("inf"), True])

@@ -1,5 +1,7 @@
 """HYBRIDJOIN, HYBRIDJOIN-L, HYBRIDJOIN-PQ: the contract and what only they promise."""
 
+import sqlite3
+
 import numpy as np
 import pytest
 from contract import (
@@ -8,7 +10,9 @@ from contract import (
 from hypothesis import strategies as st
 
 from airflow_provider_semijoin.core.joins import StreamBuffer, create
+from airflow_provider_semijoin.core.joins.hybridjoin import READ_AHEAD_SHARE
 from airflow_provider_semijoin.core.runner import run_join
+from airflow_provider_semijoin.core.stores import create_change_tables, store_for, write_table
 
 HYBRIDS = ["hybridjoin", "hybridjoin-l", "hybridjoin-pq"]
 
@@ -190,3 +194,64 @@ def test_a_larger_kept_page_is_taken_only_where_the_rider_buffer_holds_it(mysql_
     assert store.kept_page_rows() == [512]
     assert create("hybridjoin", store, 64 << 20).page_map.page_rows == 512
     assert create("hybridjoin", store, 256 << 10).page_map.page_rows == 256
+
+
+@pytest.mark.parametrize("name", HYBRIDS)
+def test_reading_ahead_loads_on_a_second_session_and_stays_exact(backend, name):
+    """``read_ahead=1`` (the default) hands every load to the store's reader, a second session
+    on its own thread; the store's counters still count those reads. ``read_ahead=0`` reads on
+    the join's own session and makes no reader. Both leave every tuple exactly once."""
+    rng = np.random.default_rng(12)
+    stream = stream_of(zipf_keys(rng, np.arange(-20, 620), 3000, 1.0).tolist())
+    for read_ahead in (1, 0):
+        store = backend.make_master(master_of(range(600)))
+        algorithm = create(name, store, 1 << 20, {"page_rows": 20, "read_ahead": read_ahead})
+        before = store.counters.queries  # the page map's
+        run = run_join(algorithm, stream, "sk")
+        assert_exact(store, stream, run)
+        if read_ahead:
+            sibling = store.reader().sibling
+            assert sibling.connection is not store.connection
+            assert sibling.counters.queries == run.stats["loads"] == store.counters.queries - before > 0
+            assert algorithm.memory_split()["read_ahead_bytes"] > 0
+        else:
+            assert store._reader is None and algorithm.memory_split()["read_ahead_bytes"] == 0
+            assert store.counters.queries - before == run.stats["loads"] > 0
+
+
+def test_inside_a_snapshot_r_is_read_on_the_joins_own_session(backend):
+    """With a change log every run reads R in one snapshot (SSIJ sec. IV-E), which a second
+    session would not share: no reader is made and the run sees one version."""
+    store = backend.make_master(master_of(range(600)))
+    create_change_tables(backend.connection, store.table, "nk")
+    stream = stream_of(zipf_keys(np.random.default_rng(3), np.arange(-20, 620), 2000, 1.0).tolist())
+    algorithm = create("hybridjoin", store, 1 << 20, {"page_rows": 20})
+    run = run_join(algorithm, stream, "sk")
+    assert_exact(store, stream, run)
+    assert run.stats["loads"] > 0 and store._reader is None
+
+
+def test_an_in_memory_sqlite_database_joins_without_reading_ahead():
+    """An in-memory SQLite database cannot be opened a second time: the join reads on its own session."""
+    connection = sqlite3.connect(":memory:", isolation_level=None)
+    write_table(connection, "r", master_of(range(300)), primary_key="nk")
+    store = store_for(connection, "r", "nk")
+    stream = stream_of(list(range(-5, 305, 3)))
+    algorithm = create("hybridjoin", store, 1 << 20, {"page_rows": 10})
+    before = store.counters.queries  # the page map's
+    run = run_join(algorithm, stream, "sk")
+    assert_exact(store, stream, run)
+    assert store.reader() is None and store.counters.queries - before == run.stats["loads"] > 0
+
+
+def test_read_ahead_has_its_own_share_of_m_or_is_off(backend):
+    """The tuples in flight and the second page's rows are taken from M before H_S is sized, at
+    most READ_AHEAD_SHARE of it; a budget too small for that reads on its own session."""
+    store = backend.make_master(master_of(range(6400)))
+    on = create("hybridjoin", store, 4 << 20, {"page_rows": 64})
+    off = create("hybridjoin", store, 4 << 20, {"page_rows": 64, "read_ahead": 0})
+    share = on.memory_split()["read_ahead_bytes"]
+    assert 0 < share <= (4 << 20) * READ_AHEAD_SHARE and on.structure_bytes() <= 4 << 20
+    assert on.table.capacity < off.table.capacity
+    small = create("hybridjoin", store, 24 << 10, {"page_rows": 64})
+    assert small.memory_split()["read_ahead_bytes"] == 0 and small._ahead_tuples == 0

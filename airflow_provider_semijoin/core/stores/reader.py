@@ -35,8 +35,7 @@ class Reader:
         return self._pool.submit(read, self.sibling)
 
     def wait(self) -> None:
-        """Return once every read submitted so far has finished (a benchmark that times steps
-        alone waits for them inside its timing: a read must not run in time it does not count)."""
+        """Return once every read submitted so far has finished."""
         self._pool.submit(lambda: None).result()
 
     def hand_over(self, counters: IOCounters) -> None:
