@@ -200,9 +200,14 @@ class HybridJoin(PagedJoin):
         return self.table.size + sum(len(r.row_ids) for r in self._ahead)
 
     @property
-    def demand(self) -> int:
-        """H_S's free slots (Fig. 5 line 3), less the tuples whose load is in flight."""
-        return max(self.table.free - sum(len(r.row_ids) for r in self._ahead), 0)
+    def capacity_tuples(self) -> int:
+        """H_S and the tuples in flight, which have their own share of M: a popped page's
+        slots are filled again by the next step's admission (Fig. 5 line 3), as in the paper."""
+        return self.table.capacity + self._ahead_tuples
+
+    @property
+    def capacity_with_waiting(self) -> int:
+        return self.capacity_tuples
 
     def structure_bytes(self) -> int:
         return super().structure_bytes() + self._ahead_bytes
@@ -258,9 +263,9 @@ class HybridJoin(PagedJoin):
 
     def _admit(self, buffer: StreamBuffer) -> JoinOutput:
         """Fig. 5 lines 3-5: fill the free slots of H_S (w of them) with arrived tuples."""
-        if not (self.demand and buffer.available):
+        if not (self.table.free and buffer.available):
             return JoinOutput.empty(self.schema)
-        return self._admit_chunk(self._take(buffer, self.demand))
+        return self._admit_chunk(self._take(buffer, self.table.free))
 
     def _reserved_bytes(self) -> int:
         """Bytes a variant's own structures need, taken from the budget before H_S is sized."""
