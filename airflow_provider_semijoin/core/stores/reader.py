@@ -14,11 +14,10 @@ join inside a snapshot (a change log, SSIJ sec. IV-E) reads on the store's own s
 
 from __future__ import annotations
 
+import copy
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
-
-from .base import IOCounters, MasterPage
 
 
 class Reader:
@@ -27,22 +26,23 @@ class Reader:
     def __init__(self, sibling):
         self.sibling = sibling
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="semijoin-reader")
-        self._handed = IOCounters()  # of the sibling's counters, what was added to the store's
+        self._handed = type(sibling.counters)()  # of the sibling's counters, what was added to the store's
         self._lock = threading.Lock()
 
-    def submit(self, read: Callable[[object], MasterPage]) -> Future:
-        """Start ``read(sibling)`` after the reads submitted before it; its future."""
+    def submit(self, read: Callable) -> Future:
+        """Start ``read(sibling)`` (it returns a :class:`.base.MasterPage`) after the reads submitted
+        before it; its future."""
         return self._pool.submit(read, self.sibling)
 
     def wait(self) -> None:
         """Return once every read submitted so far has finished."""
         self._pool.submit(lambda: None).result()
 
-    def hand_over(self, counters: IOCounters) -> None:
+    def hand_over(self, counters) -> None:
         """Add what the sibling read since the last call to ``counters`` (the store's, which the
         join's statistics report), on the caller's thread."""
         with self._lock:
-            now = IOCounters(**vars(self.sibling.counters))
+            now = copy.copy(self.sibling.counters)
             for name, value in vars(now).items():
                 setattr(counters, name, getattr(counters, name) + value - getattr(self._handed, name))
             self._handed = now
