@@ -181,7 +181,7 @@ def test_no_page_rides_along_while_the_stream_may_go_on(backend, name):
     buffer.append(np.arange(len(keys)), keys)
     left = sum(len(algorithm.step(buffer).matched_ids) for _ in range(40))
     # one page (one tuple) loaded per step; reading ahead, the 40th is joined by the next step
-    assert algorithm.counters.loads == 40 and left == 40 - len(algorithm._ahead) and algorithm.pending == 100 - left
+    assert algorithm.counters.loads == 40 and left == 40 - (algorithm._ahead is not None) and algorithm.pending == 100 - left
     assert algorithm.counters.extra.get("rider_pages", 0) == 0
 
 
@@ -198,25 +198,44 @@ def test_a_larger_kept_page_is_taken_only_where_the_rider_buffer_holds_it(mysql_
 
 @pytest.mark.parametrize("name", HYBRIDS)
 def test_reading_ahead_loads_on_a_second_session_and_stays_exact(backend, name):
-    """``read_ahead=1`` (the default) hands every load to the store's reader, a second session
-    on its own thread; the store's counters still count those reads. ``read_ahead=0`` reads on
-    the join's own session and makes no reader. Both leave every tuple exactly once."""
+    """``read_ahead=1`` (the default) hands every load whose tuples fit the share kept for those
+    in flight to the store's reader, a second session on its own thread, and reads a larger one
+    on its own session; the store's counters count every read. ``read_ahead=0`` reads on the
+    join's own session and makes no reader. Both leave every tuple exactly once."""
     rng = np.random.default_rng(12)
     stream = stream_of(zipf_keys(rng, np.arange(-20, 620), 3000, 1.0).tolist())
     for read_ahead in (1, 0):
         store = backend.make_master(master_of(range(600)))
         algorithm = create(name, store, 1 << 20, {"page_rows": 20, "read_ahead": read_ahead})
+        requests, make_request = [], algorithm._request
+        algorithm._request = lambda page, riders: requests.append(make_request(page, riders)) or requests[-1]
         before = store.counters.queries  # the page map's
         run = run_join(algorithm, stream, "sk")
         assert_exact(store, stream, run)
+        assert len(requests) == run.stats["loads"] == store.counters.queries - before > 0
         if read_ahead:
             sibling = store.reader().sibling
+            fitting = sum(len(r.row_ids) <= algorithm._ahead_tuples for r in requests)
             assert sibling.connection is not store.connection
-            assert sibling.counters.queries == run.stats["loads"] == store.counters.queries - before > 0
+            assert sibling.counters.queries == fitting > 0
             assert algorithm.memory_split()["read_ahead_bytes"] > 0
         else:
             assert store._reader is None and algorithm.memory_split()["read_ahead_bytes"] == 0
             assert store.counters.queries - before == run.stats["loads"] > 0
+
+
+def test_the_readers_store_is_built_anew_and_shares_no_state(backend):
+    """The reader's thread reads through a store of its own (:meth:`MasterStore.reader`): built
+    from the same table, key, columns and key range over a new session, holding no object of
+    the store's (a page map widened on one thread is never read on the other)."""
+    store = backend.make_master(master_of(range(600))).restrict(100, 500)
+    store.page_map(20)
+    sibling = store.reader().sibling
+    assert (sibling.table, sibling.key, sibling.select, sibling.key_range) == (store.table, store.key, store.select, (100, 500))
+    shared = [name for name, value in vars(store).items()
+              if name in vars(sibling) and vars(sibling)[name] is value and not isinstance(value, (str, int, float, tuple, type(None)))]
+    assert shared == [] and sibling._page_maps == {} and sibling.connection is not store.connection
+    assert np.array_equal(sibling.load_pages(store.page_map(20), 2).keys, store.load_pages(store.page_map(20), 2).keys)
 
 
 def test_inside_a_snapshot_r_is_read_on_the_joins_own_session(backend):

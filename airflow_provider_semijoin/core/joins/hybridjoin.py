@@ -30,8 +30,8 @@ join's work and the database's overlap, and every page is still chosen from H_S 
 has it at that point. A page's tuples leave one step later; what a step loads is the same.
 The tuples in flight (at most :attr:`_ahead_tuples`, a larger page is read at once) and the
 second page's rows have their own share of M (:attr:`_ahead_bytes`, at most
-:data:`READ_AHEAD_SHARE` of it, or no read-ahead). R read inside a snapshot
-(a change log) is read on the store's own session, at once.
+:data:`READ_AHEAD_SHARE` of it, or no read-ahead). With a change log every run reads R in a
+snapshot on the store's own session, so there is no read-ahead and its share goes to H_S.
 
 HYBRIDJOIN-L and HYBRIDJOIN-PQ: M. A. Naeem, G. Weber, C. Lutteroth, "A Priority Queue of
 Frequent Pages..." (pq-frequent-pages): sec. 3.1 (early lookup element at about 30% of the
@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable
@@ -110,11 +109,12 @@ class HybridJoin(PagedJoin):
         rider_rows = int(self.memory * RIDER_BUFFER_SHARE / row_bytes)
         self._buffer_rows = max(self.page_map.max_page_rows, min(RIDER_KEYS * store.max_rows_per_key, rider_rows))
         self._disk_buffer_bytes = int(math.ceil(self._buffer_rows * row_bytes))
-        self._ahead: deque[PageRequest] = deque()  # loads handed to the reader, oldest first
+        self._ahead: PageRequest | None = None  # the load handed to the reader, joined by the next step
         tuple_bytes = store.key_type.itemsize + 8
         self._ahead_tuples = self._disk_buffer_bytes // tuple_bytes  # in flight: one disk buffer's bytes of them
         self._ahead_bytes = self._disk_buffer_bytes + self._ahead_tuples * tuple_bytes  # and the rows read for them
-        if not (self.settings["read_ahead"] and hasattr(store, "reader") and self._ahead_bytes <= self.memory * READ_AHEAD_SHARE):
+        if not (self.settings["read_ahead"] and self._ahead_bytes <= self.memory * READ_AHEAD_SHARE
+                and self._can_read_ahead(store)):
             self._ahead_tuples = self._ahead_bytes = 0
         budget = (self.memory - self._disk_buffer_bytes - self._ahead_bytes - self.page_map.nbytes
                   - self._reserved_bytes())
@@ -124,6 +124,12 @@ class HybridJoin(PagedJoin):
                 self._disk_buffer_bytes + self.page_map.nbytes + 1024, "one disk page and the page map"
             )
         self.table = StreamTable(capacity, self.page_map.n_pages, store.key_type.dtype)
+
+    @staticmethod
+    def _can_read_ahead(store) -> bool:
+        """Whether ``store`` reads on a second session (:meth:`..stores.base.MasterStore.reader`):
+        not with a change log, whose every run reads R in a snapshot on the store's own session."""
+        return hasattr(store, "reader") and not store.has_change_log() and store.reader() is not None
 
     def _page_map_for(self, store, query_s: float, row_s: float):
         """R's page map (d) and its rows' width: the page size set, or :func:`auto_page_rows`'
@@ -149,11 +155,11 @@ class HybridJoin(PagedJoin):
             request = self._request(self._choose_page(), riders=buffer.exhausted)
             self.counters.loads += 1
             self._submit(request)
-        ahead = request is not None and request.future is not None and len(request.row_ids) <= self._ahead_tuples
-        while len(self._ahead) > 0:  # the loads of the steps before: joined now
-            outputs.append(self._finish(self._ahead.popleft()))
-        if ahead:
-            self._ahead.append(request)  # joined in the next step
+        before, self._ahead = self._ahead, None
+        if before is not None:  # the load of the step before: joined now
+            outputs.append(self._finish(before))
+        if request is not None and request.future is not None:
+            self._ahead = request  # joined in the next step
         elif request is not None:
             outputs.append(self._finish(request))
         return JoinOutput.concat(outputs, self.schema)
@@ -172,32 +178,29 @@ class HybridJoin(PagedJoin):
         return request
 
     def _submit(self, request: PageRequest) -> None:
-        """Hand ``request`` to the store's reader, which reads in order on its own session:
-        unless read-ahead is off, R is read in a snapshot (on this store's session, when the
-        request is joined) or the store has no reader. A request whose tuples exceed the share
-        of M kept for those in flight is joined at once all the same."""
-        if not self._ahead_tuples or self.store.in_snapshot:
+        """Hand ``request`` to the store's reader (its own session and thread) when its tuples fit
+        the share of M kept for those in flight (none with read-ahead off) and the store reads
+        ahead now (not in a snapshot); otherwise it is read on the store's session when joined,
+        in this step."""
+        if len(request.row_ids) > self._ahead_tuples:
             return
         reader = self.store.reader()
-        if reader is None:
-            self._ahead_tuples = 0  # an in-memory SQLite database, a connection handed in
-            return
-        request.future = reader.submit(request.read)
+        if reader is not None:
+            request.future = reader.submit(request.read)
 
     def _finish(self, request: PageRequest) -> JoinOutput:
         """Join ``request``'s tuples with their rows (all of them complete)."""
         if request.future is None:
             page = request.read(self.store)
         else:
-            page = request.future.result()
-            self.store.reader().hand_over(self.store.counters)
-            if self.store.in_snapshot:  # read before the snapshot began: read again inside it
+            page = self.store.read_result(request.future)
+            if self.store.in_snapshot:  # read before a snapshot began (a change log made since): read again inside it
                 page = request.read(self.store)
         return self._join(page, request.row_ids, request.keys)
 
     @property
     def pending(self) -> int:
-        return self.table.size + sum(len(r.row_ids) for r in self._ahead)
+        return self.table.size + (0 if self._ahead is None else len(self._ahead.row_ids))
 
     @property
     def capacity_tuples(self) -> int:

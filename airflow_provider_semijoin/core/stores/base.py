@@ -19,10 +19,8 @@ A loaded page is a :class:`MasterPage`: its keys as a sorted numpy array (see
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 import time
-import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -477,23 +475,41 @@ class MasterStore(VersionedReads):
 
     def reader(self):
         """A :class:`.reader.Reader`: R read on a second session, on its own thread (made once,
-        closed with the store); None where the connection cannot be opened again (a DB-API
-        connection handed in, an in-memory SQLite database)."""
+        closed with the store). None inside a snapshot, which a second session would not share
+        (R is read on this session there), and where the connection cannot be opened again (a
+        DB-API connection handed in, an in-memory SQLite database)."""
+        if self._in_snapshot:
+            return None
         if self._reader is None:
             from .reader import Reader
 
-            connection = self._sibling_connection()
-            if connection is None:
-                self._reader = False
-                return None
-            sibling = copy.copy(self)  # the same table, columns, key range and page maps
-            for name in [n for n, v in vars(sibling).items() if isinstance(v, (types.FunctionType, types.MethodType))]:
-                delattr(sibling, name)  # what was set on this store only (a test's wrapper) stays here
-            sibling.connection, sibling.counters, sibling._reader = connection, IOCounters(), False
-            if hasattr(connection, "on_reconnect"):
-                connection.on_reconnect = sibling.reconnected
-            self._reader = Reader(sibling)
+            sibling = self._sibling()
+            self._reader = False if sibling is None else Reader(sibling)
         return self._reader or None
+
+    def _sibling(self) -> "MasterStore | None":
+        """This store over a new session, built as this one was: the same table, key, selected
+        columns and key range, with page maps, counters and snapshot state of its own (nothing
+        its thread shares with this store's); None where the connection cannot be opened again."""
+        connection = self._sibling_connection()
+        if connection is None:
+            return None
+        return type(self)(connection, self.table, self.key, self.select).restrict(*self.key_range)
+
+    def _sibling_connection(self):
+        """A new session to the same database, or None (see :meth:`reader`)."""
+        reopen = getattr(self.connection, "sibling", None)  # a ReconnectingConnection (MySQL)
+        return reopen() if reopen is not None else None
+
+    def read_result(self, future) -> MasterPage:
+        """The page a read handed to :meth:`reader` returns, taken on this store's thread: what
+        the reader's session counted meanwhile is added to :attr:`counters`, and after a
+        reconnect of that session the page maps are widened to R as after one of this
+        session's own (:meth:`.versioned.VersionedReads.reconnected`)."""
+        page = future.result()
+        if self._reader.hand_over(self.counters):
+            self.cover_r()
+        return page
 
     def wait_for_reads(self) -> None:
         """Return once every read handed to :meth:`reader` so far has finished (none made: at
@@ -501,11 +517,6 @@ class MasterStore(VersionedReads):
         time it does not count."""
         if self._reader:
             self._reader.wait()
-
-    def _sibling_connection(self):
-        """A new session to the same database, or None (see :meth:`reader`)."""
-        reopen = getattr(self.connection, "sibling", None)  # a ReconnectingConnection (MySQL)
-        return reopen() if reopen is not None else None
 
     def close(self) -> None:
         if self._reader:

@@ -4,12 +4,15 @@ A page load spends most of its time waiting for the database (the server runs th
 other core while the client sleeps in the driver, which releases the GIL). HYBRIDJOIN's
 read-ahead (:mod:`..joins.hybridjoin`) hands a load to a :class:`Reader` and joins the page
 before it meanwhile, so the join's own work and the database's overlap. The reader owns a
-second session (a *sibling* of the store: the same table, key, selected columns and key range
-over a new connection), never the store's own: one DB-API session must not serve two threads.
+second session (a *sibling* of the store: built as the store was, the same table, key, selected
+columns and key range over a new connection, sharing no state with it), never the store's own:
+one DB-API session must not serve two threads. The reader's thread touches the sibling only;
+what it counted and a reconnect of its session reach the store on the store's thread
+(:meth:`.base.MasterStore.read_result`).
 
 The sibling reads R as the store does outside a snapshot: the newest committed version. So a
-read-ahead is only for R read that way (:attr:`.base.MasterStore.in_snapshot` is false); a
-join inside a snapshot (a change log, SSIJ sec. IV-E) reads on the store's own session.
+read-ahead is only for R read that way: :meth:`.base.MasterStore.reader` gives none inside a
+snapshot (a change log, SSIJ sec. IV-E), where R is read on the store's own session.
 """
 
 from __future__ import annotations
@@ -38,14 +41,16 @@ class Reader:
         """Return once every read submitted so far has finished."""
         self._pool.submit(lambda: None).result()
 
-    def hand_over(self, counters) -> None:
+    def hand_over(self, counters) -> int:
         """Add what the sibling read since the last call to ``counters`` (the store's, which the
-        join's statistics report), on the caller's thread."""
+        join's statistics report), on the caller's thread; the sibling's reconnects among it."""
         with self._lock:
             now = copy.copy(self.sibling.counters)
             for name, value in vars(now).items():
                 setattr(counters, name, getattr(counters, name) + value - getattr(self._handed, name))
+            reconnects = now.reconnects - self._handed.reconnects
             self._handed = now
+        return reconnects
 
     def close(self) -> None:
         """Wait for the read running (cancel those queued), then close the sibling's session."""

@@ -159,6 +159,11 @@ class VersionedReads:
                     f"the session to the database was lost inside a snapshot of {self.table!r} at version "
                     f"{self.seen_version}, and R is at version {version} now"
                 )
+        self.cover_r()
+
+    def cover_r(self) -> None:
+        """Widen the page maps to R's smallest and largest key now (after a reconnect: the
+        server may have restarted with R changed)."""
         if self._page_maps:
             lo, hi = self._query(f"SELECT MIN({self._qk}), MAX({self._qk}) FROM {self._qt}")[0]
             if lo is not None:
