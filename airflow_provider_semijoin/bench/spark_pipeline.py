@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import shutil
 import tempfile
 import threading
@@ -151,17 +152,21 @@ class BatchWindow:
 
     The window opens at the end of the first micro-batch ending ``warmup_s`` or more after the
     end of the first one, and holds the micro-batches after it up to the first one ending
-    ``window_s`` or more after it opened."""
+    ``window_s`` or more after it opened. ``cpu_clock`` reads the CPU seconds this process
+    (the Spark driver: every Python thread of the join, not Spark's JVM) has used, at each record."""
 
-    def __init__(self, warmup_s: float, window_s: float):
+    def __init__(self, warmup_s: float, window_s: float, cpu_clock=lambda: sum(os.times()[:2])):
         self.warmup_s, self.window_s = warmup_s, window_s
+        self.cpu_clock = cpu_clock
         self.records: list[dict] = []
+        self.cpu_s: list[float] = []  # cpu_clock() at each record
         self.opened: int | None = None  # index of the record whose end opens the window
         self.closed: int | None = None  # index of the window's last record
         self.stop = threading.Event()
 
     def __call__(self, record: dict) -> None:
         self.records.append(record)
+        self.cpu_s.append(self.cpu_clock())
         last = len(self.records) - 1
         if self.opened is None and record["time"] >= self.records[0]["time"] + self.warmup_s:
             self.opened = last
@@ -179,6 +184,15 @@ class BatchWindow:
             return []
         end = self.closed if self.closed is not None else len(self.records) - 1
         return self.records[self.opened + 1 : end + 1]
+
+    def driver_cores(self) -> float | None:
+        """The cores the driver process used over the window: its CPU seconds per second. Its
+        Python threads share one GIL, so about 1 means the join's Python is what bounds it."""
+        batches = self.batches()
+        if not batches:
+            return None
+        end = self.opened + len(batches)
+        return round((self.cpu_s[end] - self.cpu_s[self.opened]) / (batches[-1]["time"] - self.opened_at), 2)
 
     def rate(self) -> float | None:
         """Tuples completed (matched or unmatched) per second over the window: with the queue
@@ -253,7 +267,8 @@ def batch_split(window: BatchWindow) -> dict | None:
     engine = float(np.mean([r["input_rows"] / r["service_rate_tps"] if r["service_rate_tps"] else 0.0 for r in batches]))
     ahead = float(np.mean([r.get("ahead_s", 0.0) for r in batches]))
     return {"cycle": round(cycle, 3), "engine": round(engine, 3), "rest_of_foreach_batch": round(inside - engine, 3),
-            "spark_outside_foreach_batch": round(cycle - inside, 3), "engine_ahead": round(ahead, 3)}
+            "spark_outside_foreach_batch": round(cycle - inside, 3), "engine_ahead": round(ahead, 3),
+            "driver_cpu_cores": window.driver_cores()}
 
 
 def spark_result(algorithm: str, path: str, window: BatchWindow, out: Path, rate: float | None) -> dict:
@@ -689,7 +704,8 @@ def format_table(result: dict, config: SparkBenchConfig) -> list[str]:
                 f"{r['algorithm']} {r['path']}: micro-batch {split['cycle']:.2f} s = engine {split['engine']:.2f} s "
                 f"+ output, sinks {split['rest_of_foreach_batch']:.2f} s + Spark (source, collect, scheduling) "
                 f"{split['spark_outside_foreach_batch']:.2f} s; the engine worked ahead {split['engine_ahead']:.2f} s "
-                "meanwhile (window means)"
+                f"meanwhile (window means); the driver process used {split['driver_cpu_cores']:.2f} of "
+                f"{os.cpu_count()} cores"
             )
     if result["cache_pick"]:
         cells = ", ".join(f"{r['algorithm']} {r['service_rate_tps']:,.0f}" for r in result["cache_pick"])

@@ -4,6 +4,7 @@ algorithm, and every path let every tuple it took leave exactly once. Speed is n
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -54,6 +55,8 @@ def test_tiny_spark_bench_reports_every_path_exactly_once(spark, tmp_path, capsy
         resting = rows[(name, PIPELINE_RESTING)]
         assert resting["overhead_ratio"] == round(spark_row["tuples_per_s"] / resting["tuples_per_s"], 2)
         assert resting["batch_split_s"]["engine_ahead"] == 0.0 and "latency" not in resting
+        for row in (spark_row, resting):  # the driver's CPU over the window, a share of the machine's cores
+            assert 0 < row["batch_split_s"]["driver_cpu_cores"] <= os.cpu_count()
     printed = capsys.readouterr().out.splitlines()
     header = printed.index(next(line for line in printed if line.startswith("algorithm ")))
     assert printed[header].split() == ["algorithm", "path", "tuples/s", "p99", "ms", "overhead", "exactly", "once"]
@@ -106,12 +109,14 @@ def test_tuple_ledger_counts_every_exit():
 
 
 def test_window_opens_after_the_warm_up_and_closes_after_the_window():
-    window = BatchWindow(warmup_s=2.0, window_s=3.0)
+    cpu_seconds = iter([1.0, 2.0, 3.0, 5.0, 6.1, 9.0])
+    window = BatchWindow(warmup_s=2.0, window_s=3.0, cpu_clock=lambda: next(cpu_seconds))
     for batch_id, (end, n) in enumerate([(10.0, 5), (11.0, 7), (12.5, 9), (14.0, 4), (15.6, 6), (16.0, 8)]):
         window({"batch_id": batch_id, "time": end, "input_rows": n + 2, "matched": n - 1, "unmatched": 1})
     assert window.opened == 2 and window.closed == 4 and window.stop.is_set()
     assert [r["batch_id"] for r in window.batches()] == [3, 4]
     assert window.rate() == round(10 / 3.1, 1)  # the tuples that left, not those that came in (some wait inside)
+    assert window.driver_cores() == round((6.1 - 3.0) / 3.1, 2)  # CPU seconds per second from opening to closing
 
 
 def test_moderate_rate_is_half_the_slowest_rounded_down():
