@@ -18,7 +18,6 @@ snapshot (a change log, SSIJ sec. IV-E), where R is read on the store's own sess
 from __future__ import annotations
 
 import copy
-import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
@@ -30,7 +29,6 @@ class Reader:
         self.sibling = sibling
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="semijoin-reader")
         self._handed = type(sibling.counters)()  # of the sibling's counters, what was added to the store's
-        self._lock = threading.Lock()
 
     def submit(self, read: Callable) -> Future:
         """Start ``read(sibling)`` (it returns a :class:`.base.MasterPage`) after the reads submitted
@@ -44,12 +42,11 @@ class Reader:
     def hand_over(self, counters) -> int:
         """Add what the sibling read since the last call to ``counters`` (the store's, which the
         join's statistics report), on the caller's thread; the sibling's reconnects among it."""
-        with self._lock:
-            now = copy.copy(self.sibling.counters)
-            for name, value in vars(now).items():
-                setattr(counters, name, getattr(counters, name) + value - getattr(self._handed, name))
-            reconnects = now.reconnects - self._handed.reconnects
-            self._handed = now
+        now = copy.copy(self.sibling.counters)
+        for name, value in vars(now).items():
+            setattr(counters, name, getattr(counters, name) + value - getattr(self._handed, name))
+        reconnects = now.reconnects - self._handed.reconnects
+        self._handed = now
         return reconnects
 
     def close(self) -> None:

@@ -165,6 +165,6 @@ class VersionedReads:
         """Widen the page maps to R's smallest and largest key now (after a reconnect: the
         server may have restarted with R changed)."""
         if self._page_maps:
-            lo, hi = self._query(f"SELECT MIN({self._qk}), MAX({self._qk}) FROM {self._qt}")[0]
+            lo, hi = self._key_ends()  # as page keys (a collation's sort keys, :mod:`.collation`)
             if lo is not None:
-                self.note_changes(self.key_type.from_db([lo, hi]))
+                self.note_changes(np.array([lo, hi], dtype=self.key_type.dtype))
