@@ -80,7 +80,7 @@ from ..workloads import generate_master
 from ..workloads.zipf import SHAPES as GENERATOR_SHAPES
 from ..workloads.zipf import zipf_rows
 from ..spark.runner import run_job
-from ..spark.sinks import ParquetSink, dead_letter_rows
+from ..spark.sinks import DEAD_LETTER_SCHEMA, ParquetSink, dead_letter_rows
 from ..spark.sources import stream_frame
 from ..spark.spec import JobSpec, SourceSpec
 
@@ -90,6 +90,7 @@ JDBC_DRIVER = "org.mariadb.jdbc.Driver"
 JDBC_FETCH_ROWS = 10_000  # the driver streams R in rows of this many instead of holding it whole
 BACKLOG_RATE = 1e12  # tuples/s offered in the throughput runs: all have arrived, the admission limit decides
 STREAM_STATIC = "spark-join"
+NO_JOIN = "spark-no-join"  # the same query with no join at all: the ceiling of any join through this Spark
 R_KEY = "sj_master_key"  # R's key column in the stream-static join (the stream has its own nk)
 PIPELINE, CORE_BATCHES, CORE_CONTINUOUS = "spark pipeline", "core, Spark's batches", "core, continuous"
 PIPELINE_RESTING = "spark pipeline, no work ahead"  # the join idle between micro-batches (spark.ahead off)
@@ -375,9 +376,10 @@ class MasterReader:
 class StreamStaticJoin:
     """``foreachBatch`` body of Spark's stream-static join: the micro-batch left-joined with R
     read afresh, collected, written to the same Parquet sinks as the pipeline's, one progress
-    record (``batch_id``, ``time``, ``input_rows``) per micro-batch."""
+    record (``batch_id``, ``time``, ``input_rows``) per micro-batch. With no ``read_master``, no
+    join: the micro-batch collected and written whole, what Spark and the sinks cost alone."""
 
-    def __init__(self, read_master: MasterReader, out: Path, on_progress, clock=time.time):
+    def __init__(self, read_master: MasterReader | None, out: Path, on_progress, clock=time.time):
         self.read_master = read_master
         self.matched = ParquetSink(str(out / "matched"))
         self.dead = ParquetSink(str(out / "dead"))
@@ -392,6 +394,8 @@ class StreamStaticJoin:
                 self._join(frame, batch_id)
 
     def _join(self, frame, batch_id: int) -> None:
+        if self.read_master is None:
+            return self._pass(frame.toArrow(), batch_id)
         master = self.read_master().withColumnRenamed(KEY, R_KEY)
         rows = frame.join(master, frame[KEY] == master[R_KEY], "left").toArrow()
         rows = rows.add_column(0, "sj_id", pc.cast(rows["tid"], pa.string()))
@@ -403,15 +407,23 @@ class StreamStaticJoin:
         self.on_progress({"batch_id": batch_id, "time": self.clock(), "input_rows": rows.num_rows, "queue_tuples": 0,
                           "matched": int(pc.sum(found).as_py() or 0), "unmatched": missed.num_rows})
 
+    def _pass(self, rows: pa.Table, batch_id: int) -> None:
+        """No join: every tuple of the micro-batch to the matched sink as it came."""
+        self.matched.write(batch_id, rows.add_column(0, "sj_id", pc.cast(rows["tid"], pa.string())))
+        self.dead.write(batch_id, DEAD_LETTER_SCHEMA.empty_table())
+        self.on_progress({"batch_id": batch_id, "time": self.clock(), "input_rows": rows.num_rows, "queue_tuples": 0,
+                          "matched": rows.num_rows, "unmatched": 0})
+
 
 def run_stream_static(spark, config: SparkBenchConfig, table: str, shape: str, out: Path, rate: float | None,
-                      jdbc: bool, poll_s: float = 0.2) -> dict:
-    """Spark's stream-static join over the same stream, a backlog (``rate`` None) or ``rate``."""
+                      jdbc: bool, poll_s: float = 0.2, join_master: bool = True) -> dict:
+    """Spark's stream-static join over the same stream, a backlog (``rate`` None) or ``rate``;
+    ``join_master`` False: the same query with no join (:data:`NO_JOIN`)."""
     core = config.core
     fields = source_fields(core, shape, rate, config.batch_rows)
     frame = stream_frame(spark, SourceSpec(**fields["source"]))
     window = BatchWindow(core.warmup_s, core.window_s)
-    read_master = MasterReader(spark, core.master, table, jdbc)
+    read_master = MasterReader(spark, core.master, table, jdbc) if join_master else None
     join = StreamStaticJoin(read_master, out, window)
     trigger = f"{config.trigger_s if rate is not None else 0.001} seconds"
     query = (frame.writeStream.foreachBatch(join).option("checkpointLocation", str(out / "checkpoint"))
@@ -425,9 +437,12 @@ def run_stream_static(spark, config: SparkBenchConfig, table: str, shape: str, o
         join.stopping.set()
         with join.busy:
             query.stop()
-        read_master.close()
+        if read_master is not None:
+            read_master.close()
     if query.exception() is not None:
         raise RuntimeError(f"the stream-static query failed: {str(query.exception()).splitlines()[0]}")
+    if read_master is None:
+        return spark_result(NO_JOIN, "spark collect + sinks, no join", window, out, rate)
     return {**spark_result(STREAM_STATIC, f"spark stream-static, R via {read_master.via}", window, out, rate),
             "master_read": read_master.via}
 
@@ -618,6 +633,13 @@ def bench_shape(config: SparkBenchConfig, table: str, shape: str, workdir: Path,
         static = run_stream_static(spark, config, table, shape, run_dir(), None, jdbc)
         rows.append(static)
         out(f"  {shape} {STREAM_STATIC:<14} {static['path']:<24} {static['tuples_per_s'] or 0:>12,.0f} tuples/s")
+        no_join = run_stream_static(spark, config, table, shape, run_dir(), None, jdbc, join_master=False)
+        rows.append(no_join)
+        out(f"  {shape} {NO_JOIN:<14} {no_join['path']:<24} {no_join['tuples_per_s'] or 0:>12,.0f} tuples/s")
+        for r in rows:
+            if r["path"] == PIPELINE:
+                r["vs_stream_static"] = _ratio(r["tuples_per_s"], static["tuples_per_s"])
+                r["vs_no_join"] = _ratio(r["tuples_per_s"], no_join["tuples_per_s"])
         rate = config.latency_rate or moderate_rate([r["tuples_per_s"] for r in rows if is_spark(r)])
         out(f"  latency runs offered {rate:,.0f} tuples/s ({latency_settings(config)})")
         for r in rows:
@@ -688,6 +710,11 @@ def format_table(result: dict, config: SparkBenchConfig) -> list[str]:
                      "the p99 counts only the tuples that completed and understates the latency")
     lines.append("overhead = core tuples/s / Spark pipeline tuples/s of the same algorithm; on the no-work-ahead "
                  "row: the pipeline's gain from working ahead (its tuples/s / this row's)")
+    for r in result["rows"]:
+        if r.get("vs_stream_static") is not None:
+            lines.append(f"{r['algorithm']} pipeline: {r['vs_stream_static']:.2f}x Spark's stream-static join, "
+                         f"{r['vs_no_join'] or 0:.2f}x the same query with no join (the ceiling of any join through "
+                         f"this Spark: source, collect, sinks)")
     for r in result["rows"]:
         quiet = r.get("quiet")
         if quiet:

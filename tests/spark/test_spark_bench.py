@@ -15,7 +15,7 @@ from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.joins.registry import CACHE_ALGORITHMS
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.bench.spark_pipeline import (
-    CORE_BATCHES, CORE_CONTINUOUS, PIPELINE, PIPELINE_RESTING, STREAM_STATIC, BatchWindow, SparkBenchConfig, TupleLedger,
+    CORE_BATCHES, CORE_CONTINUOUS, NO_JOIN, PIPELINE, PIPELINE_RESTING, STREAM_STATIC, BatchWindow, SparkBenchConfig, TupleLedger,
     check_sinks,
     moderate_rate,
 )
@@ -34,10 +34,10 @@ def test_tiny_spark_bench_reports_every_path_exactly_once(spark, tmp_path, capsy
     rows = {(r["algorithm"], r["path"]): r for r in shape["rows"]}
     paths = (PIPELINE, PIPELINE_RESTING, CORE_BATCHES, CORE_CONTINUOUS)
     assert list(rows) == [(a, p) for a in ("hybridjoin", picked) for p in paths] + [
-        (STREAM_STATIC, "spark stream-static, R via store scan")]
+        (STREAM_STATIC, "spark stream-static, R via store scan"), (NO_JOIN, "spark collect + sinks, no join")]
     for r in shape["rows"]:
         assert r["tuples_per_s"] > 0 and r["exactly_once"]["ok"] and r["exactly_once"]["tuples"] > 0, r
-        if r["path"] not in (CORE_BATCHES, PIPELINE_RESTING):  # its latency run: at the offered rate, exactly once too
+        if r["path"] not in (CORE_BATCHES, PIPELINE_RESTING) and r["algorithm"] != NO_JOIN:  # its latency run: at the offered rate, exactly once too
             assert r["latency_ms_p99"] > 0 and r["latency"]["exactly_once"]["ok"]
             assert r["latency"]["offered_tps"] == shape["latency_rate"] and isinstance(r["latency_kept_up"], bool)
         if r["path"] == PIPELINE:  # the throughput run lets tuples wait (a backlog), the latency run 0.3 s at most
@@ -57,12 +57,19 @@ def test_tiny_spark_bench_reports_every_path_exactly_once(spark, tmp_path, capsy
         assert resting["batch_split_s"]["engine_ahead"] == 0.0 and "latency" not in resting
         for row in (spark_row, resting):  # the driver's CPU over the window, a share of the machine's cores
             assert 0 < row["batch_split_s"]["driver_cpu_cores"] <= os.cpu_count()
+        static, no_join = rows[(STREAM_STATIC, "spark stream-static, R via store scan")], rows[(NO_JOIN, "spark collect + sinks, no join")]
+        assert spark_row["vs_stream_static"] == round(spark_row["tuples_per_s"] / static["tuples_per_s"], 2)
+        assert spark_row["vs_no_join"] == round(spark_row["tuples_per_s"] / no_join["tuples_per_s"], 2)
+    assert no_join["exactly_once"]["tuples"] == sum(no_join["batch_rows"]) and "latency" not in no_join
     printed = capsys.readouterr().out.splitlines()
     header = printed.index(next(line for line in printed if line.startswith("algorithm ")))
     assert printed[header].split() == ["algorithm", "path", "tuples/s", "p99", "ms", "overhead", "exactly", "once"]
     table = printed[header + 1 : header + 1 + len(rows)]
     assert [line.split()[0] for line in table] == [a for a, _ in rows]
     assert all(line.endswith(" yes") for line in table)
+    for name in ("hybridjoin", picked):  # the two ratios, printed under the table
+        assert any(line.startswith(f"{name} pipeline: {rows[(name, PIPELINE)]['vs_stream_static']:.2f}x Spark's "
+                                   f"stream-static join, {rows[(name, PIPELINE)]['vs_no_join']:.2f}x") for line in printed)
     assert printed[-2].startswith("command (") and "semijoin bench --spark --master sqlite:///" in printed[-2]
     assert "--spark-batch-rows 1500" in printed[-2] and "--memory 256KiB" in printed[-2]
     assert "--spark-trigger 0.5 --spark-max-queue-time 0.3" in printed[-2]
