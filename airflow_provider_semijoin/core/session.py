@@ -141,7 +141,7 @@ class JoinSession:
 
     def drain(self) -> JoinOutput:
         """Step until every tuple fed has left (the buffer is closed meanwhile, then reopened)."""
-        return JoinOutput.concat(self._force(lambda: self.pending), self.algorithm.schema)
+        return JoinOutput.concat(self._force(lambda: self.pending, final=True), self.algorithm.schema)
 
     def _urgent(self, horizon: float, max_pending: int | None = None) -> np.ndarray:
         """Positions (in the log) of the waiting tuples due before ``horizon``, and of the oldest
@@ -152,10 +152,11 @@ class JoinSession:
             urgent = np.union1d(urgent, live[:len(live) - max(int(max_pending), 0)])
         return urgent
 
-    def _force(self, waiting) -> list[JoinOutput]:
-        """Step with the buffer closed (the algorithms' end-of-stream mode) while ``waiting()``."""
+    def _force(self, waiting, final: bool = False) -> list[JoinOutput]:
+        """Step with the buffer closed (the algorithms' end-of-stream mode) while ``waiting()``;
+        ``final``: every tuple inside leaves before another is fed (a drain)."""
         outputs, stalled = [], 0
-        self.buffer.closed = True
+        self.buffer.closed, self.buffer.final = True, final
         try:
             while waiting():
                 before = (self.buffer.available, self.algorithm.pending, self.completed)
@@ -166,7 +167,7 @@ class JoinSession:
                     raise RuntimeError(f"{self.algorithm.name} made no progress in {STALL_STEPS} steps "
                                        f"with {self.pending} tuples pending")
         finally:
-            self.buffer.closed = False
+            self.buffer.closed = self.buffer.final = False
         self._compact()
         return outputs
 

@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from contract import (
-    ROW_ID, STREAM_KEY, JoinContract, MasterWriter, assert_exact, master_of, measured_as, one_to_k_master, stream_of,
-    worked_ahead_in_pieces, zipf_keys,
+    ROW_ID, STREAM_KEY, JoinContract, MasterWriter, assert_exact, master_of, measured_as, one_to_k_master, record_calls,
+    stream_of, worked_ahead_in_pieces, zipf_keys,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,6 +24,7 @@ from airflow_provider_semijoin.core.joins.ssij import read_plan
 from airflow_provider_semijoin.core.keys import normalize
 from airflow_provider_semijoin.core.oracle import engine_pairs
 from airflow_provider_semijoin.core.runner import check_exactly_once, run_join
+from airflow_provider_semijoin.core.session import JoinSession
 from airflow_provider_semijoin.core.stores import create_change_tables
 
 
@@ -165,7 +166,8 @@ def memory_for(store, params: dict, cached_pages: int) -> int:
 def test_after_each_join_phase_the_cache_holds_the_best_ranked_pages(backend):
     """Sec. IV-C: at the start of a join phase the cached pages (utility: online hits) and the
     pages of P_u (utility: entries in II) are ranked; the cache after the phase is a prefix of
-    that ranking (ToKeep), the cached pages below it (ToRemove) are gone."""
+    that ranking (ToKeep), the cached pages below it (ToRemove) are gone. The last phase (the
+    stream has ended, every tuple is in SB) keeps nothing it reads: no tuple would probe it."""
     store = backend.make_master(wide_master(200))
     params = {"page_rows": 4, "ib_thresh": 50, "sb_thresh": 60, "max_scan": 4}
     algorithm = create("ssij", store, memory_for(store, params, 40), params)
@@ -174,13 +176,13 @@ def test_after_each_join_phase_the_cache_holds_the_best_ranked_pages(backend):
     start, join_next = algorithm._start_join_phase, algorithm._join_next
     phases = []
 
-    def spy_start():
+    def spy_start(last=False):
         cached = np.flatnonzero(algorithm.cache.cached)
         requested = np.flatnonzero(algorithm._ii_count)
         utility = {**dict(zip(cached.tolist(), algorithm.cache.utility[cached].tolist())),
                    **dict(zip(requested.tolist(), algorithm._ii_count[requested].tolist()))}
-        phases.append((utility, set(cached.tolist())))
-        start()
+        phases.append((utility, set(cached.tolist()), last))
+        start(last=last)
 
     def spy_next():
         out = join_next()
@@ -192,8 +194,12 @@ def test_after_each_join_phase_the_cache_holds_the_best_ranked_pages(backend):
     run = run_join(algorithm, stream, STREAM_KEY)
     assert_exact(store, stream, run)
     assert len(phases) > 10 and algorithm.cache.evictions > 0
+    assert [last for _, _, last, _ in phases] == [False] * (len(phases) - 1) + [True]
     checked = 0
-    for utility, before, after in phases:
+    for utility, before, last, after in phases:
+        if last:
+            assert after <= before, "the last phase keeps no page it reads"
+            continue
         kept = {p for p in utility if p in after}
         dropped = set(utility) - kept
         assert kept and after <= set(utility), "the cache holds the best candidates, nothing else"
@@ -563,8 +569,37 @@ def test_a_sparse_sequence_is_read_by_an_in_query_a_dense_one_by_range(backend):
     memory = memory_for(store, params, 0)  # the stream buffers fill it: room for few pages of R
     run = run_join(create("ssij", store, memory, params), stream, STREAM_KEY)
     assert_exact(store, stream, run)
-    assert run.stats["in_loads"] >= 80 and run.stats["pages_read"] + run.stats["pages_by_in"] == 100
+    assert run.stats["in_loads"] >= 40 and run.stats["pages_read"] + run.stats["pages_by_in"] == 100
     store._in_costs = (1.0, 1.0)
     run = run_join(create("ssij", store, memory, params), stream, STREAM_KEY)
     assert_exact(store, stream, run)
     assert "in_loads" not in run.stats and run.stats["pages_read"] == 100
+
+
+def test_the_last_join_phase_keeps_nothing_and_reads_sparse_pages_by_few_in_queries(backend):
+    """Once the stream has ended and every tuple is in SB (a drain), no later tuple would probe
+    a cached page: the last join phase keeps none, and each run of sequences cheaper by IN is
+    one IN query of their keys, as many as the read buffer holds rows for (4 pages of 50 here),
+    not one query per sequence (issue 12: a short stream spread over every page). A phase that
+    is not the last - tuples forced out while the stream goes on - reads the same pages by range
+    and caches them, as sec. IV-C says."""
+    store = measured_as(backend.make_master(master_of(range(0, 40_000, 2))), 1e-3, 1e-5, 1e-3, 1e-7)  # 400 pages of 50
+    keys = [2 * (i * 20_000 // 300) for i in range(300)]  # 300 keys spread over every page
+    stream = stream_of(keys)
+    params = {"page_rows": 50, "ib_thresh": 300, "sb_thresh": 300, "max_scan": 4}
+    memory = memory_for(store, params, 400)  # room to cache every page
+    in_keys = record_calls(store, "lookup_many", len)
+    algorithm = create("ssij", store, memory, params)
+    run = run_join(algorithm, stream, STREAM_KEY)
+    assert_exact(store, stream, run)
+    assert run.stats["join_phases"] == 1 and run.stats["pages_read"] == 0
+    assert len(in_keys) == 2 and sum(in_keys) == len(keys) and max(in_keys) <= 200  # the read buffer's rows
+    assert run.stats["pages_by_in"] == len({k // 100 for k in keys}) and not algorithm.cache.cached.any()
+
+    in_keys.clear()
+    algorithm = create("ssij", store, memory, params)
+    session = JoinSession(algorithm, time.perf_counter)
+    session.feed(np.arange(len(keys)), np.asarray(keys, np.int64))
+    out = session.advance(max_pending=0)  # every tuple forced out, the stream not ended
+    assert sorted(out.matched_ids.tolist()) == list(range(len(keys))) and len(out.unmatched_ids) == 0
+    assert in_keys == [] and algorithm.counters.extra["pages_read"] >= 100 and algorithm.cache.cached.sum() >= 100

@@ -139,13 +139,14 @@ class FrontStage(JoinAlgorithm):
     # -- one outer iteration -----------------------------------------------------------------
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
         outputs = []
-        self._misses.closed = False  # a new run (micro-batch) after a drain feeds the disk stage again
+        self._misses.closed = self._misses.final = False  # a new run (micro-batch) after a drain feeds the disk stage again
         for _ in range(PROBE_ROUNDS):  # Algorithm 1 lines 2-11: until w misses wait for H_S
             want = self.algorithm.demand - self._misses.available
             if want <= 0 or not buffer.available:
                 break
             outputs.append(self._probe_round(buffer, want))
         self._misses.closed = buffer.exhausted  # the disk stage drains exactly when the stream does
+        self._misses.final = buffer.exhausted and buffer.final
         if self._misses.available or self.algorithm.pending or self._misses.closed:
             disk = self.algorithm.step(self._misses)
             self._misses.taken.clear()

@@ -50,13 +50,10 @@ from typing import Callable
 import numpy as np
 
 from ..stores.base import MasterPage
-from .base import JoinOutput, Param, StreamBuffer
+from .base import RIDER_KEYS, JoinOutput, Param, StreamBuffer
 from .stream_table import PagedJoin, StreamTable
 
 PAGE_ROWS_RANGE = (64, 8192)
-RIDER_KEYS = 4096  # keys of one IN query of riders at most. Draining 75k Zipf tuples (32k keys scattered over
-#                   R = 2M rows, MariaDB) took 90 queries with riders capped at one range load's cost, 36 at
-#                   1024 keys, 17 at 4096 and 12 at 8192: 0.79, 0.70, 0.65 and 0.68 s (the round trips, not the keys)
 RIDER_BUFFER_SHARE = 1 / 64  # of M at most for the rows of one IN query beyond one page's (the disk buffer)
 READ_AHEAD_SHARE = 1 / 16  # of M at most for read-ahead (its tuples in flight and a second disk buffer);
 #                            a smaller M reads on its own session and keeps its bytes for H_S

@@ -72,7 +72,7 @@ import pyarrow as pa
 from ..errors import ConfigError
 from ..stores.base import MasterPage, PageMap
 from ..stores.changes import Installed, install_changes
-from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer, join_page, not_in_master, probe, ranges
+from .base import RIDER_KEYS, JoinAlgorithm, JoinOutput, Param, StreamBuffer, join_page, not_in_master, probe, ranges
 
 POLICIES = ("utility", "lru")
 SB_SHARE = 0.3  # default SB_thresh: stream-buffer tuples filling this share of the usable budget (Fig. 13)
@@ -351,6 +351,7 @@ class _JoinPhase:
     started: float
     open: int
     next: int = 0
+    by_in: set[int] = field(default_factory=set)  # entries of the plan read by one IN query (the last phase)
 
 
 class SemiStreamedIndexJoin(JoinAlgorithm):
@@ -547,7 +548,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         if sb.size and (sb.size >= self.sb_thresh or due or (end and not len(self._ib))):
             if due and sb.size < self.sb_thresh:
                 self.counters.extra["forced_join_phases"] += 1
-            self._start_join_phase()
+            self._start_join_phase(last=end and buffer.final and not len(self._ib))
             outputs.append(self._join_next())
         self._end_cycle()
         return JoinOutput.concat(outputs, self.schema)
@@ -746,7 +747,10 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self._ii_count[pages] += counts
 
     # -- the join phase (Alg. 2) --------------------------------------------------------------------
-    def _start_join_phase(self) -> None:
+    def _start_join_phase(self, last: bool = False) -> None:
+        """Lines 1-3 of Alg. 2: II page by page, P_u, the read plan and ToKeep. ``last``: the
+        stream has ended and every tuple is in SB, so no later tuple would probe a cached page:
+        ToKeep is empty, and each sequence is read the cheaper way, by range or by IN (:meth:`_read`)."""
         sb = self._sb
         order = np.argsort(np.concatenate(sb.pair_page), kind="stable")  # II, page by page
         pair_page = np.concatenate(sb.pair_page)[order]
@@ -759,13 +763,52 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self._ii_count[requested] = 0
         self._requested = 0
         plan = read_plan(requested, self.max_scan, self.query_s, self.page_s)  # line 3
+        by_in: set[int] = set()
+        if last and self.range == (0, 0):
+            plan, by_in = self._last_plan(plan, pair_page, tuples.keys[pair_sb])
         self.counters.extra["join_phases"] += 1
         recency = self.cache.tick + 1 + np.arange(len(requested))  # the plan reads in position order
         priority = recency.astype(np.float64) if self.cache.policy == "lru" else utility + recency * TICK_SCALE
         self._phase = _JoinPhase(tuples, matched, remaining, pair_sb, pair_page, plan, requested, utility,
-                                 np.zeros(len(requested), bool), recency, priority, self._time(), len(tuples))
-        self._phase.keep[self._to_keep(requested, priority)] = True  # line 1
+                                 np.zeros(len(requested), bool), recency, priority, self._time(), len(tuples),
+                                 by_in=by_in)
+        if not last:
+            self._phase.keep[self._to_keep(requested, priority)] = True  # line 1
         self.cache.tick += len(requested) + 1
+
+    def _last_plan(self, plan: list[tuple[int, int]], pair_page: np.ndarray,
+                   pair_keys: np.ndarray) -> tuple[list[tuple[int, int]], set[int]]:
+        """The last join phase's plan: a run of sequences each cheaper by an IN query of its
+        distinct waiting keys than by its range query becomes one span, read by one IN query,
+        up to :data:`~.base.RIDER_KEYS` keys whose rows fit the read buffer (a short stream
+        spread over every page then costs a few queries, not one per sequence); a span may
+        cover pages nobody requested, whose rows the IN query does not read. Returns the plan
+        and the positions in it of the spans read by IN."""
+        limit = max(1, min(RIDER_KEYS, self._read_rows() // max(self.store.max_rows_per_key, 1)))
+        bounds = np.searchsorted(pair_page, np.array([[f, f + c] for f, c in plan], np.int64).reshape(-1, 2))
+        merged, by_in, run = [], set(), None  # run: [first page, end page, keys]
+        for (first, count), (a, b) in zip(plan, bounds):
+            keys = len(np.unique(pair_keys[a:b]))
+            cheaper_by_in = self._in_query_s + self._in_key_s * keys < self.query_s + self.page_s * count
+            if cheaper_by_in and run is not None and run[2] + keys <= limit:
+                run[1], run[2] = first + count, run[2] + keys
+                continue
+            if run is not None:
+                by_in.add(len(merged))
+                merged.append((run[0], run[1] - run[0]))
+                run = None
+            if cheaper_by_in:
+                run = [first, first + count, keys]
+            else:
+                merged.append((first, count))
+        if run is not None:
+            by_in.add(len(merged))
+            merged.append((run[0], run[1] - run[0]))
+        return merged, by_in
+
+    def _read_rows(self) -> int:
+        """Rows the read buffer holds: one sequence of the maxScan largest pages."""
+        return int(self._largest_rows[min(self.max_scan, len(self._largest_rows)) - 1])
 
     def _to_keep(self, requested: np.ndarray, priority: np.ndarray) -> np.ndarray:
         """Sec. IV-C: rank the cached pages and the pages of P_u by utility; the best that fit the
@@ -818,10 +861,10 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         lo, hi = np.searchsorted(phase.requested, [first, first + count])
         if self.range == (0, 0) and not phase.keep[lo:hi].any():
             keys = np.unique(phase.sb.keys[pair_sb])
-            if self._in_query_s + self._in_key_s * len(keys) < self.query_s + self.page_s * count:
+            if phase.next - 1 in phase.by_in or self._in_query_s + self._in_key_s * len(keys) < self.query_s + self.page_s * count:
                 extra = self.counters.extra
                 extra["in_loads"] = extra.get("in_loads", 0) + 1
-                extra["pages_by_in"] = extra.get("pages_by_in", 0) + count
+                extra["pages_by_in"] = extra.get("pages_by_in", 0) + int(hi - lo)  # the requested ones of a span
                 return self.store.lookup_many(keys)
         self.counters.extra["pages_read"] += count
         return self.store.load_pages(self.page_map, first, count)
