@@ -43,9 +43,11 @@ def _daemon(args: list[str], log: Path) -> subprocess.Popen:
 
 
 def _state(ui_port: int) -> dict | None:
+    """The master's state from its UI, None while it cannot say: not listening yet, or - seen on
+    a loaded machine, a page before the master is up - answering with something not JSON."""
     try:
         return json.load(urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2))
-    except OSError:
+    except (OSError, ValueError):
         return None
 
 
