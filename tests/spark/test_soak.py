@@ -1,4 +1,4 @@
-"""``semijoin soak`` (issue 13): a 2-minute soak of the Spark pipeline on MariaDB with master-data
+"""``semijoin soak`` (issue 13): a half-minute soak of the Spark pipeline on MariaDB with master-data
 updates on a schedule; the CSV and the PNG exist with sane columns, every tuple left exactly once,
 the structures stayed within the budget. Slopes are reported by the soak, not asserted here (a
 shared machine moves them)."""
@@ -31,21 +31,21 @@ def soak_table(mysql_url):
     connection.close()
 
 
-def test_one_minute_soak_writes_csv_png_and_keeps_exactly_once(spark, mysql_url, soak_table, tmp_path):
+def test_half_minute_soak_writes_csv_png_and_keeps_exactly_once(spark, mysql_url, soak_table, tmp_path):
     """The soak's machinery at CI size (the leak hunt itself is `semijoin soak --minutes 30`, README)."""
-    config = SoakConfig(minutes=1, out=tmp_path / "soak", master=mysql_url, table=soak_table, size="small",
-                        rate=300, update_every_s=8, update_keys=40, sample_s=1, seed=3)
+    config = SoakConfig(minutes=0.5, out=tmp_path / "soak", master=mysql_url, table=soak_table, size="small",
+                        rate=300, update_every_s=4, update_keys=40, sample_s=1, seed=3)
     lines = []
     result = run_soak(config, spark=spark, out=lines.append)
 
     assert result["exactly_once"]["ok"], result["exactly_once"]
-    assert result["exactly_once"]["tuples"] > 1_500  # a minute at 300 tuples/s, less a slow start on a busy machine
+    assert result["exactly_once"]["tuples"] > 750  # half a minute at 300 tuples/s, less a slow start on a busy machine
     assert result["updates"] >= 6, result["events"]
     assert 0 < result["memory_peak_bytes"] <= result["memory_budget_bytes"]
     with open(result["csv"]) as f:
         rows = list(csv.DictReader(f))
     assert tuple(rows[0].keys()) == COLUMNS
-    assert len(rows) >= 20  # every second (or later on a busy machine) for a minute
+    assert len(rows) >= 10  # every second (or later on a busy machine) for half a minute
     last = rows[-1]
     assert int(last["rss_tree_bytes"]) > int(last["rss_driver_bytes"]) > 50 * 2**20  # + the Spark JVM
     assert max(int(r["db_connections"]) for r in rows) >= 1  # the join's store (closed at the end)
