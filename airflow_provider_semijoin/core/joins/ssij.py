@@ -39,6 +39,15 @@ S + T*i + OPT[next], with S and T (per page) from the store's measured costs; ea
 sequence is one index range query. Pages further apart than maxDist = 1 + S/T are never worth
 one scan, so P_u splits into independent clusters there.
 
+The access path per page (issue 12, beyond the paper): a page of P_u whose distinct waiting keys
+cost less by an IN query (the store's calibrated per-key IN cost) than the page costs to read is
+*sparse*: it is left out of ToKeep - read for few keys, not worth its room in CR - unless it was
+in P_u of the join phase before too (a hot key alone on its page recurs in every phase). Runs of
+planned sequences with no page of ToKeep that are cheaper by IN are read by one IN query each,
+as many keys as the read buffer holds rows for. The last join phase (the stream has ended and
+every tuple is in SB) keeps no page at all: no later tuple would probe it. A short stream spread
+over every page thus costs a few queries instead of a read of all of R.
+
 Deadlines (sec. IV-F): IB hands tuples to the online phase in deadline order; a join phase is
 forced when the closest deadline in SB (or in IB) would otherwise pass, estimated by a cost
 model that starts at one random I/O per page and learns the worst observed time per page of
@@ -80,7 +89,7 @@ IB_PER_SB = 4  # default IB_thresh = SB_thresh / 4 (Table II: IB 250,000, SB 1,0
 IB_SIZE_PER_THRESH = 2  # default input-buffer size: one batch taken, one arriving
 SCAN_SHARE = 0.25  # a read sequence takes at most this share of the budget (caps maxScan)
 PAIR_BYTES = 8 + 8  # an II entry: SB position and page
-PER_PAGE_BYTES = 1 + 8 + 8 + 4 + 8 + 4  # per page of R: CR's cached, utility, last use, bytes, segment; II's count
+PER_PAGE_BYTES = 1 + 8 + 8 + 4 + 8 + 4 + 4  # per page of R: CR's cached, utility, last use, bytes, segment; II's count; last phase
 PER_REQUESTED_BYTES = 8 + 8 + 1 + 8 + 8  # per page of P_u in a join phase: its page, utility, ToKeep, use, rank
 DEADLINE_SAFETY = 2.0  # the join-phase estimate is doubled when deadlines decide (sec. IV-F)
 DEADLINE_SLACK = 0.1  # a tuple is due when a tenth of its time from arrival to deadline is left
@@ -401,6 +410,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self._ib = _Tuples(np.zeros(0, np.int64), np.zeros(0, store.key_type.dtype), np.zeros(0), np.zeros(0))
         self._sb = _StreamBuffer()
         self._ii_count = np.zeros(n_pages, dtype=np.int32)
+        self._asked_in_phase = np.full(n_pages, -2, dtype=np.int32)  # the last join phase each page was in P_u of
         self._requested = 0  # pages with an II entry: |P_u| of the next join phase
         self._phase: _JoinPhase | None = None
         self._online_s = 0.0  # duration of the last online phase
@@ -748,9 +758,11 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
 
     # -- the join phase (Alg. 2) --------------------------------------------------------------------
     def _start_join_phase(self, last: bool = False) -> None:
-        """Lines 1-3 of Alg. 2: II page by page, P_u, the read plan and ToKeep. ``last``: the
-        stream has ended and every tuple is in SB, so no later tuple would probe a cached page:
-        ToKeep is empty, and each sequence is read the cheaper way, by range or by IN (:meth:`_read`)."""
+        """Lines 1-3 of Alg. 2: II page by page, P_u, the read plan and ToKeep, from the pages of
+        P_u worth a range read (:meth:`_sparse`); then runs of sequences with no page of ToKeep
+        that are cheaper by IN become IN queries (:meth:`_in_spans`). ``last``: the stream has
+        ended and every tuple is in SB, so no later tuple would probe a cached page: ToKeep is
+        empty."""
         sb = self._sb
         order = np.argsort(np.concatenate(sb.pair_page), kind="stable")  # II, page by page
         pair_page = np.concatenate(sb.pair_page)[order]
@@ -763,33 +775,51 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self._ii_count[requested] = 0
         self._requested = 0
         plan = read_plan(requested, self.max_scan, self.query_s, self.page_s)  # line 3
-        by_in: set[int] = set()
-        if last and self.range == (0, 0):
-            plan, by_in = self._last_plan(plan, pair_page, tuples.keys[pair_sb])
         self.counters.extra["join_phases"] += 1
         recency = self.cache.tick + 1 + np.arange(len(requested))  # the plan reads in position order
         priority = recency.astype(np.float64) if self.cache.policy == "lru" else utility + recency * TICK_SCALE
-        self._phase = _JoinPhase(tuples, matched, remaining, pair_sb, pair_page, plan, requested, utility,
-                                 np.zeros(len(requested), bool), recency, priority, self._time(), len(tuples),
-                                 by_in=by_in)
+        phase = self._phase = _JoinPhase(tuples, matched, remaining, pair_sb, pair_page, plan, requested, utility,
+                                         np.zeros(len(requested), bool), recency, priority, self._time(), len(tuples))
+        equi = self.range == (0, 0)
+        phase_no = self.counters.extra["join_phases"]
+        again = self._asked_in_phase[requested] == phase_no - 1  # in P_u of the phase before too: it recurs
+        self._asked_in_phase[requested] = phase_no
         if not last:
-            self._phase.keep[self._to_keep(requested, priority)] = True  # line 1
+            dense = again | ~self._sparse(requested, pair_page, tuples.keys[pair_sb]) if equi else np.ones(len(requested), bool)
+            phase.keep[np.flatnonzero(dense)[self._to_keep(requested[dense], priority[dense])]] = True  # line 1
+        if equi:
+            phase.plan, phase.by_in = self._in_spans(plan, pair_page, tuples.keys[pair_sb], phase.keep, requested)
         self.cache.tick += len(requested) + 1
+        self._make_room(0)  # the phase's arrays are the stream's: cached pages leave for them (no ToRemove in the last)
 
-    def _last_plan(self, plan: list[tuple[int, int]], pair_page: np.ndarray,
-                   pair_keys: np.ndarray) -> tuple[list[tuple[int, int]], set[int]]:
-        """The last join phase's plan: a run of sequences each cheaper by an IN query of its
-        distinct waiting keys than by its range query becomes one span, read by one IN query,
-        up to :data:`~.base.RIDER_KEYS` keys whose rows fit the read buffer (a short stream
-        spread over every page then costs a few queries, not one per sequence); a span may
-        cover pages nobody requested, whose rows the IN query does not read. Returns the plan
-        and the positions in it of the spans read by IN."""
+    def _sparse(self, requested: np.ndarray, pair_page: np.ndarray, pair_keys: np.ndarray) -> np.ndarray:
+        """Per page of P_u: its distinct waiting keys cost less by IN than the page costs to read
+        in a sequence (T of sec. IV-D). Such a page is not worth its room in the cache either: it
+        is read for few keys, and ToKeep leaves it out (issue 12: the access path per page)."""
+        order = np.lexsort((pair_keys, pair_page))
+        pages, keys = pair_page[order], pair_keys[order]
+        new = np.ones(len(pages), bool)
+        new[1:] = (pages[1:] != pages[:-1]) | (keys[1:] != keys[:-1])
+        distinct = np.bincount(np.searchsorted(requested, pages[new]), minlength=len(requested))
+        return self._in_key_s * distinct < self.page_s
+
+    def _in_spans(self, plan: list[tuple[int, int]], pair_page: np.ndarray, pair_keys: np.ndarray,
+                  keep: np.ndarray, requested: np.ndarray) -> tuple[list[tuple[int, int]], set[int]]:
+        """The plan with each run of sequences that hold no page of ToKeep and are each cheaper by
+        an IN query of their distinct waiting keys than by their range query merged into one
+        span, read by one IN query, up to :data:`~.base.RIDER_KEYS` keys whose rows fit the read
+        buffer (a short stream spread over every page then costs a few queries, not one per
+        sequence); a span may cover pages nobody requested, whose rows the IN query does not
+        read. Returns the plan and the positions in it of the spans read by IN."""
         limit = max(1, min(RIDER_KEYS, self._read_rows() // max(self.store.max_rows_per_key, 1)))
         bounds = np.searchsorted(pair_page, np.array([[f, f + c] for f, c in plan], np.int64).reshape(-1, 2))
+        kept = np.searchsorted(requested, np.array([[f, f + c] for f, c in plan], np.int64).reshape(-1, 2))
+        keep_before = np.concatenate([[0], np.cumsum(keep)])
         merged, by_in, run = [], set(), None  # run: [first page, end page, keys]
-        for (first, count), (a, b) in zip(plan, bounds):
+        for (first, count), (a, b), (lo, hi) in zip(plan, bounds, kept):
             keys = len(np.unique(pair_keys[a:b]))
-            cheaper_by_in = self._in_query_s + self._in_key_s * keys < self.query_s + self.page_s * count
+            cheaper_by_in = (keep_before[hi] == keep_before[lo]
+                             and self._in_query_s + self._in_key_s * keys < self.query_s + self.page_s * count)
             if cheaper_by_in and run is not None and run[2] + keys <= limit:
                 run[1], run[2] = first + count, run[2] + keys
                 continue
@@ -854,18 +884,15 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         return out
 
     def _read(self, phase: _JoinPhase, first: int, count: int, pair_sb: np.ndarray) -> MasterPage:
-        """Line 5: read the sequence by one range query; or, for an equi-join whose sequence holds
-        no page of ToKeep (nothing of it is cached after the phase), only the distinct keys
-        waiting on it by one IN query, when the calibrated costs say that is cheaper (issue 12:
-        a sparse sequence, e.g. of a short stream, need not read whole pages)."""
-        lo, hi = np.searchsorted(phase.requested, [first, first + count])
-        if self.range == (0, 0) and not phase.keep[lo:hi].any():
-            keys = np.unique(phase.sb.keys[pair_sb])
-            if phase.next - 1 in phase.by_in or self._in_query_s + self._in_key_s * len(keys) < self.query_s + self.page_s * count:
-                extra = self.counters.extra
-                extra["in_loads"] = extra.get("in_loads", 0) + 1
-                extra["pages_by_in"] = extra.get("pages_by_in", 0) + int(hi - lo)  # the requested ones of a span
-                return self.store.lookup_many(keys)
+        """Line 5: read the sequence by one range query; or, for a span of the plan that
+        :meth:`_in_spans` gave to IN, only the distinct keys waiting on it by one IN query
+        (issue 12: sparse pages, e.g. of a short stream, need not be read whole)."""
+        if phase.next - 1 in phase.by_in:
+            lo, hi = np.searchsorted(phase.requested, [first, first + count])
+            extra = self.counters.extra
+            extra["in_loads"] = extra.get("in_loads", 0) + 1
+            extra["pages_by_in"] = extra.get("pages_by_in", 0) + int(hi - lo)  # the requested ones of a span
+            return self.store.lookup_many(np.unique(phase.sb.keys[pair_sb]))
         self.counters.extra["pages_read"] += count
         return self.store.load_pages(self.page_map, first, count)
 
