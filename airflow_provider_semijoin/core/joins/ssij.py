@@ -360,7 +360,7 @@ class _JoinPhase:
     started: float
     open: int
     next: int = 0
-    by_in: set[int] = field(default_factory=set)  # entries of the plan read by one IN query (the last phase)
+    by_in: set[int] = field(default_factory=set)  # entries of the plan read by one IN query (:meth:`_in_spans`)
 
 
 class SemiStreamedIndexJoin(JoinAlgorithm):
@@ -812,8 +812,8 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         sequence); a span may cover pages nobody requested, whose rows the IN query does not
         read. Returns the plan and the positions in it of the spans read by IN."""
         limit = max(1, min(RIDER_KEYS, self._read_rows() // max(self.store.max_rows_per_key, 1)))
-        bounds = np.searchsorted(pair_page, np.array([[f, f + c] for f, c in plan], np.int64).reshape(-1, 2))
-        kept = np.searchsorted(requested, np.array([[f, f + c] for f, c in plan], np.int64).reshape(-1, 2))
+        edges = np.array([[f, f + c] for f, c in plan], np.int64).reshape(-1, 2)  # each sequence's [first, end)
+        bounds, kept = np.searchsorted(pair_page, edges), np.searchsorted(requested, edges)
         keep_before = np.concatenate([[0], np.cumsum(keep)])
         merged, by_in, run = [], set(), None  # run: [first page, end page, keys]
         for (first, count), (a, b), (lo, hi) in zip(plan, bounds, kept):
