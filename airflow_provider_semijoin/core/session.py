@@ -140,7 +140,8 @@ class JoinSession:
         return outputs
 
     def drain(self) -> JoinOutput:
-        """Step until every tuple fed has left (the buffer is closed meanwhile, then reopened)."""
+        """Step until every tuple fed has left (the buffer is closed meanwhile, then reopened
+        unless the stream had ended: :meth:`~.joins.base.StreamBuffer.close`)."""
         return JoinOutput.concat(self._force(lambda: self.pending, final=True), self.algorithm.schema)
 
     def _urgent(self, horizon: float, max_pending: int | None = None) -> np.ndarray:
@@ -156,7 +157,8 @@ class JoinSession:
         """Step with the buffer closed (the algorithms' end-of-stream mode) while ``waiting()``;
         ``final``: every tuple inside leaves before another is fed (a drain)."""
         outputs, stalled = [], 0
-        self.buffer.closed, self.buffer.final = True, final
+        was = (self.buffer.closed, self.buffer.final)  # a stream closed for good (close()) stays closed
+        self.buffer.closed, self.buffer.final = True, final or was[1]
         try:
             while waiting():
                 before = (self.buffer.available, self.algorithm.pending, self.completed)
@@ -167,7 +169,7 @@ class JoinSession:
                     raise RuntimeError(f"{self.algorithm.name} made no progress in {STALL_STEPS} steps "
                                        f"with {self.pending} tuples pending")
         finally:
-            self.buffer.closed = self.buffer.final = False
+            self.buffer.closed, self.buffer.final = was
         self._compact()
         return outputs
 

@@ -673,6 +673,20 @@ class JoinContract:
         assert max(held) <= algorithm.capacity_tuples, (max(held), algorithm.capacity_tuples)
         assert session.completed == len(keys)
 
+    def test_a_drain_reopens_the_stream_unless_it_had_ended(self, backend):
+        """A drain closes the buffer while it steps and reopens it for the next tuples; a stream
+        that had ended (``close()``) stays closed and final, and a later feed is refused."""
+        store = backend.make_master(master_of(range(0, 90, 3)))
+        algorithm = self.make(store)
+        keys = pa.chunked_array([pa.array([3, 4, 6, 3])])
+        _, session = feed_keys(algorithm, keys, np.arange(4), None, time.perf_counter)
+        assert session.drain().completed == 4 and not (session.buffer.closed or session.buffer.final)
+        feed_keys(algorithm, keys, np.arange(4, 8), None, time.perf_counter, session)
+        session.buffer.close()
+        assert session.drain().completed == 4 and session.buffer.closed and session.buffer.final
+        with pytest.raises(RuntimeError, match="^append to a closed stream buffer$"):
+            feed_keys(algorithm, keys, np.arange(8, 12), None, time.perf_counter, session)
+
     @pytest.mark.parametrize("max_pending", [0, 9])
     def test_a_slice_leaves_at_most_max_pending_inside(self, backend, max_pending):
         """A caller out of room for the rows of waiting tuples caps them: after each slice at most
