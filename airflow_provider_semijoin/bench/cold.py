@@ -7,6 +7,13 @@ exactly that, by wall clock, for every algorithm and the ``inlist`` / ``inlist-l
 each run is a fresh ``semijoin join`` process on the same stream file, the same master table and
 the same memory budget. Its exactly-once check must pass. Ratios are to the better baseline of
 the same run (the machine is shared and noisy).
+
+Each algorithm runs twice. Its first run finds no page map kept beside R (they are dropped
+before it, :func:`..core.stores.pagemaps.forget`) and builds and keeps its own, as a user's
+first join of a table does; the second opens R from the kept map, as every later join does.
+The table's ratios are the second run's, and the first run's wall clock stands beside them.
+Without this the figures depended on what ran before: SSIJ's 400k-tuple join took 7.5 s when
+it built its map (its pages differ from HYBRIDJOIN's) and 4.3 s when it found it kept.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from ..core.errors import ConfigError
 from ..core.stores.sql import PASSWORD_ENV
 from ..core.files import write_table
 from ..core.joins import ALGORITHMS
-from ..core.stores import redact
+from ..core.stores import open_store, pagemaps, redact
 from ..workloads import generate_master, zipf_stream
 
 BASELINES = ("inlist", "inlist-lru")
@@ -98,16 +105,30 @@ def join_once(config: ColdConfig, table: str, stream: Path, name: str, workdir: 
     }
 
 
+def first_and_kept(config: ColdConfig, table: str, stream: Path, name: str, workdir: Path) -> dict:
+    """``name``'s first join of R (no page map kept: it builds one) and its second (the map
+    kept); the second's figures, with the first's wall clock and exactly-once check beside them."""
+    with open_store(config.master, table, "nk") as store:
+        pagemaps.forget(store)
+    first = join_once(config, table, stream, name, workdir)
+    kept = join_once(config, table, stream, name, workdir)
+    return {**kept, "exactly_once": kept["exactly_once"] and first["exactly_once"],
+            "first_wall_s": first["wall_s"], "first_wall_tps": first["wall_tps"]}
+
+
 def format_cold(results: list[dict]) -> list[str]:
     best = max(r["wall_tps"] for r in results if r["algorithm"] in BASELINES)
+    best_first = max(r["first_wall_tps"] for r in results if r["algorithm"] in BASELINES)
     lines = [
-        "| algorithm | wall s | tuples/s (wall) | tuples/s (reported) | disk queries | x better baseline |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| algorithm | wall s | tuples/s (wall) | tuples/s (reported) | disk queries | x better baseline "
+        "| first run: wall s | first run: x better baseline |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in sorted(results, key=lambda r: -r["wall_tps"]):
         lines.append(
             f"| {r['algorithm']} | {r['wall_s']:.1f} | {r['wall_tps']:,.0f} | {r['reported_tps']:,.0f} | "
-            f"{r['disk_queries']:,} | {r['wall_tps'] / best:.2f} |"
+            f"{r['disk_queries']:,} | {r['wall_tps'] / best:.2f} | {r['first_wall_s']:.1f} | "
+            f"{r['first_wall_tps'] / best_first:.2f} |"
         )
     return lines
 
@@ -125,12 +146,14 @@ def run_cold(config: ColdConfig, out=print) -> dict:
                                                  shape=shape, seed=config.seed), what="stream")
             shaped = []
             for name in config.algorithms:
-                r = {"shape": shape, **join_once(config, table, stream, name, workdir)}
-                out(f"  {shape:<7} {name:<14} {r['wall_s']:>7.1f} s  {r['wall_tps']:>10,.0f} tuples/s by wall clock")
+                r = {"shape": shape, **first_and_kept(config, table, stream, name, workdir)}
+                out(f"  {shape:<7} {name:<14} {r['wall_s']:>7.1f} s  {r['wall_tps']:>10,.0f} tuples/s by wall clock "
+                    f"(first run, page map built: {r['first_wall_s']:.1f} s)")
                 shaped.append(r)
         out("")
         out(f"cold join of {config.stream_rows:,} tuples ({shape}, Zipf {config.zipf}), start-up included, "
-            f"R = {config.rows:,} rows, memory {config.memory / 2**20:.4g} MiB")
+            f"R = {config.rows:,} rows, memory {config.memory / 2**20:.4g} MiB; the second run of each "
+            f"(R's page map kept by the first), and the first")
         for line in format_cold(shaped):
             out(line)
         out("")

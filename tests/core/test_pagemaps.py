@@ -13,7 +13,7 @@ from airflow_provider_semijoin.core.joins.hybridjoin import auto_page_rows
 from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
 from airflow_provider_semijoin.core.runner import run_join
 from airflow_provider_semijoin.core.stores import install_changes, store_for
-from airflow_provider_semijoin.core.stores.pagemaps import pages_table
+from airflow_provider_semijoin.core.stores.pagemaps import forget, pages_table
 from airflow_provider_semijoin.core.stores.sql import table_exists
 
 pytestmark = pytest.mark.mysql
@@ -43,6 +43,18 @@ def test_a_kept_map_is_read_back_without_reading_r(mysql_backend):
     assert (kept.n_keys, kept.n_rows, kept.max_key) == (39, 39, 390)
     assert again.n_rows == 39  # from the map: no COUNT(*)
     assert again.counters.queries == 0
+
+
+def test_forgotten_maps_are_built_again_from_r(mysql_backend):
+    """``forget`` drops every kept map (what ``semijoin bench --cold`` does before a first run):
+    the next opening reads R's index again and keeps its map anew."""
+    store = mysql_backend.make_master(master(KEYS))
+    store.page_map(5), store.page_map(8)
+    assert forget(store) and not table_exists(mysql_backend.connection, pages_table(store.table))
+    again = reopen(mysql_backend, store)
+    assert again.page_map(5).bounds.tolist() == KEYS[::5] and again.counters.queries == 1  # R read again
+    assert again.kept_page_rows() == [5]  # kept anew; 8 is gone with the rest
+    assert forget(again) and not forget(again)
 
 
 def test_installed_changes_make_pages_uneven_and_joins_stay_exact(mysql_backend):

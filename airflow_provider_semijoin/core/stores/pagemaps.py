@@ -110,6 +110,16 @@ def kept_page_rows(store) -> list[int]:
     return sorted(int(r[0]) for r in rows)
 
 
+def forget(store) -> bool:
+    """Drop every map kept beside R, so that the next opening builds its map from R as a first
+    one does (``semijoin bench --cold`` times both); True when there were some."""
+    name = pages_table(store.table)
+    if name is None or not table_exists(store.connection, name):
+        return False
+    store._query(f"DROP TABLE {store.dialect.quote(name)}")
+    return True
+
+
 def load(store, page_rows: int, stamp: str) -> PageMap | None:
     """The map of ``page_rows`` kept beside R, brought up to date; None when there is none
     usable (not kept, R changed without an install, or R is at an older version than it)."""
