@@ -35,7 +35,7 @@ class IndexNestedLoopJoin(JoinAlgorithm):
     def __init__(self, store, memory, **kwargs):
         super().__init__(store, memory, **kwargs)
         # the one tuple in flight and the K rows of its key
-        needed = store.key_type.itemsize + 8 + store.result_bytes(store.page_map(), store.max_rows_per_key)
+        needed = store.key_type.itemsize + 8 + store.result_bytes(None, store.max_rows_per_key)  # no page map: none is read
         if needed > self.memory:
             raise self._budget_error(needed, "one stream tuple with the rows of its key")
         self._held = 0
@@ -78,10 +78,9 @@ class InListJoin(JoinAlgorithm):
     def __init__(self, store, memory, **kwargs):
         super().__init__(store, memory, **kwargs)
         # per tuple of the batch: its key and row id (twice: the batch and the distinct keys)
-        # and, at worst, K rows of R for its key
-        page_map = store.page_map()
-        per_tuple = 2 * (store.key_type.itemsize + 8) + store.max_rows_per_key * store.row_bytes(page_map)
-        fixed = store.result_bytes(page_map, 0)
+        # and, at worst, K rows of R for its key (v_R sampled with no page map: none is read)
+        per_tuple = 2 * (store.key_type.itemsize + 8) + store.max_rows_per_key * store.row_bytes()
+        fixed = store.result_bytes(None, 0)
         self._batch_budget = self.memory - self._cache_bytes(reserve=int(math.ceil(fixed + per_tuple)))
         self.batch_rows = self.settings["batch_rows"] or int((self._batch_budget - fixed) // per_tuple)
         needed = int(math.ceil(fixed + max(self.batch_rows, 1) * per_tuple))
@@ -143,9 +142,9 @@ class InListLRUJoin(InListJoin):
 
     def _cache_bytes(self, reserve: int) -> int:
         store = self.store
-        per_key = MasterCache.bytes_per_key(store.key_type.itemsize, store.max_rows_per_key, store.row_bytes(store.page_map()))
+        per_key = MasterCache.bytes_per_key(store.key_type.itemsize, store.max_rows_per_key, store.row_bytes())
         budget = min(int(self.memory * min(self.settings["cache_fraction"], 1.0)), self.memory - reserve)
-        fixed = store.result_bytes(store.page_map(), 0)
+        fixed = store.result_bytes(None, 0)
         keys = max(0, int((budget - fixed) // per_key))
         self.cache = MasterCache(keys, store.max_rows_per_key, store.key_type.dtype, self.schema, "lru")
         self.counters.extra.update(cache_hits=0, cache_probes=0)

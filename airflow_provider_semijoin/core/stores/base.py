@@ -452,18 +452,26 @@ class MasterStore(VersionedReads):
             self.counters = saved
         return self._in_costs
 
-    def row_bytes(self, page_map: PageMap) -> float:
-        """v_R: bytes one loaded row of R takes in memory (key + selected columns), sampled."""
-        if page_map.n_keys == 0:
+    def row_bytes(self, page_map: PageMap | None = None) -> float:
+        """v_R: bytes one loaded row of R takes in memory (key + selected columns), sampled from
+        page 0 of ``page_map``; with no map, from R's first ``DEFAULT_PAGE_ROWS`` rows by one
+        range load. The algorithms that read no pages (INLJ, the IN-list joins) size themselves
+        so, and opening R for them builds no page map: a first join of R read all of R's index
+        for one (2.5 s at 2M rows)."""
+        page_rows = 0 if page_map is None else page_map.page_rows
+        if page_map is not None and page_map.n_keys == 0:
             return float(self.key_type.itemsize)
-        if page_map.page_rows not in self._row_bytes:
+        if page_rows not in self._row_bytes:
             saved = IOCounters(**vars(self.counters))
-            sample = self.load_pages(page_map, 0)
+            sample = self.load_pages(page_map, 0) if page_map is not None else self._page(
+                "1 = 1", (), f" LIMIT {DEFAULT_PAGE_ROWS}")
             self.counters = saved
-            self._row_bytes[page_map.page_rows] = sample.nbytes / max(len(sample), 1)
-        return self._row_bytes[page_map.page_rows]
+            if not len(sample):  # R is empty (for now): nothing to sample
+                return float(self.key_type.itemsize)
+            self._row_bytes[page_rows] = sample.nbytes / len(sample)
+        return self._row_bytes[page_rows]
 
-    def result_bytes(self, page_map: PageMap, rows: int) -> int:
+    def result_bytes(self, page_map: PageMap | None, rows: int) -> int:
         """Bytes a loaded result of ``rows`` rows may take: v_R per row plus the per-column
         overhead of a small Arrow table (offsets and validity buffers)."""
         return int(math.ceil(rows * self.row_bytes(page_map))) + 16 * (2 + len(self.select))

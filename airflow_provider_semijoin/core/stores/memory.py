@@ -63,10 +63,10 @@ class MemoryStore:
         n = int(at < len(self.keys) and self.keys[at] == key)
         return MasterPage(self.keys[at : at + n], self.rows.slice(at, n))
 
-    def row_bytes(self, page_map: PageMap) -> float:
+    def row_bytes(self, page_map: PageMap | None = None) -> float:
         return self.rows.nbytes / max(len(self.rows), 1)
 
-    def result_bytes(self, page_map: PageMap, rows: int) -> int:
+    def result_bytes(self, page_map: PageMap | None, rows: int) -> int:
         return int(math.ceil(rows * self.row_bytes(page_map))) + 16 * (2 + len(self.select))
 
     def close(self) -> None:
