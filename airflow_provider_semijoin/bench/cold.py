@@ -9,8 +9,9 @@ the same memory budget. Its exactly-once check must pass. Ratios are to the bett
 the same run (the machine is shared and noisy).
 
 Each algorithm runs twice. Its first run finds no page map kept beside R (they are dropped
-before it, :func:`..core.stores.pagemaps.forget`) and builds and keeps its own, as a user's
-first join of a table does; the second opens R from the kept map, as every later join does.
+before it, :func:`..core.stores.pagemaps.forget`) and, if it reads pages, builds and keeps its
+own, as a user's first join of a table does; the second opens R from the kept map, as every
+later join does.
 The table's ratios are the second run's, and the first run's wall clock stands beside them.
 Without this the figures depended on what ran before: SSIJ's 400k-tuple join took 7.5 s when
 it built its map (its pages differ from HYBRIDJOIN's) and 4.3 s when it found it kept.
@@ -106,8 +107,9 @@ def join_once(config: ColdConfig, table: str, stream: Path, name: str, workdir: 
 
 
 def first_and_kept(config: ColdConfig, table: str, stream: Path, name: str, workdir: Path) -> dict:
-    """``name``'s first join of R (no page map kept: it builds one) and its second (the map
-    kept); the second's figures, with the first's wall clock and exactly-once check beside them."""
+    """``name``'s first join of R (no page map kept: one that reads pages builds one) and its
+    second (the map kept); the second's figures, with the first's wall clock and exactly-once
+    check beside them."""
     with open_store(config.master, table, "nk") as store:
         pagemaps.forget(store)
     first = join_once(config, table, stream, name, workdir)
@@ -148,7 +150,7 @@ def run_cold(config: ColdConfig, out=print) -> dict:
             for name in config.algorithms:
                 r = {"shape": shape, **first_and_kept(config, table, stream, name, workdir)}
                 out(f"  {shape:<7} {name:<14} {r['wall_s']:>7.1f} s  {r['wall_tps']:>10,.0f} tuples/s by wall clock "
-                    f"(first run, page map built: {r['first_wall_s']:.1f} s)")
+                    f"(first run, no page map kept: {r['first_wall_s']:.1f} s)")
                 shaped.append(r)
         out("")
         out(f"cold join of {config.stream_rows:,} tuples ({shape}, Zipf {config.zipf}), start-up included, "
