@@ -784,27 +784,34 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         phase_no = self.counters.extra["join_phases"]
         again = self._asked_in_phase[requested] == phase_no - 1  # in P_u of the phase before too: it recurs
         self._asked_in_phase[requested] = phase_no
+        distinct = self._distinct_keys(requested, pair_page, tuples.keys[pair_sb]) if equi else None
         if not last:
-            dense = again | ~self._sparse(requested, pair_page, tuples.keys[pair_sb]) if equi else np.ones(len(requested), bool)
+            dense = again | ~self._sparse(distinct) if equi else np.ones(len(requested), bool)
             phase.keep[np.flatnonzero(dense)[self._to_keep(requested[dense], priority[dense])]] = True  # line 1
         if equi:
-            phase.plan, phase.by_in = self._in_spans(plan, pair_page, tuples.keys[pair_sb], phase.keep, requested)
+            phase.plan, phase.by_in = self._in_spans(plan, distinct, phase.keep, requested)
         self.cache.tick += len(requested) + 1
         self._make_room(0)  # the phase's arrays are the stream's: cached pages leave for them (no ToRemove in the last)
 
-    def _sparse(self, requested: np.ndarray, pair_page: np.ndarray, pair_keys: np.ndarray) -> np.ndarray:
-        """Per page of P_u: its distinct waiting keys cost less by IN than the page costs to read
-        in a sequence (T of sec. IV-D). Such a page is not worth its room in the cache either: it
-        is read for few keys, and ToKeep leaves it out (issue 12: the access path per page)."""
+    @staticmethod
+    def _distinct_keys(requested: np.ndarray, pair_page: np.ndarray, pair_keys: np.ndarray) -> np.ndarray:
+        """Per page of P_u, the distinct keys waiting on it (an equi-join: a key lies on one page,
+        so a run of pages waits for the sum of its pages' counts)."""
         order = np.lexsort((pair_keys, pair_page))
         pages, keys = pair_page[order], pair_keys[order]
         new = np.ones(len(pages), bool)
         new[1:] = (pages[1:] != pages[:-1]) | (keys[1:] != keys[:-1])
-        distinct = np.bincount(np.searchsorted(requested, pages[new]), minlength=len(requested))
+        return np.bincount(np.searchsorted(requested, pages[new]), minlength=len(requested))
+
+    def _sparse(self, distinct: np.ndarray) -> np.ndarray:
+        """Per page of P_u: its ``distinct`` waiting keys cost less by IN than the page costs to
+        read in a sequence (T of sec. IV-D). Such a page is not worth its room in the cache
+        either: it is read for few keys, and ToKeep leaves it out (issue 12: the access path per
+        page)."""
         return self._in_key_s * distinct < self.page_s
 
-    def _in_spans(self, plan: list[tuple[int, int]], pair_page: np.ndarray, pair_keys: np.ndarray,
-                  keep: np.ndarray, requested: np.ndarray) -> tuple[list[tuple[int, int]], set[int]]:
+    def _in_spans(self, plan: list[tuple[int, int]], distinct: np.ndarray, keep: np.ndarray,
+                  requested: np.ndarray) -> tuple[list[tuple[int, int]], set[int]]:
         """The plan with each run of sequences that hold no page of ToKeep and are each cheaper by
         an IN query of their distinct waiting keys than by their range query merged into one
         span, read by one IN query, up to :data:`~.base.RIDER_KEYS` keys whose rows fit the read
@@ -813,11 +820,12 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         read. Returns the plan and the positions in it of the spans read by IN."""
         limit = max(1, min(RIDER_KEYS, self._read_rows() // max(self.store.max_rows_per_key, 1)))
         edges = np.array([[f, f + c] for f, c in plan], np.int64).reshape(-1, 2)  # each sequence's [first, end)
-        bounds, kept = np.searchsorted(pair_page, edges), np.searchsorted(requested, edges)
+        at = np.searchsorted(requested, edges)  # its pages of P_u: requested[lo:hi]
         keep_before = np.concatenate([[0], np.cumsum(keep)])
+        keys_before = np.concatenate([[0], np.cumsum(distinct)])
         merged, by_in, run = [], set(), None  # run: [first page, end page, keys]
-        for (first, count), (a, b), (lo, hi) in zip(plan, bounds, kept):
-            keys = len(np.unique(pair_keys[a:b]))
+        for (first, count), (lo, hi) in zip(plan, at):
+            keys = int(keys_before[hi] - keys_before[lo])
             cheaper_by_in = (keep_before[hi] == keep_before[lo]
                              and self._in_query_s + self._in_key_s * keys < self.query_s + self.page_s * count)
             if cheaper_by_in and run is not None and run[2] + keys <= limit:
