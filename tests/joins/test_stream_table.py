@@ -1,4 +1,4 @@
-"""StreamTable (H_S and Q) against a plain Python model: random admits, pops and key_at calls."""
+"""StreamTable (H_S and Q) against a plain Python model: random admits, pops (one page, several) and key_at calls."""
 
 import numpy as np
 import pytest
@@ -60,6 +60,21 @@ class StreamTableModel(RuleBasedStateMachine):
         assert sorted(keys.tolist()) == sorted(t[1] for t in expected)
         assert keys.dtype == self.dtype
         self.chunks = [(before, [t for t in c if t[2] != page]) for before, c in self.chunks]
+        self.chunks = [(before, c) for before, c in self.chunks if c]
+
+    @rule(data=st.data())
+    def pop_many(self, data):
+        pages = data.draw(st.lists(st.integers(0, self.n_pages - 1), unique=True, max_size=self.n_pages), label="pages")
+        rows, keys, counts = self.table.pop_pages(np.array(pages, np.int64))
+        assert counts.tolist() == [sum(t[2] == page for t in self.live) for page in pages]
+        assert keys.dtype == self.dtype and len(rows) == len(keys) == sum(counts)
+        at = 0
+        for page, count in zip(pages, counts.tolist()):  # each page's tuples together, in the order of pages
+            expected = [t for t in self.live if t[2] == page]
+            assert sorted(rows[at:at + count].tolist()) == sorted(t[0] for t in expected)
+            assert sorted(keys[at:at + count].tolist()) == sorted(t[1] for t in expected)
+            at += count
+        self.chunks = [(before, [t for t in c if t[2] not in pages]) for before, c in self.chunks]
         self.chunks = [(before, c) for before, c in self.chunks if c]
 
     @precondition(lambda self: self.live)

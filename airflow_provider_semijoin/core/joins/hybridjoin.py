@@ -232,34 +232,32 @@ class HybridJoin(PagedJoin):
         :data:`RIDER_KEYS` keys whose rows fit the disk buffer (sized for them within
         :data:`RIDER_BUFFER_SHARE` of M): a short stream spread over every page, or a drain
         forced by the tuples' maximum wait, then costs a few queries, not one per page."""
-        served = [(page, row_ids, keys)]
+        pages, all_ids, all_keys, counts = [page], row_ids, keys, [len(row_ids)]
         if riders:
-            served += self._riders(page, len(np.unique(keys)))
-        all_ids = np.concatenate([ids for _, ids, _ in served])
-        all_keys = np.concatenate([ks for _, _, ks in served])
+            rider_pages, rider_ids, rider_keys, rider_counts = self._riders(page, len(np.unique(keys)))
+            pages, counts = [page, *rider_pages.tolist()], [len(row_ids), *rider_counts.tolist()]
+            all_ids, all_keys = np.concatenate([row_ids, rider_ids]), np.concatenate([keys, rider_keys])
         extra = self.counters.extra
         extra["in_loads"] = extra.get("in_loads", 0) + 1
-        extra["rider_pages"] = extra.get("rider_pages", 0) + len(served) - 1
-        for rider, ids, _ in served:
-            self._loaded(rider, len(ids))
+        extra["rider_pages"] = extra.get("rider_pages", 0) + len(pages) - 1
+        for served, count in zip(pages, counts):
+            self._loaded(served, count)
         wanted = np.unique(all_keys)
         return PageRequest(all_ids, all_keys, lambda store: store.lookup_many(wanted))
 
-    def _riders(self, page: int, keys_taken: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """Pop the sparse pages that ride along with ``page``'s IN query (``keys_taken`` keys so far)."""
+    def _riders(self, page: int, keys_taken: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Pop the sparse pages that ride along with ``page``'s IN query (``keys_taken`` keys so
+        far), nearest first while their tuples fit: ``(pages, row_ids, keys, counts)`` as
+        :meth:`.stream_table.StreamTable.pop_pages` gives them."""
         waiting = np.flatnonzero(self.table.page_count)
         counts = self.table.page_count[waiting]  # tuples: at least the page's distinct keys
         sparse = self._in_key_s * counts < self._range_cost(waiting)
         waiting, counts = waiting[sparse], counts[sparse]
         order = np.argsort(np.abs(waiting - page), kind="stable")
         room = min(RIDER_KEYS, self._buffer_rows // max(self.store.max_rows_per_key, 1)) - keys_taken
-        riders = []
-        for rider, count in zip(waiting[order], counts[order]):
-            if count > room:
-                break
-            room -= int(count)
-            riders.append((int(rider), *self.table.pop_page(int(rider))))
-        return riders
+        fitting = int(np.searchsorted(np.cumsum(counts[order]), room, side="right"))  # the nearest pages while they fit
+        riders = waiting[order[:fitting]]
+        return (riders, *self.table.pop_pages(riders))
 
     def _admit(self, buffer: StreamBuffer) -> JoinOutput:
         """Fig. 5 lines 3-5: fill the free slots of H_S (w of them) with arrived tuples."""

@@ -149,22 +149,41 @@ class StreamTable:
         while g >= 0:  # one entry per chunk that hit the page
             groups.append(g)
             g = int(self._group_next[g])
-        if not groups:
-            return np.zeros(0, np.int64), self._key[:0].copy()
-        groups = np.array(groups, dtype=np.int32)
-        starts = self._group_start[groups]
+        row_ids, keys, _ = self._remove(np.array(groups, np.int32), np.zeros(len(groups), np.int64), np.array([page]))
+        return row_ids, keys
+
+    def pop_pages(self, pages: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`pop_page` of each of ``pages`` (distinct) at once: ``(row_ids, keys, counts)``,
+        the tuples of ``pages[0]`` first, ``counts[i]`` of them from ``pages[i]``. The pages'
+        lists are walked side by side, one numpy pass per group depth, not one Python call per
+        page: HYBRIDJOIN's riders pop hundreds of pages for one IN query."""
+        pages = np.asarray(pages, np.int64)
+        groups, owners = [], []
+        owner, g = np.arange(len(pages)), self._page_head[pages]
+        while len(g):
+            live = g >= 0
+            owner, g = owner[live], g[live]
+            groups.append(g)
+            owners.append(owner)
+            g = self._group_next[g]
+        groups, owner = np.concatenate(groups or [np.zeros(0, np.int32)]), np.concatenate(owners or [np.zeros(0, np.int64)])
+        order = np.argsort(owner, kind="stable")  # by page, each page's groups in list order
+        return self._remove(groups[order], owner[order], pages)
+
+    def _remove(self, groups: np.ndarray, owner: np.ndarray, pages: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Remove ``groups`` (``owner``: the position in ``pages`` of each one's page) and empty
+        ``pages``; their tuples' row ids and keys in the groups' order, and the count per page."""
         lens = self._group_len[groups].astype(np.int64)
-        total = int(lens.sum())
-        idx = ranges(starts, lens)
+        idx = ranges(self._group_start[groups], lens)
         row_ids, keys = self._row[idx], self._key[idx]
         self._alive[idx] = False
         np.subtract.at(self._chunk_alive, self._group_chunk[groups], lens)
         self._free_groups[self._n_free_groups : self._n_free_groups + len(groups)] = groups
         self._n_free_groups += len(groups)
-        self._page_head[page] = self._page_tail[page] = -1
-        self.page_count[page] = 0
-        self.size -= total
-        return row_ids, keys
+        self._page_head[pages] = self._page_tail[pages] = -1
+        self.page_count[pages] = 0
+        self.size -= len(idx)
+        return row_ids, keys, np.bincount(owner, weights=lens, minlength=len(pages)).astype(np.int64)
 
     # -- queue positions -------------------------------------------------------------------
     def _advance_head(self) -> None:
