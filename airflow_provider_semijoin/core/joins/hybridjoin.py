@@ -167,7 +167,7 @@ class HybridJoin(PagedJoin):
         row_ids, keys = self.table.pop_page(page)
         distinct = np.unique(keys)
         if self._in_cost(len(distinct)) < self._range_cost(page):
-            request = self._probe_in(page, row_ids, keys, riders)
+            request = self._probe_in(page, row_ids, keys, distinct, riders)
         else:
             page_map = self.page_map
             request = PageRequest(row_ids, keys, lambda store: store.load_pages(page_map, page))
@@ -223,8 +223,9 @@ class HybridJoin(PagedJoin):
     def _in_cost(self, keys) -> float:
         return self._in_query_s + self._in_key_s * keys
 
-    def _probe_in(self, page: int, row_ids: np.ndarray, keys: np.ndarray, riders: bool) -> PageRequest:
-        """The tuples waiting on ``page`` by one IN query of their distinct keys, the page being
+    def _probe_in(self, page: int, row_ids: np.ndarray, keys: np.ndarray, distinct: np.ndarray,
+                  riders: bool) -> PageRequest:
+        """The tuples waiting on ``page`` by one IN query of their ``distinct`` keys, the page being
         sparse (issue 12). With ``riders`` (the stream has ended and every tuple is in H_S, so
         no page would collect more tuples before its turn: a short stream, the end of input;
         a front stage's disk stage ends with its stream), the
@@ -232,17 +233,17 @@ class HybridJoin(PagedJoin):
         :data:`RIDER_KEYS` keys whose rows fit the disk buffer (sized for them within
         :data:`RIDER_BUFFER_SHARE` of M): a short stream spread over every page, or a drain
         forced by the tuples' maximum wait, then costs a few queries, not one per page."""
-        pages, all_ids, all_keys, counts = [page], row_ids, keys, [len(row_ids)]
+        pages, all_ids, all_keys, counts, wanted = [page], row_ids, keys, [len(row_ids)], distinct
         if riders:
-            rider_pages, rider_ids, rider_keys, rider_counts = self._riders(page, len(np.unique(keys)))
+            rider_pages, rider_ids, rider_keys, rider_counts = self._riders(page, len(distinct))
             pages, counts = [page, *rider_pages.tolist()], [len(row_ids), *rider_counts.tolist()]
             all_ids, all_keys = np.concatenate([row_ids, rider_ids]), np.concatenate([keys, rider_keys])
+            wanted = np.unique(all_keys)
         extra = self.counters.extra
         extra["in_loads"] = extra.get("in_loads", 0) + 1
         extra["rider_pages"] = extra.get("rider_pages", 0) + len(pages) - 1
         for served, count in zip(pages, counts):
             self._loaded(served, count)
-        wanted = np.unique(all_keys)
         return PageRequest(all_ids, all_keys, lambda store: store.lookup_many(wanted))
 
     def _riders(self, page: int, keys_taken: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
