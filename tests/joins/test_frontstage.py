@@ -158,29 +158,6 @@ def test_memory_split_follows_the_cost_model(zipf_master):
     assert 0 < small < large <= N_KEYS
 
 
-@pytest.mark.parametrize("name", ["cachejoin", "cachejoin-pq"])
-def test_the_disk_stage_takes_no_riders_while_the_stream_waits_to_be_probed(backend, name):
-    """The front stage hands its disk stage only the misses it needs, so the disk stage's own
-    buffer runs empty while stream tuples still wait to be probed: those may miss and join the
-    sparse pages, so no page rides along until the stream is through (HYBRIDJOIN's riders)."""
-    store = measured_as(backend.make_master(master_table(4_000, seed=0).select(["nk", "sk"])), 1e-3, 1e-6, 1e-3, 1e-7)
-    algorithm = create(name, store, 32 << 10, {"cache_keys": 50, "page_rows": 64})  # H_S: ~500 tuples
-    stream = zipf_stream(3_000, 4_000, exponent=0.5, shape="random", seed=2)  # sparse pages: about 40 tuples on 64 keys
-    keys = normalize(stream["nk"], store.key_type).keys
-    buffer = StreamBuffer(store.key_type)
-    buffer.append(np.arange(len(keys)), keys)
-    buffer.close()
-    left, rode_while_waiting = 0, 0
-    while not (buffer.exhausted and algorithm.pending == 0):
-        before = algorithm.algorithm.counters.extra.get("rider_pages", 0)
-        waiting = buffer.available
-        out = algorithm.step(buffer)
-        left += len(np.unique(out.matched_ids)) + len(out.unmatched_ids)
-        rode_while_waiting += bool(buffer.available and waiting) and algorithm.algorithm.counters.extra.get("rider_pages", 0) > before
-    assert left == len(keys) and rode_while_waiting == 0
-    assert algorithm.algorithm.counters.extra.get("rider_pages", 0) > 0  # the tail rode
-
-
 @settings(max_examples=200, deadline=None)
 @given(cached=st.sets(st.integers(-2**60, 2**60), min_size=1, max_size=60),
        probed=st.lists(st.integers(-2**60, 2**60), max_size=200), dtype=st.sampled_from([np.int64, np.int32]))

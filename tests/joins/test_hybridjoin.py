@@ -136,29 +136,6 @@ def test_riders_fill_an_in_query_up_to_the_disk_buffer(backend, name, memory, qu
 
 
 @pytest.mark.parametrize("name", HYBRIDS)
-def test_no_page_rides_along_while_stream_tuples_wait_outside_h_s(backend, name):
-    """A page served early would miss the tuples still to come for it (the papers' amortisation):
-    riders wait until the stream has ended and no tuple waits to enter H_S, then the tail goes in
-    a few queries."""
-    store = measured_as(backend.make_master(master_of(range(0, 12_800, 2))), 1e-3, 1e-6, 1e-3, 1e-7)  # 100 pages of 64 keys
-    algorithm = create(name, store, 16 << 10, {"page_rows": 64})
-    keys = np.array([page * 128 + 2 for page in range(100)] * 6, np.int64)  # 600 tuples, H_S holds fewer
-    assert algorithm.table.capacity < len(keys)
-    buffer = StreamBuffer(store.key_type)
-    buffer.append(np.arange(len(keys)), keys)
-    buffer.close()
-    left, steps_with_riders_while_waiting = 0, 0
-    while not (buffer.exhausted and algorithm.pending == 0):
-        before = algorithm.counters.extra.get("rider_pages", 0)
-        waiting_outside = buffer.available > algorithm.table.free  # some stay outside after this step's admission
-        out = algorithm.step(buffer)
-        left += len(out.matched_ids) + len(out.unmatched_ids)
-        steps_with_riders_while_waiting += waiting_outside and algorithm.counters.extra.get("rider_pages", 0) > before
-    assert left == len(keys) and steps_with_riders_while_waiting == 0
-    assert algorithm.counters.extra["rider_pages"] > 0  # the tail rode
-
-
-@pytest.mark.parametrize("name", HYBRIDS)
 def test_pages_are_range_loaded_when_an_in_list_costs_more(backend, name):
     store = backend.make_master(master_of(range(0, 400, 2)))
     store._in_costs = (1.0, 1.0)  # an IN query dearer than any page, as if so measured
@@ -170,19 +147,44 @@ def test_pages_are_range_loaded_when_an_in_list_costs_more(backend, name):
     assert sorted(loads) == [(0, 1), (1, 1), (3, 1)] and "in_loads" not in run.stats
 
 
+def serve_all(algorithm, buffer: StreamBuffer, keys: np.ndarray, first_id: int) -> int:
+    """Feed ``keys`` and step until none waits (the buffer stays open unless closed before);
+    how many tuples left."""
+    buffer.append(np.arange(first_id, first_id + len(keys)), keys)
+    left = 0
+    while buffer.available or algorithm.pending:
+        out = algorithm.step(buffer)
+        left += len(out.matched_ids) + len(out.unmatched_ids)
+    return left
+
+
 @pytest.mark.parametrize("name", HYBRIDS)
-def test_no_page_rides_along_while_the_stream_may_go_on(backend, name):
-    """A micro-batch of a stream that goes on (its buffer not closed): every tuple is in H_S, but
-    the next batch may make its sparse pages dense, so each page waits for its own turn."""
+def test_while_the_stream_goes_on_only_pages_whose_keys_did_not_repeat_ride_along(backend, name):
+    """A stream that goes on (its buffer open): a sparse page rides along in another page's IN
+    query only if its tuples were about one per key at its last load; a page whose keys repeat
+    waits for its own turn, when one read of each key serves more tuples (the papers'
+    amortisation). Once the stream has ended, every sparse page rides."""
     store = measured_as(backend.make_master(master_of(range(0, 12_800, 2))), 1e-3, 1e-6, 1e-3, 1e-7)  # 100 pages of 64 keys
     algorithm = create(name, store, 4 << 20, {"page_rows": 64})
+    hot = [page * 128 + 2 for page in range(50)]  # pages 0-49: one key three times each
+    cold = [page * 128 + 2 + 2 * i for page in range(50, 100) for i in range(3)]  # pages 50-99: three keys once each
+    keys = np.array(hot * 3 + cold, np.int64)
+    assert algorithm.table.capacity >= len(keys)
     buffer = StreamBuffer(store.key_type)
-    keys = np.array([page * 128 + 2 for page in range(100)], np.int64)
-    buffer.append(np.arange(len(keys)), keys)
-    left = sum(len(algorithm.step(buffer).matched_ids) for _ in range(40))
-    # one page (one tuple) loaded per step; reading ahead, the 40th is joined by the next step
-    assert algorithm.counters.loads == 40 and left == 40 - (algorithm._ahead is not None) and algorithm.pending == 100 - left
-    assert algorithm.counters.extra.get("rider_pages", 0) == 0
+    assert serve_all(algorithm, buffer, keys, 0) == len(keys)  # each page's repeats are seen at its load
+    lookups = record_calls(store, "lookup_many", lambda wanted: set(wanted.tolist()))
+    assert serve_all(algorithm, buffer, keys, len(keys)) == len(keys)
+    assert set().union(*lookups) == set(hot) | set(cold)
+    assert max(len(query & set(hot)) for query in lookups) == 1, "each page whose key repeats has a query of its own"
+    assert any(query >= set(cold) for query in lookups), "the pages whose keys do not repeat ride along together"
+    lookups.clear()
+    buffer.append(np.arange(2 * len(keys), 3 * len(keys)), keys)
+    buffer.close()  # the stream has ended: every page rides
+    left = 0
+    while not (buffer.exhausted and algorithm.pending == 0):
+        out = algorithm.step(buffer)
+        left += len(out.matched_ids) + len(out.unmatched_ids)
+    assert left == len(keys) and len(lookups) == 1 and lookups[0] == set(hot) | set(cold)
 
 
 def test_a_larger_kept_page_is_taken_only_where_the_rider_buffer_holds_it(mysql_backend):
@@ -208,7 +210,7 @@ def test_reading_ahead_loads_on_a_second_session_and_stays_exact(backend, name):
         store = backend.make_master(master_of(range(600)))
         algorithm = create(name, store, 1 << 20, {"page_rows": 20, "read_ahead": read_ahead})
         requests, make_request = [], algorithm._request
-        algorithm._request = lambda page, riders: requests.append(make_request(page, riders)) or requests[-1]
+        algorithm._request = lambda page, final: requests.append(make_request(page, final)) or requests[-1]
         before = store.counters.queries  # the page map's
         run = run_join(algorithm, stream, "sk")
         assert_exact(store, stream, run)

@@ -16,11 +16,19 @@ tail of one) leaves few distinct keys waiting on a page; then fetching just thos
 ``IN (...)`` query costs less than the page (issue 12). For each page due, the access path is
 chosen from the calibrated costs: the range load costs ``S + T * rows of the page``, the probe
 ``S_in + c_in * distinct waiting keys`` (:meth:`..stores.base.MasterStore.calibrate_in`); both
-complete the same tuples, so the choice changes the I/O, never the result. Once the stream has
-ended and every tuple is in H_S, the keys of other sparse pages ride along in the same IN query
-(up to one range load's cost and the disk buffer's rows): a short stream spread over all pages
-then costs a few queries instead of one per page. While tuples may still come, a sparse page
-waits for its turn: by then it may be dense (the papers' amortisation, across micro-batches too).
+complete the same tuples, so the choice changes the I/O, never the result. The keys of other
+sparse pages ride along in the same IN query (nearest pages first, up to :data:`RIDER_KEYS`
+keys whose rows fit the disk buffer): one query and one step serve many pages. Once the stream
+has ended and every tuple is in H_S, every sparse page rides: a short stream spread over all
+pages costs a few queries instead of one per page. While the stream goes on, a page rides only if
+its tuples were fewer than :data:`RIDER_REPEATS` per distinct key at its last load: served
+early, its keys are read about once per tuple either way. A page whose keys repeat waits for
+its turn, when one read of a key serves every tuple that gathered on it (the papers'
+amortisation, across micro-batches too). Measured in the core engine on a backlog (R = 2M rows,
+MariaDB, 50 MiB, Zipf 1): the noperm stream, whose sparse pages hold 1.0-1.2 tuples per key,
+went from 259k to 382k tuples/s; the random shape (1.2-3.5 per key, a hot key on most pages)
+stayed within the noise (0.93-1.02x in four alternating pairs); every sparse page riding
+took it to 0.6x.
 
 Read-ahead (``read_ahead``, on by default; an engineering step the papers leave out): a load
 waits mostly for the database, which runs on the other core. So each step chooses and pops its
@@ -55,6 +63,7 @@ from .stream_table import PagedJoin, StreamTable
 
 PAGE_ROWS_RANGE = (64, 8192)
 RIDER_BUFFER_SHARE = 1 / 64  # of M at most for the rows of one IN query beyond one page's (the disk buffer)
+RIDER_REPEATS = 1.5  # tuples per distinct key at a page's last load below which it rides while the stream goes on
 READ_AHEAD_SHARE = 1 / 16  # of M at most for read-ahead (its tuples in flight and a second disk buffer);
 #                            a smaller M reads on its own session and keeps its bytes for H_S
 
@@ -107,6 +116,7 @@ class HybridJoin(PagedJoin):
         self._buffer_rows = max(self.page_map.max_page_rows, min(RIDER_KEYS * store.max_rows_per_key, rider_rows))
         self._disk_buffer_bytes = int(math.ceil(self._buffer_rows * row_bytes))
         self._ahead: PageRequest | None = None  # the load handed to the reader, joined by the next step
+        self._repeats = np.ones(self.page_map.n_pages, np.float32)  # tuples per distinct key at each page's last load
         tuple_bytes = store.key_type.itemsize + 8
         self._ahead_tuples = self._disk_buffer_bytes // tuple_bytes  # in flight: one disk buffer's bytes of them
         self._ahead_bytes = self._disk_buffer_bytes + self._ahead_tuples * tuple_bytes  # and the rows read for them
@@ -149,7 +159,7 @@ class HybridJoin(PagedJoin):
         outputs = [self._admit(buffer)]
         request = None
         if self.table.size:
-            request = self._request(self._choose_page(), riders=buffer.exhausted)
+            request = self._request(self._choose_page(), final=buffer.exhausted)
             self.counters.loads += 1
             self._submit(request)
         before, self._ahead = self._ahead, None
@@ -161,13 +171,14 @@ class HybridJoin(PagedJoin):
             outputs.append(self._finish(request))
         return JoinOutput.concat(outputs, self.schema)
 
-    def _request(self, page: int, riders: bool) -> PageRequest:
+    def _request(self, page: int, final: bool) -> PageRequest:
         """Pop the tuples waiting on ``page`` and say how to read their rows: a range load, or
         an IN query of their distinct keys when that costs less (the page is sparse)."""
         row_ids, keys = self.table.pop_page(page)
         distinct = np.unique(keys)
+        self._repeats[page] = len(keys) / len(distinct)
         if self._in_cost(len(distinct)) < self._range_cost(page):
-            request = self._probe_in(page, row_ids, keys, distinct, riders)
+            request = self._probe_in(page, row_ids, keys, distinct, final)
         else:
             page_map = self.page_map
             request = PageRequest(row_ids, keys, lambda store: store.load_pages(page_map, page))
@@ -210,10 +221,10 @@ class HybridJoin(PagedJoin):
         return self.capacity_tuples
 
     def structure_bytes(self) -> int:
-        return super().structure_bytes() + self._ahead_bytes
+        return super().structure_bytes() + self._ahead_bytes + self._reserved_bytes()
 
     def memory_split(self) -> dict:
-        return {**super().memory_split(), "read_ahead_bytes": self._ahead_bytes}
+        return {**super().memory_split(), "read_ahead_bytes": self._ahead_bytes, "page_repeats_bytes": self._repeats.nbytes}
 
     def _range_cost(self, page) -> float:
         """S + T * rows: a range load of ``page`` (pages: their rows each)."""
@@ -224,21 +235,20 @@ class HybridJoin(PagedJoin):
         return self._in_query_s + self._in_key_s * keys
 
     def _probe_in(self, page: int, row_ids: np.ndarray, keys: np.ndarray, distinct: np.ndarray,
-                  riders: bool) -> PageRequest:
+                  final: bool) -> PageRequest:
         """The tuples waiting on ``page`` by one IN query of their ``distinct`` keys, the page being
-        sparse (issue 12). With ``riders`` (the stream has ended and every tuple is in H_S, so
-        no page would collect more tuples before its turn: a short stream, the end of input;
-        a front stage's disk stage ends with its stream), the
-        keys of other sparse pages ride along in the same query, nearest pages first, up to
-        :data:`RIDER_KEYS` keys whose rows fit the disk buffer (sized for them within
-        :data:`RIDER_BUFFER_SHARE` of M): a short stream spread over every page, or a drain
-        forced by the tuples' maximum wait, then costs a few queries, not one per page."""
+        sparse (issue 12), with the tuples of the pages that ride along (:meth:`_riders`; every
+        sparse page when ``final``: the stream has ended and every tuple is in H_S, or a front
+        stage's disk stage ends with its stream). Each page served records its tuples per
+        distinct key, which decides whether it rides while the stream goes on."""
         pages, all_ids, all_keys, counts, wanted = [page], row_ids, keys, [len(row_ids)], distinct
-        if riders:
-            rider_pages, rider_ids, rider_keys, rider_counts = self._riders(page, len(distinct))
+        rider_pages, rider_ids, rider_keys, rider_counts = self._riders(page, len(distinct), final)
+        if len(rider_pages):
             pages, counts = [page, *rider_pages.tolist()], [len(row_ids), *rider_counts.tolist()]
             all_ids, all_keys = np.concatenate([row_ids, rider_ids]), np.concatenate([keys, rider_keys])
             wanted = np.unique(all_keys)
+            rider_distinct = np.bincount(self.page_map.page_of(wanted), minlength=self.page_map.n_pages)[rider_pages]
+            self._repeats[rider_pages] = rider_counts / rider_distinct
         extra = self.counters.extra
         extra["in_loads"] = extra.get("in_loads", 0) + 1
         extra["rider_pages"] = extra.get("rider_pages", 0) + len(pages) - 1
@@ -246,13 +256,18 @@ class HybridJoin(PagedJoin):
             self._loaded(served, count)
         return PageRequest(all_ids, all_keys, lambda store: store.lookup_many(wanted))
 
-    def _riders(self, page: int, keys_taken: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _riders(self, page: int, keys_taken: int, final: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Pop the sparse pages that ride along with ``page``'s IN query (``keys_taken`` keys so
         far), nearest first while their tuples fit: ``(pages, row_ids, keys, counts)`` as
-        :meth:`.stream_table.StreamTable.pop_pages` gives them."""
+        :meth:`.stream_table.StreamTable.pop_pages` gives them. Unless ``final``, only pages
+        whose last load had fewer than :data:`RIDER_REPEATS` tuples per distinct key (a page
+        never loaded counts as one per key) - up to :data:`RIDER_KEYS` keys whose rows fit the
+        disk buffer (sized for them within :data:`RIDER_BUFFER_SHARE` of M)."""
         waiting = np.flatnonzero(self.table.page_count)
         counts = self.table.page_count[waiting]  # tuples: at least the page's distinct keys
         sparse = self._in_key_s * counts < self._range_cost(waiting)
+        if not final:  # the stream goes on: only pages whose keys did not repeat at their last load
+            sparse &= self._repeats[waiting] < RIDER_REPEATS
         waiting, counts = waiting[sparse], counts[sparse]
         order = np.argsort(np.abs(waiting - page), kind="stable")
         room = min(RIDER_KEYS, self._buffer_rows // max(self.store.max_rows_per_key, 1)) - keys_taken
@@ -267,8 +282,9 @@ class HybridJoin(PagedJoin):
         return self._admit_chunk(self._take(buffer, self.table.free))
 
     def _reserved_bytes(self) -> int:
-        """Bytes a variant's own structures need, taken from the budget before H_S is sized."""
-        return 0
+        """Bytes of the structures beside H_S, taken from the budget before H_S is sized: the
+        repeats per page (a variant adds its own)."""
+        return self.page_map.n_pages * 4
 
     def _page_of(self, key) -> int:
         return int(self.page_map.page_of(np.asarray([key], dtype=self.store.key_type.dtype))[0])
@@ -348,15 +364,15 @@ class HybridJoinPQ(HybridJoin):
 
     HEAP_ENTRY_BYTES = 16  # (due, page) as the paper's 16-byte PQ node (Table 1)
 
-    def _reserved_bytes(self) -> int:
+    def _page_queue_bytes(self) -> int:
         # frequency, last load and due per page, and a heap of at most 2 entries per page
         return self.page_map.n_pages * (3 * 8 + 2 * self.HEAP_ENTRY_BYTES)
 
-    def memory_split(self) -> dict:
-        return {**super().memory_split(), "page_queue_bytes": self._reserved_bytes()}
+    def _reserved_bytes(self) -> int:
+        return super()._reserved_bytes() + self._page_queue_bytes()
 
-    def structure_bytes(self) -> int:
-        return super().structure_bytes() + self._reserved_bytes()
+    def memory_split(self) -> dict:
+        return {**super().memory_split(), "page_queue_bytes": self._page_queue_bytes()}
 
     @property
     def threshold(self) -> float:
