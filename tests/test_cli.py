@@ -108,7 +108,7 @@ def test_bad_input_is_one_line_and_exit_2(master_url, stream_file, tmp_path, cha
 
 def test_unknown_parameter_and_empty_stream(master_url, stream_file, tmp_path, capsys):
     assert main(join_args(master_url, stream_file, tmp_path / "o.parquet", "--set", "pagerows=5")) == 2
-    assert "hybridjoin.pagerows: not a parameter of hybridjoin (parameters: ['page_rows', 'read_ahead'])" in capsys.readouterr().err
+    assert "hybridjoin.pagerows: not a parameter of hybridjoin (parameters: ['page_rows', 'read_ahead', 'rider_repeats'])" in capsys.readouterr().err
     empty = tmp_path / "empty.parquet"
     write_table(empty, zipf_stream(0, MASTER_ROWS))
     assert main(join_args(master_url, empty, tmp_path / "o.parquet")) == 2

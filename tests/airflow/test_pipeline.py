@@ -97,7 +97,7 @@ MALFORMED = [
     ({"steps": [{**BASE["steps"][0], "algorithm": "hybrid"}]},
      f"steps[0].algorithm: 'hybrid' is not one of {sorted(ALGORITHMS)}"),
     ({"steps": [{**BASE["steps"][0], "algorithm": "hybridjoin", "params": {"pages": 1}}]},
-     "steps[0].params.pages: not a parameter of hybridjoin (parameters: ['page_rows', 'read_ahead'])"),
+     "steps[0].params.pages: not a parameter of hybridjoin (parameters: ['page_rows', 'read_ahead', 'rider_repeats'])"),
     ({"steps": [{**BASE["steps"][0], "memory": "lots"}]},
      "steps[0].memory: 'lots' is not a size (expected e.g. 50MB, 512KB, 1GB or a number of bytes, up to 1024TB)"),
     ({"source": {"kind": "files", "path": "/in"}}, "source.format: missing; expected one of ['parquet', 'csv', 'json']"),

@@ -46,8 +46,11 @@ def rows_of(spec, start: int, end: int, arrival: float) -> pa.Table:
 
 def job(tmp_path, backend, n: int, algorithm="meshjoin", **step):
     store = write_master(backend, 2000)
+    params = {"page_rows": 16, "partition_pages": 4} if algorithm == "meshjoin" else {"page_rows": 16}
+    if algorithm in ("hybridjoin", "cachejoin"):  # no riders while the stream goes on: a small batch stays inside
+        params["rider_repeats"] = 0                # after its slice, one page per step, as the papers have it
     spec = generator_job(tmp_path, backend.url, store.table, algorithm=algorithm, total_rows=n, master_rows=2000,
-                         params={"page_rows": 16, "partition_pages": 4} if algorithm == "meshjoin" else {"page_rows": 16})
+                         params=params)
     spec.steps[0].max_queue_time_s = None
     for name, value in step.items():
         setattr(spec.steps[0], name, value)

@@ -34,7 +34,7 @@ def test_a_valid_spec_round_trips_and_describe_hides_the_password():
 MALFORMED = [
     (lambda d: d["steps"][0].update(algorithm="meshjion"), r"^steps\[0\]\.algorithm: 'meshjion' is not one of \['cachejoin'"),
     (lambda d: d["steps"][0]["master"].update(table="a b"), r"^steps\[0\]\.master\.table: 'a b' is not a valid identifier"),
-    (lambda d: d["steps"][0].update(params={"foo": 1}), r"^steps\[0\]\.params\.foo: not a parameter of hybridjoin \(parameters: \['page_rows', 'read_ahead'\]\)"),
+    (lambda d: d["steps"][0].update(params={"foo": 1}), r"^steps\[0\]\.params\.foo: not a parameter of hybridjoin \(parameters: \['page_rows', 'read_ahead', 'rider_repeats'\]\)"),
     (lambda d: d["steps"][0].update(params={"page_rows": "x"}), r"^steps\[0\]\.params\.page_rows: 'x' is not a valid int"),
     (lambda d: d["steps"][0].update(memory="lots"), r"^steps\[0\]\.memory: 'lots' is not a size"),
     (lambda d: d.update(partitions=0), r"^partitions: 0 is not a positive integer$"),

@@ -21,8 +21,8 @@ sparse pages ride along in the same IN query (nearest pages first, up to :data:`
 keys whose rows fit the disk buffer): one query and one step serve many pages. Once the stream
 has ended and every tuple is in H_S, every sparse page rides: a short stream spread over all
 pages costs a few queries instead of one per page. While the stream goes on, a page rides only if
-its tuples were fewer than :data:`RIDER_REPEATS` per distinct key at its last load: served
-early, its keys are read about once per tuple either way. A page whose keys repeat waits for
+its tuples were fewer than ``rider_repeats`` (default :data:`RIDER_REPEATS`) per distinct key
+at its last load: served early, its keys are read about once per tuple either way. A page whose keys repeat waits for
 its turn, when one read of a key serves every tuple that gathered on it (the papers'
 amortisation, across micro-batches too). Measured in the core engine on a backlog (R = 2M rows,
 MariaDB, 50 MiB, Zipf 1): the noperm stream, whose sparse pages hold 1.0-1.2 tuples per key,
@@ -104,6 +104,8 @@ class HybridJoin(PagedJoin):
     params = {
         "page_rows": Param(int, 0, "rows of R per disk partition (d); 0 = 4*S/T from the measured costs", 0),
         "read_ahead": Param(int, 1, "1: load a page on a second session while the page before is joined; 0: off", 0),
+        "rider_repeats": Param(float, RIDER_REPEATS, "a sparse page rides along in another page's IN query while the "
+                               "stream goes on if its last load had fewer tuples per distinct key; 0: only once the stream has ended", 0.0),
     }
 
     def __init__(self, store, memory, **kwargs):
@@ -260,14 +262,14 @@ class HybridJoin(PagedJoin):
         """Pop the sparse pages that ride along with ``page``'s IN query (``keys_taken`` keys so
         far), nearest first while their tuples fit: ``(pages, row_ids, keys, counts)`` as
         :meth:`.stream_table.StreamTable.pop_pages` gives them. Unless ``final``, only pages
-        whose last load had fewer than :data:`RIDER_REPEATS` tuples per distinct key (a page
-        never loaded counts as one per key) - up to :data:`RIDER_KEYS` keys whose rows fit the
+        whose last load had fewer than ``rider_repeats`` tuples per distinct key (a page never
+        loaded counts as one per key) - up to :data:`RIDER_KEYS` keys whose rows fit the
         disk buffer (sized for them within :data:`RIDER_BUFFER_SHARE` of M)."""
         waiting = np.flatnonzero(self.table.page_count)
         counts = self.table.page_count[waiting]  # tuples: at least the page's distinct keys
         sparse = self._in_key_s * counts < self._range_cost(waiting)
         if not final:  # the stream goes on: only pages whose keys did not repeat at their last load
-            sparse &= self._repeats[waiting] < RIDER_REPEATS
+            sparse &= self._repeats[waiting] < self.settings["rider_repeats"]
         waiting, counts = waiting[sparse], counts[sparse]
         order = np.argsort(np.abs(waiting - page), kind="stable")
         room = min(RIDER_KEYS, self._buffer_rows // max(self.store.max_rows_per_key, 1)) - keys_taken
