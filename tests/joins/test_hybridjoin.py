@@ -147,10 +147,12 @@ def test_pages_are_range_loaded_when_an_in_list_costs_more(backend, name):
     assert sorted(loads) == [(0, 1), (1, 1), (3, 1)] and "in_loads" not in run.stats
 
 
-def serve_all(algorithm, buffer: StreamBuffer, keys: np.ndarray, first_id: int) -> int:
-    """Feed ``keys`` and step until none waits (the buffer stays open unless closed before);
-    how many tuples left."""
+def serve_all(algorithm, buffer: StreamBuffer, keys: np.ndarray, first_id: int, end: bool = False) -> int:
+    """Feed ``keys`` and step until none waits, the stream going on (``end``: it ends after
+    them); how many tuples left."""
     buffer.append(np.arange(first_id, first_id + len(keys)), keys)
+    if end:
+        buffer.close()
     left = 0
     while buffer.available or algorithm.pending:
         out = algorithm.step(buffer)
@@ -178,13 +180,8 @@ def test_while_the_stream_goes_on_only_pages_whose_keys_did_not_repeat_ride_alon
     assert max(len(query & set(hot)) for query in lookups) == 1, "each page whose key repeats has a query of its own"
     assert any(query >= set(cold) for query in lookups), "the pages whose keys do not repeat ride along together"
     lookups.clear()
-    buffer.append(np.arange(2 * len(keys), 3 * len(keys)), keys)
-    buffer.close()  # the stream has ended: every page rides
-    left = 0
-    while not (buffer.exhausted and algorithm.pending == 0):
-        out = algorithm.step(buffer)
-        left += len(out.matched_ids) + len(out.unmatched_ids)
-    assert left == len(keys) and len(lookups) == 1 and lookups[0] == set(hot) | set(cold)
+    assert serve_all(algorithm, buffer, keys, 2 * len(keys), end=True) == len(keys)  # the stream ends: every page rides
+    assert len(lookups) == 1 and lookups[0] == set(hot) | set(cold)
 
 
 def test_a_larger_kept_page_is_taken_only_where_the_rider_buffer_holds_it(mysql_backend):

@@ -20,11 +20,11 @@ complete the same tuples, so the choice changes the I/O, never the result. The k
 sparse pages ride along in the same IN query (nearest pages first, up to :data:`RIDER_KEYS`
 keys whose rows fit the disk buffer): one query and one step serve many pages. Once the stream
 has ended and every tuple is in H_S, every sparse page rides: a short stream spread over all
-pages costs a few queries instead of one per page. While the stream goes on, a page rides only if
-its tuples were fewer than ``rider_repeats`` (default :data:`RIDER_REPEATS`) per distinct key
-at its last load: served early, its keys are read about once per tuple either way. A page whose keys repeat waits for
-its turn, when one read of a key serves every tuple that gathered on it (the papers'
-amortisation, across micro-batches too). Measured in the core engine on a backlog (R = 2M rows,
+pages costs a few queries instead of one per page. While the stream goes on, a page rides only
+if its tuples were fewer than ``rider_repeats`` (default :data:`RIDER_REPEATS`) per distinct
+key at its last load: served early, its keys are read about once per tuple either way. A page
+whose keys repeat waits for its turn, when one read of a key serves every tuple that gathered
+on it (the papers' amortisation, across micro-batches too). Measured in the core engine on a backlog (R = 2M rows,
 MariaDB, 50 MiB, Zipf 1): the noperm stream, whose sparse pages hold 1.0-1.2 tuples per key,
 went from 259k to 382k tuples/s; the random shape (1.2-3.5 per key, a hot key on most pages)
 stayed within the noise (0.93-1.02x in four alternating pairs); every sparse page riding
@@ -286,7 +286,7 @@ class HybridJoin(PagedJoin):
     def _reserved_bytes(self) -> int:
         """Bytes of the structures beside H_S, taken from the budget before H_S is sized: the
         repeats per page (a variant adds its own)."""
-        return self.page_map.n_pages * 4
+        return self._repeats.nbytes
 
     def _page_of(self, key) -> int:
         return int(self.page_map.page_of(np.asarray([key], dtype=self.store.key_type.dtype))[0])
