@@ -137,6 +137,9 @@ def test_hybridjoin_takes_a_kept_page_size_near_the_measured_one(mysql_backend):
     assert auto_page_rows(1e-3, 1e-6, kept=[1024, 4096]) == 1024  # as near both ways: the smaller
     assert auto_page_rows(1e-3, 1e-6, kept=[2048, 4096]) == 2048  # its own size first
     assert auto_page_rows(1e-3, 1e-6, kept=[512, 8192]) == 2048  # none near enough
+    assert auto_page_rows(1e-3, 1e-6, most=1500) == 1024  # at most what a share of M holds
+    assert auto_page_rows(1e-3, 1e-6, kept=[2048], most=1500) == 1024  # a kept page too large: not taken
+    assert auto_page_rows(1e-3, 1e-6, most=10) == 64  # never below the smallest page
     store = mysql_backend.make_master(master(KEYS))
     assert store.kept_page_rows() == []
     store.page_map(5), store.page_map(64)

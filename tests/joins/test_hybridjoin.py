@@ -101,7 +101,7 @@ def test_hybridjoin_pq_schedules_the_page_of_a_hot_key(backend):
 
 @pytest.mark.parametrize("name", HYBRIDS)
 def test_a_page_with_few_waiting_keys_is_probed_by_an_in_list(backend, name):
-    store = backend.make_master(master_of(range(0, 40_000, 2)))  # 4 pages of 5000 keys
+    store = measured_as(backend.make_master(master_of(range(0, 40_000, 2))), 1e-3, 1e-6, 1e-3, 1e-7)  # 4 pages of 5000 keys
     keys = [4, 4, 9998, 14_002, 39_998, 40_000, -1, 24_690, 24_691]
     stream = stream_of(keys)
     algorithm = create(name, store, 4 << 20, {"page_rows": 5000})
@@ -193,6 +193,21 @@ def test_a_larger_kept_page_is_taken_only_where_the_rider_buffer_holds_it(mysql_
     assert store.kept_page_rows() == [512]
     assert create("hybridjoin", store, 64 << 20).page_map.page_rows == 512
     assert create("hybridjoin", store, 256 << 10).page_map.page_rows == 256
+
+
+@pytest.mark.parametrize("name", HYBRIDS)
+def test_a_slow_round_trip_asks_for_pages_only_as_large_as_an_eighth_of_m(backend, name):
+    """S = 10 ms against T = 1 us (CI on a loaded machine measured S = 10 ms) asks for pages of
+    8192 rows, 240 KB here: a budget of 128 KiB would not hold one, and the join was refused.
+    The page is sized down to what an eighth of M holds, and the join runs, exact."""
+    store = measured_as(backend.make_master(master_of(range(0, 40_000, 2))), 1e-2, 1e-6, 1e-2, 1e-6)
+    memory = 128 << 10
+    algorithm = create(name, store, memory)
+    page_rows = algorithm.page_map.page_rows
+    assert 64 <= page_rows and page_rows * store.row_bytes(algorithm.page_map) <= memory / 8, page_rows
+    assert create(name, store, 64 << 20).page_map.page_rows == 8192  # where M holds them, the measured size
+    stream = stream_of(list(range(0, 40_000, 7)))  # every seventh key: on R where even
+    assert_exact(store, stream, run_join(algorithm, stream, "sk"))
 
 
 @pytest.mark.parametrize("name", HYBRIDS)

@@ -62,21 +62,25 @@ from .base import RIDER_KEYS, JoinOutput, Param, StreamBuffer
 from .stream_table import PagedJoin, StreamTable
 
 PAGE_ROWS_RANGE = (64, 8192)
+PAGE_SHARE = 1 / 8  # of M at most for one page's rows (the disk buffer, d) when the page size is measured
 RIDER_BUFFER_SHARE = 1 / 64  # of M at most for the rows of one IN query beyond one page's (the disk buffer)
 RIDER_REPEATS = 1.5  # tuples per distinct key at a page's last load below which it rides while the stream goes on
 READ_AHEAD_SHARE = 1 / 16  # of M at most for read-ahead (its tuples in flight and a second disk buffer);
 #                            a smaller M reads on its own session and keeps its bytes for H_S
 
 
-def auto_page_rows(query_s: float, row_s: float, kept=()) -> int:
+def auto_page_rows(query_s: float, row_s: float, kept=(), most: float = PAGE_ROWS_RANGE[1]) -> int:
     """Rows per page from the measured costs: a load of ``4*S/T`` rows spends 80% of its time
     reading rows rather than on the round trip, the flat part of HYBRIDJOIN's Fig. 6 curve.
-    Rounded down to a power of two; the page size in ``kept`` (the page maps kept beside R,
+    Rounded down to a power of two, and to at most ``most`` rows (the rows a share of M holds:
+    a slow round trip measured on a loaded machine - S = 10 ms - asked for pages a small M could
+    not hold, and the join was refused); the page size in ``kept`` (the page maps kept beside R,
     :mod:`..stores.pagemaps`) nearest to it within a factor of 2 either way is taken instead
     (the smaller of two as near), so that runs measuring different costs read the same kept map
     rather than build their own in O(R): two opens of R = 20M rows on MariaDB measured page
     sizes of 1024 and 512 and built both, 16 s each, when only a smaller kept page was taken."""
     lo, hi = PAGE_ROWS_RANGE
+    hi = min(hi, max(lo, 2 ** math.floor(math.log2(max(most, 1.0)))))
     best = min(hi, max(lo, 2 ** math.floor(math.log2(max(4 * query_s / row_s, 1.0)))))
     near = [k for k in kept if max(lo, best // 2) <= k <= min(hi, 2 * best)]
     return int(min(near, key=lambda k: (abs(math.log2(k / best)), k)) if near else best)
@@ -142,13 +146,15 @@ class HybridJoin(PagedJoin):
 
     def _page_map_for(self, store, query_s: float, row_s: float):
         """R's page map (d) and its rows' width: the page size set, or :func:`auto_page_rows`'
-        choice among the kept maps - but not a kept page larger than the measured size whose
-        rows do not fit the rider buffer (its disk buffer would cost H_S room)."""
+        choice among the kept maps, within :data:`PAGE_SHARE` of M - but not a kept page larger
+        than the measured size whose rows do not fit the rider buffer (its disk buffer would
+        cost H_S room)."""
         if self.settings["page_rows"]:
             page_map = store.page_map(self.settings["page_rows"])
             return page_map, store.row_bytes(page_map)
-        measured = auto_page_rows(query_s, row_s)
-        page_rows = auto_page_rows(query_s, row_s, store.kept_page_rows())
+        most = self.memory * PAGE_SHARE / store.row_bytes()
+        measured = auto_page_rows(query_s, row_s, most=most)
+        page_rows = auto_page_rows(query_s, row_s, store.kept_page_rows(), most)
         page_map = store.page_map(page_rows)
         row_bytes = store.row_bytes(page_map)
         if page_rows > measured and page_map.max_page_rows > self.memory * RIDER_BUFFER_SHARE / row_bytes:
