@@ -80,10 +80,15 @@ def auto_page_rows(query_s: float, row_s: float, kept=(), most: float = PAGE_ROW
     rather than build their own in O(R): two opens of R = 20M rows on MariaDB measured page
     sizes of 1024 and 512 and built both, 16 s each, when only a smaller kept page was taken."""
     lo, hi = PAGE_ROWS_RANGE
-    hi = min(hi, max(lo, 2 ** math.floor(math.log2(max(most, 1.0)))))
-    best = min(hi, max(lo, 2 ** math.floor(math.log2(max(4 * query_s / row_s, 1.0)))))
+    hi = min(hi, _pow2_at_most(most, lo))
+    best = min(hi, _pow2_at_most(4 * query_s / row_s, lo))
     near = [k for k in kept if max(lo, best // 2) <= k <= min(hi, 2 * best)]
     return int(min(near, key=lambda k: (abs(math.log2(k / best)), k)) if near else best)
+
+
+def _pow2_at_most(rows: float, lo: int) -> int:
+    """The largest power of two not above ``rows``, but at least ``lo``."""
+    return max(lo, 2 ** math.floor(math.log2(max(rows, 1.0))))
 
 
 @dataclass
