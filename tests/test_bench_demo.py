@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from airflow_provider_semijoin.bench.steady import BenchConfig
+from airflow_provider_semijoin.bench.steady import BenchConfig, bench_master
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import ALGORITHMS
@@ -167,3 +167,24 @@ def test_dbms_join_runs_one_statement_inside_mysql(mysql_url, bench_rows, tmp_pa
     assert any(p["type"] == "eq_ref" for p in dbms["plan"])  # an index lookup of R per stream tuple
     assert dbms["ssij"]["service_rate_tps"] > 0 and dbms["ssij_over_best_dbms"] > 0
     assert "DBMS index join vs SSIJ (Figure 9)" in capsys.readouterr().out
+
+
+@pytest.mark.mysql
+def test_the_bench_says_whether_r_fits_in_the_servers_buffer_pool(mysql_url, bench_rows):
+    printed = []
+    table, cache = bench_master(mysql_url, bench_rows, printed.append)
+    connection = DatabaseURL.parse(mysql_url).connect()
+    cursor = connection.cursor()
+    cursor.execute("SELECT @@innodb_buffer_pool_size")
+    pool = int(cursor.fetchone()[0])
+    connection.close()
+    assert table == f"bench_r{bench_rows}"
+    assert cache["buffer_pool_bytes"] == pool
+    assert 8 * bench_rows <= cache["r_bytes"] <= pool  # every row holds its 8-byte key; a few MB of R fit
+    assert cache["r_fits"] and printed[-1].endswith("R fits in it")
+
+
+def test_an_sqlite_master_has_no_server_cache_to_report(tmp_path):
+    printed = []
+    table, cache = bench_master(f"sqlite:///{tmp_path / 'b.db'}", 3000, printed.append)
+    assert cache is None and len(printed) == 1 and printed[0].startswith("master sqlite:///")

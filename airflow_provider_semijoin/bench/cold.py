@@ -34,7 +34,8 @@ from ..core.stores.sql import PASSWORD_ENV
 from ..core.files import write_table
 from ..core.joins import ALGORITHMS
 from ..core.stores import open_store, pagemaps, redact
-from ..workloads import generate_master, zipf_stream
+from ..workloads import zipf_stream
+from .steady import bench_master
 
 BASELINES = ("inlist", "inlist-lru")
 SHAPES = ("noperm", "random")
@@ -136,9 +137,7 @@ def format_cold(results: list[dict]) -> list[str]:
 
 
 def run_cold(config: ColdConfig, out=print) -> dict:
-    table = f"bench_r{config.rows}"
-    info = generate_master(config.master, table, config.rows, seed=0)
-    out(f"master {redact(config.master)} table {table}: {config.rows:,} rows ({'reused' if info['reused'] else 'generated'})")
+    table, cache = bench_master(config.master, config.rows, out)
     results = []
     for shape in config.shapes:
         with tempfile.TemporaryDirectory(prefix="semijoin-cold-") as tmp:
@@ -160,4 +159,4 @@ def run_cold(config: ColdConfig, out=print) -> dict:
             out(line)
         out("")
         results += shaped
-    return {"config": {**config.__dict__, "master": redact(config.master)}, "results": results}
+    return {"config": {**config.__dict__, "master": redact(config.master)}, "server_cache": cache, "results": results}

@@ -63,7 +63,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .steady import CHUNK_ROWS, BenchConfig, backlog_target, measure
+from .steady import CHUNK_ROWS, BenchConfig, backlog_target, bench_master, measure
 from ..core.calibration import calibrate
 from ..core.checks import check_positive
 from ..core.joins.registry import CACHE_ALGORITHMS
@@ -76,7 +76,6 @@ from ..core.runner import feed_keys
 from ..core.session import JoinSession
 from ..core.stores import open_store, redact
 from ..core.stores.sql import MYSQL, DatabaseURL
-from ..workloads import generate_master
 from ..workloads.zipf import SHAPES as GENERATOR_SHAPES
 from ..workloads.zipf import zipf_rows
 from ..spark.runner import run_job
@@ -582,13 +581,10 @@ def spark_session(config: SparkBenchConfig, spark=None):
 
 def run_spark_bench(config: SparkBenchConfig, out=print, spark=None, clock=time.perf_counter) -> dict:
     core = config.core
-    table = f"bench_r{core.rows}"
     started = clock()
-    info = generate_master(core.master, table, core.rows, seed=0)
-    out(f"master {redact(core.master)} table {table}: {core.rows:,} rows "
-        f"({'reused' if info['reused'] else 'generated'}, {clock() - started:.1f} s)")
+    table, cache = bench_master(core.master, core.rows, out, clock)
     workdir = Path(config.workdir or tempfile.mkdtemp(prefix="semijoin-spark-bench-"))
-    report = {"config": describe(config), "command": command(config), "shapes": []}
+    report = {"config": describe(config), "command": command(config), "server_cache": cache, "shapes": []}
     try:
         for shape in core.shapes:
             report["shapes"].append(bench_shape(config, table, shape, workdir / shape, out, spark, clock))

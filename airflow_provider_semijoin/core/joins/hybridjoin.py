@@ -111,7 +111,8 @@ class HybridJoin(PagedJoin):
     auto_candidate = True
     paper = "HYBRIDJOIN (Naeem, Dobbie, Weber), sec. 4, Fig. 5, eq. 1"
     params = {
-        "page_rows": Param(int, 0, "rows of R per disk partition (d); 0 = 4*S/T from the measured costs", 0),
+        "page_rows": Param(int, 0, "rows of R per disk partition (d); 0 = 4*S/T from the measured costs, "
+                                     "within what an eighth of M holds", 0),
         "read_ahead": Param(int, 1, "1: load a page on a second session while the page before is joined; 0: off", 0),
         "rider_repeats": Param(float, RIDER_REPEATS, "a sparse page rides along in another page's IN query while the "
                                "stream goes on if its last load had fewer tuples per distinct key; 0: only once the stream has ended", 0.0),
