@@ -160,6 +160,8 @@ def cmd_bench(args) -> int:
         return cmd_bench_cold(args)
     if args.micro:
         return cmd_bench_micro(args)
+    if args.access:
+        return cmd_bench_access(args)
     config = BenchConfig(
         master=args.master, rows=args.rows, memory=parse_bytes(args.memory), zipf=args.zipf,
         shapes=_columns(args.shapes), algorithms=_columns(args.algorithms), warmup_s=args.warmup,
@@ -199,6 +201,15 @@ def cmd_bench_micro(args) -> int:
     batches = _whole_numbers(args.micro_batches, "--micro-batches")
     config = MicroConfig(cache_keys=args.cache_keys, batches=batches, zipf=args.zipf, seed=args.seed)
     report = run_micro(config, out=functools.partial(print, flush=True))
+    _write_report(report, args.out)
+    return 0
+
+
+def cmd_bench_access(args) -> int:
+    from .bench.access import AccessConfig, run_access
+
+    report = run_access(AccessConfig(master=args.master, rows=args.rows, seed=args.seed),
+                        out=functools.partial(print, flush=True))
     _write_report(report, args.out)
     return 0
 
@@ -367,6 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--cache-keys", type=int, default=200_000, help="with --micro: keys in H_R (default 200000)")
     b.add_argument("--micro-batches", default="10000,100000,1000000",
                    help="with --micro: stream batch sizes (default 10000,100000,1000000)")
+    b.add_argument("--access", action="store_true",
+                   help="time one access of each kind to R on --master (point query, range read of a page, IN "
+                        "lists, full scan) and say whether R fits in the server's buffer pool")
     b.add_argument("--out", help="write the report as JSON")
     b.add_argument("--spark", action="store_true",
                    help="measure the Spark pipeline (HYBRIDJOIN and the best cache algorithm, or --algorithms) against "

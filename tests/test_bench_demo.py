@@ -188,3 +188,22 @@ def test_an_sqlite_master_has_no_server_cache_to_report(tmp_path):
     printed = []
     table, cache = bench_master(f"sqlite:///{tmp_path / 'b.db'}", 3000, printed.append)
     assert cache is None and len(printed) == 1 and printed[0].startswith("master sqlite:///")
+
+
+def test_access_bench_times_every_kind_of_access_to_r(tmp_path, capsys):
+    out = tmp_path / "access.json"
+    args = ["bench", "--access", "--master", f"sqlite:///{tmp_path / 'b.db'}", "--rows", "3000", "--out", str(out)]
+    assert main(args) == 0
+    report = json.loads(out.read_text())
+    kinds = [re.sub(r"\d[\d,]*", "N", r["access"]) for r in report["results"]]
+    assert kinds == ["point query", "range read of a page (N rows) at random places", "IN (...) of N scattered keys",
+                     "IN (...) of N scattered keys", "IN (...) of N scattered keys",
+                     "IN (...) of N keys of a page just read",
+                     "full scan, N pages a query"]
+    assert report["server_cache"] is None  # SQLite: the OS caches its file
+    scan = report["results"][-1]
+    assert scan["count"] == 3000 and scan["unit"] == "rows"  # the scan read R once, every row
+    ins = [r for r in report["results"] if r["access"].startswith("IN")]
+    assert [r["unit"] for r in ins] == ["keys"] * 4 and all(0 < r["count"] <= 3000 for r in ins)
+    assert all(r["seconds"] > 0 and r["per_s"] > 0 for r in report["results"])
+    assert "one access to R = 3,000 rows" in capsys.readouterr().out

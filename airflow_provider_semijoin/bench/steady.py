@@ -508,19 +508,21 @@ def dbms_join(config: BenchConfig, table: str, costs: ComponentCosts, out=print)
 
 
 def server_cache(master: str, table: str) -> dict | None:
-    """MySQL/MariaDB: InnoDB's buffer pool and R's bytes on the server (data and indexes, as
-    ``information_schema.tables`` estimates them); None for SQLite, whose file is the OS's to
-    cache. Whether R fits in the pool decides what a read of R costs: R = 2M rows (248 MiB) in
-    MariaDB's default 128 MiB pool, an IN lookup of 58k scattered keys measured 27 us a key, and
-    a drain of 155k Zipf tuples 1.6 s; with a 512 MiB pool, 6 us and 0.37 s."""
+    """MySQL/MariaDB: InnoDB's buffer pool, its flush method and R's bytes on the server (data
+    and indexes, as ``information_schema.tables`` estimates them); None for SQLite, whose file
+    is the OS's to cache. Whether R fits in the pool decides what a read of R costs: with
+    ``O_DIRECT`` (MariaDB's default since 10.6) a page of R not in the pool is read from disk,
+    not from the OS's cache. R = 2M rows (248 MiB) in MariaDB's default 128 MiB pool: an IN
+    lookup of 58k scattered keys measured 27 us a key, and a drain of 155k Zipf tuples 1.6 s;
+    with a 512 MiB pool, 6 us and 0.37 s."""
     url = DatabaseURL.parse(master)
     if url.dialect is not MYSQL:
         return None
     connection = url.connect()
     try:
         cursor = connection.cursor()
-        cursor.execute("SELECT @@innodb_buffer_pool_size")
-        pool = int(cursor.fetchone()[0])
+        cursor.execute("SELECT @@innodb_buffer_pool_size, @@innodb_flush_method")
+        pool, flush = cursor.fetchone()
         cursor.execute(f"ANALYZE TABLE {MYSQL.quote(table, 'table')}")  # a table just written shows one page
         cursor.fetchall()
         cursor.execute("SELECT data_length + index_length FROM information_schema.tables "
@@ -530,13 +532,13 @@ def server_cache(master: str, table: str) -> dict | None:
     finally:
         connection.close()
     r_bytes = int(found[0]) if found and found[0] is not None else 0
-    return {"buffer_pool_bytes": pool, "r_bytes": r_bytes, "r_fits": r_bytes <= pool}
+    return {"buffer_pool_bytes": int(pool), "flush_method": str(flush), "r_bytes": r_bytes, "r_fits": r_bytes <= int(pool)}
 
 
 def server_cache_line(cache: dict) -> str:
     """One line saying whether R fits in the server's buffer pool."""
-    fits = ("R fits in it" if cache["r_fits"] else
-            "R does not fit: a read of R beyond the pool is copied in from the OS again")
+    source = "disk" if cache["flush_method"].startswith("O_DIRECT") else "the OS's file cache or disk"
+    fits = "R fits in it" if cache["r_fits"] else f"R does not fit: a page of R not in the pool is read from {source}"
     return (f"server cache: InnoDB buffer pool {cache['buffer_pool_bytes'] / 2**20:,.0f} MiB, R "
             f"{cache['r_bytes'] / 2**20:,.0f} MiB on the server; {fits}")
 
