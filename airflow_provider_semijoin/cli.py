@@ -368,23 +368,26 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--dbms-join", action="store_true",
                    help="also measure MySQL's own index join of an in-memory stream chunk with R (SSIJ Figure 9)")
     b.add_argument("--dbms-chunk", type=int, default=1_000_000, help="stream tuples of that chunk (default 1000000)")
-    b.add_argument("--cold", action="store_true",
-                   help="time a whole `semijoin join` (a fresh process, start-up included) of a short stream file "
-                        "for every algorithm and the inlist / inlist-lru baselines, by wall clock")
+    modes = b.add_mutually_exclusive_group()  # one benchmark a run
+    modes.add_argument("--cold", action="store_true",
+                       help="time a whole `semijoin join` (a fresh process, start-up included) of a short stream file "
+                            "for every algorithm and the inlist / inlist-lru baselines, by wall clock")
     b.add_argument("--stream-rows", type=int, default=400_000, help="with --cold: tuples of the stream file (default 400000)")
-    b.add_argument("--micro", action="store_true",
-                   help="time the cache-hit path alone (H_R probe + take, CACHEJOIN's front stage) on one core, no "
-                        "database, against a pandas hash index and Arrow's hash join")
+    modes.add_argument("--micro", action="store_true",
+                       help="time the cache-hit path alone (H_R probe + take, CACHEJOIN's front stage) on one core, no "
+                            "database, against a pandas hash index and Arrow's hash join")
     b.add_argument("--cache-keys", type=int, default=200_000, help="with --micro: keys in H_R (default 200000)")
     b.add_argument("--micro-batches", default="10000,100000,1000000",
                    help="with --micro: stream batch sizes (default 10000,100000,1000000)")
-    b.add_argument("--access", action="store_true",
-                   help="time one access of each kind to R on --master (point query, range read of a page, IN "
-                        "lists, full scan) and say whether R fits in the server's buffer pool")
+    modes.add_argument("--access", action="store_true",
+                       help="time what each kind of access to the bench's R (bench_r<rows> on --master) costs: "
+                            "2000 point queries, 40 range reads of 8192-row pages, IN lists of 1000-10000 keys, a "
+                            "full scan; with MySQL/MariaDB, whether R fits in the server's buffer pool (uses "
+                            "--master, --rows, --seed, --out)")
     b.add_argument("--out", help="write the report as JSON")
-    b.add_argument("--spark", action="store_true",
-                   help="measure the Spark pipeline (HYBRIDJOIN and the best cache algorithm, or --algorithms) against "
-                        "the core engine alone and Spark's own stream-static join")
+    modes.add_argument("--spark", action="store_true",
+                       help="measure the Spark pipeline (HYBRIDJOIN and the best cache algorithm, or --algorithms) against "
+                            "the core engine alone and Spark's own stream-static join")
     b.add_argument("--spark-batch-rows", type=int, default=1_000_000,
                    help="with --spark: tuples per micro-batch of the throughput runs (default about one H_S of HYBRIDJOIN at 50 MB)")
     b.add_argument("--spark-rate", type=float, default=None,

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from airflow_provider_semijoin.bench.steady import BenchConfig, bench_master
+from airflow_provider_semijoin.bench.steady import BenchConfig, bench_master, server_cache_line
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import ALGORITHMS
@@ -184,6 +184,13 @@ def test_the_bench_says_whether_r_fits_in_the_servers_buffer_pool(mysql_url, ben
     assert cache["r_fits"] and printed[-1].endswith("R fits in it")
 
 
+@pytest.mark.parametrize("flush, source", [("O_DIRECT", "from disk"), ("fsync", "from the OS's file cache or disk")])
+def test_the_cache_line_says_where_a_page_not_in_the_pool_comes_from(flush, source):
+    cache = {"buffer_pool_bytes": 128 * 2**20, "flush_method": flush, "r_bytes": 248 * 2**20, "r_fits": False}
+    assert server_cache_line(cache) == ("server cache: InnoDB buffer pool 128 MiB, R 248 MiB on the server; "
+                                        f"R does not fit: a page of R not in the pool is read {source}")
+
+
 def test_an_sqlite_master_has_no_server_cache_to_report(tmp_path):
     printed = []
     table, cache = bench_master(f"sqlite:///{tmp_path / 'b.db'}", 3000, printed.append)
@@ -202,8 +209,9 @@ def test_access_bench_times_every_kind_of_access_to_r(tmp_path, capsys):
                      "full scan, N pages a query"]
     assert report["server_cache"] is None  # SQLite: the OS caches its file
     scan = report["results"][-1]
-    assert scan["count"] == 3000 and scan["unit"] == "rows"  # the scan read R once, every row
-    ins = [r for r in report["results"] if r["access"].startswith("IN")]
-    assert [r["unit"] for r in ins] == ["keys"] * 4 and all(0 < r["count"] <= 3000 for r in ins)
-    assert all(r["seconds"] > 0 and r["per_s"] > 0 for r in report["results"])
+    assert scan["count"] == scan["rows_found"] == 3000 and scan["unit"] == "rows"  # the scan read R once, every row
+    looked_up = [r for r in report["results"] if r["unit"] in ("queries", "keys")]
+    assert [r["unit"] for r in looked_up] == ["queries"] + ["keys"] * 4
+    assert all(0 < r["count"] == r["rows_found"] <= 3000 for r in looked_up)  # every key timed is one of R's
+    assert all(r["per_s"] > 0 for r in report["results"])
     assert "one access to R = 3,000 rows" in capsys.readouterr().out

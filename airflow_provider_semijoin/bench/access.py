@@ -5,8 +5,11 @@ query per tuple; the page-based joins (HYBRIDJOIN sec. 4, SSIJ sec. IV) a range 
 serves every tuple waiting on a page, S + d*T (HYBRIDJOIN eq. 1); the micro-batch baselines,
 and a page with few waiting keys, one ``IN (...)`` query per key set; MESHJOIN (sec. 3.1) reads
 R cyclically. Each is timed on the bench's R through the store's own queries, the keys drawn
-uniformly over R (``seed``), so the figures are what the joins pay on this server, and whether R
-fits in the server's buffer pool (:func:`.steady.server_cache`) says which case they are.
+uniformly from R's keys and the pages without repeats (``seed``), so the figures are what the
+joins pay on this server; whether R fits in the server's buffer pool
+(:func:`.steady.server_cache`) says which case they are. Each query runs once: part of R may be
+in the pool already (the bench's check of R counts its rows), so where R does not fit, a
+scattered key is mostly, not always, a disk read.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.checks import check_positive
+from ..core.joins.hybridjoin import PAGE_ROWS_RANGE
 from ..core.stores import open_store, redact
+from ..workloads.master import key_array
 from .steady import bench_master
 
 IN_SIZES = (1000, 4096, 10_000)  # keys of one IN query (at most R's rows)
@@ -30,7 +35,7 @@ class AccessConfig:
     rows: int = 2_000_000
     points: int = 2000  # point queries timed
     pages: int = 40  # pages read at random places
-    page_rows: int = 8192  # rows of a page (HYBRIDJOIN's measured size at the standard size)
+    page_rows: int = PAGE_ROWS_RANGE[1]  # rows of a page (HYBRIDJOIN's measured size at the standard size)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -43,31 +48,35 @@ def run_access(config: AccessConfig, out=print, clock=time.perf_counter) -> dict
     rng = np.random.default_rng(config.seed)
     with open_store(config.master, table, "nk") as store:
         page_map = store.page_map(config.page_rows)
-        lo, hi = int(page_map.bounds[0]), int(page_map.max_key)
 
         def timed(action) -> tuple[float, int]:
             started = clock()
             rows = action()
             return clock() - started, rows
 
-        points = rng.integers(lo, hi + 1, config.points)
-        seconds, _ = timed(lambda: sum(len(store.lookup(int(k))) for k in points))
-        results = [_row("point query", len(points), "queries", seconds)]
-        pages = rng.integers(0, page_map.n_pages, config.pages)
+        def r_keys(n: int) -> np.ndarray:
+            """``n`` distinct keys of R drawn uniformly (the bench's R holds keys 2i + 1)."""
+            return key_array(rng.choice(config.rows, min(n, config.rows), replace=False), "int").to_numpy()
+
+        points = r_keys(config.points)
+        seconds, found = timed(lambda: sum(len(store.lookup(int(k))) for k in points))
+        results = [_row("point query", len(points), "queries", seconds, found)]
+        pages = rng.choice(page_map.n_pages, min(config.pages, page_map.n_pages), replace=False)
         seconds, rows = timed(lambda: sum(len(store.load_pages(page_map, int(p))) for p in pages))
         results.append(_row(f"range read of a page ({page_map.page_rows:,} rows) at random places", rows, "rows",
-                            seconds, per=len(pages)))
+                            seconds, rows, per=len(pages)))
         for size in IN_SIZES:
-            keys = np.unique(rng.integers(lo, hi + 1, min(size, config.rows)))
-            seconds, _ = timed(lambda: len(store.lookup_many(keys)))
-            results.append(_row(f"IN (...) of {len(keys):,} scattered keys", len(keys), "keys", seconds))
+            keys = r_keys(size)
+            seconds, found = timed(lambda: len(store.lookup_many(keys)))
+            results.append(_row(f"IN (...) of {len(keys):,} scattered keys", len(keys), "keys", seconds, found))
         neighbours = np.asarray(store.load_pages(page_map, int(pages[0])).keys)[: IN_SIZES[0]]  # (now in the pool)
-        seconds, _ = timed(lambda: len(store.lookup_many(neighbours)))
+        seconds, found = timed(lambda: len(store.lookup_many(neighbours)))
         results.append(_row(f"IN (...) of {len(neighbours):,} keys of a page just read", len(neighbours), "keys",
-                            seconds))
+                            seconds, found))
         seconds, rows = timed(lambda: sum(len(store.load_pages(page_map, p, min(SCAN_PAGES, page_map.n_pages - p)))
                                           for p in range(0, page_map.n_pages, SCAN_PAGES)))
-        results.append(_row(f"full scan, {SCAN_PAGES} pages a query", rows, "rows", seconds))
+        results.append(_row(f"full scan, {SCAN_PAGES} pages a query", rows, "rows", seconds, rows,
+                            per=-(-page_map.n_pages // SCAN_PAGES)))
     out("")
     out(f"one access to R = {config.rows:,} rows ({redact(config.master)})")
     out(f"{'access':<52} {'count':>9} {'seconds':>8} {'per second':>12} {'us each':>9}")
@@ -76,10 +85,11 @@ def run_access(config: AccessConfig, out=print, clock=time.perf_counter) -> dict
     return {"config": {**config.__dict__, "master": redact(config.master)}, "server_cache": cache, "results": results}
 
 
-def _row(access: str, count: int, unit: str, seconds: float, per: int | None = None) -> dict:
-    """One access timed: ``count`` queries, rows or keys in ``seconds``; ``per``: the queries
-    they took, when ``count`` counts rows (the time of one query is then shown too)."""
-    row = {"access": access, "count": int(count), "unit": unit, "seconds": round(seconds, 4),
+def _row(access: str, count: int, unit: str, seconds: float, found: int, per: int | None = None) -> dict:
+    """One access timed: ``count`` queries, rows or keys in ``seconds``, ``found`` rows of R
+    returned; ``per``: the queries they took, when ``count`` counts rows (the time of one query
+    is then shown too)."""
+    row = {"access": access, "count": int(count), "unit": unit, "seconds": seconds, "rows_found": int(found),
            "per_s": count / seconds if seconds > 0 else 0.0, "us_each": seconds / max(count, 1) * 1e6}
     if per:
         row["ms_per_query"] = round(seconds / per * 1e3, 2)

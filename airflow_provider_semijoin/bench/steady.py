@@ -521,8 +521,10 @@ def server_cache(master: str, table: str) -> dict | None:
     connection = url.connect()
     try:
         cursor = connection.cursor()
-        cursor.execute("SELECT @@innodb_buffer_pool_size, @@innodb_flush_method")
-        pool, flush = cursor.fetchone()
+        cursor.execute("SELECT @@innodb_buffer_pool_size")
+        pool = cursor.fetchone()[0]
+        cursor.execute("SHOW VARIABLES LIKE 'innodb_flush_method'")  # (no row where a server has dropped it)
+        flush = (cursor.fetchone() or (None, ""))[1]
         cursor.execute(f"ANALYZE TABLE {MYSQL.quote(table, 'table')}")  # a table just written shows one page
         cursor.fetchall()
         cursor.execute("SELECT data_length + index_length FROM information_schema.tables "
@@ -569,7 +571,8 @@ def dbms_index_join(master: str, table: str, chunk_rows: int, rows: int, seed: i
         select = f"SELECT s.tid, {columns} FROM sj_stream_chunk s JOIN {MYSQL.quote(table, 'table')} r ON r.nk = s.nk"
         cursor.execute(f"EXPLAIN {select}")
         plan = [dict(zip([d[0] for d in cursor.description], row)) for row in cursor.fetchall()]
-        buffer_pool = server_cache(master, table)["buffer_pool_bytes"]
+        cursor.execute("SELECT @@innodb_buffer_pool_size")
+        buffer_pool = int(cursor.fetchone()[0])
         for attempt in ["cold"] + ["warm"] * warm_runs:
             cursor.execute("DROP TEMPORARY TABLE IF EXISTS sj_join_result")
             cursor.execute(f"CREATE TEMPORARY TABLE sj_join_result ENGINE=MEMORY {select} LIMIT 0")
