@@ -161,7 +161,9 @@ def test_dbms_join_runs_one_statement_inside_mysql(mysql_url, bench_rows, tmp_pa
             "--window", "0.2", "--shapes", "noperm", "--algorithms", "ssij", "--dbms-join", "--dbms-chunk", "3000",
             "--out", str(out)]
     assert main(args) == 0
-    dbms = json.loads(out.read_text())["dbms_join"]
+    report = json.loads(out.read_text())
+    dbms = report["dbms_join"]
+    assert dbms["buffer_pool_bytes"] == report["server_cache"]["buffer_pool_bytes"] > 0  # the pool R was read through
     assert [r["run"] for r in dbms["dbms"]] == ["cold buffer pool", "warm buffer pool", "aggregated, no result"]
     assert all(r["result_rows"] == 3000 and r["tuples_per_s"] > 0 for r in dbms["dbms"])  # every key is in R
     assert any(p["type"] == "eq_ref" for p in dbms["plan"])  # an index lookup of R per stream tuple
@@ -214,4 +216,8 @@ def test_access_bench_times_every_kind_of_access_to_r(tmp_path, capsys):
     assert [r["unit"] for r in looked_up] == ["queries"] + ["keys"] * 4
     assert all(0 < r["count"] == r["rows_found"] <= 3000 for r in looked_up)  # every key timed is one of R's
     assert all(r["per_s"] > 0 for r in report["results"])
-    assert "one access to R = 3,000 rows" in capsys.readouterr().out
+    printed = capsys.readouterr().out.splitlines()
+    header = printed.index(next(line for line in printed if line.startswith("one access to R = 3,000 rows"))) + 1
+    assert printed[header].split()[-3:] == ["ms", "a", "query"]
+    per_query = [line.split()[-1] for line in printed[header + 1 : header + 8]]  # a time a query where a query reads rows
+    assert per_query == [f"{r['ms_per_query']:.2f}" if r["unit"] == "rows" else "-" for r in report["results"]]

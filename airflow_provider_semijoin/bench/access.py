@@ -79,9 +79,11 @@ def run_access(config: AccessConfig, out=print, clock=time.perf_counter) -> dict
                             per=-(-page_map.n_pages // SCAN_PAGES)))
     out("")
     out(f"one access to R = {config.rows:,} rows ({redact(config.master)})")
-    out(f"{'access':<52} {'count':>9} {'seconds':>8} {'per second':>12} {'us each':>9}")
+    out(f"{'access':<52} {'count':>9} {'seconds':>8} {'per second':>12} {'us each':>9} {'ms a query':>10}")
     for r in results:
-        out(f"{r['access']:<52} {r['count']:>9,} {r['seconds']:>8.3f} {r['per_s']:>12,.0f} {r['us_each']:>9.1f}")
+        per_query = f"{r['ms_per_query']:.2f}" if "ms_per_query" in r else "-"
+        out(f"{r['access']:<52} {r['count']:>9,} {r['seconds']:>8.3f} {r['per_s']:>12,.0f} {r['us_each']:>9.1f} "
+            f"{per_query:>10}")
     return {"config": {**config.__dict__, "master": redact(config.master)}, "server_cache": cache, "results": results}
 
 
