@@ -43,6 +43,17 @@ left within its maximum wait. Exactly once: every path's output is checked - eac
 tuple offered up to the last completed micro-batch (or, in the core, fed and then drained) left
 once, matched or unmatched (the bench's R has a unique key, so once means one output row).
 
+The no-join query (the same query collecting and writing each micro-batch whole) runs first: it
+is the ceiling of any join through this Spark, and it leaves Spark's JVM warm (its JIT compiled
+the source, collect and sink paths) for every path after it: a HYBRIDJOIN pipeline run first in
+a fresh JVM spent 0.87 us of JVM CPU a tuple over its window, 0.48 us run after the no-join query.
+
+CPU: each Spark path reports the cores its processes kept busy over the window and their CPU
+microseconds a tuple (driver, Spark's JVM, Spark's Python workers, the database server when it
+runs here: :mod:`.cpu`), the core engine its own (driver and database, while it steps). Their
+sum for the no-join query and the engine alone bounds any pipeline on this machine's cores
+(:func:`overlap_bound`), however well the two overlap.
+
 Machines are shared and noisy: compare the rows of one run, not figures from different runs.
 """
 
@@ -61,8 +72,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
+from .cpu import DATABASE, DRIVER, CpuTally, ProcessCpu, cpu_bound, cpu_split
+from .spark_window import BatchWindow, TupleLedger, spark_result
 from .steady import CHUNK_ROWS, BenchConfig, backlog_target, bench_master, measure
 from ..core.calibration import calibrate
 from ..core.checks import check_positive
@@ -94,8 +106,8 @@ R_KEY = "sj_master_key"  # R's key column in the stream-static join (the stream 
 PIPELINE, CORE_BATCHES, CORE_CONTINUOUS = "spark pipeline", "core, Spark's batches", "core, continuous"
 PIPELINE_RESTING = "spark pipeline, no work ahead"  # the join idle between micro-batches (spark.ahead off)
 KEPT_UP_SHARE = 0.9  # a latency run that completes less than this share of the offered rate fell behind
-STOP_GRACE_S = 300.0
-QUIET_RATE, QUIET_TRIGGER_S, QUIET_MAX_QUEUE_S = 5000.0, 1.0, 2.0  # the bounded-wait run: a quiet stream  # a run whose window is not complete this long after warm-up + window stops anyway
+STOP_GRACE_S = 300.0  # a run whose window is not complete this long after warm-up + window stops anyway
+QUIET_RATE, QUIET_TRIGGER_S, QUIET_MAX_QUEUE_S = 5000.0, 1.0, 2.0  # the bounded-wait run: a quiet stream
 
 
 @dataclass
@@ -144,154 +156,6 @@ def source_fields(config: BenchConfig, shape: str, rate: float | None, batch_row
 def stream_rows(config: BenchConfig, shape: str, start: int, end: int) -> pa.Table:
     """Tuples ``start .. end - 1`` of the generator's stream (the same ones Spark reads)."""
     return zipf_rows(start, end, config.rows, exponent=config.zipf, shape=shape, seed=config.seed)
-
-
-# -- the window of micro-batches -------------------------------------------------------------------
-class BatchWindow:
-    """Collects one progress record per micro-batch; sets ``stop`` once the window is complete.
-
-    The window opens at the end of the first micro-batch ending ``warmup_s`` or more after the
-    end of the first one, and holds the micro-batches after it up to the first one ending
-    ``window_s`` or more after it opened. ``cpu_clock`` reads the CPU seconds this process
-    (the Spark driver: every Python thread of the join, not Spark's JVM) has used, at each record."""
-
-    def __init__(self, warmup_s: float, window_s: float, cpu_clock=lambda: sum(os.times()[:2])):
-        self.warmup_s, self.window_s = warmup_s, window_s
-        self.cpu_clock = cpu_clock
-        self.records: list[dict] = []
-        self.cpu_s: list[float] = []  # cpu_clock() at each record
-        self.opened: int | None = None  # index of the record whose end opens the window
-        self.closed: int | None = None  # index of the window's last record
-        self.stop = threading.Event()
-
-    def __call__(self, record: dict) -> None:
-        self.records.append(record)
-        self.cpu_s.append(self.cpu_clock())
-        last = len(self.records) - 1
-        if self.opened is None and record["time"] >= self.records[0]["time"] + self.warmup_s:
-            self.opened = last
-        elif self.opened is not None and self.closed is None and record["time"] >= self.opened_at + self.window_s:
-            self.closed = last
-            self.stop.set()
-
-    @property
-    def opened_at(self) -> float:
-        return self.records[self.opened]["time"]
-
-    def batches(self) -> list[dict]:
-        """The window's records (up to the last one seen if the run ended before it closed)."""
-        if self.opened is None:
-            return []
-        end = self.closed if self.closed is not None else len(self.records) - 1
-        return self.records[self.opened + 1 : end + 1]
-
-    def driver_cores(self) -> float | None:
-        """The cores the driver process used over the window: its CPU seconds per second. Its
-        Python threads share one GIL, so about 1 means the join's Python is what bounds it."""
-        batches = self.batches()
-        if not batches:
-            return None
-        end = self.opened + len(batches)
-        return round((self.cpu_s[end] - self.cpu_s[self.opened]) / (batches[-1]["time"] - self.opened_at), 2)
-
-    def rate(self) -> float | None:
-        """Tuples completed (matched or unmatched) per second over the window: with the queue
-        carried across micro-batches a batch's input and output differ by what waits."""
-        batches = self.batches()
-        if not batches:
-            return None
-        return round(sum(completed(r) for r in batches) / (batches[-1]["time"] - self.opened_at), 1)
-
-
-def completed(record: dict) -> int:
-    return record["matched"] + record["unmatched"]
-
-
-class TupleLedger:
-    """How often each stream tuple (row id = its position in the stream) left the join."""
-
-    def __init__(self):
-        self.left = np.zeros(CHUNK_ROWS, np.uint8)
-
-    def record(self, ids: np.ndarray) -> None:
-        """One more exit for each of ``ids`` (row ids >= 0)."""
-        if len(ids) and ids.max() >= len(self.left):
-            self.left = np.concatenate([self.left, np.zeros(max(len(self.left), int(ids.max()) + 1), np.uint8)])
-        np.add.at(self.left, ids, 1)
-
-    def check(self, fed: int) -> dict:
-        counts = self.left[:fed]
-        beyond = int(np.count_nonzero(self.left[fed:]))
-        return {"ok": bool((counts == 1).all()) and beyond == 0, "lost": int(np.count_nonzero(counts == 0)),
-                "duplicated": int(np.count_nonzero(counts > 1)) + beyond, "tuples": fed}
-
-
-# -- reading the sinks back ------------------------------------------------------------------------
-def sink_columns(path: Path, batch_ids: list[int], columns: list[str]) -> pa.Table:
-    tables = [pq.read_table(path / f"batch={b}" / "part-0.parquet", columns=columns) for b in batch_ids]
-    return pa.concat_tables(tables) if tables else pa.table({c: pa.array([], pa.float64()) for c in columns})
-
-
-def check_sinks(out: Path, window: BatchWindow) -> dict:
-    """Every tuple the recorded micro-batches took (rows 0 .. n-1 of the generator) is in the
-    sinks exactly once: one matched row (R's key is unique) or one dead-letter row."""
-    n = sum(r["input_rows"] for r in window.records)
-    ids = [r["batch_id"] for r in window.records]
-    written = pa.concat_tables([sink_columns(out / "matched", ids, ["sj_id"]), sink_columns(out / "dead", ids, ["sj_id"])])
-    ledger = TupleLedger()
-    ledger.record(pc.cast(written["sj_id"], pa.int64()).to_numpy())
-    return ledger.check(n)
-
-
-def window_latency(out: Path, window: BatchWindow) -> dict:
-    """p50 / p99 from each window tuple's arrival to the end of the micro-batch that wrote it."""
-    seconds = []
-    for record in window.batches():
-        arrived = sink_columns(out / "matched", [record["batch_id"]], ["sj_arrival"])["sj_arrival"].to_numpy()
-        dead = sink_columns(out / "dead", [record["batch_id"]], ["sj_arrival"])["sj_arrival"].to_numpy()
-        seconds.append(record["time"] - np.concatenate([arrived, dead]))
-    return latency_ms(np.concatenate(seconds) if seconds else np.zeros(0))
-
-
-def batch_split(window: BatchWindow) -> dict | None:
-    """Where a pipeline micro-batch's time goes (means over the window): the engine's slice
-    (its own clock), the rest of foreachBatch (output tables, sinks, state, progress) and Spark
-    outside foreachBatch (source, planning, collecting the batch to the driver as Arrow); and
-    the time the engine worked ahead meanwhile, on its thread (``engine_ahead``)."""
-    batches = window.batches()
-    if not batches or batches[0].get("batch_duration_s") is None:
-        return None
-    ends = [window.opened_at] + [r["time"] for r in batches]
-    cycle = float(np.mean(np.diff(ends)))
-    inside = float(np.mean([r["batch_duration_s"] for r in batches]))
-    engine = float(np.mean([r["input_rows"] / r["service_rate_tps"] if r["service_rate_tps"] else 0.0 for r in batches]))
-    ahead = float(np.mean([r.get("ahead_s", 0.0) for r in batches]))
-    return {"cycle": round(cycle, 3), "engine": round(engine, 3), "rest_of_foreach_batch": round(inside - engine, 3),
-            "spark_outside_foreach_batch": round(cycle - inside, 3), "engine_ahead": round(ahead, 3),
-            "driver_cpu_cores": window.driver_cores()}
-
-
-def spark_result(algorithm: str, path: str, window: BatchWindow, out: Path, rate: float | None) -> dict:
-    batches = window.batches()
-    result = {
-        "algorithm": algorithm,
-        "path": path,
-        "offered_tps": rate,
-        "tuples_per_s": window.rate(),
-        "batches": len(window.records),
-        "window_batches": len(batches),
-        "window_tuples": sum(completed(r) for r in batches),
-        "queue_tuples_max": max((r["queue_tuples"] for r in batches), default=0),
-        "window_complete": window.closed is not None,
-        "batch_rows": [r["input_rows"] for r in window.records],
-        "first_window_batch": (window.opened + 1) if window.opened is not None else None,
-        "batch_split_s": batch_split(window),
-        "exactly_once": check_sinks(out, window),
-    }
-    if rate is not None:
-        latency = window_latency(out, window)
-        result.update(latency_ms_p50=latency["p50"], latency_ms_p99=latency["p99"], latency_ms_max=latency["max"])
-    return result
 
 
 # -- the Spark pipeline ----------------------------------------------------------------------------
@@ -493,6 +357,8 @@ def run_core_continuous(config: BenchConfig, table: str, algorithm: str, shape: 
         offered = stream_rows(config, shape, 0, int(rate * duration) + 1) if rate is not None else None
         keys = normalize(offered[KEY], store.key_type).keys if offered is not None else None
         fed, joined_s, window_tuples, latencies = 0, 0.0, 0, []
+        read_cpu = ProcessCpu().reader((DRIVER, DATABASE)) if rate is None else dict
+        window_cpu = CpuTally()
         started = clock()
         while (joined_s if rate is None else clock() - started) < duration:
             if rate is None:
@@ -507,10 +373,10 @@ def run_core_continuous(config: BenchConfig, table: str, algorithm: str, shape: 
                 if buffer.available == 0 and engine.pending == 0:
                     sleep(min(0.01, max(0.0, started + fed / rate - clock())))
                     continue
-            step_started = clock()
+            cpu_before, step_started = read_cpu(), clock()
             out = engine.step(buffer)
             store.wait_for_reads()  # a read ahead (HYBRIDJOIN) runs inside the step's time
-            done = clock()
+            done, cpu_after = clock(), read_cpu()
             buffer.taken.clear()
             joined_s += done - step_started
             ids = np.concatenate([out.matched_ids, out.unmatched_ids])
@@ -518,6 +384,7 @@ def run_core_continuous(config: BenchConfig, table: str, algorithm: str, shape: 
             in_window = (joined_s if rate is None else done - started) > config.warmup_s
             if in_window:
                 window_tuples += out.completed
+                window_cpu.add(cpu_before, cpu_after)
                 if rate is not None:
                     latencies.append(done - (started + np.unique(ids) / rate))
         window_s = (joined_s if rate is None else clock() - started) - config.warmup_s
@@ -533,7 +400,9 @@ def run_core_continuous(config: BenchConfig, table: str, algorithm: str, shape: 
         "window_tuples": window_tuples,
         "exactly_once": ledger.check(fed),
     }
-    if rate is not None:
+    if rate is None:  # the clock runs only while the engine steps: its CPU then (driver and database)
+        result["cpu"] = cpu_split(window_cpu.spent, window_s, window_tuples)
+    else:
         latency = latency_ms(np.concatenate(latencies) if latencies else np.zeros(0))
         result.update(latency_ms_p50=latency["p50"], latency_ms_p99=latency["p99"])
     return result
@@ -615,6 +484,10 @@ def bench_shape(config: SparkBenchConfig, table: str, shape: str, workdir: Path,
 
     rows = []
     try:
+        # first: the ceiling of any join through this Spark, which also warms Spark's JVM (its JIT
+        # compiles the source, collect and sink paths) for every path measured after it
+        no_join = run_stream_static(spark, config, table, shape, run_dir(), None, jdbc, join_master=False)
+        out(f"  {shape} {NO_JOIN:<14} {no_join['path']:<24} {no_join['tuples_per_s'] or 0:>12,.0f} tuples/s")
         for name in algorithms:
             pipeline = run_pipeline(spark, config, table, name, shape, run_dir(), None)
             resting = run_pipeline(spark, config, table, name, shape, run_dir(), None, work_ahead=False)
@@ -629,13 +502,13 @@ def bench_shape(config: SparkBenchConfig, table: str, shape: str, workdir: Path,
         static = run_stream_static(spark, config, table, shape, run_dir(), None, jdbc)
         rows.append(static)
         out(f"  {shape} {STREAM_STATIC:<14} {static['path']:<24} {static['tuples_per_s'] or 0:>12,.0f} tuples/s")
-        no_join = run_stream_static(spark, config, table, shape, run_dir(), None, jdbc, join_master=False)
         rows.append(no_join)
-        out(f"  {shape} {NO_JOIN:<14} {no_join['path']:<24} {no_join['tuples_per_s'] or 0:>12,.0f} tuples/s")
         for r in rows:
             if r["path"] == PIPELINE:
                 r["vs_stream_static"] = _ratio(r["tuples_per_s"], static["tuples_per_s"])
                 r["vs_no_join"] = _ratio(r["tuples_per_s"], no_join["tuples_per_s"])
+                continuous = next(c for c in rows if c["algorithm"] == r["algorithm"] and c["path"] == CORE_CONTINUOUS)
+                r["cpu_bound"] = overlap_bound(no_join, continuous)
         rate = config.latency_rate or moderate_rate([r["tuples_per_s"] for r in rows if is_spark(r)])
         out(f"  latency runs offered {rate:,.0f} tuples/s ({latency_settings(config)})")
         for r in rows:
@@ -664,6 +537,21 @@ def bench_shape(config: SparkBenchConfig, table: str, shape: str, workdir: Path,
     for line in format_table(result, config):
         out(line)
     return result
+
+
+def overlap_bound(no_join: dict, continuous: dict) -> dict | None:
+    """The most a pipeline could reach on this machine's cores were Spark's path and the engine
+    overlapped perfectly: the cores over the CPU a tuple costs Spark's path alone (the no-join
+    query: source, collect, sinks) plus the engine alone (core, continuous: the driver and the
+    database while it steps) (:func:`.cpu.cpu_bound`); the pipeline spends more (output rows,
+    state), so this is an upper bound - and where it is below 2/3 of the core's rate, so is the
+    pipeline, whatever overlaps."""
+    if not no_join.get("cpu") or not continuous.get("cpu"):
+        return None
+    spark_us, engine_us = no_join["cpu"]["us_per_tuple"]["all"], continuous["cpu"]["us_per_tuple"]["all"]
+    bound = cpu_bound(spark_us + engine_us)
+    return {"spark_path_us": spark_us, "engine_us": engine_us, "cores": os.cpu_count(), "tuples_per_s": bound,
+            "of_core_continuous": _ratio(bound, continuous["tuples_per_s"])}
 
 
 def kept_up(paced: dict, rate: float) -> bool:
@@ -727,13 +615,33 @@ def format_table(result: dict, config: SparkBenchConfig) -> list[str]:
                 f"{r['algorithm']} {r['path']}: micro-batch {split['cycle']:.2f} s = engine {split['engine']:.2f} s "
                 f"+ output, sinks {split['rest_of_foreach_batch']:.2f} s + Spark (source, collect, scheduling) "
                 f"{split['spark_outside_foreach_batch']:.2f} s; the engine worked ahead {split['engine_ahead']:.2f} s "
-                f"meanwhile (window means); the driver process used {split['driver_cpu_cores']:.2f} of "
-                f"{os.cpu_count()} cores"
+                f"meanwhile (window means)"
+            )
+    for r in result["rows"]:
+        if r.get("cpu") and r["path"] != CORE_CONTINUOUS:
+            lines.append(f"{r['algorithm']} {r['path']}: {cpu_text(r['cpu'])}")
+        bound = r.get("cpu_bound")
+        if bound:
+            lines.append(
+                f"{r['algorithm']}: Spark's path alone costs {bound['spark_path_us']:.2f} us of CPU a tuple (no join), "
+                f"the engine alone {bound['engine_us']:.2f} us (core, continuous: driver and database); perfectly "
+                f"overlapped on {bound['cores']} cores at most {bound['tuples_per_s'] or 0:,.0f} tuples/s, "
+                f"{bound['of_core_continuous'] or 0:.2f}x the core continuous"
             )
     if result["cache_pick"]:
         cells = ", ".join(f"{r['algorithm']} {r['service_rate_tps']:,.0f}" for r in result["cache_pick"])
         lines.append(f"cache algorithm picked in the core engine (tuples/s): {cells}")
     return lines
+
+
+CPU_NAMES = {"driver": "driver", "spark_jvm": "Spark JVM", "spark_python": "Spark Python workers", "database": "database"}
+
+
+def cpu_text(cpu: dict) -> str:
+    """``CPU a tuple 3.27 us = driver 1.43 + ...; 1.56 of 2 cores busy`` (window means)."""
+    parts = " + ".join(f"{name} {cpu['us_per_tuple'][kind]:.2f}" for kind, name in CPU_NAMES.items())
+    return (f"CPU a tuple {cpu['us_per_tuple']['all']:.2f} us = {parts}; {cpu['cores']['all']:.2f} of "
+            f"{os.cpu_count()} cores busy")
 
 
 def latency_settings(config: SparkBenchConfig) -> str:

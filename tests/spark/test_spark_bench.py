@@ -14,11 +14,11 @@ from airflow_provider_semijoin.bench.steady import BenchConfig
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.joins.registry import CACHE_ALGORITHMS
 from airflow_provider_semijoin.core.errors import ConfigError
+from airflow_provider_semijoin.bench.cpu import CLASSES, cpu_bound
 from airflow_provider_semijoin.bench.spark_pipeline import (
-    CORE_BATCHES, CORE_CONTINUOUS, NO_JOIN, PIPELINE, PIPELINE_RESTING, STREAM_STATIC, BatchWindow, SparkBenchConfig, TupleLedger,
-    check_sinks,
-    moderate_rate,
+    CORE_BATCHES, CORE_CONTINUOUS, NO_JOIN, PIPELINE, PIPELINE_RESTING, STREAM_STATIC, SparkBenchConfig, moderate_rate,
 )
+from airflow_provider_semijoin.bench.spark_window import BatchWindow, TupleLedger, check_sinks
 from airflow_provider_semijoin.spark.sinks import ParquetSink
 
 
@@ -55,8 +55,16 @@ def test_tiny_spark_bench_reports_every_path_exactly_once(spark, tmp_path, capsy
         resting = rows[(name, PIPELINE_RESTING)]
         assert resting["overhead_ratio"] == round(spark_row["tuples_per_s"] / resting["tuples_per_s"], 2)
         assert resting["batch_split_s"]["engine_ahead"] == 0.0 and "latency" not in resting
-        for row in (spark_row, resting):  # the driver's CPU over the window, a share of the machine's cores
-            assert 0 < row["batch_split_s"]["driver_cpu_cores"] <= os.cpu_count()
+        for row in (spark_row, resting):  # the CPU over the window: the driver and Spark's JVM did work, within the cores
+            cpu = row["cpu"]
+            assert 0 < row["batch_split_s"]["driver_cpu_cores"] == cpu["cores"]["driver"]
+            assert cpu["cores"]["spark_jvm"] > 0 and cpu["cores"]["all"] <= os.cpu_count()
+            assert cpu["us_per_tuple"]["all"] == pytest.approx(sum(cpu["us_per_tuple"][k] for k in CLASSES), abs=0.01)
+        core_cpu = rows[(name, CORE_CONTINUOUS)]["cpu"]  # the engine alone: the driver only (SQLite is in it)
+        assert core_cpu["us_per_tuple"]["driver"] > 0 and core_cpu["us_per_tuple"]["spark_jvm"] == 0
+        bound = spark_row["cpu_bound"]  # the CPU a tuple of Spark's path and of the engine, on every core
+        assert bound["tuples_per_s"] == cpu_bound(bound["spark_path_us"] + bound["engine_us"])
+        assert bound["engine_us"] == core_cpu["us_per_tuple"]["all"]
         static, no_join = rows[(STREAM_STATIC, "spark stream-static, R via store scan")], rows[(NO_JOIN, "spark collect + sinks, no join")]
         assert spark_row["vs_stream_static"] == round(spark_row["tuples_per_s"] / static["tuples_per_s"], 2)
         assert spark_row["vs_no_join"] == round(spark_row["tuples_per_s"] / no_join["tuples_per_s"], 2)
@@ -70,6 +78,9 @@ def test_tiny_spark_bench_reports_every_path_exactly_once(spark, tmp_path, capsy
     for name in ("hybridjoin", picked):  # the two ratios, printed under the table
         assert any(line.startswith(f"{name} pipeline: {rows[(name, PIPELINE)]['vs_stream_static']:.2f}x Spark's "
                                    f"stream-static join, {rows[(name, PIPELINE)]['vs_no_join']:.2f}x") for line in printed)
+        cpu = rows[(name, PIPELINE)]["cpu"]
+        assert f"{name} {PIPELINE}: CPU a tuple {cpu['us_per_tuple']['all']:.2f} us = driver " in "\n".join(printed)
+        assert any(line.startswith(f"{name}: Spark's path alone costs ") for line in printed)
     assert printed[-2].startswith("command (") and "semijoin bench --spark --master sqlite:///" in printed[-2]
     assert "--spark-batch-rows 1500" in printed[-2] and "--memory 256KiB" in printed[-2]
     assert "--spark-trigger 0.5 --spark-max-queue-time 0.3" in printed[-2]
@@ -116,14 +127,21 @@ def test_tuple_ledger_counts_every_exit():
 
 
 def test_window_opens_after_the_warm_up_and_closes_after_the_window():
-    cpu_seconds = iter([1.0, 2.0, 3.0, 5.0, 6.1, 9.0])
-    window = BatchWindow(warmup_s=2.0, window_s=3.0, cpu_clock=lambda: next(cpu_seconds))
+    # driver pid 1, Spark's JVM pid 2 and a Python worker that starts late (pid 3): CPU seconds at each record
+    snapshots = iter([{1: ("driver", d), 2: ("spark_jvm", j), **({3: ("spark_python", p)} if p is not None else {})}
+                      for d, j, p in [(1.0, 5.0, None), (2.0, 6.0, None), (3.0, 7.0, None), (5.0, 7.5, 0.4),
+                                      (6.1, 8.0, 0.9), (9.0, 9.0, 1.0)]])
+    window = BatchWindow(warmup_s=2.0, window_s=3.0, cpu=lambda: next(snapshots))
     for batch_id, (end, n) in enumerate([(10.0, 5), (11.0, 7), (12.5, 9), (14.0, 4), (15.6, 6), (16.0, 8)]):
         window({"batch_id": batch_id, "time": end, "input_rows": n + 2, "matched": n - 1, "unmatched": 1})
     assert window.opened == 2 and window.closed == 4 and window.stop.is_set()
     assert [r["batch_id"] for r in window.batches()] == [3, 4]
     assert window.rate() == round(10 / 3.1, 1)  # the tuples that left, not those that came in (some wait inside)
-    assert window.driver_cores() == round((6.1 - 3.0) / 3.1, 2)  # CPU seconds per second from opening to closing
+    cpu = window.cpu_use()  # CPU seconds per second from opening to closing; per tuple that left (10 of them)
+    assert cpu["cores"] == {"driver": round(3.1 / 3.1, 2), "spark_jvm": round(1.0 / 3.1, 2), "spark_python": round(0.9 / 3.1, 2),
+                            "database": 0.0, "all": round(5.0 / 3.1, 2)}
+    assert cpu["us_per_tuple"] == {"driver": 310_000.0, "spark_jvm": 100_000.0, "spark_python": 90_000.0, "database": 0.0,
+                                   "all": 500_000.0}
 
 
 def test_moderate_rate_is_half_the_slowest_rounded_down():
