@@ -240,6 +240,22 @@ def test_calibrate_and_row_bytes_do_not_count(backend):
     assert (store.counters.queries, store.counters.rows) == before
 
 
+def test_assumed_costs_are_what_calibration_returns_and_nothing_is_measured(backend):
+    store = backend.make_master(master())
+    assert store.assume_costs((2e-3, 3e-6)) is store
+    assert store.calibrate() == (2e-3, 3e-6)  # not this machine's: nothing was timed
+    store.assume_costs(in_costs=(1e-3, 4e-6))
+    assert store.calibrate_in() == (1e-3, 4e-6) and store.calibrate() == (2e-3, 3e-6)  # the other one kept
+    queries_before = store.counters.queries
+    store.calibrate()
+    assert store.counters.queries == queries_before
+    for bad in [(1e-3,), (-1.0, 1e-6), (1e-3, float("nan")), (1e-3, "1")]:
+        with pytest.raises(ValueError, match=r"^costs: .* is not two non-negative seconds \(a query's and a row's or key's\)$"):
+            store.assume_costs(bad)
+    store.restrict(None, None)  # a store seeing another range of R measures itself again
+    assert store.calibrate() != (2e-3, 3e-6)
+
+
 def test_calibrate_an_empty_master(backend):
     store = backend.make_master(master([]))
     query_s, row_s = store.calibrate()

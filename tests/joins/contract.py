@@ -145,8 +145,7 @@ def assert_exact(store, stream: pa.Table, run: JoinRun) -> None:
 def measured_as(store, query_s: float, row_s: float, in_query_s: float, in_key_s: float):
     """``store`` as if its calibration had measured these costs (S, T, and an IN query's fixed
     and per-key cost): tests of a cost-based choice must not depend on this machine's speed."""
-    store._costs, store._in_costs = (query_s, row_s), (in_query_s, in_key_s)
-    return store
+    return store.assume_costs((query_s, row_s), (in_query_s, in_key_s))
 
 
 def record_calls(store, method: str, entry) -> list:

@@ -73,7 +73,7 @@ def test_the_queue_drains_without_new_input_on_an_intermittent_stream(backend, n
 
 def test_hybridjoin_l_with_lookup_position_1_loads_like_hybridjoin(backend):
     store = backend.make_master(master_of(range(500)))
-    store._in_costs = (1.0, 1.0)  # every page range-loaded (no IN probes), so the loads show every choice
+    store.assume_costs(in_costs=(1.0, 1.0))  # every page range-loaded (no IN probes), so the loads show every choice
     stream = stream_of(zipf_keys(np.random.default_rng(6), np.arange(-10, 510), 3000, 0.8).tolist())
     loads = {}
     for name, params in [("hybridjoin", {}), ("hybridjoin-l", {"lookup_position": 1.0})]:
@@ -138,7 +138,7 @@ def test_riders_fill_an_in_query_up_to_the_disk_buffer(backend, name, memory, qu
 @pytest.mark.parametrize("name", HYBRIDS)
 def test_pages_are_range_loaded_when_an_in_list_costs_more(backend, name):
     store = backend.make_master(master_of(range(0, 400, 2)))
-    store._in_costs = (1.0, 1.0)  # an IN query dearer than any page, as if so measured
+    store.assume_costs(in_costs=(1.0, 1.0))  # an IN query dearer than any page, as if so measured
     stream = stream_of([4, 4, 98, 140, 398, 400, -1])
     algorithm = create(name, store, 1 << 20, {"page_rows": 50})
     loads = record_loads(store)

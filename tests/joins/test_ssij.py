@@ -157,7 +157,7 @@ def every_page_worth_caching(store):
     """``store`` with an IN query dearer than any page (as if so measured): no page of P_u is
     sparse (:meth:`SemiStreamedIndexJoin._sparse`), so ToKeep is the paper's (sec. IV-C), as
     with a DBMS whose point lookups cost what a page read does."""
-    store._in_costs = (1.0, 1.0)
+    store.assume_costs(in_costs=(1.0, 1.0))
     return store
 
 
@@ -583,7 +583,7 @@ def test_a_sparse_sequence_is_read_by_an_in_query_a_dense_one_by_range(backend):
     assert_exact(store, stream, run)
     assert run.stats["in_loads"] == run.stats["join_phases"] == 2
     assert run.stats["pages_read"] == 0 and run.stats["pages_by_in"] == 100
-    store._in_costs = (1.0, 1.0)
+    store.assume_costs(in_costs=(1.0, 1.0))
     run = run_join(create("ssij", store, memory, params), stream, STREAM_KEY)
     assert_exact(store, stream, run)
     assert "in_loads" not in run.stats and run.stats["pages_read"] == 100

@@ -430,6 +430,16 @@ class MasterStore(VersionedReads):
             self.counters = saved
         return self._costs
 
+    def assume_costs(self, costs: tuple[float, float] | None = None,
+                     in_costs: tuple[float, float] | None = None) -> "MasterStore":
+        """Take these as measured, instead of :meth:`calibrate` (S, T) and :meth:`calibrate_in`
+        (an IN query's seconds and seconds a key): a choice priced with them is then the same on
+        any machine (tests of a cost-based choice; costs measured once on a quiet machine).
+        Returns the store."""
+        self._costs = self._costs if costs is None else _positive_costs(costs, "costs")
+        self._in_costs = self._in_costs if in_costs is None else _positive_costs(in_costs, "in_costs")
+        return self
+
     def calibrate_in(self, keys: int = 200, repeat: int = 3) -> tuple[float, float]:
         """Measure an ``IN (...)`` lookup of this store: ``(seconds per query, seconds per key)``,
         from the best of ``repeat`` lookups of R's first key and of its first ``keys`` keys
@@ -572,3 +582,10 @@ def arrow_type_for(sql_type: str, precision: int | None = None, scale: int | Non
     if t.startswith(("DATETIME", "TIMESTAMP")):
         return pa.timestamp("us")
     return pa.string()
+
+
+def _positive_costs(costs, name: str) -> tuple[float, float]:
+    """``costs`` as two non-negative seconds (a fixed and a per-unit cost)."""
+    if len(costs) != 2 or any(not isinstance(c, (int, float)) or c < 0 or c != c for c in costs):
+        raise ValueError(f"{name}: {costs!r} is not two non-negative seconds (a query's and a row's or key's)")
+    return float(costs[0]), float(costs[1])

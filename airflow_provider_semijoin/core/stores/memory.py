@@ -31,6 +31,7 @@ class MemoryStore:
         self.select = list(rows.schema.names)
         self.counters = IOCounters()
         self._costs = costs
+        self._in_costs = (math.inf, 0.0)  # no IN lookups: an IN query costs more than any page (:meth:`calibrate_in`)
         self._maps: dict[int, PageMap] = {}
 
     @property
@@ -44,8 +45,14 @@ class MemoryStore:
         return []
 
     def calibrate_in(self, *_, **__) -> tuple[float, float]:
-        """No IN lookups here: an IN query costs more than any page, so every page is range-loaded."""
-        return math.inf, 0.0
+        """No IN lookups here unless assumed: an IN query costs more than any page, so every page is range-loaded."""
+        return self._in_costs
+
+    def assume_costs(self, costs: tuple[float, float] | None = None,
+                     in_costs: tuple[float, float] | None = None) -> "MemoryStore":
+        """As :meth:`.base.MasterStore.assume_costs`."""
+        self._costs, self._in_costs = costs or self._costs, in_costs or self._in_costs
+        return self
 
     def page_map(self, page_rows: int = DEFAULT_PAGE_ROWS) -> PageMap:
         if page_rows not in self._maps:
