@@ -130,11 +130,12 @@ def window_latency(out: Path, window: BatchWindow) -> dict:
     return latency_ms(np.concatenate(seconds) if seconds else np.zeros(0))
 
 
-def batch_split(window: BatchWindow) -> dict | None:
+def batch_split(window: BatchWindow, cpu: dict | None) -> dict | None:
     """Where a pipeline micro-batch's time goes (means over the window): the engine's slice
     (its own clock), the rest of foreachBatch (output tables, sinks, state, progress) and Spark
     outside foreachBatch (source, planning, collecting the batch to the driver as Arrow); and
-    the time the engine worked ahead meanwhile, on its thread (``engine_ahead``)."""
+    the time the engine worked ahead meanwhile, on its thread (``engine_ahead``); the driver's
+    cores from the window's ``cpu`` (:meth:`BatchWindow.cpu_use`)."""
     batches = window.batches()
     if not batches or batches[0].get("batch_duration_s") is None:
         return None
@@ -145,11 +146,12 @@ def batch_split(window: BatchWindow) -> dict | None:
     ahead = float(np.mean([r.get("ahead_s", 0.0) for r in batches]))
     return {"cycle": round(cycle, 3), "engine": round(engine, 3), "rest_of_foreach_batch": round(inside - engine, 3),
             "spark_outside_foreach_batch": round(cycle - inside, 3), "engine_ahead": round(ahead, 3),
-            "driver_cpu_cores": (window.cpu_use() or {}).get("cores", {}).get(DRIVER)}
+            "driver_cpu_cores": cpu["cores"][DRIVER] if cpu else None}
 
 
 def spark_result(algorithm: str, path: str, window: BatchWindow, out: Path, rate: float | None) -> dict:
     batches = window.batches()
+    cpu = window.cpu_use()
     result = {
         "algorithm": algorithm,
         "path": path,
@@ -162,8 +164,8 @@ def spark_result(algorithm: str, path: str, window: BatchWindow, out: Path, rate
         "window_complete": window.closed is not None,
         "batch_rows": [r["input_rows"] for r in window.records],
         "first_window_batch": (window.opened + 1) if window.opened is not None else None,
-        "batch_split_s": batch_split(window),
-        "cpu": window.cpu_use(),
+        "batch_split_s": batch_split(window, cpu),
+        "cpu": cpu,
         "exactly_once": check_sinks(out, window),
     }
     if rate is not None:

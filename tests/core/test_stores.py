@@ -256,6 +256,17 @@ def test_assumed_costs_are_what_calibration_returns_and_nothing_is_measured(back
     assert store.calibrate() != (2e-3, 3e-6)
 
 
+def test_an_in_memory_copy_of_r_takes_assumed_costs_too():
+    from airflow_provider_semijoin.core.stores.memory import memory_store
+
+    store = memory_store(None)
+    assert store.calibrate_in()[0] == float("inf")  # no IN lookups unless assumed
+    store.assume_costs(in_costs=(1e-3, 4e-6))
+    assert store.calibrate_in() == (1e-3, 4e-6)
+    with pytest.raises(ValueError, match=r"^in_costs: \(1e-05,\) is not two non-negative seconds"):
+        store.assume_costs(in_costs=(1e-5,))
+
+
 def test_calibrate_an_empty_master(backend):
     store = backend.make_master(master([]))
     query_s, row_s = store.calibrate()

@@ -436,8 +436,8 @@ class MasterStore(VersionedReads):
         (an IN query's seconds and seconds a key): a choice priced with them is then the same on
         any machine (tests of a cost-based choice; costs measured once on a quiet machine).
         Returns the store."""
-        self._costs = self._costs if costs is None else _positive_costs(costs, "costs")
-        self._in_costs = self._in_costs if in_costs is None else _positive_costs(in_costs, "in_costs")
+        self._costs = self._costs if costs is None else unit_costs(costs, "costs")
+        self._in_costs = self._in_costs if in_costs is None else unit_costs(in_costs, "in_costs")
         return self
 
     def calibrate_in(self, keys: int = 200, repeat: int = 3) -> tuple[float, float]:
@@ -584,7 +584,7 @@ def arrow_type_for(sql_type: str, precision: int | None = None, scale: int | Non
     return pa.string()
 
 
-def _positive_costs(costs, name: str) -> tuple[float, float]:
+def unit_costs(costs, name: str) -> tuple[float, float]:
     """``costs`` as two non-negative seconds (a fixed and a per-unit cost)."""
     if len(costs) != 2 or any(not isinstance(c, (int, float)) or c < 0 or c != c for c in costs):
         raise ValueError(f"{name}: {costs!r} is not two non-negative seconds (a query's and a row's or key's)")

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..keys import KeyType
-from .base import DEFAULT_PAGE_ROWS, IOCounters, MasterPage, MasterStore
+from .base import DEFAULT_PAGE_ROWS, IOCounters, MasterPage, MasterStore, unit_costs
 from .pagemaps import PageMap
 
 SYNTH_KEYS = 32768  # keys of the in-memory R
@@ -51,7 +51,8 @@ class MemoryStore:
     def assume_costs(self, costs: tuple[float, float] | None = None,
                      in_costs: tuple[float, float] | None = None) -> "MemoryStore":
         """As :meth:`.base.MasterStore.assume_costs`."""
-        self._costs, self._in_costs = costs or self._costs, in_costs or self._in_costs
+        self._costs = self._costs if costs is None else unit_costs(costs, "costs")
+        self._in_costs = self._in_costs if in_costs is None else unit_costs(in_costs, "in_costs")
         return self
 
     def page_map(self, page_rows: int = DEFAULT_PAGE_ROWS) -> PageMap:
