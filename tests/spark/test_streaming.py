@@ -122,3 +122,14 @@ def test_every_tuple_arrives_after_the_warm_up_batch(spark, tmp_path, sqlite_bac
                                read_parquet_sink(spec.sinks.dead_letter.path)["sj_arrival"].to_numpy()])
     assert len(arrivals) == 1500 and arrivals.min() >= warmed_at
     assert_sinks_equal_oracle(store, spec)
+
+
+def test_a_micro_batch_reaches_the_driver_in_large_arrow_batches(spark):
+    """The session collects a micro-batch in Arrow batches of ARROW_BATCH_ROWS, not Spark's 10,000:
+    each batch costs the JVM and the driver work beyond its rows."""
+    from airflow_provider_semijoin.spark.session import ARROW_BATCH_ROWS
+
+    rows = 2 * ARROW_BATCH_ROWS + 1
+    collected = spark.range(0, rows, numPartitions=1).toArrow()
+    assert collected.num_rows == rows
+    assert [len(chunk) for chunk in collected.column(0).chunks] == [ARROW_BATCH_ROWS, ARROW_BATCH_ROWS, 1]
