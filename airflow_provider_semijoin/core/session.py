@@ -133,11 +133,16 @@ class JoinSession:
         nothing and completes nothing: the algorithm waits for tuples, as MESHJOIN for w)."""
         outputs = []
         while condition():
-            before = (self.buffer.available, self.algorithm.pending, self.completed)
+            before = self._progress()
             outputs.append(self.step())
-            if before == (self.buffer.available, self.algorithm.pending, self.completed):
+            if before == self._progress():
                 break
         return outputs
+
+    def _progress(self) -> tuple[int, int, int, int]:
+        """What a step that moves the join on changes: the tuples in the buffer, inside the
+        algorithm, in flight (a load handed to a reader: HYBRIDJOIN's read-ahead) and completed."""
+        return self.buffer.available, self.algorithm.pending, self.algorithm.in_flight, self.completed
 
     def drain(self) -> JoinOutput:
         """Step until every tuple fed has left (the buffer is closed meanwhile, then reopened
@@ -161,10 +166,10 @@ class JoinSession:
         self.buffer.closed, self.buffer.final = True, final or was[1]
         try:
             while waiting():
-                before = (self.buffer.available, self.algorithm.pending, self.completed)
+                before = self._progress()
                 outputs.append(self.step())
                 self.forced_steps += 1
-                stalled = 0 if before != (self.buffer.available, self.algorithm.pending, self.completed) else stalled + 1
+                stalled = 0 if before != self._progress() else stalled + 1
                 if stalled >= STALL_STEPS:
                     raise RuntimeError(f"{self.algorithm.name} made no progress in {STALL_STEPS} steps "
                                        f"with {self.pending} tuples pending")

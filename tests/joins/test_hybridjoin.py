@@ -1,17 +1,20 @@
 """HYBRIDJOIN, HYBRIDJOIN-L, HYBRIDJOIN-PQ: the contract and what only they promise."""
 
 import sqlite3
+import time
 
 import numpy as np
 import pytest
 from contract import (
-    JoinContract, assert_exact, master_of, measured_as, record_calls, record_loads, stream_of, zipf_keys,
+    ROW_ID, JoinContract, assert_exact, master_of, measured_as, record_calls, record_loads, stream_of, zipf_keys,
 )
 from hypothesis import strategies as st
 
-from airflow_provider_semijoin.core.joins import StreamBuffer, create
+from airflow_provider_semijoin.core.joins import JoinOutput, StreamBuffer, create
 from airflow_provider_semijoin.core.joins.hybridjoin import READ_AHEAD_SHARE
-from airflow_provider_semijoin.core.runner import run_join
+from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
+from airflow_provider_semijoin.core.runner import feed_keys, run_join
+from airflow_provider_semijoin.core.session import JoinSession, materialise
 from airflow_provider_semijoin.core.stores import create_change_tables, store_for, write_table
 
 HYBRIDS = ["hybridjoin", "hybridjoin-l", "hybridjoin-pq"]
@@ -288,3 +291,30 @@ def test_read_ahead_has_its_own_share_of_m_or_is_off(backend):
     assert on.table.capacity < off.table.capacity
     small = create("hybridjoin", store, 24 << 10, {"page_rows": 64})
     assert small.memory_split()["read_ahead_bytes"] == 0 and small._ahead_tuples == 0
+
+
+@pytest.mark.parametrize("name", ["hybridjoin-l", "hybridjoin-pq", "cachejoin-l"])  # where this stream makes the case
+def test_working_ahead_goes_on_until_no_tuple_waits(backend, name):
+    """A Spark step works ahead between micro-batches with no tuple arriving
+    (:meth:`JoinSession.work_ahead`). HYBRIDJOIN loads the page of its oldest tuple at every
+    step (sec. 4.1), so, never told to stop, it goes on until nothing waits - also after a
+    slice whose last load was read at once (too many tuples to be read ahead), where the next
+    step only hands a load to the reader and completes nothing yet: working ahead stopped
+    there once, and the join sat idle for the rest of Spark's time."""
+    store = backend.make_master(master_of(range(0, 1200, 2)))
+    algorithm = create(name, store, 256 << 10, {"page_rows": 20})
+    rng = np.random.default_rng(8)
+    pieces = [[600] * 600 + rng.integers(-20, 1220, 300).tolist() for _ in range(8)]  # a hot page first
+    stream = stream_of([key for piece in pieces for key in piece])
+    session, outputs, nothing_in_flight, lo = JoinSession(algorithm, time.perf_counter), [], 0, 0
+    for piece in pieces:
+        invalid, _ = feed_keys(algorithm, stream["sk"].slice(lo, len(piece)), np.arange(lo, lo + len(piece)), None,
+                               time.perf_counter, session)
+        lo += len(piece)
+        outputs += [invalid, session.advance()]
+        nothing_in_flight += session.pending > 0 and algorithm.in_flight == 0
+        outputs.append(session.work_ahead(lambda: True))
+        assert session.pending == 0
+    assert nothing_in_flight > 0, "the case this test is for did not come up"
+    matched, unmatched = materialise(stream, JoinOutput.concat(outputs, algorithm.schema), algorithm.schema)
+    assert engine_pairs(matched, unmatched, store.select, ROW_ID) == hash_join(store, stream, "sk")

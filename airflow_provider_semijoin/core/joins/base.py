@@ -387,6 +387,13 @@ class JoinAlgorithm:
         raise NotImplementedError
 
     @property
+    def in_flight(self) -> int:
+        """Of the pending tuples, those whose page load is under way (HYBRIDJOIN's read-ahead):
+        a step that only hands their load to the reader completes nothing yet, and still moves
+        the join on (the next step joins them)."""
+        return 0
+
+    @property
     def demand(self) -> int:
         """Stream tuples the next step would take if they were there (w of the papers)."""
         raise NotImplementedError

@@ -235,6 +235,10 @@ class FrontStage(JoinAlgorithm):
         return self.algorithm.pending + self._misses.available
 
     @property
+    def in_flight(self) -> int:
+        return self.algorithm.in_flight
+
+    @property
     def demand(self) -> int:
         return max(self.algorithm.demand - self._misses.available, 0)
 

@@ -222,7 +222,11 @@ class HybridJoin(PagedJoin):
 
     @property
     def pending(self) -> int:
-        return self.table.size + (0 if self._ahead is None else len(self._ahead.row_ids))
+        return self.table.size + self.in_flight
+
+    @property
+    def in_flight(self) -> int:
+        return 0 if self._ahead is None else len(self._ahead.row_ids)
 
     @property
     def capacity_tuples(self) -> int:
