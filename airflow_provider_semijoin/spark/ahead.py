@@ -68,13 +68,13 @@ class WorkAhead:
 
     @property
     def finished(self) -> bool:
-        """Started, and done stepping on its own (half the tuples inside left, or the algorithm
-        waits for new tuples)."""
+        """Started, and done stepping on its own (three quarters of the tuples inside left, or
+        the algorithm waits for new tuples)."""
         return self._thread is not None and not self._thread.is_alive()
 
     def start(self, session: JoinSession, name: str) -> None:
-        """Step ``session`` on a thread until :meth:`stop`, half the tuples inside now have left,
-        or a step changes nothing (the algorithm waits for new tuples)."""
+        """Step ``session`` on a thread until :meth:`stop`, three quarters of the tuples inside
+        now have left, or a step changes nothing (the algorithm waits for new tuples)."""
         if self._thread is not None:
             raise RuntimeError("the join is already worked ahead")
         self._stop.clear()
