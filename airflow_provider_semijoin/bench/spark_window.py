@@ -14,11 +14,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
-
 from .cpu import DRIVER, ProcessCpu, cpu_seconds, cpu_split
 from .steady import CHUNK_ROWS
 from ..core.metrics import latency_ms
+from ..spark.sinks import read_parquet_batch
 
 
 # -- the window of micro-batches -------------------------------------------------------------------
@@ -105,7 +104,7 @@ class TupleLedger:
 
 # -- reading the sinks back ------------------------------------------------------------------------
 def sink_columns(path: Path, batch_ids: list[int], columns: list[str]) -> pa.Table:
-    tables = [pq.read_table(path / f"batch={b}" / "part-0.parquet", columns=columns) for b in batch_ids]
+    tables = [read_parquet_batch(path / f"batch={b}", columns) for b in batch_ids]
     return pa.concat_tables(tables) if tables else pa.table({c: pa.array([], pa.float64()) for c in columns})
 
 

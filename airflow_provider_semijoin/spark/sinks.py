@@ -3,8 +3,9 @@
 Spark's checkpoint replays a micro-batch whose commit did not happen (a crash, a kill). A sink
 that appended would then hold that batch twice; these sinks key their writes by the batch id:
 
-* Parquet: the batch's rows go to ``<path>/batch=<id>/part-0.parquet``, written to a temporary
-  name and renamed into place, so a folder is either the whole batch or absent.
+* Parquet: the batch's rows go to ``<path>/batch=<id>/part-<i>.parquet`` (one file per
+  :data:`PART_ROWS` rows, written in parallel: a writer encodes on one core), in a temporary
+  folder renamed into place, so a folder is either the whole batch or absent.
 * Table (SQLite / MySQL): one transaction deletes the rows tagged ``sj_batch = id`` and inserts
   the batch's rows. Every row also carries ``sj_id``, the stream tuple id stable across replays.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -29,6 +31,10 @@ from ..core.stores.sql import MYSQL, DatabaseURL, dialect_of, mysql_key_collatio
 from .spec import SINK_INDEX_SUFFIX, TargetSpec
 
 BATCH_COLUMN = "sj_batch"
+# Rows per file of a Parquet sink's batch folder; the files are written on as many threads. One
+# writer took 0.21 s for a 1M-row matched batch of the Spark bench (13 columns, 156 MB in Arrow),
+# two halves in parallel 0.11-0.12 s, on an otherwise idle 2-core machine.
+PART_ROWS = 500_000
 DEAD_LETTER_SCHEMA = pa.schema(
     [("sj_id", pa.string()), ("step", pa.int32()), ("reason", pa.string()), ("sj_arrival", pa.float64()), ("row", pa.string())]
 )
@@ -71,16 +77,27 @@ class Sink:
 
 
 class ParquetSink(Sink):
-    def __init__(self, path: str):
+    def __init__(self, path: str, part_rows: int = PART_ROWS):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
+        self.part_rows = part_rows
 
     def write(self, batch_id: int, rows: pa.Table) -> None:
         final = self.path / f"batch={batch_id}"
         staging = self.path / f".batch={batch_id}.{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
-        pq.write_table(rows, staging / "part-0.parquet", use_dictionary=dictionary_columns(rows.schema))
+        dictionary = dictionary_columns(rows.schema)
+        starts = range(0, max(rows.num_rows, 1), self.part_rows)
+
+        def write_part(i: int) -> None:
+            pq.write_table(rows.slice(starts[i], self.part_rows), staging / f"part-{i}.parquet", use_dictionary=dictionary)
+
+        if len(starts) == 1:
+            write_part(0)
+        else:
+            with ThreadPoolExecutor(min(len(starts), os.cpu_count() or 1), thread_name_prefix="semijoin-sink") as pool:
+                list(pool.map(write_part, range(len(starts))))  # (list: a part's error is raised here)
         if final.exists():
             shutil.rmtree(final)
         staging.rename(final)
@@ -188,8 +205,15 @@ def open_sink(target: TargetSpec, retry_max_s: float | None = None) -> Sink:
     return ParquetSink(target.path) if target.kind == "parquet" else TableSink(target.url, target.table, retry_max_s)
 
 
+def read_parquet_batch(folder: Path, columns: list[str] | None = None) -> pa.Table:
+    """One batch folder of a Parquet sink, its part files in order."""
+    parts = sorted(Path(folder).glob("part-*.parquet"), key=lambda p: int(p.stem.split("-")[1]))
+    tables = [pq.read_table(p, columns=columns) for p in parts]
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+
 def read_parquet_sink(path: str) -> pa.Table:
     """All batches of a Parquet sink as one table (tests, the demo, the benchmark)."""
     folders = sorted(Path(path).glob("batch=*"), key=lambda p: int(p.name.split("=")[1]))
-    tables = [pq.read_table(f / "part-0.parquet") for f in folders]
+    tables = [read_parquet_batch(f) for f in folders]
     return pa.concat_tables(tables, promote_options="default") if tables else pa.table({})

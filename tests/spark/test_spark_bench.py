@@ -19,7 +19,7 @@ from airflow_provider_semijoin.bench.spark_pipeline import (
     CORE_BATCHES, CORE_CONTINUOUS, NO_JOIN, PIPELINE, PIPELINE_RESTING, STREAM_STATIC, SparkBenchConfig, moderate_rate,
 )
 from airflow_provider_semijoin.bench.spark_window import BatchWindow, TupleLedger, check_sinks
-from airflow_provider_semijoin.spark.sinks import ParquetSink
+from airflow_provider_semijoin.spark.sinks import ParquetSink, read_parquet_batch, read_parquet_sink
 
 
 def test_tiny_spark_bench_reports_every_path_exactly_once(spark, tmp_path, capsys):
@@ -116,6 +116,25 @@ def test_a_parquet_sink_writes_ids_and_numbers_plain_and_master_strings_with_a_d
     encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
     assert [name for name, used in encodings.items() if "RLE_DICTIONARY" in used] == ["category"]
     assert pq.read_table(tmp_path / "batch=7" / "part-0.parquet").equals(rows)
+
+
+def test_a_parquet_sink_writes_a_large_batch_as_parts_in_parallel_and_reads_it_back_in_order(tmp_path):
+    """A batch of more than ``part_rows`` rows goes to one file per ``part_rows`` rows, written on
+    as many threads, in one folder renamed into place; read back, the parts come in their order
+    (part-10 after part-9), and a replayed batch replaces every part the first attempt wrote."""
+    import pyarrow.parquet as pq
+
+    rows = pa.table({"sj_id": pa.array([str(i) for i in range(25)]), "qty": pa.array(np.arange(25))})
+    sink = ParquetSink(str(tmp_path), part_rows=2)
+    sink.write(3, rows)
+    parts = sorted((tmp_path / "batch=3").iterdir(), key=lambda p: int(p.stem.split("-")[1]))
+    assert [p.name for p in parts] == [f"part-{i}.parquet" for i in range(13)]
+    assert [pq.read_metadata(p).num_rows for p in parts] == [2] * 12 + [1]
+    assert read_parquet_batch(tmp_path / "batch=3").equals(rows)
+    sink.write(3, rows.slice(0, 3))  # batch 3 replayed with fewer rows
+    assert sorted(p.name for p in (tmp_path / "batch=3").iterdir()) == ["part-0.parquet", "part-1.parquet"]
+    sink.write(4, rows.slice(0, 0))
+    assert read_parquet_sink(str(tmp_path)).equals(rows.slice(0, 3))
 
 
 def test_tuple_ledger_counts_every_exit():
