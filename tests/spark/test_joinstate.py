@@ -255,6 +255,41 @@ def test_a_tuple_that_left_is_not_counted_out_twice(tmp_path):
     assert carried.count == 7 and carried.carried()["nk"].to_pylist() == [0, 1, 3, 4, 6, 8, 9]
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_rows_leave_by_their_sequence_numbers_however_sparse_the_numbers_left_inside(tmp_path, data):
+    """Whatever has left before - a few numbers left inside far apart (looked up by binary
+    search) or most of them (by a table from number to row) - and whether the rows are mapped
+    from a state file or still in memory, ``take`` returns exactly the rows of the numbers asked
+    for and keeps the others (each row's ``nk`` is its number here)."""
+    from airflow_provider_semijoin.core.joins.base import JoinOutput
+    from airflow_provider_semijoin.spark.joinstate import CarriedRows
+
+    carried, files, expected = CarriedRows(), StateFiles(tmp_path / f"e{time.monotonic_ns()}", retain=2), []
+    for batch in range(data.draw(st.integers(1, 5), label="batches")):
+        n = data.draw(st.integers(0, 40), label="added")
+        carried.add(pa.table({"nk": np.arange(carried.next_seq, carried.next_seq + n, dtype=np.int64)}),
+                    np.full(n, np.inf), np.zeros(n, np.int32))
+        expected += range(carried.next_seq - n, carried.next_seq)
+        if expected and data.draw(st.booleans(), label="most leave"):  # a few far apart stay: the numbers thin out
+            staying = set(data.draw(st.lists(st.sampled_from(expected), max_size=3), label="staying"))
+            leaving = data.draw(st.permutations([seq for seq in expected if seq not in staying]), label="leaving")
+        else:
+            leaving = data.draw(st.lists(st.sampled_from(expected), unique=True), label="leaving") if expected else []
+        cut = data.draw(st.integers(0, len(leaving)), label="matched")
+        matched_ids, unmatched_ids = np.array(leaving[:cut], np.int64), np.array(leaving[cut:], np.int64)
+        out = JoinOutput(matched_ids, pa.table({}), unmatched_ids, np.ones(len(unmatched_ids), np.int8))
+        matched, unmatched = carried.take(out, pa.schema([]))
+        assert matched["nk"].to_pylist() == matched_ids.tolist()
+        assert unmatched["nk"].to_pylist() == unmatched_ids.tolist()
+        expected = [seq for seq in expected if seq not in set(leaving)]
+        inside = carried.carried()
+        assert (inside["nk"].to_pylist() if inside is not None else []) == expected
+        if expected and data.draw(st.booleans(), label="spill"):
+            files.write_batches(0, batch, carried.rows.schema, carried.live_batches())
+            carried.spill(files.mapped(0, batch))
+
+
 def test_parts_assigned_anew_count_in_memory_not_in_the_file(tmp_path):
     """``repart`` replaces the mapped part column by one in memory: its bytes count, once, and the
     rows added since the file was mapped (in memory already) are not counted twice."""
