@@ -86,8 +86,8 @@ def test_a_write_transaction_lost_is_raised_for_the_writer_to_redo(mariadb):
 
 
 def test_a_killed_read_ahead_session_is_reopened_and_the_join_stays_exact(mariadb):
-    """HYBRIDJOIN reads ahead on the store's second session (:mod:`...stores.reader`); killing
-    that session between steps costs one reconnect, counted on the store, and no tuple. A key R
+    """HYBRIDJOIN reads ahead on two other sessions of the store's (:mod:`...stores.reader`), in
+    turn; killing the first between steps costs one reconnect, counted on the store, and no tuple. A key R
     gained above its largest meanwhile (as a server restarted with R changed) is found: the
     store widens its page maps, on its own thread, when it takes the reconnected session's read.
     R has no change log here (with one, R is read in snapshots and never ahead)."""
@@ -113,7 +113,7 @@ def test_a_killed_read_ahead_session_is_reopened_and_the_join_stays_exact(mariad
                     columns = ", ".join(str(new_key) if c == "nk" else f"`{c}`" for c in initial.column_names)
                     root.cursor().execute(f"INSERT INTO {mariadb.DATABASE}.{table} SELECT {columns} "
                                           f"FROM {mariadb.DATABASE}.{table} ORDER BY nk LIMIT 1")
-            if steps == 8:  # the reconnected read was taken in step 7
+            if steps == 10:  # its next read (turn 6 of two sessions) went out in step 7, taken in step 9
                 buffer.append(np.array([len(keys)]), np.array([new_key]))
                 keys.append(new_key)
                 buffer.close()

@@ -166,8 +166,8 @@ def record_calls(store, method: str, entry) -> list:
     recording = recorder(store)
     setattr(store, method, recording)
     reader = store.reader() if hasattr(store, "reader") else None
-    if reader is not None:
-        setattr(reader.sibling, method, recorder(reader.sibling))
+    for sibling in reader.siblings if reader is not None else []:
+        setattr(sibling, method, recorder(sibling))
     return calls
 
 

@@ -63,11 +63,12 @@ def test_the_queue_drains_without_new_input_on_an_intermittent_stream(backend, n
         buffer.append(np.arange(sent, sent + burst), keys)
         sent += burst
         pages = len(np.unique(algorithm.page_map.page_of(keys)))
-        for step in range(pages + 1):
+        lag = max(algorithm._loads, 1)  # steps before the first load is joined (read_ahead loads under way)
+        for step in range(pages + lag):
             before = algorithm.pending
             out = algorithm.step(buffer)
             done += out.unmatched_ids.tolist() + np.unique(out.matched_ids).tolist()
-            assert step == 0 or algorithm.pending < before  # every step without input completes tuples
+            assert step < lag or algorithm.pending < before  # every step without input completes tuples
             if algorithm.pending == 0:
                 break
         assert algorithm.pending == 0 and buffer.available == 0 and not buffer.closed
@@ -80,7 +81,8 @@ def test_hybridjoin_l_with_lookup_position_1_loads_like_hybridjoin(backend):
     stream = stream_of(zipf_keys(np.random.default_rng(6), np.arange(-10, 510), 3000, 0.8).tolist())
     loads = {}
     for name, params in [("hybridjoin", {}), ("hybridjoin-l", {"lookup_position": 1.0})]:
-        algorithm = create(name, store, 24_000, {"page_rows": 8, **params})
+        # one load under way: a single reader session runs the loads in the order they were chosen
+        algorithm = create(name, store, 24_000, {"page_rows": 8, "read_ahead": 1, **params})
         assert 50 < algorithm.table.capacity < 1000  # a queue much shorter than the stream
         loads[name] = record_loads(store)
         run = run_join(algorithm, stream, "sk")
@@ -214,27 +216,33 @@ def test_a_slow_round_trip_asks_for_pages_only_as_large_as_an_eighth_of_m(backen
 
 
 @pytest.mark.parametrize("name", HYBRIDS)
-def test_reading_ahead_loads_on_a_second_session_and_stays_exact(backend, name):
-    """``read_ahead=1`` (the default) hands every load whose tuples fit the share kept for those
-    in flight to the store's reader, a second session on its own thread, and reads a larger one
-    on its own session; the store's counters count every read. ``read_ahead=0`` reads on the
-    join's own session and makes no reader. Both leave every tuple exactly once."""
+def test_reading_ahead_loads_on_other_sessions_and_stays_exact(backend, name):
+    """``read_ahead=2`` (the default) hands every load whose tuples fit the share kept for those
+    in flight to the store's reader, two sessions of their own taking the loads in turn, each on
+    its own thread, so that two loads are under way at once; a larger load is read on the
+    join's own session. ``read_ahead=1`` keeps one load under way on one other session, and
+    ``read_ahead=0`` reads on the join's own session and makes no reader. The store's counters
+    count every read, and every tuple leaves exactly once."""
     rng = np.random.default_rng(12)
     stream = stream_of(zipf_keys(rng, np.arange(-20, 620), 3000, 1.0).tolist())
-    for read_ahead in (1, 0):
+    for read_ahead in (2, 1, 0):
         store = backend.make_master(master_of(range(600)))
         algorithm = create(name, store, 1 << 20, {"page_rows": 20, "read_ahead": read_ahead})
         requests, make_request = [], algorithm._request
         algorithm._request = lambda page, final: requests.append(make_request(page, final)) or requests[-1]
+        under_way, step = [], algorithm.step
+        algorithm.step = lambda buffer: step(buffer) if under_way.append(len(algorithm._under_way)) is None else None
         before = store.counters.queries  # the page map's
         run = run_join(algorithm, stream, "sk")
         assert_exact(store, stream, run)
         assert len(requests) == run.stats["loads"] == store.counters.queries - before > 0
+        assert max(under_way) == read_ahead
         if read_ahead:
-            sibling = store.reader().sibling
+            siblings = store.reader().siblings
             fitting = sum(len(r.row_ids) <= algorithm._ahead_tuples for r in requests)
-            assert sibling.connection is not store.connection
-            assert sibling.counters.queries == fitting > 0
+            assert len(siblings) == read_ahead and store.connection not in [s.connection for s in siblings]
+            assert sum(s.counters.queries for s in siblings) == fitting > 0
+            assert min(s.counters.queries for s in siblings) >= fitting // read_ahead - 1  # taken in turn
             assert algorithm.memory_split()["read_ahead_bytes"] > 0
         else:
             assert store._reader is None and algorithm.memory_split()["read_ahead_bytes"] == 0
@@ -291,6 +299,22 @@ def test_read_ahead_has_its_own_share_of_m_or_is_off(backend):
     assert on.table.capacity < off.table.capacity
     small = create("hybridjoin", store, 24 << 10, {"page_rows": 64})
     assert small.memory_split()["read_ahead_bytes"] == 0 and small._ahead_tuples == 0
+
+
+def test_fewer_loads_are_under_way_where_m_holds_fewer(backend):
+    """``read_ahead=2`` asks for two loads under way; each takes its own share (its tuples in
+    flight and its rows), and a budget whose READ_AHEAD_SHARE holds one keeps one under way,
+    a smaller one none. Over budgets from 24 KiB to 4 MiB the loads under way never fall as M
+    grows, their bytes always fit the share, and every case - 0, 1 and 2 - comes up."""
+    store = backend.make_master(master_of(range(6400)))
+    loads = []
+    for memory in np.geomspace(24 << 10, 4 << 20, 40).astype(int):
+        algorithm = create("hybridjoin", store, int(memory), {"page_rows": 64, "read_ahead": 2})
+        split = algorithm.memory_split()
+        assert split["read_ahead_bytes"] <= memory * READ_AHEAD_SHARE and algorithm.structure_bytes() <= memory
+        assert algorithm.capacity_tuples == algorithm.table.capacity + algorithm._loads * algorithm._ahead_tuples
+        loads.append(algorithm._loads)
+    assert loads == sorted(loads) and set(loads) == {0, 1, 2}, loads
 
 
 @pytest.mark.parametrize("name", ["hybridjoin-l", "hybridjoin-pq", "cachejoin-l"])  # where this stream makes the case

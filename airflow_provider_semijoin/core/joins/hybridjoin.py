@@ -32,14 +32,16 @@ took it to 0.6x.
 
 Read-ahead (``read_ahead``, on by default; an engineering step the papers leave out): a load
 waits mostly for the database, which runs on the other core. So each step chooses and pops its
-page as Fig. 5 says (after admitting), hands the load to a second session on its own thread
-(:class:`..stores.reader.Reader`), and joins the page the step before loaded meanwhile: the
-join's work and the database's overlap, and every page is still chosen from H_S as the paper
-has it at that point. A page's tuples leave one step later; what a step loads is the same.
-The tuples in flight (at most :attr:`_ahead_tuples`, a larger page is read at once) and the
-second page's rows have their own share of M (:attr:`_ahead_bytes`, at most
-:data:`READ_AHEAD_SHARE` of it, or no read-ahead). With a change log every run reads R in a
-snapshot on the store's own session, so there is no read-ahead and its share goes to H_S.
+page as Fig. 5 says (after admitting), hands the load to another session on its own thread
+(:class:`..stores.reader.Reader`), and joins the oldest load under way once ``read_ahead`` loads
+are under way after it: the join's work and the database's overlap, and every page is still
+chosen from H_S as the paper has it at that point. A page's tuples leave ``read_ahead`` steps
+later; what a step loads is the same. With ``read_ahead`` = 2 the database serves two loads at
+once, on two sessions. Each load's tuples in flight (at most :attr:`_ahead_tuples`, a larger
+page is read at once) and its rows have their own share of M (:attr:`_ahead_bytes`, at most
+:data:`READ_AHEAD_SHARE` of it: fewer loads under way where M holds fewer, or no read-ahead).
+With a change log every run reads R in a snapshot on the store's own session, so there is no
+read-ahead and its share goes to H_S.
 
 HYBRIDJOIN-L and HYBRIDJOIN-PQ: M. A. Naeem, G. Weber, C. Lutteroth, "A Priority Queue of
 Frequent Pages..." (pq-frequent-pages): sec. 3.1 (early lookup element at about 30% of the
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable
@@ -65,6 +68,7 @@ PAGE_ROWS_RANGE = (64, 8192)
 PAGE_SHARE = 1 / 8  # of M at most for one page's rows (the disk buffer, d) when the page size is measured
 RIDER_BUFFER_SHARE = 1 / 64  # of M at most for the rows of one IN query beyond one page's (the disk buffer)
 RIDER_REPEATS = 1.5  # tuples per distinct key at a page's last load below which it rides while the stream goes on
+READ_AHEAD_LOADS = 2  # page loads under way at once by default (read_ahead)
 READ_AHEAD_SHARE = 1 / 16  # of M at most for read-ahead (its tuples in flight and a second disk buffer);
 #                            a smaller M reads on its own session and keeps its bytes for H_S
 
@@ -113,7 +117,8 @@ class HybridJoin(PagedJoin):
     params = {
         "page_rows": Param(int, 0, "rows of R per disk partition (d); 0 = 4*S/T from the measured costs, "
                                      "within what an eighth of M holds", 0),
-        "read_ahead": Param(int, 1, "1: load a page on a second session while the page before is joined; 0: off", 0),
+        "read_ahead": Param(int, READ_AHEAD_LOADS, "page loads under way at once, each on a session of its own, "
+                            "while the pages before are joined; 0: off", 0),
         "rider_repeats": Param(float, RIDER_REPEATS, "a sparse page rides along in another page's IN query while the "
                                "stream goes on if its last load had fewer tuples per distinct key; 0: only once the stream has ended", 0.0),
     }
@@ -127,17 +132,19 @@ class HybridJoin(PagedJoin):
         rider_rows = int(self.memory * RIDER_BUFFER_SHARE / row_bytes)
         self._buffer_rows = max(self.page_map.max_page_rows, min(RIDER_KEYS * store.max_rows_per_key, rider_rows))
         self._disk_buffer_bytes = int(math.ceil(self._buffer_rows * row_bytes))
-        self._ahead: PageRequest | None = None  # the load handed to the reader, joined by the next step
+        self._under_way: deque[PageRequest] = deque()  # loads handed to the reader, oldest first
         self._repeats = np.ones(self.page_map.n_pages, np.float32)  # tuples per distinct key at each page's last load
         tuple_bytes = store.key_type.itemsize + 8
-        self._ahead_tuples = self._disk_buffer_bytes // tuple_bytes  # in flight: one disk buffer's bytes of them
-        self._ahead_bytes = self._disk_buffer_bytes + self._ahead_tuples * tuple_bytes  # and the rows read for them
-        if not (self.settings["read_ahead"] and self._ahead_bytes <= self.memory * READ_AHEAD_SHARE
-                and self._can_read_ahead(store)):
-            self._ahead_tuples = self._ahead_bytes = 0
-        budget = (self.memory - self._disk_buffer_bytes - self._ahead_bytes - self.page_map.nbytes
-                  - self._reserved_bytes())
-        capacity = StreamTable.capacity_for(budget, self.page_map.n_pages, store.key_type.itemsize)
+        self._ahead_tuples = self._disk_buffer_bytes // tuple_bytes  # of one load in flight: a disk buffer's bytes of them
+        per_load = self._disk_buffer_bytes + self._ahead_tuples * tuple_bytes  # and the rows read for them
+        loads = min(self.settings["read_ahead"], int(self.memory * READ_AHEAD_SHARE // per_load))
+        rest = self.memory - self._disk_buffer_bytes - self.page_map.nbytes - self._reserved_bytes()  # H_S and read-ahead
+        while loads and StreamTable.capacity_for(rest - loads * per_load, self.page_map.n_pages, store.key_type.itemsize) < 1:
+            loads -= 1  # H_S first: a budget that holds a tuple without read-ahead is never refused for it
+        if not (loads and self._can_read_ahead(store, loads)):
+            loads = self._ahead_tuples = 0
+        self._loads, self._ahead_bytes = loads, loads * per_load
+        capacity = StreamTable.capacity_for(rest - self._ahead_bytes, self.page_map.n_pages, store.key_type.itemsize)
         if capacity < 1:
             raise self._budget_error(
                 self._disk_buffer_bytes + self.page_map.nbytes + 1024, "one disk page and the page map"
@@ -145,10 +152,10 @@ class HybridJoin(PagedJoin):
         self.table = StreamTable(capacity, self.page_map.n_pages, store.key_type.dtype)
 
     @staticmethod
-    def _can_read_ahead(store) -> bool:
-        """Whether ``store`` reads on a second session (:meth:`..stores.base.MasterStore.reader`):
+    def _can_read_ahead(store, loads: int) -> bool:
+        """Whether ``store`` reads on ``loads`` other sessions (:meth:`..stores.base.MasterStore.reader`):
         not with a change log, whose every run reads R in a snapshot on the store's own session."""
-        return hasattr(store, "reader") and not store.has_change_log() and store.reader() is not None
+        return hasattr(store, "reader") and not store.has_change_log() and store.reader(loads) is not None
 
     def _page_map_for(self, store, query_s: float, row_s: float):
         """R's page map (d) and its rows' width: the page size set, or :func:`auto_page_rows`'
@@ -176,13 +183,15 @@ class HybridJoin(PagedJoin):
             request = self._request(self._choose_page(), final=buffer.exhausted)
             self.counters.loads += 1
             self._submit(request)
-        before, self._ahead = self._ahead, None
-        if before is not None:  # the load of the step before: joined now
-            outputs.append(self._finish(before))
-        if request is not None and request.future is not None:
-            self._ahead = request  # joined in the next step
-        elif request is not None:
-            outputs.append(self._finish(request))
+        if request is not None and request.future is not None:  # joined once ``read_ahead`` loads are under way after it
+            self._under_way.append(request)
+            while len(self._under_way) > self._loads:
+                outputs.append(self._finish(self._under_way.popleft()))
+        else:
+            if self._under_way:  # the oldest load under way: joined now
+                outputs.append(self._finish(self._under_way.popleft()))
+            if request is not None:
+                outputs.append(self._finish(request))
         return JoinOutput.concat(outputs, self.schema)
 
     def _request(self, page: int, final: bool) -> PageRequest:
@@ -206,7 +215,7 @@ class HybridJoin(PagedJoin):
         in this step."""
         if len(request.row_ids) > self._ahead_tuples:
             return
-        reader = self.store.reader()
+        reader = self.store.reader(self._loads)
         if reader is not None:
             request.future = reader.submit(request.read)
 
@@ -226,13 +235,13 @@ class HybridJoin(PagedJoin):
 
     @property
     def in_flight(self) -> int:
-        return 0 if self._ahead is None else len(self._ahead.row_ids)
+        return sum(len(request.row_ids) for request in self._under_way)
 
     @property
     def capacity_tuples(self) -> int:
         """H_S and the tuples in flight, which have their own share of M: a popped page's
         slots are filled again by the next step's admission (Fig. 5 line 3), as in the paper."""
-        return self.table.capacity + self._ahead_tuples
+        return self.table.capacity + self._loads * self._ahead_tuples
 
     @property
     def capacity_with_waiting(self) -> int:

@@ -497,18 +497,21 @@ class MasterStore(VersionedReads):
         """Inside :meth:`snapshot`: R is read at one version, on this store's own session."""
         return self._in_snapshot
 
-    def reader(self):
-        """A :class:`.reader.Reader`: R read on a second session, on its own thread (made once,
-        closed with the store). None inside a snapshot, which a second session would not share
-        (R is read on this session there), and where the connection cannot be opened again (a
-        DB-API connection handed in, an in-memory SQLite database)."""
+    def reader(self, sessions: int = 1):
+        """A :class:`.reader.Reader`: R read on other sessions, each on its own thread (made once,
+        widened to ``sessions`` when asked for more, closed with the store). None inside a
+        snapshot, which another session would not share (R is read on this session there), and
+        where the connection cannot be opened again (a DB-API connection handed in, an
+        in-memory SQLite database)."""
         if self._in_snapshot:
             return None
         if self._reader is None:
             from .reader import Reader
 
             sibling = self._sibling()
-            self._reader = False if sibling is None else Reader(sibling)
+            self._reader = False if sibling is None else Reader(self._sibling, sibling)
+        if self._reader:
+            self._reader.widen(sessions)
         return self._reader or None
 
     def _sibling(self) -> "MasterStore | None":
