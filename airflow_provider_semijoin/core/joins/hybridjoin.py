@@ -69,8 +69,8 @@ PAGE_SHARE = 1 / 8  # of M at most for one page's rows (the disk buffer, d) when
 RIDER_BUFFER_SHARE = 1 / 64  # of M at most for the rows of one IN query beyond one page's (the disk buffer)
 RIDER_REPEATS = 1.5  # tuples per distinct key at a page's last load below which it rides while the stream goes on
 READ_AHEAD_LOADS = 2  # page loads under way at once by default (read_ahead)
-READ_AHEAD_SHARE = 1 / 16  # of M at most for read-ahead (its tuples in flight and a second disk buffer);
-#                            a smaller M reads on its own session and keeps its bytes for H_S
+READ_AHEAD_SHARE = 1 / 16  # of M at most for read-ahead (each load's tuples in flight and disk buffer);
+#                            a smaller M keeps fewer loads under way, or reads on its own session
 
 
 def auto_page_rows(query_s: float, row_s: float, kept=(), most: float = PAGE_ROWS_RANGE[1]) -> int:
