@@ -19,6 +19,7 @@ A loaded page is a :class:`MasterPage`: its keys as a sorted numpy array (see
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -240,10 +241,32 @@ class MasterStore(VersionedReads):
         return (f"({where}) AND {extra}" if where else extra), [*params, *extra_params]
 
     def _to_page(self, rows: list[tuple]) -> MasterPage:
+        if rows and all(isinstance(v, bytes) or v is None for v in rows[0]):
+            try:  # the raw bytes of every value (``_execute(raw=True)``): read into Arrow in one pass
+                columns = pa.array(rows, self._raw_struct).flatten()
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):  # not all bytes after all
+                pass
+            else:
+                return self._page_of(self._raw_keys(columns[0]), columns[1:])
         columns = list(zip(*rows)) if rows else [()] * (1 + len(self.select))
-        keys = self.key_type.from_db(columns[0])
+        return self._page_of(self.key_type.from_db(columns[0]), columns[1:])
+
+    @functools.cached_property
+    def _raw_struct(self) -> pa.StructType:
+        """A result row of raw values (bytes or None) as one Arrow struct: 6,700 rows of the
+        bench's R (8 columns) take 1.8 ms into it against 5.9 ms transposed and converted
+        column by column, time the thread reading pages ahead holds the GIL."""
+        return pa.struct([pa.field(f"c{i}", pa.binary()) for i in range(1 + len(self.select))])
+
+    def _raw_keys(self, keys: pa.Array) -> np.ndarray:
+        if self.key_type.kind == "int":
+            return keys.cast(pa.string()).cast(pa.int64()).to_numpy()
+        return self.key_type.from_db(keys.to_pylist())
+
+    def _page_of(self, keys: np.ndarray, columns) -> MasterPage:
+        """The key array and the selected columns as the driver returned them (``_column``)."""
         arrays = []
-        for field, values in zip(self.schema, columns[1:]):
+        for field, values in zip(self.schema, columns):
             try:
                 arrays.append(_column(values, field.type))
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
@@ -566,7 +589,9 @@ def _int_list(keys: np.ndarray) -> str:
 
 def _column(values, arrow_type: pa.DataType) -> pa.Array:
     """A column as the driver returned it -> Arrow: Python objects directly, raw bytes (see
-    ``_execute(raw=True)``) through a vectorised cast of their text."""
+    ``_execute(raw=True)``; a list, or a binary Arrow array) through a vectorised cast of their text."""
+    if isinstance(values, pa.Array):
+        return values if pa.types.is_binary(arrow_type) else values.cast(pa.string()).cast(arrow_type)
     first = next((v for v in values if v is not None), None)
     if isinstance(first, (bytes, bytearray)) and not pa.types.is_binary(arrow_type):
         return pa.array(values, pa.binary()).cast(pa.string()).cast(arrow_type)
