@@ -107,7 +107,8 @@ def test_a_killed_read_ahead_session_is_reopened_and_the_join_stays_exact(mariad
         while not (buffer.exhausted and algorithm.pending == 0):
             outputs.append(algorithm.step(buffer))
             steps += 1
-            if steps == 5:
+            if steps == 5:  # between two reads of that session (its connection is not touched while one runs)
+                store.wait_for_reads()
                 kill(mariadb, store.reader().sibling.connection)
                 with mariadb.root() as root:
                     columns = ", ".join(str(new_key) if c == "nk" else f"`{c}`" for c in initial.column_names)
