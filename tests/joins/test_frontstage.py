@@ -233,3 +233,28 @@ def test_invalidate_drops_changed_keys_and_they_can_be_cached_again():
     cache.admit(np.array([1]), np.ones(1), pa.table({"v": [12]}), np.array([1]))
     hit, _, log_rows = cache.probe(np.array([1]))
     assert hit.tolist() == [True] and cache.rows(log_rows)["v"].to_pylist() == [12]
+
+
+@settings(max_examples=60, deadline=None)
+@given(probed=st.lists(st.integers(0, 2200), min_size=1, max_size=400), rows_per_key=st.integers(1, 3))
+def test_a_probe_over_the_log_and_the_staged_rows_pairs_each_tuple_with_its_own_rows(probed, rows_per_key):
+    """Rows merged into H_R's log and rows staged since are taken in two parts, the log's first:
+    each stream position still gets exactly its key's rows, and the probe's pairs come in that
+    order (a rows() given any other order refuses it rather than pair rows wrongly)."""
+    cache = MasterCache(4000, rows_per_key, np.dtype(np.int64), pa.schema([("v", pa.int64())]), "lfu")
+    for keys in (np.arange(0, 2000, dtype=np.int64), np.arange(2000, 2050, dtype=np.int64)):  # merged, then staged
+        values = np.repeat(keys * 10, rows_per_key) + np.tile(np.arange(rows_per_key), len(keys))
+        cache.admit(keys, np.ones(len(keys)), pa.table({"v": values}), np.full(len(keys), rows_per_key, np.int64))
+    assert len(cache._log) == 2000 * rows_per_key and len(cache._staged) == 50 * rows_per_key  # both parts in play
+    stream = np.array(probed, np.int64)
+    hit, probe_idx, log_rows = cache.probe(stream)
+    assert hit.tolist() == (stream < 2050).tolist()
+    got = cache.rows(log_rows)["v"].to_numpy()
+    key = stream[probe_idx]
+    assert np.array_equal(got // 10, key) and sorted(zip(probe_idx.tolist(), (got % 10).tolist())) == sorted(
+        (i, r) for i in np.flatnonzero(hit).tolist() for r in range(rows_per_key))
+    in_log = log_rows < len(cache._log)
+    assert not (~in_log[:-1] & in_log[1:]).any()  # no row of the log after a staged one
+    if in_log.any() and not in_log.all():
+        with pytest.raises(ValueError, match="the rows in the log must come first"):
+            cache.rows(log_rows[::-1])

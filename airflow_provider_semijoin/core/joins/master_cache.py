@@ -79,8 +79,10 @@ class MasterCache:
     def probe(self, keys: np.ndarray, found: tuple[np.ndarray, np.ndarray] | None = None
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(hit, probe_idx, log_rows)``: which keys are cached, and one (stream position,
-        row-log position) pair per cached row of each hit. Hits count in the recorder.
-        ``found`` is :meth:`find` of these ``keys`` when the caller has it already."""
+        row-log position) pair per cached row of each hit: the pairs of rows in the log first,
+        then those of rows staged since its last merge, each part in stream order (so
+        :meth:`rows` takes each part once). Hits count in the recorder. ``found`` is
+        :meth:`find` of these ``keys`` when the caller has it already."""
         if self.size == 0 or len(keys) == 0:
             return np.zeros(len(keys), bool), np.zeros(0, np.int64), np.zeros(0, np.int64)
         hit, pos = found if found is not None else self.find(keys)
@@ -91,7 +93,12 @@ class MasterCache:
         else:
             np.add.at(self.frequency, slots, 1.0)
         counts = self._slot_count[slots]
-        return hit, np.repeat(np.flatnonzero(hit), counts), ranges(self._slot_start[slots], counts)
+        probe_idx, log_rows = np.repeat(np.flatnonzero(hit), counts), ranges(self._slot_start[slots], counts)
+        staged = log_rows >= len(self._log)
+        if staged.any() and not staged.all():
+            order = np.concatenate((np.flatnonzero(~staged), np.flatnonzero(staged)))
+            probe_idx, log_rows = probe_idx[order], log_rows[order]
+        return hit, probe_idx, log_rows
 
     def contains(self, keys: np.ndarray) -> np.ndarray:
         """Which ``keys`` are cached (no effect on the frequency recorder)."""
@@ -115,13 +122,16 @@ class MasterCache:
         return hit, pos
 
     def rows(self, log_rows: np.ndarray) -> pa.Table:
-        """The cached rows at ``log_rows`` (positions in the log followed by the staged rows)."""
-        main = log_rows < len(self._log)
-        if main.all():
+        """The cached rows at ``log_rows``, positions in the log followed by the staged rows, the
+        log's first (as :meth:`probe` gives them): one take of each part, where rows in any
+        order took a third, wide one to put them back in order (400k rows of the bench's R,
+        300k in the log and 20k staged: 45-49 ms against 98-111 ms)."""
+        in_log = int(np.count_nonzero(log_rows < len(self._log)))
+        if in_log == len(log_rows):
             return self._log.take(log_rows)
-        parts = pa.concat_tables([self._log.take(log_rows[main]), self._staged.take(log_rows[~main] - len(self._log))])
-        order = np.concatenate((np.flatnonzero(main), np.flatnonzero(~main)))
-        return parts.combine_chunks().take(np.argsort(order))  # back to the order asked for
+        if in_log and log_rows[:in_log].max() >= len(self._log):
+            raise ValueError("log_rows: the rows in the log must come first, as probe() gives them")
+        return pa.concat_tables([self._log.take(log_rows[:in_log]), self._staged.take(log_rows[in_log:] - len(self._log))])
 
     def admit(self, keys: np.ndarray, frequency: np.ndarray, rows: pa.Table, counts: np.ndarray) -> None:
         """Switch ``keys`` (sorted, not cached yet) into H_R; their rows are ``rows``, ``counts``
