@@ -52,11 +52,16 @@ class KeyType:
         return self.dtype.itemsize
 
     def from_db(self, values) -> np.ndarray:
-        """Keys as the database driver returns them (int, str or bytes) -> a key array."""
+        """Keys as the database driver returns them (int, str or bytes; a raw fetch's text also
+        as a binary Arrow array) -> a key array."""
         if self.kind == "int":
-            if values and isinstance(values[0], (bytes, bytearray)):  # a raw fetch: cast the text
-                return pa.array(values, pa.binary()).cast(pa.string()).cast(pa.int64()).to_numpy()
+            if not isinstance(values, pa.Array) and values and isinstance(values[0], (bytes, bytearray)):
+                values = pa.array(values, pa.binary())
+            if isinstance(values, pa.Array):  # a raw fetch: cast the text
+                return values.cast(pa.string()).cast(pa.int64()).to_numpy()
             return np.fromiter(values, dtype=np.int64, count=len(values))
+        if isinstance(values, pa.Array):
+            values = values.to_pylist()
         if self.collation is not None:
             return self.collation.keys(values)
         return np.array(
