@@ -59,6 +59,7 @@ Machines are shared and noisy: compare the rows of one run, not figures from dif
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import os
@@ -90,7 +91,7 @@ from ..core.stores import open_store, redact
 from ..core.stores.sql import MYSQL, DatabaseURL
 from ..workloads.zipf import SHAPES as GENERATOR_SHAPES
 from ..workloads.zipf import zipf_rows
-from ..spark.runner import run_job
+from ..spark.runner import end_after_batch, run_job
 from ..spark.sinks import DEAD_LETTER_SCHEMA, ParquetSink, dead_letter_rows
 from ..spark.sources import stream_frame
 from ..spark.spec import JobSpec, SourceSpec
@@ -106,6 +107,7 @@ R_KEY = "sj_master_key"  # R's key column in the stream-static join (the stream 
 PIPELINE, CORE_BATCHES, CORE_CONTINUOUS = "spark pipeline", "core, Spark's batches", "core, continuous"
 PIPELINE_RESTING = "spark pipeline, no work ahead"  # the join idle between micro-batches (spark.ahead off)
 KEPT_UP_SHARE = 0.9  # a latency run that completes less than this share of the offered rate fell behind
+ENDING_WAIT_S = 30.0  # a stream-static query ends itself after the micro-batch following its window, or is stopped
 STOP_GRACE_S = 300.0  # a run whose window is not complete this long after warm-up + window stops anyway
 QUIET_RATE, QUIET_TRIGGER_S, QUIET_MAX_QUEUE_S = 5000.0, 1.0, 2.0  # the bounded-wait run: a quiet stream
 
@@ -250,11 +252,15 @@ class StreamStaticJoin:
         self.clock = clock
         self.stopping = threading.Event()
         self.busy = threading.Lock()  # held during a micro-batch: the query stops between them
+        self.query = None  # set once started: the first micro-batch after ``stopping`` has it end on its own
 
     def __call__(self, frame, batch_id: int) -> None:
         with self.busy:
             if not self.stopping.is_set():  # once the window is measured, the rest passes untouched
                 self._join(frame, batch_id)
+                return
+        if self.query is not None:  # ends after this batch's commit: query.stop() then interrupts no log write
+            end_after_batch(self.query)
 
     def _join(self, frame, batch_id: int) -> None:
         if self.read_master is None:
@@ -291,6 +297,7 @@ def run_stream_static(spark, config: SparkBenchConfig, table: str, shape: str, o
     trigger = f"{config.trigger_s if rate is not None else 0.001} seconds"
     query = (frame.writeStream.foreachBatch(join).option("checkpointLocation", str(out / "checkpoint"))
              .queryName("semijoin_bench_stream_static").trigger(processingTime=trigger).start())
+    join.query = query
     give_up = time.monotonic() + core.warmup_s + core.window_s + STOP_GRACE_S
     try:
         while not window.stop.wait(poll_s) and time.monotonic() < give_up:
@@ -298,6 +305,8 @@ def run_stream_static(spark, config: SparkBenchConfig, table: str, shape: str, o
                 break
     finally:
         join.stopping.set()
+        with contextlib.suppress(Exception):  # a failed query raises here: query.exception() below says why
+            query.awaitTermination(ENDING_WAIT_S + config.trigger_s)  # the next micro-batch ends the query
         with join.busy:
             query.stop()
         if read_master is not None:
@@ -448,6 +457,21 @@ def spark_session(config: SparkBenchConfig, spark=None):
     return spark, created, jdbc
 
 
+FALLING_BEHIND_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor"
+
+
+def quiet_falling_behind(spark):
+    """Spark's "Current batch is falling behind" WARN at ERROR while the bench runs; returns
+    what sets it back. The throughput runs trigger every 1 ms on purpose (a backlog: each
+    micro-batch starts as the one before ends), which printed that line once a micro-batch,
+    some 300 a run."""
+    jvm = spark.sparkContext._jvm
+    configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+    before = jvm.org.apache.logging.log4j.LogManager.getLogger(FALLING_BEHIND_LOGGER).getLevel()
+    configurator.setLevel(FALLING_BEHIND_LOGGER, jvm.org.apache.logging.log4j.Level.ERROR)
+    return lambda: configurator.setLevel(FALLING_BEHIND_LOGGER, before)
+
+
 def run_spark_bench(config: SparkBenchConfig, out=print, spark=None, clock=time.perf_counter) -> dict:
     core = config.core
     started = clock()
@@ -477,6 +501,7 @@ def bench_shape(config: SparkBenchConfig, table: str, shape: str, workdir: Path,
         best, picked = pick_cache_algorithm(core, table, shape, out)
         algorithms = ["hybridjoin", best]
     spark, created, jdbc = spark_session(config, spark)
+    restore_logger = quiet_falling_behind(spark)
     runs = itertools.count()
 
     def run_dir() -> Path:
@@ -531,6 +556,7 @@ def bench_shape(config: SparkBenchConfig, table: str, shape: str, workdir: Path,
                 out(f"  {shape} {r['algorithm']:<14} {QUIET_RATE:,.0f} tuples/s, trigger {QUIET_TRIGGER_S:g} s: "
                     f"max latency {quiet['latency_ms_max'] or 0:,.1f} ms (max_queue_time {QUIET_MAX_QUEUE_S:g} s)")
     finally:
+        restore_logger()
         if created:
             spark.stop()
     result = {"shape": shape, "latency_rate": rate, "cache_pick": picked, "rows": rows}

@@ -115,7 +115,7 @@ class BatchProcessor:
         self.failure: SemiJoinError | None = None
         self.stopping = threading.Event()  # query.stop() is under way (run_job holds busy)
         self.busy = threading.Lock()  # held by a micro-batch, and by run_job while it stops the query
-        self.query = None  # set by run_job: the draining micro-batch has it end on its own (_end_after_batch)
+        self.query = None  # set by run_job: the draining micro-batch has it end on its own (end_after_batch)
         self.ending = threading.Event()  # the draining micro-batch is done; the query ends after its commit
         self.drain_reason: str | None = None  # a stop asked for: the next batch drains
         self.drained: str | None = None  # set once a batch drained every step
@@ -136,7 +136,7 @@ class BatchProcessor:
         its batch id, so a replay rewrites them (exactly once).
 
         The micro-batch that drained the joins has the query end once Spark has committed it
-        (:func:`_end_after_batch`), so a stop never interrupts Spark writing its logs or
+        (:func:`end_after_batch`), so a stop never interrupts Spark writing its logs or
         planning the next batch."""
         while not self.busy.acquire(timeout=0.1):
             if self.stopping.is_set():
@@ -146,7 +146,7 @@ class BatchProcessor:
             self._join(frame, batch_id)
         finally:
             self.busy.release()
-        if self.drained is not None and self.query is not None and _end_after_batch(self.query):
+        if self.drained is not None and self.query is not None and end_after_batch(self.query):
             self.ending.set()
 
     def _join(self, frame, batch_id: int) -> None:
@@ -481,7 +481,7 @@ def _await_stop(spec: JobSpec, processor: BatchProcessor, query, stop_event, sta
             return reason
 
 
-def _end_after_batch(query) -> bool:
+def end_after_batch(query) -> bool:
     """Have the streaming query end on its own once the running micro-batch has committed.
 
     ``query.stop()`` interrupts Spark's stream thread wherever it is: writing the offset or

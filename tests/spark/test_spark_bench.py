@@ -16,7 +16,8 @@ from airflow_provider_semijoin.core.joins.registry import CACHE_ALGORITHMS
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.bench.cpu import CLASSES, cpu_bound
 from airflow_provider_semijoin.bench.spark_pipeline import (
-    CORE_BATCHES, CORE_CONTINUOUS, NO_JOIN, PIPELINE, PIPELINE_RESTING, STREAM_STATIC, SparkBenchConfig, moderate_rate,
+    CORE_BATCHES, CORE_CONTINUOUS, FALLING_BEHIND_LOGGER, NO_JOIN, PIPELINE, PIPELINE_RESTING, STREAM_STATIC,
+    SparkBenchConfig, moderate_rate, quiet_falling_behind,
 )
 from airflow_provider_semijoin.bench.spark_window import BatchWindow, TupleLedger, check_sinks
 from airflow_provider_semijoin.spark.sinks import ParquetSink, read_parquet_batch, read_parquet_sink
@@ -84,6 +85,16 @@ def test_tiny_spark_bench_reports_every_path_exactly_once(spark, tmp_path, capsy
     assert printed[-2].startswith("command (") and "semijoin bench --spark --master sqlite:///" in printed[-2]
     assert "--spark-batch-rows 1500" in printed[-2] and "--memory 256KiB" in printed[-2]
     assert "--spark-trigger 0.5 --spark-max-queue-time 0.3" in printed[-2]
+
+
+def test_the_bench_quiets_sparks_falling_behind_warning_and_sets_it_back(spark):
+    jvm = spark.sparkContext._jvm
+    logger = jvm.org.apache.logging.log4j.LogManager.getLogger(FALLING_BEHIND_LOGGER)
+    before = str(logger.getLevel())
+    restore = quiet_falling_behind(spark)
+    assert str(logger.getLevel()) == "ERROR" and not logger.isWarnEnabled()
+    restore()
+    assert str(logger.getLevel()) == before == "WARN"
 
 
 def test_sink_check_finds_a_lost_and_a_duplicated_tuple(tmp_path):
