@@ -28,12 +28,15 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import ConfigError
+from .idrank import MAX_BYTES_PER_ID, RankIndex
 from .joins.base import JoinAlgorithm, JoinOutput, StreamBuffer
 from .reasons import labels
 
 STALL_STEPS = 1000  # steps in a row without progress before the join is declared stuck
 HEAD_WINDOW = 4096  # log entries the completed head is advanced over at a time
-LOG_BYTES_PER_TUPLE = 8 + 8 + 1  # a waiting tuple's entry in a session's log (id, due, done) between slices (compact)
+# a waiting tuple's entry in a session's log between slices (compact): id, due, done, and at most
+# MAX_BYTES_PER_ID of the rank index that finds it there (:mod:`.idrank`)
+LOG_BYTES_PER_TUPLE = 8 + 8 + 1 + int(MAX_BYTES_PER_ID)
 
 
 class JoinSession:
@@ -49,6 +52,7 @@ class JoinSession:
         self._due = np.zeros(0, np.float64)  # when each must have left (inf: never forced)
         self._done = np.zeros(0, bool)
         self._head = 0  # tuples before it are all done
+        self._index = RankIndex()  # where an id is in _ids
         self.fed = 0
         self.completed = 0
         self.forced_steps = 0
@@ -65,8 +69,8 @@ class JoinSession:
 
     @property
     def log_bytes(self) -> int:
-        """Bytes of the log of tuples fed (ids, due times, done flags) not compacted away."""
-        return self._ids.nbytes + self._due.nbytes + self._done.nbytes
+        """Bytes of the log of tuples fed (ids, due times, done flags, the ids' index) not compacted away."""
+        return self._ids.nbytes + self._due.nbytes + self._done.nbytes + self._index.nbytes
 
     def earliest_due(self) -> float:
         live = ~self._done[self._head:]
@@ -86,6 +90,7 @@ class JoinSession:
         self._ids = np.concatenate([self._ids, row_ids])
         self._due = np.concatenate([self._due, np.nan_to_num(due, nan=np.inf)])
         self._done = np.concatenate([self._done, np.zeros(len(row_ids), bool)])
+        self._index.update(self._ids, len(row_ids))
         self.fed += len(row_ids)
 
     def step(self) -> JoinOutput:
@@ -182,7 +187,7 @@ class JoinSession:
         left = left_ids(out, self.algorithm.one_row_per_match)
         if not len(left):
             return
-        positions = np.minimum(np.searchsorted(self._ids, left), len(self._ids) - 1)
+        positions = self._index.positions(self._ids, left)
         again = self._done[positions]
         if (self._ids[positions] != left).any() or (again.any() and self.algorithm.one_row_per_match):
             raise RuntimeError(f"{self.algorithm.name} completed a tuple that was not waiting (twice, or never fed)")
@@ -215,6 +220,7 @@ class JoinSession:
         if completed and completed >= share * self.pending and self.algorithm.between_joins:
             keep = ~self._done
             self._ids, self._due, self._done = self._ids[keep], self._due[keep], self._done[keep]
+            self._index.update(self._ids)
             self._head = 0
 
 
