@@ -10,7 +10,7 @@ from the first id of the log, 64 to a word, and the count of ids before each wor
 rank directory, "Space-efficient static trees and graphs", FOCS 1989): an id's position is the
 count before its word plus the bits below it in the word, two gathers and a popcount
 (0.01 us an id for 7,500 ids in 1.6M, against 0.23 us by binary search). It is used while it
-holds at most :data:`MAX_BYTES_PER_ID` bytes an id of the log (the ids span at most four times
+holds at most :data:`MAX_BYTES_PER_ID` bytes an id of the log (the ids span at most 5.3 times
 their count); sparser ids are searched for. In the bench's Spark pipeline (scratch A/B, the
 session's ``_mark_done`` timed by thread CPU), marking a tuple done took HYBRIDJOIN 0.160-0.169
 -> 0.056 us and CACHEJOIN-L 0.105-0.108 -> 0.080 us (its log spans nearly four times its
@@ -27,7 +27,9 @@ import numpy as np
 
 WORD_BITS = 64
 WORD = np.dtype("<u8")  # bit b of word w is id value lo + 64 w + b (np.packbits' little bit order)
-MAX_BYTES_PER_ID = 1.0  # words + counts (16 bytes a word) per id of the log: the ids span at most 4x their count
+COUNT = np.dtype(np.int32)  # ids before a word: a log of 2**31 ids or more is searched for
+WORD_BYTES = WORD.itemsize + COUNT.itemsize
+MAX_BYTES_PER_ID = 1.0  # words + counts (12 bytes a word) per id of the log: the ids span at most 5.3x their count
 
 
 class RankIndex:
@@ -36,7 +38,7 @@ class RankIndex:
     def __init__(self):
         self._lo = 0  # the id value of bit 0 of word 0
         self._words = np.zeros(0, WORD)
-        self._before = np.zeros(0, np.int64)  # ids in the words before each word
+        self._before = np.zeros(0, COUNT)  # ids in the words before each word
         self._used = False  # the ids are dense enough (else searched for)
 
     @property
@@ -48,19 +50,19 @@ class RankIndex:
         or one this index did not cover), or only its last ``appended`` ids, fed since (each above
         every id before)."""
         if not len(log):
-            self._words, self._before, self._used = np.zeros(0, WORD), np.zeros(0, np.int64), False
+            self._words, self._before, self._used = np.zeros(0, WORD), np.zeros(0, COUNT), False
             return
         whole = appended is None or not self._used
         if not whole and not appended:
             return
         lo = int(log[0]) if whole else self._lo
         n_words = (int(log[-1]) - lo) // WORD_BITS + 1
-        if 2 * WORD.itemsize * n_words > MAX_BYTES_PER_ID * len(log):  # too sparse: searched for
-            self._words, self._before, self._used = np.zeros(0, WORD), np.zeros(0, np.int64), False
+        if WORD_BYTES * n_words > MAX_BYTES_PER_ID * len(log) or len(log) >= 2**31:  # too sparse: searched for
+            self._words, self._before, self._used = np.zeros(0, WORD), np.zeros(0, COUNT), False
             return
         ids = log if whole else log[len(log) - appended:]
         if whole:
-            self._lo, self._words, self._before = lo, np.zeros(0, WORD), np.zeros(0, np.int64)
+            self._lo, self._words, self._before = lo, np.zeros(0, WORD), np.zeros(0, COUNT)
         offsets = np.asarray(ids, np.int64) - lo
         first = int(offsets[0]) // WORD_BITS
         bits = np.zeros((n_words - first) * WORD_BITS, bool)
@@ -69,8 +71,8 @@ class RankIndex:
         words[:len(self._words)] = self._words
         words[first:] |= np.packbits(bits, bitorder="little").view(WORD)
         base = int(self._before[first]) if first < len(self._before) else len(log) - len(ids)
-        counts = np.bitwise_count(words[first:]).astype(np.int64)
-        before = np.empty(n_words, np.int64)
+        counts = np.bitwise_count(words[first:]).astype(COUNT)
+        before = np.empty(n_words, COUNT)
         kept = min(first, len(self._before))
         before[:kept] = self._before[:kept]
         before[kept:first] = len(log) - len(ids)  # words between the ids indexed and the new ones: empty

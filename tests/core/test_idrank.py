@@ -47,7 +47,7 @@ def test_consecutive_ids_are_indexed_and_sparse_ones_are_searched_for():
     index, dense = RankIndex(), np.arange(10_000, 30_000, dtype=np.int64)
     index.update(dense)
     assert 0 < index.nbytes <= MAX_BYTES_PER_ID * len(dense)
-    sparse = np.arange(0, 10_000 * 1000, 1000, dtype=np.int64)  # 15.6 words an id: more than the budget
+    sparse = np.arange(0, 10_000 * 1000, 1000, dtype=np.int64)  # 15.6 words an id: far more than the budget
     index.update(sparse)
     assert index.nbytes == 0
     assert (index.positions(sparse, sparse[::7]) == np.arange(0, len(sparse), 7)).all()
