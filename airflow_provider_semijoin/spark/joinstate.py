@@ -186,15 +186,17 @@ class CarriedRows:
     def _positions(self, *ids: np.ndarray) -> list[np.ndarray]:
         """The rows of ``rows`` that hold each sequence number of ``ids`` (every one is there).
         The rows are in ``sj_seq`` order, with gaps where tuples left: while the numbers span
-        at most twice the rows (measured in the bench's HYBRIDJOIN pipeline: 2.0M for 1.65M
-        rows), a table from number to row (int32, at most the 8 bytes a row of ``sj_seq``
-        would take) answers each in one read, 10 ms for 700k against 155 ms of binary search;
-        otherwise a binary search."""
+        at most four times the rows (in the bench's pipelines HYBRIDJOIN carries 1.65M rows
+        over 2.0M numbers, CACHEJOIN-L 350k over 1.35M), a table from number to row (int32,
+        at most 16 bytes a row, held only during the take) answers each in one read: 1M numbers
+        in 6.8 and 1.1 ms for those two shapes, against 30.8 and 9.1 ms of binary search (and
+        26.5 and 3.6 ms through a rank index built for the lookup, :mod:`..core.idrank`);
+        sparser numbers by binary search."""
         n = self.rows.num_rows
         if not n:
             return [np.zeros(0, np.int64) for _ in ids]
         first, last = self.rows[SEQ][0].as_py(), self.rows[SEQ][-1].as_py()
-        if last - first + 1 > 2 * n or n >= 2**31:
+        if last - first + 1 > 4 * n or n >= 2**31:
             seq = self.rows[SEQ].combine_chunks().to_numpy()
             return [np.searchsorted(seq, wanted) for wanted in ids]
         row_of = np.full(last - first + 1, -1, np.int32)  # a number in a gap (never asked for) is no row
