@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_semijoin.core.keys import KeyType, normalize
+from airflow_provider_semijoin.core.keys import KeyType, distinct_keys, normalize
 from airflow_provider_semijoin.core.oracle import _oracle_key
 from airflow_provider_semijoin.core.reasons import Unmatched
 
@@ -166,3 +166,19 @@ def test_the_oracle_reads_integer_strings_like_the_engine(value):
     engine = outcome(pa.array([value]), INT)[0]
     key, reason = _oracle_key(value, "int")
     assert (reason or key) == engine
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-2**63, 2**63 - 1), max_size=60), st.integers(-2**63, 2**63 - 1),
+       st.integers(1, 40), st.integers(0, 300))
+def test_distinct_keys_are_what_np_unique_gives_dense_or_sparse(scattered, base, span, n):
+    """Keys over a narrow span (marked in flags, near either end of int64) and scattered ones
+    (sorted) come out as ``np.unique`` gives them, in R's key dtype."""
+    rng = np.random.default_rng(abs(base) % 2**32)
+    lo = min(max(base, -2**63), 2**63 - 1 - span)
+    dense = lo + rng.integers(0, span + 1, n)
+    for keys in (np.array(scattered, np.int64), dense.astype(np.int64), np.concatenate([dense, scattered]).astype(np.int64)):
+        got = distinct_keys(keys)
+        assert got.dtype == keys.dtype and np.array_equal(got, np.unique(keys))
+    strings = np.array([b"b", b"a", b"b"], dtype="S2")
+    assert distinct_keys(strings).tolist() == [b"a", b"b"]

@@ -60,6 +60,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..keys import distinct_keys
 from ..stores.base import MasterPage
 from .base import RIDER_KEYS, JoinOutput, Param, StreamBuffer
 from .stream_table import PagedJoin, StreamTable
@@ -198,7 +199,7 @@ class HybridJoin(PagedJoin):
         """Pop the tuples waiting on ``page`` and say how to read their rows: a range load, or
         an IN query of their distinct keys when that costs less (the page is sparse)."""
         row_ids, keys = self.table.pop_page(page)
-        distinct = np.unique(keys)
+        distinct = distinct_keys(keys)
         self._repeats[page] = len(keys) / len(distinct)
         if self._in_cost(len(distinct)) < self._range_cost(page):
             request = self._probe_in(page, row_ids, keys, distinct, final)
@@ -273,7 +274,7 @@ class HybridJoin(PagedJoin):
         if len(rider_pages):
             pages, counts = [page, *rider_pages.tolist()], [len(row_ids), *rider_counts.tolist()]
             all_ids, all_keys = np.concatenate([row_ids, rider_ids]), np.concatenate([keys, rider_keys])
-            wanted = np.unique(all_keys)
+            wanted = distinct_keys(all_keys)
             rider_distinct = np.bincount(self.page_map.page_of(wanted), minlength=self.page_map.n_pages)[rider_pages]
             self._repeats[rider_pages] = rider_counts / rider_distinct
         extra = self.counters.extra
