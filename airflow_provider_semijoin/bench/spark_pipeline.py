@@ -463,8 +463,8 @@ FALLING_BEHIND_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.Proces
 def quiet_falling_behind(spark):
     """Spark's "Current batch is falling behind" WARN at ERROR while the bench runs; returns
     what sets it back. The throughput runs trigger every 1 ms on purpose (a backlog: each
-    micro-batch starts as the one before ends), which printed that line once a micro-batch,
-    some 300 a run."""
+    micro-batch starts as the one before ends), which printed that line once a micro-batch
+    (128 lines in one standard run)."""
     jvm = spark.sparkContext._jvm
     configurator = jvm.org.apache.logging.log4j.core.config.Configurator
     before = jvm.org.apache.logging.log4j.LogManager.getLogger(FALLING_BEHIND_LOGGER).getLevel()

@@ -37,6 +37,9 @@ class RankIndex:
 
     def __init__(self):
         self._lo = 0  # the id value of bit 0 of word 0
+        self._clear()
+
+    def _clear(self) -> None:
         self._words = np.zeros(0, WORD)
         self._before = np.zeros(0, COUNT)  # ids in the words before each word
         self._used = False  # the ids are dense enough (else searched for)
@@ -50,7 +53,7 @@ class RankIndex:
         or one this index did not cover), or only its last ``appended`` ids, fed since (each above
         every id before)."""
         if not len(log):
-            self._words, self._before, self._used = np.zeros(0, WORD), np.zeros(0, COUNT), False
+            self._clear()
             return
         whole = appended is None or not self._used
         if not whole and not appended:
@@ -58,11 +61,12 @@ class RankIndex:
         lo = int(log[0]) if whole else self._lo
         n_words = (int(log[-1]) - lo) // WORD_BITS + 1
         if WORD_BYTES * n_words > MAX_BYTES_PER_ID * len(log) or len(log) >= 2**31:  # too sparse: searched for
-            self._words, self._before, self._used = np.zeros(0, WORD), np.zeros(0, COUNT), False
+            self._clear()
             return
         ids = log if whole else log[len(log) - appended:]
         if whole:
-            self._lo, self._words, self._before = lo, np.zeros(0, WORD), np.zeros(0, COUNT)
+            self._lo = lo
+            self._clear()
         offsets = np.asarray(ids, np.int64) - lo
         first = int(offsets[0]) // WORD_BITS
         bits = np.zeros((n_words - first) * WORD_BITS, bool)
@@ -70,12 +74,13 @@ class RankIndex:
         words = np.zeros(n_words, WORD)
         words[:len(self._words)] = self._words
         words[first:] |= np.packbits(bits, bitorder="little").view(WORD)
-        base = int(self._before[first]) if first < len(self._before) else len(log) - len(ids)
+        indexed = len(log) - len(ids)  # ids before the new ones, all in words up to ``first``
+        base = int(self._before[first]) if first < len(self._before) else indexed
         counts = np.bitwise_count(words[first:]).astype(COUNT)
         before = np.empty(n_words, COUNT)
         kept = min(first, len(self._before))
         before[:kept] = self._before[:kept]
-        before[kept:first] = len(log) - len(ids)  # words between the ids indexed and the new ones: empty
+        before[kept:first] = indexed  # words between the ids indexed and the new ones: empty
         before[first:] = base + np.cumsum(counts) - counts
         self._words, self._before, self._used = words, before, True
 
