@@ -10,11 +10,12 @@ from the first id of the log, 64 to a word, and the count of ids before each wor
 rank directory, "Space-efficient static trees and graphs", FOCS 1989): an id's position is the
 count before its word plus the bits below it in the word, two gathers and a popcount
 (0.01 us an id for 7,500 ids in 1.6M, against 0.23 us by binary search). It is used while it
-holds at most :data:`MAX_BYTES_PER_ID` bytes an id of the log (the ids span at most 5.3 times
+holds at most :data:`MAX_BYTES_PER_ID` bytes an id of the log (the ids span at most 10.7 times
 their count); sparser ids are searched for. In the bench's Spark pipeline (scratch A/B, the
 session's ``_mark_done`` timed by thread CPU), marking a tuple done took HYBRIDJOIN 0.160-0.169
--> 0.056 us and CACHEJOIN-L 0.105-0.108 -> 0.080 us (its log spans nearly four times its
-tuples, at times more).
+-> 0.056 us. CACHEJOIN-L's log holds its cache misses only: its ids spanned 5.6 times their
+count at the median (2.2 at the quartile below, 8.3 at the 99th percentile), so at one byte an
+id (5.3 times) it searched for 18% of its ids; at two bytes marking took 0.089-0.093 -> 0.056 us.
 
 A one-off lookup of many ids is another matter: 1M ids among 1.65M rows take 27 ms through a
 fresh index against 7 ms through a table from id to row (:meth:`..spark.joinstate.CarriedRows._positions`,
@@ -29,7 +30,7 @@ WORD_BITS = 64
 WORD = np.dtype("<u8")  # bit b of word w is id value lo + 64 w + b (np.packbits' little bit order)
 COUNT = np.dtype(np.int32)  # ids before a word: a log of 2**31 ids or more is searched for
 WORD_BYTES = WORD.itemsize + COUNT.itemsize
-MAX_BYTES_PER_ID = 1.0  # words + counts (12 bytes a word) per id of the log: the ids span at most 5.3x their count
+MAX_BYTES_PER_ID = 2.0  # words + counts (12 bytes a word) per id of the log: the ids span at most 10.7x their count
 
 
 class RankIndex:
