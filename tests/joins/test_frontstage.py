@@ -3,7 +3,7 @@
 import numpy as np
 import pyarrow as pa
 import pytest
-from contract import JoinContract, measured_as
+from contract import JoinContract, measured_as, one_to_k_master
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -142,6 +142,36 @@ def test_threshold_is_at_least_for_ssj_and_above_for_cmeshjoin(backend, name, ad
     assert algorithm.cache.size == (40 if admitted else 0)
     assert algorithm.counters.extra["cache_admissions"] == (40 if admitted else 0)
 
+
+
+@pytest.mark.parametrize("rows_per_key", [1, 3])
+def test_the_threshold_counts_stream_tuples_not_pairs_and_a_key_is_cached_with_all_its_rows(backend, rows_per_key):
+    """SSJ Algorithm 1 line 15 counts f per stream tuple: on a 1:K master a tuple of a key with K
+    rows yields K pairs, which must not count K times. Keys matched by 2 tuples in a disk step
+    pass threshold 2 and miss threshold 3, with 1 row each or 3; a key that passes is cached
+    with all its rows, which a probe returns."""
+    master = one_to_k_master({k: rows_per_key for k in range(0, 80, 2)})
+    store = backend.make_master(master, primary_key="nk" if rows_per_key == 1 else "id", select=["id", "v"])
+    assert store.key_unique is (rows_per_key == 1)
+    keys = np.repeat(np.arange(0, 60, 2), 2)  # 30 keys of R, two tuples each
+
+    def joined(threshold: int):
+        algorithm = create("ssj", store, 1 << 20, {"cache_keys": 100, "threshold": threshold, "adaptive": 0,
+                                                    "page_rows": 200, "partition_pages": 1})
+        buffer = StreamBuffer(store.key_type)
+        buffer.append(np.arange(len(keys)), keys)
+        buffer.close()
+        while not (buffer.exhausted and algorithm.pending == 0):
+            algorithm.step(buffer)
+        return algorithm
+
+    assert joined(3).cache.size == 0
+    algorithm = joined(2)
+    assert algorithm.cache.size == 30
+    hit, _, log_rows = algorithm.cache.probe(np.unique(keys))
+    assert hit.all()
+    assert sorted(algorithm.cache.rows(log_rows)["v"].to_pylist()) == sorted(
+        master.filter(pa.compute.is_in(master["nk"], pa.array(np.unique(keys))))["v"].to_pylist())
 
 def test_lfu_keeps_hot_keys_better_than_random_overwrite(zipf_master):
     ratios = {}
