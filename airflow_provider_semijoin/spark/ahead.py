@@ -22,14 +22,26 @@ and the state files stay the micro-batch's.
 It does not empty the join, though: with no tuple arriving, each page load serves fewer tuples
 as H_S empties (w, the tuples matched per load, grows with the tuples in H_S: HYBRIDJOIN sec.
 4.4, eq. 2), so a page served early may have been served for more tuples a batch later. The
-thread stops once three quarters of the tuples inside at the cut have left (a quarter is kept:
-:data:`KEEP_INSIDE`) and leaves the rest to the next batch, whose tuples fill H_S again.
-Measured at the standard size (A/B, 2 rounds each, HYBRIDJOIN): stepping until nothing is left
-206k-216k tuples/s, until half is left 220k-224k. Once HYBRIDJOIN's pages whose keys do not
-repeat rode along while the stream goes on (more tuples served per step), keeping half left
-the thread idle for most of Spark's time: keeping a quarter measured 213k-226k tuples/s against
-180k-187k for half, and 209k-219k for nothing (alternated, 2 rounds); CACHEJOIN-L did not
-change (250k-252k against 247k-261k).
+thread stops once half of the tuples inside at the cut have left (:data:`KEEP_INSIDE`) and
+leaves the rest to the next batch, whose tuples fill H_S again. On two cores shared with Spark
+and the database, what the thread spends on sparse pages (IN probes of a few keys each) is
+taken from Spark's path. Measured in the bench's pipelines (standard size, 0.5 and 0.25
+alternated in one process, 7 rounds CACHEJOIN-L, 5 HYBRIDJOIN; median, tuples/s and CPU of
+every process a tuple; (2): two rounds):
+
+==============  =================  =================
+kept inside     CACHEJOIN-L        HYBRIDJOIN
+==============  =================  =================
+a quarter       406k, 4.28 us      347k, 4.85 us
+half            439k, 3.85 us      384k, 4.35 us
+three quarters  362k, 4.32 us (2)  260k, 5.12 us (2)
+==============  =================  =================
+
+With half kept, CACHEJOIN-L's database CPU a tuple fell from 0.95 to 0.63 us (median) and H_S
+held 523k tuples at the cut instead of 362k; half won 5 of 7 alternated pairs for CACHEJOIN-L
+and 4 of 5 for HYBRIDJOIN (this machine moves 25% between identical runs). Three quarters
+left the thread idle for most of Spark's time. (An earlier tuning, before the cheaper reads
+and searches of later commits, had found a quarter best for HYBRIDJOIN.)
 
 What the thread completed waits in memory until the next batch takes it, as a slice's output
 does until its sinks are written: at most the tuples inside at the cut, not part of the
@@ -48,7 +60,7 @@ from .joinstate import ahead_of
 
 log = logging.getLogger(__name__)
 
-KEEP_INSIDE = 0.25  # the stepping ends when fewer than this share of the tuples inside at the cut are left
+KEEP_INSIDE = 0.5  # the stepping ends when fewer than this share of the tuples inside at the cut are left
 
 
 class WorkAhead:
@@ -68,13 +80,13 @@ class WorkAhead:
 
     @property
     def finished(self) -> bool:
-        """Started, and done stepping on its own (three quarters of the tuples inside left, or
-        the algorithm waits for new tuples)."""
+        """Started, and done stepping on its own (half of the tuples inside left, or the
+        algorithm waits for new tuples)."""
         return self._thread is not None and not self._thread.is_alive()
 
     def start(self, session: JoinSession, name: str) -> None:
-        """Step ``session`` on a thread until :meth:`stop`, three quarters of the tuples inside
-        now have left, or a step changes nothing (the algorithm waits for new tuples)."""
+        """Step ``session`` on a thread until :meth:`stop`, half of the tuples inside now have
+        left, or a step changes nothing (the algorithm waits for new tuples)."""
         if self._thread is not None:
             raise RuntimeError("the join is already worked ahead")
         self._stop.clear()
