@@ -132,16 +132,21 @@ def test_threshold_is_at_least_for_ssj_and_above_for_cmeshjoin(backend, name, ad
     matched exactly twice in one disk step, threshold 2."""
     store = backend.make_master(master_table(100, seed=0).select(["nk", "sk"]))
     keys = np.repeat(np.arange(1, 200, 2)[:40], 2)  # 40 keys of R, twice each
-    algorithm = create(name, store, 1 << 20, {"cache_keys": 100, "threshold": 2, "adaptive": 0,
+    algorithm = joined_with_threshold(name, store, keys, 2)
+    assert algorithm.cache.size == (40 if admitted else 0)
+    assert algorithm.counters.extra["cache_admissions"] == (40 if admitted else 0)
+
+
+def joined_with_threshold(name: str, store, keys: np.ndarray, threshold: int):
+    """``name`` with an H_R of 100 keys and a fixed ``threshold``, after it joined ``keys`` whole."""
+    algorithm = create(name, store, 1 << 20, {"cache_keys": 100, "threshold": threshold, "adaptive": 0,
                                                "page_rows": 200, "partition_pages": 1})
     buffer = StreamBuffer(store.key_type)
     buffer.append(np.arange(len(keys)), keys)
     buffer.close()
     while not (buffer.exhausted and algorithm.pending == 0):
         algorithm.step(buffer)
-    assert algorithm.cache.size == (40 if admitted else 0)
-    assert algorithm.counters.extra["cache_admissions"] == (40 if admitted else 0)
-
+    return algorithm
 
 
 @pytest.mark.parametrize("rows_per_key", [1, 3])
@@ -154,19 +159,8 @@ def test_the_threshold_counts_stream_tuples_not_pairs_and_a_key_is_cached_with_a
     store = backend.make_master(master, primary_key="nk" if rows_per_key == 1 else "id", select=["id", "v"])
     assert store.key_unique is (rows_per_key == 1)
     keys = np.repeat(np.arange(0, 60, 2), 2)  # 30 keys of R, two tuples each
-
-    def joined(threshold: int):
-        algorithm = create("ssj", store, 1 << 20, {"cache_keys": 100, "threshold": threshold, "adaptive": 0,
-                                                    "page_rows": 200, "partition_pages": 1})
-        buffer = StreamBuffer(store.key_type)
-        buffer.append(np.arange(len(keys)), keys)
-        buffer.close()
-        while not (buffer.exhausted and algorithm.pending == 0):
-            algorithm.step(buffer)
-        return algorithm
-
-    assert joined(3).cache.size == 0
-    algorithm = joined(2)
+    assert joined_with_threshold("ssj", store, keys, 3).cache.size == 0
+    algorithm = joined_with_threshold("ssj", store, keys, 2)
     assert algorithm.cache.size == 30
     hit, _, log_rows = algorithm.cache.probe(np.unique(keys))
     assert hit.all()
