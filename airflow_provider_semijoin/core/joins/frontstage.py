@@ -197,7 +197,7 @@ class FrontStage(JoinAlgorithm):
         to cache are those of the key's first stream tuple, consecutive in the output. The
         pairs are sorted by key once, and a key's pairs counted from where its run starts; on a
         unique key of R a pair is a tuple, so tuples are counted apart only where keys repeat
-        (three ``np.unique`` sorts had been a third of this method in CACHEJOIN-L's Spark pipeline).
+        (three ``np.unique`` sorts had been a quarter of this method in CACHEJOIN-L's Spark pipeline).
         """
         if self.cache.capacity and len(disk.matched_ids) and disk.matched_keys is not None:
             order = np.argsort(disk.matched_keys, kind="stable")
