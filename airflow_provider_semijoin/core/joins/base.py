@@ -247,6 +247,13 @@ def starts_of(counts: np.ndarray) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
 
 
+def runs_of(in_order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, lengths)``: where each run of equal values of the sorted ``in_order`` starts,
+    and how long it is (``np.unique``'s ``return_index`` and ``return_counts`` without its sort)."""
+    first = np.flatnonzero(np.concatenate(([True], in_order[1:] != in_order[:-1])))
+    return first, np.diff(np.append(first, len(in_order)))
+
+
 def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """``concat(arange(s, s + c) for s, c in zip(starts, counts))`` without a Python loop."""
     counts = np.asarray(counts, dtype=np.int64)

@@ -47,7 +47,7 @@ import numpy as np
 from ..costmodel import PROBE_LOOK_MARGIN, best_cache_size
 from ..errors import ConfigError
 from ..stores.base import MasterStore
-from .base import Clock, JoinAlgorithm, JoinOutput, Param, StreamBuffer, StreamChunk, ranges
+from .base import Clock, JoinAlgorithm, JoinOutput, Param, StreamBuffer, StreamChunk, ranges, runs_of
 from .hybridjoin import HybridJoin, HybridJoinL, HybridJoinPQ
 from .master_cache import POLICIES, MasterCache, hit_ratio_of
 from .meshjoin import MeshJoin
@@ -202,8 +202,8 @@ class FrontStage(JoinAlgorithm):
         if self.cache.capacity and len(disk.matched_ids) and disk.matched_keys is not None:
             order = np.argsort(disk.matched_keys, kind="stable")
             in_order = disk.matched_keys[order]
-            first = np.flatnonzero(np.concatenate(([True], in_order[1:] != in_order[:-1])))
-            keys, pairs = in_order[first], np.diff(np.append(first, len(in_order)))
+            first, pairs = runs_of(in_order)
+            keys = in_order[first]
             tuples = pairs
             if not self.one_row_per_match:
                 _, one_pair_per_tuple = np.unique(disk.matched_ids, return_index=True)

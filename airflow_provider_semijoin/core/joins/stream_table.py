@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..stores.base import PageMap
-from .base import JoinAlgorithm, JoinOutput, StreamChunk, not_in_master, ranges
+from .base import JoinAlgorithm, JoinOutput, StreamChunk, not_in_master, ranges, runs_of
 
 ARENA_FACTOR = 1.5  # arena slots per tuple of capacity: compaction runs after capacity/2 admissions
 GROUP_BYTES = 8 + 4 + 4 + 4 + 4  # group_start, group_len, group_next, group_chunk, free-list slot
@@ -108,9 +108,8 @@ class StreamTable:
             self._compact()
         order = np.argsort(pages, kind="stable")
         sorted_pages = pages[order]
-        first = np.flatnonzero(np.concatenate(([True], sorted_pages[1:] != sorted_pages[:-1])))
+        first, group_lens = runs_of(sorted_pages)
         group_pages = sorted_pages[first]
-        group_lens = np.diff(np.append(first, n))
         lo = self._tail
         self._key[lo : lo + n] = keys[order]
         self._row[lo : lo + n] = row_ids[order]
