@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from airflow_provider_semijoin.core.costmodel import hit_ratio
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import StreamBuffer, create
-from airflow_provider_semijoin.core.joins.master_cache import MasterCache
+from airflow_provider_semijoin.core.joins.master_cache import MasterCache, SlotIndex
 from airflow_provider_semijoin.core.keys import normalize
 from airflow_provider_semijoin.workloads import master_table, zipf_stream
 
@@ -228,7 +228,8 @@ def test_admissions_keep_each_key_with_its_rows_and_lfu_keeps_the_most_frequent(
         next_key += len(keys)
         unique_f = np.asarray(frequencies) + np.arange(len(keys)) * 1e-6 + next_key * 1e-3  # no ties
         if first_full is None and policy == "lfu" and cache.size + len(keys) > capacity:
-            held = {int(k): float(f) for k, f in zip(cache._slot_key[cache._sorted_slot], cache.frequency[cache._sorted_slot])}
+            held_keys = cache.cached_keys()
+            held = dict(zip(held_keys.tolist(), cache.frequency[cache.find(held_keys)[1]].tolist()))
             everyone = {**held, **dict(zip(keys.tolist(), unique_f.tolist()))}
             first_full = set(sorted(everyone, key=everyone.get, reverse=True)[:capacity])
             check_first = True
@@ -239,11 +240,75 @@ def test_admissions_keep_each_key_with_its_rows_and_lfu_keeps_the_most_frequent(
         admitted += keys.tolist()
         assert cache.size <= capacity
         if check_first:
-            assert set(cache._sorted_keys.tolist()) == first_full
+            assert set(cache.cached_keys().tolist()) == first_full
         probe = np.array(admitted, np.int64)
         hit, idx, log_rows = cache.find(probe)[0], *cache.probe(probe)[1:]
         assert int(hit.sum()) == cache.size
         assert cache.rows(log_rows)["v"].to_pylist() == (np.repeat(probe[idx[::2]] * 3, 2) + np.tile([0, 1], len(idx) // 2)).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(capacity=st.integers(1, 30), as_bytes=st.booleans(),
+       changes=st.lists(st.tuples(st.booleans(), st.lists(st.integers(0, 60), max_size=12), st.booleans()), max_size=40))
+def test_the_slot_index_finds_what_a_dict_holds_through_adds_removes_and_merges(capacity, as_bytes, changes):
+    """H_R's index against a dict: after every add or remove (keys dropped in place and added to
+    a second run, merged every h_R / 8 changes), a probe finds exactly the keys held, at their
+    slots, by hashing a whole batch of integer keys or by binary search one key at a time;
+    ``keys()`` lists them sorted; and the index never holds more than ``bytes_at`` says."""
+    dtype = np.dtype("S4") if as_bytes else np.dtype(np.int64)
+    as_keys = (lambda ks: np.array([b"%04d" % k for k in ks], dtype)) if as_bytes else (lambda ks: np.array(ks, dtype))
+    index, held, next_slot = SlotIndex(capacity, dtype), {}, 0
+    for add, keys, list_keys in changes:
+        keys = sorted(set(keys))
+        if add:
+            new = [k for k in keys if k not in held][: capacity - len(held)]
+            index.add(as_keys(new), np.arange(next_slot, next_slot + len(new)))
+            held.update(zip(new, range(next_slot, next_slot + len(new))))
+            next_slot += len(new)
+        else:
+            gone = [k for k in keys if k in held]
+            index.remove(as_keys(gone), np.array([held.pop(k) for k in gone], np.int64))
+        probed = list(range(-1, 62))
+        for batch in ([probed], [[k] for k in probed]):
+            for chunk in batch:
+                hit, slots = index.find(as_keys(chunk))
+                assert hit.tolist() == [k in held for k in chunk]
+                assert slots[hit].tolist() == [held[k] for k in chunk if k in held]
+        entries = len(index._keys) + len(index._new_keys)
+        assert entries * (dtype.itemsize + 8) <= SlotIndex.bytes_at(capacity, dtype.itemsize)
+        if list_keys:
+            assert index.keys().tolist() == as_keys(sorted(held)).tolist()
+
+
+def test_a_full_slot_index_under_churn_stays_within_its_bytes():
+    """A full index (40 keys) where every change drops one key and adds another: the entries
+    dropped in place and added since the last merge never outgrow ``bytes_at`` (a merge every
+    h_R / 8 = 5 changes), and every held key is still found at its slot."""
+    index, held = SlotIndex(40, np.dtype(np.int64)), dict(zip(range(40), range(40)))
+    index.add(np.arange(40), np.arange(40))
+    for change in range(200):
+        gone, new = change % 40 + 1000 * (change // 40), change % 40 + 1000 * (change // 40 + 1)
+        index.remove(np.array([gone]), np.array([held[gone]]))
+        index.add(np.array([new]), np.array([held.pop(gone)]))
+        held[new] = change % 40
+        assert (len(index._keys) + len(index._new_keys)) * 16 <= SlotIndex.bytes_at(40, 8)
+        hit, slots = index.find(np.array(sorted(held)))
+        assert hit.all() and slots.tolist() == [held[k] for k in sorted(held)]
+
+
+def test_a_random_overwrite_draws_its_victims_from_every_entry_alike():
+    """CACHEJOIN's random overwrite: the victims are distinct entries in use, and every entry is
+    as likely as any other (3,000 draws of 5 of 50 entries, 5 slots free: each entry is drawn
+    300 times on average, and a free slot never)."""
+    cache = MasterCache(55, 1, np.dtype(np.int64), pa.schema([("v", pa.int64())]), "random", seed=3)
+    cache.admit(np.arange(50), np.ones(50), pa.table({"v": np.arange(50)}), np.ones(50, np.int64))
+    drawn = np.zeros(55, np.int64)
+    for _ in range(3000):
+        victims = cache._random_entries(5)
+        assert len(set(victims.tolist())) == 5 and (cache._slot_count[victims] > 0).all()
+        drawn[victims] += 1
+    in_use = cache._slot_count > 0
+    assert (drawn[~in_use] == 0).all() and 230 <= drawn[in_use].min() and drawn[in_use].max() <= 370
 
 
 def test_invalidate_drops_changed_keys_and_they_can_be_cached_again():

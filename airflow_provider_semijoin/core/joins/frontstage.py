@@ -167,12 +167,12 @@ class FrontStage(JoinAlgorithm):
         ratio = max(self._miss_ratio, MIN_MISS_RATIO)
         look = min(buffer.available, max(want, min(math.ceil(want * PROBE_LOOK_MARGIN / ratio), want + MAX_LOOK)))
         keys = buffer.peek_keys(look)
-        hit, pos = self.cache.find(keys)
+        hit, slots = self.cache.find(keys)
         miss_at = np.flatnonzero(~hit)
         self._miss_ratio = (self._miss_ratio + len(miss_at) / len(keys)) / 2
         self.counters.extra["cache_rounds"] += 1
         cut = int(miss_at[want]) if len(miss_at) > want else len(keys)
-        return self._probe(self._take(buffer, cut), (hit[:cut], pos[:cut]))
+        return self._probe(self._take(buffer, cut), (hit[:cut], slots[:cut]))
 
     def _probe(self, chunk: StreamChunk, found: tuple[np.ndarray, np.ndarray] | None = None) -> JoinOutput:
         hit, probe_idx, log_rows = self.cache.probe(chunk.keys, found)

@@ -1,10 +1,10 @@
 """H_R: a tuple-level cache of master rows, with its frequency recorder.
 
 The cache of SSJ / CMESHJOIN / CACHEJOIN (CMESHJOIN paper sec. 3.1: "the frequency recorder
-records the access frequency of each tuple stored in H_R"). Columnar: the cached keys are a
-sorted numpy array probed with ``searchsorted``; a key's K master rows sit contiguously in an
-Arrow row log, which is compacted when it is full of overwritten rows; slots are numpy arrays
-with a free-slot stack. Memory is sized in bytes (:meth:`MasterCache.bytes_per_key`) and
+records the access frequency of each tuple stored in H_R"). Columnar: the cached keys are found
+through a :class:`SlotIndex` (sorted numpy runs probed with ``searchsorted``); a key's K master
+rows sit contiguously in an Arrow row log, which is compacted when it is full of overwritten
+rows; slots are numpy arrays with a free-slot stack. Memory is sized in bytes (:meth:`MasterCache.bytes_per_key`) and
 :attr:`MasterCache.nbytes` reports what it holds.
 """
 
@@ -24,12 +24,111 @@ MIN_MERGE_ROWS = 1024
 LOG_FACTOR = 1.25  # row-log slots per cached row: compaction when a fifth of the log is garbage
 VICTIM_POOL_SHARE = 8  # LFU/LRU victims are drawn from the least frequent 1/8 of H_R, rebuilt when used up
 HASH_BATCH_SHARE = 1  # a probe of at least h_R keys hashes H_R's keys instead of binary search (measured crossover: h_R / 2 to h_R)
-ENTRY_BYTES = 8 + 8 + 4 + 8 + 8  # sorted slot, row-log start, row count, frequency, free stack (+ two keys)
+REBUILD_SHARE = 0.125  # SlotIndex merges its runs once keys admitted and dropped since are h_R / 8
+ENTRY_BYTES = 8 + 4 + 8 + 8  # row-log start, row count, frequency, free stack (+ the slot's key, + the index's entries)
 
 
 def hit_ratio_of(counters: dict) -> float | None:
     """Cache hits per probed stream tuple from an algorithm's ``cache_hits`` / ``cache_probes``."""
     return round(counters["cache_hits"] / counters["cache_probes"], 4) if counters["cache_probes"] else None
+
+
+class SlotIndex:
+    """H_R's index from a cached key to its slot, changed in O(1) amortised per key.
+
+    One sorted array of keys and slots, probed with ``searchsorted`` (or hashed, for a batch of
+    integer keys at least as large as it), where a dropped key's entry is marked dead (slot -1)
+    and not removed, and a small sorted array of the keys added since. The two merge into one,
+    without the dead entries, once the keys added and dropped since the last merge are
+    :data:`REBUILD_SHARE` of the capacity: a merge is O(h_R) every h_R / 8 changes. An
+    ``np.insert`` / ``np.delete`` into one sorted array at every admission had been O(h_R) each
+    time: 0.17 ms of an admission's 0.43 at h_R = 60k, growing with h_R (``MasterCache.admit``).
+    """
+
+    def __init__(self, capacity: int, key_dtype: np.dtype):
+        self._keys = np.zeros(0, dtype=key_dtype)
+        self._slots = np.zeros(0, dtype=np.int64)
+        self._new_keys = np.zeros(0, dtype=key_dtype)
+        self._new_slots = np.zeros(0, dtype=np.int64)
+        self._dead = 0
+        self._changes_per_merge = max(1, math.ceil(capacity * REBUILD_SHARE))
+
+    @staticmethod
+    def bytes_at(capacity: int, key_itemsize: int) -> int:
+        """What the index holds at most for ``capacity`` keys: live, dead and new entries."""
+        return (capacity + max(1, math.ceil(capacity * REBUILD_SHARE))) * (key_itemsize + 8)
+
+    def find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(hit, slots)``: which ``keys`` are in the index, and their slots (``slots[hit]``)."""
+        hit, slots = np.zeros(len(keys), bool), np.full(len(keys), -1, np.int64)
+        if len(self._keys):
+            if len(keys) * HASH_BATCH_SHARE >= len(self._keys) and self._keys.dtype.kind in "iu":
+                pos = pc.index_in(keys, value_set=pa.array(self._keys)).fill_null(-1).to_numpy()
+                hit = pos >= 0
+            else:
+                pos = np.minimum(np.searchsorted(self._keys, keys), len(self._keys) - 1)
+                hit = self._keys[pos] == keys
+            slots = self._slots[pos]
+            hit &= slots >= 0
+        if len(self._new_keys) and not hit.all():
+            rest = np.flatnonzero(~hit)
+            pos = np.minimum(np.searchsorted(self._new_keys, keys[rest]), len(self._new_keys) - 1)
+            found = self._new_keys[pos] == keys[rest]
+            hit[rest[found]] = True
+            slots[rest[found]] = self._new_slots[pos[found]]
+        return hit, slots
+
+    def add(self, keys: np.ndarray, slots: np.ndarray) -> None:
+        """Index ``keys`` (sorted, none of them in the index) at ``slots``."""
+        at = np.searchsorted(self._new_keys, keys)
+        self._new_keys = np.insert(self._new_keys, at, keys)
+        self._new_slots = np.insert(self._new_slots, at, slots)
+        self._merge_when_due()
+
+    def remove(self, keys: np.ndarray, slots: np.ndarray) -> None:
+        """Take ``keys`` (distinct, each in the index at its ``slots``) out of the index."""
+        in_old = np.zeros(len(keys), bool)
+        if len(self._keys):
+            pos = np.minimum(np.searchsorted(self._keys, keys), len(self._keys) - 1)
+            in_old = (self._keys[pos] == keys) & (self._slots[pos] == slots)
+            self._slots[pos[in_old]] = -1
+            self._dead += int(in_old.sum())
+        if not in_old.all():
+            self._new_keys, self._new_slots = self._without(keys[~in_old])
+        self._merge_when_due()
+
+    def _without(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        at = np.searchsorted(self._new_keys, keys)
+        return np.delete(self._new_keys, at), np.delete(self._new_slots, at)
+
+    def slots_in_key_order(self) -> np.ndarray:
+        """The slots of every key in the index, in key order (merges the runs first)."""
+        self._merge()
+        return self._slots
+
+    def keys(self) -> np.ndarray:
+        """Every key in the index, sorted (merges the runs first)."""
+        self._merge()
+        return self._keys
+
+    def _merge_when_due(self) -> None:
+        if self._dead + len(self._new_keys) >= self._changes_per_merge:
+            self._merge()
+
+    def _merge(self) -> None:
+        if not self._dead and not len(self._new_keys):
+            return
+        live = self._slots >= 0
+        old_keys, old_slots = self._keys[live], self._slots[live]
+        at = np.searchsorted(old_keys, self._new_keys) + np.arange(len(self._new_keys))
+        old_at = np.ones(len(old_keys) + len(at), bool)
+        old_at[at] = False
+        self._keys = np.empty(len(old_at), old_keys.dtype)
+        self._slots = np.empty(len(old_at), np.int64)
+        self._keys[at], self._slots[at] = self._new_keys, self._new_slots
+        self._keys[old_at], self._slots[old_at] = old_keys, old_slots
+        self._new_keys, self._new_slots = self._new_keys[:0], self._new_slots[:0]
+        self._dead = 0
 
 
 class MasterCache:
@@ -50,8 +149,7 @@ class MasterCache:
         self._tick = 0.0
         self._rows_cap = int(math.ceil(self.capacity * rows_per_key * LOG_FACTOR))
         self.size = 0
-        self._sorted_keys = np.zeros(0, dtype=key_dtype)
-        self._sorted_slot = np.zeros(0, dtype=np.int64)
+        self._index = SlotIndex(self.capacity, key_dtype)
         self._slot_key = np.zeros(self.capacity, dtype=key_dtype)
         self._slot_start = np.zeros(self.capacity, dtype=np.int64)
         self._slot_count = np.zeros(self.capacity, dtype=np.int32)
@@ -60,7 +158,7 @@ class MasterCache:
         self._n_free = self.capacity
         self._log = schema.empty_table()  # one chunk: take() on many chunks concatenates them first
         self._staged = schema.empty_table()  # rows admitted since the last merge into the log
-        self._log_bytes = 0
+        self._log_bytes = 0  # read when the log changes (Table.nbytes walks every buffer)
         self._live_rows = 0
         self._rng = np.random.default_rng(seed)
         self._pool = np.zeros(0, dtype=np.int64)  # slots of candidate victims (:meth:`_victims`)
@@ -68,13 +166,18 @@ class MasterCache:
 
     @staticmethod
     def bytes_per_key(key_itemsize: int, rows_per_key: int, row_bytes: float) -> float:
-        return 2 * key_itemsize + ENTRY_BYTES + rows_per_key * row_bytes * LOG_FACTOR
+        index = (1 + REBUILD_SHARE) * (key_itemsize + 8)  # :meth:`SlotIndex.bytes_at`, per key
+        return key_itemsize + ENTRY_BYTES + index + rows_per_key * row_bytes * LOG_FACTOR
 
     @property
     def nbytes(self) -> int:
         arrays = (self._slot_key, self._slot_start, self._slot_count, self.frequency, self._free)
-        index = self.capacity * (self._slot_key.itemsize + 8)  # sorted keys + slots at capacity
-        return int(sum(a.nbytes for a in arrays) + index + self._log_bytes)
+        index = SlotIndex.bytes_at(self.capacity, self._slot_key.itemsize)  # reserved at capacity
+        return int(sum(a.nbytes for a in arrays) + index + self._log_bytes + self._staged.nbytes)
+
+    def cached_keys(self) -> np.ndarray:
+        """Every key in H_R, sorted."""
+        return self._index.keys()
 
     def probe(self, keys: np.ndarray, found: tuple[np.ndarray, np.ndarray] | None = None
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -85,8 +188,8 @@ class MasterCache:
         :meth:`find` of these ``keys`` when the caller has it already."""
         if self.size == 0 or len(keys) == 0:
             return np.zeros(len(keys), bool), np.zeros(0, np.int64), np.zeros(0, np.int64)
-        hit, pos = found if found is not None else self.find(keys)
-        slots = self._sorted_slot[pos[hit]]
+        hit, slots = found if found is not None else self.find(keys)
+        slots = slots[hit]
         if self.policy == "lru":
             self._tick += 1.0
             self.frequency[slots] = self._tick
@@ -105,7 +208,7 @@ class MasterCache:
         return self.find(keys)[0]
 
     def find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(hit, pos)``: which ``keys`` are cached, and where in the sorted keys (``pos[hit]``).
+        """``(hit, slots)``: which ``keys`` are cached, and in which slots (``slots[hit]``).
 
         ``searchsorted`` costs O(log h_R) scattered reads per key: 147 ms for 800k keys against
         200k cached ones, half the cache-hit path (``semijoin bench --micro``). A batch of
@@ -113,13 +216,7 @@ class MasterCache:
         hash table of the cached keys (O(h_R), about 9 ms at 200k) and looks the batch up in
         O(1) each (34 ms for the same 800k keys); below that size the build costs more than
         it saves."""
-        if self.size and len(keys) * HASH_BATCH_SHARE >= self.size and self._sorted_keys.dtype.kind in "iu":
-            pos = pc.index_in(keys, value_set=pa.array(self._sorted_keys)).fill_null(-1).to_numpy()
-            return pos >= 0, pos
-        pos = np.searchsorted(self._sorted_keys, keys)
-        hit = pos < self.size
-        hit[hit] = self._sorted_keys[pos[hit]] == keys[hit]
-        return hit, pos
+        return self._index.find(keys)
 
     def rows(self, log_rows: np.ndarray) -> pa.Table:
         """The cached rows at ``log_rows``, positions in the log followed by the staged rows, the
@@ -150,7 +247,7 @@ class MasterCache:
             keys, frequency, counts = keys[chosen], frequency[chosen], counts[chosen]
         overflow = len(keys) - self._n_free
         if overflow > 0:
-            self._evict_at(self._rng.choice(self.size, size=overflow, replace=False))
+            self._evict(self._random_entries(overflow))
         self._n_free -= len(keys)
         slots = self._free[self._n_free : self._n_free + len(keys)].copy()
         if len(self._log) + len(self._staged) + len(rows) > self._rows_cap:
@@ -159,16 +256,25 @@ class MasterCache:
         self._slot_start[slots] = len(self._log) + len(self._staged) + starts_of(counts)
         self._slot_count[slots] = counts
         self.frequency[slots] = frequency
+        self._stage(rows)
+        self._live_rows += len(rows)
+        self._index.add(keys, slots)
+        self.size += len(keys)
+
+    def _stage(self, rows: pa.Table) -> None:
+        """Add ``rows`` to the staged rows, and merge those into the log once they are
+        :data:`MERGE_FRACTION` of it."""
         self._staged = pa.concat_tables([self._staged, rows]).combine_chunks()
         if len(self._staged) > max(MIN_MERGE_ROWS, MERGE_FRACTION * len(self._log)):
             self._log = pa.concat_tables([self._log, self._staged]).combine_chunks()
             self._staged = self._staged.schema.empty_table()
-        self._log_bytes = self._log.nbytes + self._staged.nbytes
-        self._live_rows += len(rows)
-        at = np.searchsorted(self._sorted_keys, keys)
-        self._sorted_keys = np.insert(self._sorted_keys, at, keys)
-        self._sorted_slot = np.insert(self._sorted_slot, at, slots)
-        self.size += len(keys)
+            self._log_bytes = self._log.nbytes
+
+    def _random_entries(self, n: int) -> np.ndarray:
+        """Slots of ``n`` entries drawn uniformly (CACHEJOIN's random overwrite): ``n`` plus the
+        free slots are drawn from all slots, in random order, and the first ``n`` in use kept."""
+        drawn = self._rng.choice(self.capacity, size=min(self.capacity, n + self._n_free), replace=False)
+        return drawn[self._slot_count[drawn] > 0][:n]
 
     def _contest(self, frequency: np.ndarray) -> np.ndarray:
         """LFU / LRU overwrite: candidates and entries compete on frequency (time of last use),
@@ -181,7 +287,7 @@ class MasterCache:
         victims = self._victims(min(len(contenders), self.size))
         wins = int(np.sum(frequency[contenders[: len(victims)]] > self.frequency[victims]))
         if wins:
-            self._evict_at(np.searchsorted(self._sorted_keys, self._slot_key[victims[:wins]]))
+            self._evict(victims[:wins])
         self._pool = np.concatenate((victims[wins:], self._pool))  # the entries that held stay candidates
         return np.sort(order[: len(order) - len(contenders) + wins])
 
@@ -192,7 +298,7 @@ class MasterCache:
         pool's entries are read when they compete, so one that got hot since loses no slot)."""
         pool = self._pool[self._slot_count[self._pool] > 0]  # a slot dropped since has left it
         if len(pool) < n:
-            used = self._sorted_slot
+            used = self._index.slots_in_key_order()
             size = min(len(used), max(n, self.capacity // VICTIM_POOL_SHARE))
             pool = used[np.argpartition(self.frequency[used], size - 1)[:size]] if size < len(used) else used
         least = np.argpartition(self.frequency[pool], n - 1)[:n] if 0 < n < len(pool) else np.arange(min(n, len(pool)))
@@ -206,23 +312,21 @@ class MasterCache:
         they do not count as evictions (the adaptive threshold reacts to evictions only)."""
         if self.size == 0 or len(keys) == 0:
             return 0
-        hit, pos = self.find(np.asarray(keys, self._sorted_keys.dtype))
-        dropped = np.unique(pos[hit])
-        self._drop_at(dropped)
+        hit, slots = self.find(np.asarray(keys, self._slot_key.dtype))
+        dropped = np.unique(slots[hit])
+        self._drop(dropped)
         return len(dropped)
 
-    def _evict_at(self, victims_at: np.ndarray) -> None:
-        """Overwrite the entries at positions ``victims_at`` of the sorted index (H_R is full)."""
-        self._drop_at(victims_at)
-        self.evictions += len(victims_at)
+    def _evict(self, victims: np.ndarray) -> None:
+        """Overwrite the entries in slots ``victims`` (H_R is full)."""
+        self._drop(victims)
+        self.evictions += len(victims)
 
-    def _drop_at(self, victims_at: np.ndarray) -> None:
-        """Drop the entries at positions ``victims_at`` of the sorted index."""
-        victims = self._sorted_slot[victims_at]
+    def _drop(self, victims: np.ndarray) -> None:
+        """Drop the entries in slots ``victims`` (distinct)."""
         n = len(victims)
         self._live_rows -= int(self._slot_count[victims].sum())
-        self._sorted_keys = np.delete(self._sorted_keys, victims_at)
-        self._sorted_slot = np.delete(self._sorted_slot, victims_at)
+        self._index.remove(self._slot_key[victims], victims)
         self._slot_count[victims] = 0
         self.frequency[victims] = 0
         self._free[self._n_free : self._n_free + n] = victims
@@ -230,7 +334,7 @@ class MasterCache:
         self.size -= n
 
     def _compact_log(self) -> None:
-        used = self._sorted_slot
+        used = self._index.slots_in_key_order()
         counts = self._slot_count[used]
         everything = pa.concat_tables([self._log, self._staged])
         self._log = everything.take(ranges(self._slot_start[used], counts)).combine_chunks()
