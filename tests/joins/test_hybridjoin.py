@@ -118,6 +118,21 @@ def test_a_page_with_few_waiting_keys_is_probed_by_an_in_list(backend, name):
     assert loads == [] and run.stats["in_loads"] == 1 and run.stats["loads"] == 1 and run.stats["rider_pages"] == 3
 
 
+def test_hybridjoin_pq_learns_its_threshold_from_ordinary_loads_not_their_riders(backend):
+    """HYBRIDJOIN-PQ's default page threshold is the mean matches of an ordinary (oldest-element)
+    load. The pages riding along in that load's IN query bring a few tuples each: counted as
+    loads of their own, they had dragged the mean down, and PQ then loaded pages as soon as
+    they held a few tuples, by IN queries of thousands of scattered keys (CACHEJOIN-PQ at 0.4x
+    CACHEJOIN-L in ``semijoin bench``)."""
+    store = measured_as(backend.make_master(master_of(range(0, 40_000, 2))), 1e-3, 1e-6, 1e-3, 1e-7)  # 4 pages of 5000 keys
+    stream = stream_of([4, 4, 9998, 14_002, 39_998, 40_000, -1, 24_690, 24_691])
+    algorithm = create("hybridjoin-pq", store, 4 << 20, {"page_rows": 5000})
+    run = run_join(algorithm, stream, "sk")
+    assert_exact(store, stream, run)
+    assert run.stats["in_loads"] == 1 and run.stats["rider_pages"] == 3
+    assert algorithm.threshold == 3.0  # page 0's 3 tuples; with its riders' it was max(2, (3 + 1 + 2 + 1) / 4)
+
+
 def record_lookups(store) -> list[int]:
     """From now on, record how many keys each IN query of ``store`` asks for."""
     return record_calls(store, "lookup_many", len)

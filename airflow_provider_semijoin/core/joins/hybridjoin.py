@@ -281,7 +281,7 @@ class HybridJoin(PagedJoin):
         extra["in_loads"] = extra.get("in_loads", 0) + 1
         extra["rider_pages"] = extra.get("rider_pages", 0) + len(pages) - 1
         for served, count in zip(pages, counts):
-            self._loaded(served, count)
+            self._loaded(served, count, rider=served != page)
         return PageRequest(all_ids, all_keys, lambda store: store.lookup_many(wanted))
 
     def _riders(self, page: int, keys_taken: int, final: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -321,8 +321,9 @@ class HybridJoin(PagedJoin):
         """Fig. 5 lines 7-8: the page of the oldest join key in Q."""
         return self._page_of(self.table.oldest_key())
 
-    def _loaded(self, page: int, matched: int) -> None:
-        """Hook for the variants: ``page`` was loaded and completed ``matched`` tuples."""
+    def _loaded(self, page: int, matched: int, rider: bool = False) -> None:
+        """Hook for the variants: ``page`` was loaded and completed ``matched`` tuples (``rider``:
+        it rode along in the IN query of another page's load)."""
 
 
 class HybridJoinL(HybridJoin):
@@ -424,8 +425,8 @@ class HybridJoinPQ(HybridJoin):
         self._from_queue = False
         return super()._choose_page()
 
-    def _loaded(self, page: int, matched: int) -> None:
-        if not self._from_queue:
+    def _loaded(self, page: int, matched: int, rider: bool = False) -> None:
+        if not self._from_queue and not rider:  # a rider's few tuples are no ordinary load's
             self._ordinary_loads += 1
             self._ordinary_matches += matched
         self._observe(page, matched)
