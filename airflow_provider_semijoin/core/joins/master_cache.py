@@ -4,8 +4,8 @@ The cache of SSJ / CMESHJOIN / CACHEJOIN (CMESHJOIN paper sec. 3.1: "the frequen
 records the access frequency of each tuple stored in H_R"). Columnar: the cached keys are found
 through a :class:`SlotIndex` (sorted numpy runs probed with ``searchsorted``); a key's K master
 rows sit contiguously in an Arrow row log, which is compacted when it is full of overwritten
-rows; slots are numpy arrays with a free-slot stack. Memory is sized in bytes (:meth:`MasterCache.bytes_per_key`) and
-:attr:`MasterCache.nbytes` reports what it holds.
+rows; slots are numpy arrays with a free-slot stack. Memory is sized in bytes
+(:meth:`MasterCache.bytes_per_key`) and :attr:`MasterCache.nbytes` reports what it holds.
 """
 
 from __future__ import annotations
