@@ -66,14 +66,12 @@ class SlotIndex:
                 pos = pc.index_in(keys, value_set=pa.array(self._keys)).fill_null(-1).to_numpy()
                 hit = pos >= 0
             else:
-                pos = np.minimum(np.searchsorted(self._keys, keys), len(self._keys) - 1)
-                hit = self._keys[pos] == keys
+                pos, hit = _located(self._keys, keys)
             slots = self._slots[pos]
             hit &= slots >= 0
         if len(self._new_keys) and not hit.all():
             rest = np.flatnonzero(~hit)
-            pos = np.minimum(np.searchsorted(self._new_keys, keys[rest]), len(self._new_keys) - 1)
-            found = self._new_keys[pos] == keys[rest]
+            pos, found = _located(self._new_keys, keys[rest])
             hit[rest[found]] = True
             slots[rest[found]] = self._new_slots[pos[found]]
         return hit, slots
@@ -89,8 +87,8 @@ class SlotIndex:
         """Take ``keys`` (distinct, each in the index at its ``slots``) out of the index."""
         in_old = np.zeros(len(keys), bool)
         if len(self._keys):
-            pos = np.minimum(np.searchsorted(self._keys, keys), len(self._keys) - 1)
-            in_old = (self._keys[pos] == keys) & (self._slots[pos] == slots)
+            pos, in_old = _located(self._keys, keys)
+            in_old &= self._slots[pos] == slots
             self._slots[pos[in_old]] = -1
             self._dead += int(in_old.sum())
         if not in_old.all():
@@ -129,6 +127,13 @@ class SlotIndex:
         self._keys[old_at], self._slots[old_at] = old_keys, old_slots
         self._new_keys, self._new_slots = self._new_keys[:0], self._new_slots[:0]
         self._dead = 0
+
+
+def _located(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(pos, found)``: where each of ``keys`` is or would be in the non-empty ``sorted_keys``
+    (clipped to its last position), and whether it is there."""
+    pos = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+    return pos, sorted_keys[pos] == keys
 
 
 class MasterCache:
