@@ -115,6 +115,23 @@ def test_random_shape_is_the_generators():
     assert cm.page_probabilities(n_keys, 1.0, page_rows, "noperm", cached=page_rows)[0] == 0
 
 
+@pytest.mark.parametrize("shape, cached", [("noperm", 0), ("random", 0), ("noperm", 150)])
+def test_page_keys_seen_are_the_distinct_keys_a_stream_brings_per_page(shape, cached):
+    n_keys, page_rows, tuples = 2000, 100, 3000
+    seen = cm.page_keys_seen(n_keys, 1.0, page_rows, shape, tuples, cached=cached)
+    p = cm.rank_probabilities(n_keys, 1.0).copy()
+    p[:cached] = 0
+    rng = np.random.default_rng(5)
+    position = cm.rank_positions(n_keys, shape)
+    counted = []
+    for _ in range(200):
+        ranks = np.unique(rng.choice(n_keys, size=tuples, p=p / p.sum()))
+        at = ranks if position is None else position[ranks]
+        counted.append(np.bincount(at // page_rows, minlength=len(seen)))
+    assert np.abs(np.mean(counted, axis=0) - seen).max() < 2.0
+    assert seen.sum() == pytest.approx(np.mean([c.sum() for c in counted]), rel=0.01)
+
+
 # -- predictions from memory splits ----------------------------------------------------------------
 def cache_split(inner: str, cached: int, h_s: int) -> dict:
     if inner == "meshjoin":

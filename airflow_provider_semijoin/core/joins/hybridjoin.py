@@ -252,7 +252,8 @@ class HybridJoin(PagedJoin):
         return super().structure_bytes() + self._ahead_bytes + self._reserved_bytes()
 
     def memory_split(self) -> dict:
-        return {**super().memory_split(), "read_ahead_bytes": self._ahead_bytes, "page_repeats_bytes": self._repeats.nbytes}
+        return {**super().memory_split(), "read_ahead_bytes": self._ahead_bytes, "page_repeats_bytes": self._repeats.nbytes,
+                "rider_keys": self._rider_room()}
 
     def _range_cost(self, page) -> float:
         """S + T * rows: a range load of ``page`` (pages: their rows each)."""
@@ -298,10 +299,15 @@ class HybridJoin(PagedJoin):
             sparse &= self._repeats[waiting] < self.settings["rider_repeats"]
         waiting, counts = waiting[sparse], counts[sparse]
         order = np.argsort(np.abs(waiting - page), kind="stable")
-        room = min(RIDER_KEYS, self._buffer_rows // max(self.store.max_rows_per_key, 1)) - keys_taken
+        room = self._rider_room() - keys_taken
         fitting = int(np.searchsorted(np.cumsum(counts[order]), room, side="right"))  # the nearest pages while they fit
         riders = waiting[order[:fitting]]
         return (riders, *self.table.pop_pages(riders))
+
+    def _rider_room(self) -> int:
+        """Keys one IN query with riders takes at most: :data:`RIDER_KEYS`, or fewer where the
+        disk buffer holds fewer keys' rows."""
+        return min(RIDER_KEYS, self._buffer_rows // max(self.store.max_rows_per_key, 1))
 
     def _admit(self, buffer: StreamBuffer) -> JoinOutput:
         """Fig. 5 lines 3-5: fill the free slots of H_S (w of them) with arrived tuples."""
