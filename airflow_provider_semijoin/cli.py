@@ -165,6 +165,7 @@ def cmd_bench(args) -> int:
     config = BenchConfig(
         master=args.master, rows=args.rows, memory=parse_bytes(args.memory), zipf=args.zipf,
         shapes=_columns(args.shapes), algorithms=_columns(args.algorithms), warmup_s=args.warmup,
+        warmup_turnovers=args.warmup_turnovers, warmup_max_s=max(args.warmup_max, args.warmup),
         window_s=args.window, params=_params(args.set), seed=args.seed,
         sweep_cache=_shares(args.sweep_cache), io_samples=args.io_samples,
         temporal_interval=args.temporal_interval, temporal_fraction=args.temporal_fraction,
@@ -349,6 +350,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--algorithms", default=None, help="comma separated (default: all)")
     b.add_argument("--warmup", type=float, default=10.0, help="seconds before the measurement window")
     b.add_argument("--window", type=float, default=20.0, help="seconds of the measurement window")
+    b.add_argument("--warmup-turnovers", type=float, default=2.0,
+                   help="the warm-up also lasts until the tuples an algorithm holds (H_S) turned over this often "
+                        "(default 2: a cache front-stage's H_R learns as they do); 0: --warmup alone")
+    b.add_argument("--warmup-max", type=float, default=120.0, help="seconds the warm-up lasts at most")
     b.add_argument("--set", action="append", metavar="ALGORITHM.NAME=VALUE", help="algorithm parameter (repeatable)")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--sweep-cache", metavar="SHARES",

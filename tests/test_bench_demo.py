@@ -6,6 +6,7 @@ complete and consistent (each algorithm measured, within its memory budget, rate
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -13,7 +14,7 @@ import uuid
 
 import pytest
 
-from airflow_provider_semijoin.bench.steady import BenchConfig, bench_master, server_cache_line
+from airflow_provider_semijoin.bench.steady import BenchConfig, bench_master, measure, server_cache_line, transient_notes
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import ALGORITHMS
@@ -58,11 +59,32 @@ def test_bench_tiny_reports_every_algorithm_and_shape(tmp_path, capsys):
         ({"temporal_interval": 0}, r"temporal_interval: 0 is not a whole number >= 1"),
         ({"temporal_fraction": 0.0}, r"temporal_fraction: 0.0 is not a share of R's keys in \(0, 1\]"),
         ({"dbms_join": True}, r"dbms_join: the comparison runs inside MySQL/MariaDB; 'sqlite:///x.db' is not one"),
+        ({"warmup_turnovers": -1}, r"warmup_turnovers: -1 is not a number of turnovers >= 0"),
+        ({"warmup_max_s": 5.0}, r"warmup_max_s: 5.0 is not seconds >= the warm-up's 10"),
     ],
 )
 def test_bench_config_errors_name_the_field(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         BenchConfig(master="sqlite:///x.db", **kwargs)
+
+
+@pytest.mark.parametrize("name", ["hybridjoin", "cachejoin"])
+def test_the_warm_up_lasts_until_the_tuples_held_turned_over(tmp_path, name):
+    """The window opens once H_S (a front stage's disk phase) turned over ``warmup_turnovers``
+    times, not when the clock says, unless ``warmup_max_s`` comes first: then the report says so."""
+    master = f"sqlite:///{tmp_path / 'b.db'}"
+    table, _ = bench_master(master, 5000, out=lambda _line: None)
+    config = BenchConfig(master=master, rows=5000, memory=512 * 1024, shapes=["noperm"], warmup_s=0.0,
+                         window_s=0.1, io_samples=0, warmup_turnovers=3.0)
+    waited = measure(config, table, name, "noperm")
+    assert waited["warmup_turnovers"] >= 3.0 and waited["tuples_in_window"] > 0
+    assert transient_notes([waited], config) == []
+    cut = dataclasses.replace(config, warmup_max_s=0.0)
+    short = measure(cut, table, name, "noperm")
+    assert short["warmup_turnovers"] < 3.0 and short["warmup_s"] < waited["warmup_s"]
+    assert transient_notes([short], cut) == [
+        f"note: the warm-up stopped at 0 s before 3 turnovers of the tuples held for (turnovers reached): "
+        f"noperm {name} {short['warmup_turnovers']:g}"]
 
 
 def test_sweep_cache_reports_an_optimum_per_algorithm(tmp_path, capsys):

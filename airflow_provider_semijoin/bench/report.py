@@ -194,7 +194,9 @@ def write_report(folder: Path, summary: dict, cells) -> dict[str, dict]:
         f"Python {summary['machine']['python']}).",
         "",
         f"R = {s['rows']:,} rows ({summary['r_bytes']:,} bytes loaded), default memory {s['memory']:,} bytes, "
-        f"warm-up {s['warmup_s']} s and window {s['window_s']} s per measurement, {s['repeats']} repetitions per "
+        f"warm-up {s['warmup_s']} s"
+        + (f" and until the tuples held (H_S) turned over {s['warmup_turnovers']:g} times" if s.get("warmup_turnovers") else "")
+        + f", window {s['window_s']} s per measurement, {s['repeats']} repetitions per "
         "cell: each cell is the median service rate in tuples/s with [min-max]. Compare within this run: "
         "the machine is shared, absolute rates move."
         + (" At the small scale a measurement lasts a fraction of a second, mostly a transient (H_S filling): the "

@@ -61,6 +61,7 @@ class Scale:
     rows: int
     memory: int
     warmup_s: float
+    warmup_turnovers: float  # the warm-up lasts until H_S turned over this often too (:func:`.steady.measure`)
     window_s: float
     repeats: int
     skews: tuple[float, ...]
@@ -70,9 +71,9 @@ class Scale:
 
 
 SCALES = {
-    "small": Scale(rows=40_000, memory=1 << 20, warmup_s=0.1, window_s=0.3, repeats=3,
+    "small": Scale(rows=40_000, memory=1 << 20, warmup_s=0.1, warmup_turnovers=0.0, window_s=0.3, repeats=3,
                    skews=(0.0, 0.5, 1.0), memory_shares=(0.01, 0.1), max_scans=(1, 16), dbms_chunk=20_000),
-    "standard": Scale(rows=2_000_000, memory=50 << 20, warmup_s=3.0, window_s=6.0, repeats=3,
+    "standard": Scale(rows=2_000_000, memory=50 << 20, warmup_s=3.0, warmup_turnovers=2.0, window_s=6.0, repeats=3,
                       skews=(0.0, 0.25, 0.5, 0.75, 1.0), memory_shares=(0.01, 0.02, 0.05, 0.1, 0.2),
                       max_scans=(1, 4, 16, 64, 200), dbms_chunk=1_000_000),
 }
@@ -124,7 +125,8 @@ class Reproduction:
     def config(self, zipf: float = 1.0, memory: int | None = None, shape: str = "noperm") -> BenchConfig:
         s = self.scale
         return BenchConfig(master=self.master, rows=s.rows, memory=memory or s.memory, zipf=zipf, shapes=[shape],
-                           warmup_s=s.warmup_s, window_s=s.window_s, seed=self.seed, io_samples=0)
+                           warmup_s=s.warmup_s, warmup_turnovers=s.warmup_turnovers, window_s=s.window_s,
+                           seed=self.seed, io_samples=0)
 
     def cell(self, experiment: str, algorithm: str, setting: dict, config: BenchConfig, shape: str = "noperm",
              params: dict | None = None) -> Cell:

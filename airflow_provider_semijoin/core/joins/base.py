@@ -412,6 +412,12 @@ class JoinAlgorithm:
         carried rows, :mod:`...spark.joinstate`) sizes its share of the budget by it."""
         raise NotImplementedError
 
+    def turnovers(self) -> float:
+        """How often the tuples held have been replaced since the start: the stream tuples taken
+        beyond the first :attr:`capacity_tuples`, over it (a benchmark's warm-up waits for a few)."""
+        capacity = max(self.capacity_tuples, 1)
+        return max(self.counters.tuples_in - capacity, 0) / capacity
+
     @property
     def capacity_with_waiting(self) -> int:
         """The most tuples it holds plus those a front stage keeps waiting for it, which are at

@@ -254,6 +254,10 @@ class FrontStage(JoinAlgorithm):
         """The disk phase's tuples and the misses waiting for it (at most its demand)."""
         return self.algorithm.capacity_with_waiting
 
+    def turnovers(self) -> float:
+        """The disk phase's: H_R learns from its loads, so it settles as H_S turns over."""
+        return self.algorithm.turnovers()
+
     def structure_bytes(self) -> int:
         waiting = self._misses.available * (self.store.key_type.itemsize + 8)
         return self.cache.nbytes + self.algorithm.structure_bytes() + waiting
