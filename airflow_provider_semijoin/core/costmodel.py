@@ -3,7 +3,8 @@
 Two parts. First, the cache-size model the front-stage sizes H_R with (below). Second, a
 service-rate model per algorithm family (:func:`model`; an algorithm names its family in its
 ``cost_model`` and :func:`..prediction.explain` resolves it) from the papers' equations -
-MESHJOIN, HYBRIDJOIN eq. 1-4, SSJ eq. 1-10, CMESHJOIN eq. 1-7 - priced with unit costs
+MESHJOIN, HYBRIDJOIN eq. 1-4 (with the IN queries and riders of the engine's loads,
+:func:`access_paths`), SSJ eq. 1-10, CMESHJOIN eq. 1-7 - priced with unit costs
 (:class:`.unitcosts.ComponentCosts`) measured on the running machine (:mod:`.calibration`), for
 the memory split an algorithm actually chose. The module sits below the algorithms (the
 front-stage sizes H_R with it) and imports none of them.
@@ -259,9 +260,10 @@ def hybridjoin_iteration(state: QueueState, costs: ComponentCosts) -> tuple[floa
     """``(c_loop, c_IO part)`` of one HYBRIDJOIN iteration, eq. 3:
 
         c_loop = c_IO(d) + d c_H + w (c_O + c_E + c_S + c_A)
-                 + w c_compact + c_step + c_pop + groups c_group + chunks c_chunk
+                 + w c_compact + c_step + pops c_pop + groups c_group + chunks c_chunk
 
-    the first line the paper's, the second what the engine adds (measured)."""
+    the first line the paper's, the second what the engine adds (measured); c_IO(d) is
+    ``state.io_s`` where :func:`access_paths` gave the loads the engine makes."""
     c = costs
     io = c.io(state.rows) if state.io_s is None else state.io_s
     loop = (io + state.rows * c.c_H + state.w * (c.c_O + c.c_E + c.c_S + c.c_A + c.c_compact)

@@ -88,6 +88,19 @@ def test_warm_hit_ratio_is_the_models_p_n(zipf_master, name):
     assert abs(measured - expected) <= 0.05, (measured, expected)
 
 
+def test_a_front_stage_has_turned_over_once_its_disk_phase_has_or_h_r_halved_its_frequencies(zipf_master):
+    """What ``semijoin bench`` warms up for: H_S's turnovers, or, where H_R holds all of R and H_S
+    sees no tuple, the halvings of H_R's frequencies (a warm-up waiting for H_S never ended)."""
+    everything = create("cachejoin", zipf_master, 1_200_000, {"cache_keys": N_KEYS, "decay_every": 10_000, "page_rows": 50})
+    feed(everything, zipf_stream(40_000, N_KEYS, exponent=1.0, shape="random", seed=5), zipf_master.key_type)
+    assert everything.algorithm.turnovers() < 2 and everything.counters.extra["cache_hits"] > 10_000
+    assert everything.turnovers() == everything.counters.extra["cache_probes"] / 10_000 == 4
+    few = create("cachejoin", zipf_master, 1 << 20, {"cache_keys": 20, "decay_every": 10**9, "page_rows": 50})
+    feed(few, zipf_stream(40_000, N_KEYS, exponent=1.0, shape="random", seed=5), zipf_master.key_type)
+    inner = few.algorithm
+    assert few.turnovers() == inner.turnovers() == (inner.counters.tuples_in - inner.capacity_tuples) / inner.capacity_tuples > 0.5
+
+
 @pytest.mark.parametrize("name", ["ssj", "cachejoin", "cachejoin-pq"])
 def test_a_warm_cache_probes_in_about_one_round_a_step(zipf_master, name):
     """Taking only the misses still wanted each round took 2.4-7 rounds a step here (up to 64)

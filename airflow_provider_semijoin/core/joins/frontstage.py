@@ -255,8 +255,10 @@ class FrontStage(JoinAlgorithm):
         return self.algorithm.capacity_with_waiting
 
     def turnovers(self) -> float:
-        """The disk phase's: H_R learns from its loads, so it settles as H_S turns over."""
-        return self.algorithm.turnovers()
+        """The disk phase's, or the halvings of H_R's frequencies so far if more: H_R learns
+        from the disk phase's loads and settles as H_S turns over, unless it serves nearly every
+        tuple (R fits in it) and H_S hardly turns over at all."""
+        return max(self.algorithm.turnovers(), self.counters.extra["cache_probes"] / self._decay_every)
 
     def structure_bytes(self) -> int:
         waiting = self._misses.available * (self.store.key_type.itemsize + 8)
