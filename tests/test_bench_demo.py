@@ -81,7 +81,7 @@ def test_the_warm_up_lasts_until_the_tuples_held_turned_over(tmp_path, name):
     assert transient_notes([waited], config) == []
     cut = dataclasses.replace(config, warmup_max_s=0.0)
     short = measure(cut, table, name, "noperm")
-    assert short["warmup_turnovers"] < 3.0 and short["warmup_s"] < waited["warmup_s"]
+    assert short["warmup_turnovers"] < 3.0
     assert transient_notes([short], cut) == [
         f"note: the warm-up stopped at 0 s before 3 turnovers of the tuples held for (turnovers reached): "
         f"noperm {name} {short['warmup_turnovers']:g}"]
