@@ -339,7 +339,9 @@ def transient_notes(results: list[dict], config: BenchConfig) -> list[str]:
 
 def _costs_line(costs: ComponentCosts) -> str:
     c = costs
-    return (f"S {c.query_s * 1e3:.3f} ms, T {c.row_s * 1e6:.2f} us/row, per tuple (us) c_S {c.c_S * 1e6:.3f} "
+    return (f"S {c.query_s * 1e3:.3f} ms, T {c.row_s * 1e6:.2f} us/row, IN {c.in_query_s * 1e3:.3f} ms + "
+            f"{c.in_key_s * 1e6:.2f} us/key + {c.in_leaf_s * 1e6:.1f} us/leaf ({c.leaf_rows:.0f} rows a leaf), "
+            f"per tuple (us) c_S {c.c_S * 1e6:.3f} "
             f"c_A {c.c_A * 1e6:.3f} c_E {c.c_E * 1e6:.3f} c_O {c.c_O * 1e6:.3f} c_cache {c.c_cache * 1e6:.3f}, "
             f"per call (us) step {c.c_step * 1e6:.0f} pop {c.c_pop * 1e6:.0f} round {c.c_round * 1e6:.0f}")
 

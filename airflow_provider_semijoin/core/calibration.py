@@ -298,6 +298,33 @@ def _sampled_io(store: MasterStore, samples: int, clock: Clock, rng: np.random.G
     return max(float(query_s), FLOOR), max(float(row_s), FLOOR)
 
 
+IN_SAMPLE_KEYS = 200  # scattered keys of one IN query io_samples times to price a leaf (in_leaf_s)
+
+
+def _sampled_in_leaf(store: MasterStore, samples: int, in_costs: tuple[float, float], clock: Clock,
+                     rng: np.random.Generator) -> float:
+    """Seconds an IN query spends per leaf of R's index it reads: ``samples`` queries of
+    :data:`IN_SAMPLE_KEYS` page bounds at random places (one key a page of
+    ``DEFAULT_PAGE_ROWS`` rows, so a leaf a key), each the median's share over what the
+    neighbours' per-key cost (:meth:`MasterStore.calibrate_in`) already prices."""
+    page_map = store.page_map()
+    keys = min(IN_SAMPLE_KEYS, page_map.n_pages)
+    if keys < 2:
+        return FLOOR
+    saved = IOCounters(**vars(store.counters))
+    times = []
+    try:
+        for _ in range(samples):
+            chosen = np.sort(page_map.bounds[rng.choice(page_map.n_pages, keys, replace=False)])
+            t0 = clock()
+            store.lookup_many(chosen)
+            times.append(clock() - t0)
+    finally:
+        store.counters = saved
+    in_query_s, in_key_s = in_costs
+    return max((_median(times) - in_query_s - in_key_s * keys) / keys, FLOOR)
+
+
 def calibrate(
     store: MasterStore | None = None,
     key_type: KeyType | str | None = None,
@@ -317,7 +344,9 @@ def calibrate(
     With ``io_samples`` > 0, S and T are fitted to that many range loads of each of three sizes
     at random places of R instead: the store's own calibration takes the best of three loads of
     R's first rows, which the database has just cached, so it underestimates what the cold
-    pages of a long run cost.
+    pages of a long run cost. So is an IN query's cost per leaf of R's index it reads
+    (``in_leaf_s``, from that many queries of scattered keys; without samples the floor: an
+    IN query is priced by its keys alone, as the store's neighbouring keys cost).
     """
     if isinstance(key_type, str):
         if key_type not in ("int", "str"):
@@ -339,5 +368,10 @@ def calibrate(
     run.iterations()
     run.front_stage()
     in_query_s, in_key_s = store.calibrate_in() if store is not None else (query_s, row_s)
-    values = {"query_s": query_s, "row_s": row_s, **run.c, "in_query_s": in_query_s, "in_key_s": in_key_s}
+    in_leaf_s, leaf_rows = FLOOR, 1.0
+    if store is not None and io_samples:
+        in_leaf_s = _sampled_in_leaf(store, io_samples, (in_query_s, in_key_s), clock, rng)
+        leaf_rows = store.leaf_rows()
+    values = {"query_s": query_s, "row_s": row_s, **run.c, "in_query_s": in_query_s, "in_key_s": in_key_s,
+              "in_leaf_s": in_leaf_s, "leaf_rows": leaf_rows}
     return ComponentCosts(**{k: max(float(v), FLOOR) for k, v in values.items()})

@@ -285,13 +285,16 @@ def access_paths(state: QueueState, q: np.ndarray, seen: np.ndarray, page_rows: 
     loads per admitted tuple as in :func:`hybridjoin_queue`. The tuples still wait about A
     admissions (an IN query takes the riders nearest its page, the others wait their turn), so
     A stays. Measured (R = 2M rows, MariaDB, Zipf 1, noperm): 6,985 tuples a load against 7,567
-    here and 812 in the range-load model; without riders (``rider_repeats=0``) 974 against 806."""
+    here and 812 in the range-load model; without riders (``rider_repeats=0``) 974 against 806.
+    An IN query is priced with the leaves of R's index it reads (:meth:`ComponentCosts.in_cost`):
+    a page's d_j keys share its page_rows / leaf_rows leaves, each rider page's keys read
+    leaves of their own; the choices are the engine's, which prices keys alone."""
     c = costs
     age = state.age
     waiting = age * q
     live = q > 0
     range_s = c.io(page_rows)
-    in_s = c.in_query_s + c.in_key_s * seen
+    in_s = c.in_cost(seen, c.leaves_read(seen, page_rows))
     rides = live & (c.in_key_s * waiting < range_s) & (waiting < rider_repeats * np.maximum(seen, 1e-300)) & (rider_keys >= 1)
     alone = live & ~rides
     share = float(q[rides].sum())
@@ -301,10 +304,12 @@ def access_paths(state: QueueState, q: np.ndarray, seen: np.ndarray, page_rows: 
     loads = float(loads_alone.sum()) + loads_riding
     if loads <= 0:
         return state
-    by_in = in_s[alone] < range_s
-    io = float(np.sum(loads_alone * np.where(by_in, in_s[alone], range_s))) + loads_riding * (c.in_query_s + c.in_key_s * per_query)
-    rows = float(np.sum(loads_alone * np.where(by_in, seen[alone], page_rows))) + loads_riding * per_query
+    by_in = c.in_cost(seen[alone], 0.0) < range_s  # the engine's choice: it prices a page's keys as neighbours
     pages_per_query = per_query / max(age * share / max(int(rides.sum()), 1) / 2, 1.0)  # the riders' mean backlog: A q_j / 2
+    rider_leaves = pages_per_query * c.leaves_read(per_query / pages_per_query, page_rows)  # each page's keys on its own leaves
+    io = (float(np.sum(loads_alone * np.where(by_in, in_s[alone], range_s)))
+          + loads_riding * float(c.in_cost(per_query, rider_leaves)))
+    rows = float(np.sum(loads_alone * np.where(by_in, seen[alone], page_rows))) + loads_riding * per_query
     pops = (float(loads_alone.sum()) + loads_riding * pages_per_query) / loads
     return dataclasses.replace(state, w=1.0 / loads, rows=rows / loads, io_s=io / loads, pops=pops)
 
@@ -472,16 +477,22 @@ def _paged(name: str, split: dict, settings: dict, costs, n_keys: int, exponent:
     return state.w, loop, io, detail, "HYBRIDJOIN eq. 2-4 (w from the Zipf page probabilities)"
 
 
-def _inlist(split: dict, settings: dict, c: ComponentCosts, n_keys: int, exponent: float) -> Prediction:
+def _inlist(split: dict, settings: dict, c: ComponentCosts, n_keys: int, exponent: float, shape: str,
+            shape_seed: int) -> Prediction:
     """The IN-list baseline: a batch of B tuples, its distinct keys (the expected number among B
-    Zipf draws) looked up in IN queries of ``in_list_max`` keys, and the batch joined in memory."""
+    Zipf draws) looked up in IN queries of ``in_list_max`` keys, and the batch joined in memory.
+    The queries read the leaves of R's index that hold those keys: a leaf of ``leaf_rows`` rows
+    is read when one of its keys is among the B draws (the hot keys of the noperm shape share
+    leaves, the random shape scatters them)."""
     batch = float(_need(split, "batch_rows", "inlist"))
     p = rank_probabilities(n_keys, exponent)
     distinct = float(np.sum(-np.expm1(batch * np.log1p(-np.minimum(p, 1 - 1e-16)))))
     queries = math.ceil(distinct / int(settings.get("in_list_max", 1000)))
-    io = queries * c.in_query_s + distinct * c.in_key_s
+    leaf_rows = max(int(round(c.leaf_rows)), 1)
+    leaves = float(np.sum(-np.expm1(-batch * page_probabilities(n_keys, exponent, leaf_rows, shape, shape_seed=shape_seed))))
+    io = queries * c.in_query_s + distinct * c.in_key_s + leaves * c.in_leaf_s
     loop = io + batch * (c.c_S + c.c_A + c.c_O) + c.c_step_inlj
-    detail = {"batch": batch, "distinct_keys": distinct, "queries": queries}
+    detail = {"batch": batch, "distinct_keys": distinct, "queries": queries, "leaves": leaves}
     return Prediction("inlist", batch / loop, batch, loop, io, None, "IN-list: batch / (queries + keys + tuples)", detail)
 
 
@@ -538,7 +549,7 @@ def model(family: str, algorithm: str, split: dict, settings: dict, costs: Compo
         loop = c.io(1) + c.c_S + c.c_O + c.c_step_inlj
         return Prediction(algorithm, 1.0 / loop, 1.0, loop, c.io(1), None, "INLJ: mu = 1 / (c_IO(1) + ...)", {})
     if family == "inlist":
-        return _inlist(split, settings, c, n_keys, exponent)
+        return _inlist(split, settings, c, n_keys, exponent, shape, shape_seed)
     if family == "front-stage":
         return _front_stage(algorithm, split, settings, c, n_keys, exponent, shape, shape_seed, p_n)
     if family not in ("meshjoin", "hybridjoin"):

@@ -213,3 +213,30 @@ def test_every_algorithm_names_a_model_family_or_none():
     assert {family for family in families.values() if family is not None} == set(cm.MODELS)
     with pytest.raises(ValueError, match=r"'hybrid' is not one of the models"):
         cm.model("hybrid", "x", {}, {}, COSTS, 10, 1.0, "noperm", 0, None)
+
+
+# -- IN queries priced by the leaves of R's index they read ----------------------------------------
+@pytest.mark.parametrize("keys", [1, 5, 20, 200])
+def test_the_leaves_an_in_query_reads_are_those_its_keys_fall_on(keys):
+    rows, leaf_rows = 1024, 128  # a page of 8 leaves
+    costs = dataclasses.replace(COSTS, leaf_rows=leaf_rows)
+    rng = np.random.default_rng(keys)
+    drawn = [len(np.unique(rng.choice(rows, min(keys, rows), replace=False) // leaf_rows)) for _ in range(2000)]
+    assert costs.leaves_read(keys, rows) == pytest.approx(np.mean(drawn), rel=0.06)
+    assert costs.leaves_read(keys, 10) == pytest.approx(1.0)  # a run within one leaf reads it once
+    assert costs.in_cost(keys, 3) == pytest.approx(COSTS.in_query_s + COSTS.in_key_s * keys + COSTS.in_leaf_s * 3)
+
+
+@pytest.mark.parametrize("shape", ["noperm", "random"])
+def test_the_in_list_model_reads_the_leaves_a_batchs_distinct_keys_fall_on(shape):
+    """The noperm batch's hot keys share leaves, the random shape's are scattered: the model's
+    leaves are those a real batch's keys (R's keys 2i + 1) fall on, and each is priced."""
+    n_keys, batch, leaf_rows = 200_000, 50_000, 100
+    keys = zipf_stream(batch, n_keys, shape=shape, seed=5).column("nk").to_numpy()
+    drawn = len(np.unique((keys - 1) // 2 // leaf_rows))
+    costs = dataclasses.replace(COSTS, leaf_rows=leaf_rows, in_leaf_s=5e-5)
+    p = explain("inlist", {"batch_rows": batch}, costs, n_keys, 1.0, shape)
+    assert p.detail["leaves"] == pytest.approx(drawn, rel=0.03)
+    expected_io = (p.detail["queries"] * costs.in_query_s + p.detail["distinct_keys"] * costs.in_key_s
+                   + p.detail["leaves"] * costs.in_leaf_s)
+    assert p.io_s == pytest.approx(expected_io)

@@ -6,6 +6,7 @@ import pytest
 
 from airflow_provider_semijoin.core.errors import ConfigError, StoreError
 from airflow_provider_semijoin.core.stores import DatabaseURL, open_store, redact, store_for, write_table
+from airflow_provider_semijoin.workloads import master_table
 
 KEYS = [3 * i + 1 for i in range(23)]  # 1, 4, ..., 67: 23 keys with gaps
 
@@ -431,3 +432,20 @@ def test_a_raw_value_arrow_cannot_read_names_its_column(mysql_backend):
     store = store_for(db.connection, table, "nk")
     with pytest.raises(StoreError, match=r"^select: column 'day' of '.*' holds a value that is not date32"):
         store.load_range(1, 10)
+
+
+def test_leaf_rows_are_the_rows_a_leaf_of_the_keys_index_holds(backend):
+    """R of ~120-byte rows: InnoDB's 16 KiB leaves of the clustered index and SQLite's 4 KiB
+    b-tree pages hold about page / row rows; a secondary index reaches each row through the
+    primary key on MariaDB, one leaf a row."""
+    rows = master_table(5000)
+    store = backend.make_master(rows)
+    if backend.name == "mysql":
+        backend.execute(f"ANALYZE TABLE {backend.quote(store.table)}")
+        assert 16384 / 600 < store.leaf_rows() < 16384 / 60  # a small R's data length counts whole extents
+        secondary = backend.make_master(rows.append_column("id", pa.array(np.arange(5000))), primary_key="id")
+        assert secondary.leaf_rows() == 1.0
+    else:
+        page_size = backend.connection.execute("PRAGMA page_size").fetchone()[0]
+        assert store.leaf_rows() == pytest.approx(page_size / store.row_bytes())
+        assert 4 < store.leaf_rows() < page_size / 60

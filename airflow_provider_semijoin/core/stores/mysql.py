@@ -59,6 +59,22 @@ class MySqlStore(MasterStore):
             found.append((column, int(non_unique) == 0 and int(columns) == 1))
         return found
 
+    def leaf_rows(self) -> float:
+        """Rows per leaf of InnoDB's clustered index when the key leads the primary key (the
+        page size over InnoDB's estimate of a row's bytes, ``AVG_ROW_LENGTH``: no scan); a
+        secondary index reaches each row through the primary key, one leaf a row."""
+        primary = self._catalogue(
+            "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
+            "AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' AND SEQ_IN_INDEX = 1",
+        )
+        length = self._catalogue(
+            "SELECT AVG_ROW_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+        )
+        if not (primary and primary[0][0] == self.key and length and length[0][0]):
+            return 1.0
+        page_bytes = self._scalar("SELECT @@innodb_page_size") or 16384
+        return max(1.0, float(page_bytes) / float(length[0][0]))
+
     def _catalogue(self, sql: str, extra=()) -> list[tuple]:
         cursor = self.connection.cursor()
         try:

@@ -61,6 +61,12 @@ class SqliteStore(MasterStore):
                 found.append((name, True))
         return found
 
+    def leaf_rows(self) -> float:
+        """Rows per b-tree page: SQLite's page size over a loaded row's bytes (rows are
+        written in key order, so an index lookup's neighbours share pages)."""
+        page_bytes = self.connection.execute("PRAGMA page_size").fetchone()[0]
+        return max(1.0, float(page_bytes) / self.row_bytes())
+
     def _key_type(self, column: ColumnInfo) -> KeyType:
         """A string key in ``NOCASE`` or ``RTRIM`` (its index's collation, which is the column's
         unless the index says otherwise) is compared as the collation compares it."""
