@@ -243,3 +243,40 @@ def test_access_bench_times_every_kind_of_access_to_r(tmp_path, capsys):
     assert printed[header].split()[-3:] == ["ms", "a", "query"]
     per_query = [line.split()[-1] for line in printed[header + 1 : header + 8]]  # a time a query where a query reads rows
     assert per_query == [f"{r['ms_per_query']:.2f}" if r["unit"] == "rows" else "-" for r in report["results"]]
+
+
+def test_the_bench_clock_stops_only_while_the_stream_is_produced(tmp_path, monkeypatch):
+    """Producing a stream chunk (here: 1,000 s on a fake clock) is not charged to the join; the
+    steps and what lies between them are: the rate is the tuples over the clock's other ticks."""
+    from airflow_provider_semijoin.bench import steady
+
+    now = [0.0]
+
+    def clock():
+        now[0] += 1e-4
+        return now[0]
+
+    def slow_chunks(config, shape, produce=steady.stream_chunks):
+        for chunk in produce(config, shape):
+            now[0] += 1000.0
+            yield chunk
+
+    monkeypatch.setattr(steady, "stream_chunks", slow_chunks)
+    master = f"sqlite:///{tmp_path / 'b.db'}"
+    table, _ = bench_master(master, 5000, out=lambda _line: None)
+    config = BenchConfig(master=master, rows=5000, memory=512 * 1024, shapes=["noperm"], warmup_s=0.05,
+                         window_s=0.2, io_samples=0, warmup_turnovers=1.0)
+    result = measure(config, table, "hybridjoin", "noperm", clock=clock)
+    assert 0.05 <= result["warmup_s"] < 1.0 and 0.2 <= result["window_s"] < 1.0
+    assert result["service_rate_tps"] == pytest.approx(result["tuples_in_window"] / result["window_s"], rel=1e-3)
+
+
+def test_a_stopwatch_leaves_out_the_spans_it_was_stopped():
+    from airflow_provider_semijoin.bench.steady import Stopwatch
+
+    ticks = iter([10.0, 12.0, 13.0, 20.0, 21.0])
+    watch = Stopwatch(lambda: next(ticks))  # made at 10
+    assert watch.read() == 2.0
+    with watch.stopped():  # 13 -> 20
+        pass
+    assert watch.read() == 4.0  # 21 - 10 - 7

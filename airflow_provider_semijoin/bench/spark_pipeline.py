@@ -76,7 +76,7 @@ import pyarrow.compute as pc
 
 from .cpu import DATABASE, DRIVER, CpuTally, ProcessCpu, cpu_bound, cpu_split
 from .spark_window import BatchWindow, TupleLedger, spark_result
-from .steady import CHUNK_ROWS, BenchConfig, backlog_target, bench_master, measure
+from .steady import CHUNK_ROWS, BenchConfig, Stopwatch, backlog_target, bench_master, measure
 from ..core.calibration import calibrate
 from ..core.checks import check_positive
 from ..core.joins.registry import CACHE_ALGORITHMS
@@ -354,8 +354,8 @@ def run_core_batches(config: BenchConfig, table: str, algorithm: str, shape: str
 
 def run_core_continuous(config: BenchConfig, table: str, algorithm: str, shape: str, rate: float | None,
                         clock=time.perf_counter, sleep=time.sleep) -> dict:
-    """The engine fed without micro-batches. ``rate`` None: a backlog, the clock running only
-    while the algorithm steps (as ``semijoin bench``); otherwise tuples arrive at ``rate`` per
+    """The engine fed without micro-batches. ``rate`` None: a backlog, the clock stopped only
+    while the stream is produced (as ``semijoin bench``); otherwise tuples arrive at ``rate`` per
     second in real time and the latency counts from arrival to completion. At the end the
     buffer is closed and drained: every tuple fed must have left exactly once."""
     duration = config.warmup_s + config.window_s
@@ -369,12 +369,17 @@ def run_core_continuous(config: BenchConfig, table: str, algorithm: str, shape: 
         read_cpu = ProcessCpu().reader((DRIVER, DATABASE)) if rate is None else dict
         window_cpu = CpuTally()
         started = clock()
+        joined, cpu_mark = Stopwatch(clock), read_cpu()
         while (joined_s if rate is None else clock() - started) < duration:
             if rate is None:
-                while buffer.available < backlog_target(engine):
-                    chunk = stream_rows(config, shape, fed, fed + CHUNK_ROWS)
-                    buffer.append(chunk["tid"].to_numpy(), normalize(chunk[KEY], store.key_type).keys)
-                    fed += CHUNK_ROWS
+                if buffer.available < backlog_target(engine):
+                    store.wait_for_reads()  # no read ahead runs while the clock is stopped
+                    with joined.stopped():
+                        while buffer.available < backlog_target(engine):
+                            chunk = stream_rows(config, shape, fed, fed + CHUNK_ROWS)
+                            buffer.append(chunk["tid"].to_numpy(), normalize(chunk[KEY], store.key_type).keys)
+                            fed += CHUNK_ROWS
+                        cpu_mark = read_cpu()
             else:
                 due = min(len(keys), int((clock() - started) * rate) + 1)
                 buffer.append(np.arange(fed, due), keys[fed:due])
@@ -382,20 +387,19 @@ def run_core_continuous(config: BenchConfig, table: str, algorithm: str, shape: 
                 if buffer.available == 0 and engine.pending == 0:
                     sleep(min(0.01, max(0.0, started + fed / rate - clock())))
                     continue
-            cpu_before, step_started = read_cpu(), clock()
             out = engine.step(buffer)
-            store.wait_for_reads()  # a read ahead (HYBRIDJOIN) runs inside the step's time
             done, cpu_after = clock(), read_cpu()
             buffer.taken.clear()
-            joined_s += done - step_started
+            joined_s = joined.read()  # the steps and their bookkeeping (a read ahead runs on beside them)
             ids = np.concatenate([out.matched_ids, out.unmatched_ids])
             ledger.record(ids)
             in_window = (joined_s if rate is None else done - started) > config.warmup_s
             if in_window:
                 window_tuples += out.completed
-                window_cpu.add(cpu_before, cpu_after)
+                window_cpu.add(cpu_mark, cpu_after)
                 if rate is not None:
                     latencies.append(done - (started + np.unique(ids) / rate))
+            cpu_mark = cpu_after
         window_s = (joined_s if rate is None else clock() - started) - config.warmup_s
         buffer.close()
         while not (buffer.exhausted and engine.pending == 0):
@@ -409,7 +413,7 @@ def run_core_continuous(config: BenchConfig, table: str, algorithm: str, shape: 
         "window_tuples": window_tuples,
         "exactly_once": ledger.check(fed),
     }
-    if rate is None:  # the clock runs only while the engine steps: its CPU then (driver and database)
+    if rate is None:  # the clock stops only while the stream is produced: the CPU of the rest (driver and database)
         result["cpu"] = cpu_split(window_cpu.spent, window_s, window_tuples)
     else:
         latency = latency_ms(np.concatenate(latencies) if latencies else np.zeros(0))
