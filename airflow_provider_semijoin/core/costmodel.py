@@ -208,7 +208,7 @@ class QueueState:
     pops: float = 1.0
 
 
-def hybridjoin_queue(q: np.ndarray, h_s: int, page_rows: int) -> QueueState:
+def hybridjoin_queue(q: np.ndarray, h_s: int, page_rows: int, admit_tuples: float = 0.0) -> QueueState:
     """Tuples per iteration of HYBRIDJOIN from the page probabilities ``q`` and h_S slots.
 
     The paper fits w = k * h_S * d / R_t (eq. 2, k = 1.36 measured in its setup). Here w is
@@ -223,6 +223,8 @@ def hybridjoin_queue(q: np.ndarray, h_s: int, page_rows: int) -> QueueState:
     and every admitted tuple leaves with one load, so w = 1 / sum_j q_j / (1 + A q_j). With
     uniform q over P pages this gives w = 2 h_S / P (k = 2): each page is loaded once per
     cycle, with its count grown linearly from 0; with skew, hot pages gather more per load.
+    A pop walks one group per admission chunk that filed a tuple of the page: chunks of w
+    tuples, or of ``admit_tuples`` where a backlog waits for that many free slots.
     """
     h_s = _check(h_s, "h_S", 1)
     q = np.asarray(q, dtype=np.float64)
@@ -248,9 +250,8 @@ def hybridjoin_queue(q: np.ndarray, h_s: int, page_rows: int) -> QueueState:
     weights = rate / loads  # share of the loads that load page j
     rows = float(page_rows)
     # groups: one per admission chunk of the window that holds a tuple of the page
-    per_iteration = max(1.0, math.ceil(w / MAX_CHUNK))
-    chunk = w / per_iteration
-    window_chunks = age / w * per_iteration
+    chunk = min(max(w, float(admit_tuples)), float(MAX_CHUNK))
+    window_chunks = age / chunk
     groups = float(np.sum(weights * (1 + window_chunks * -np.expm1(-chunk * q))))
     chunks = min(window_chunks, h_s / CHUNKS_PER + MIN_CHUNKS)
     return QueueState(age, w, rows, groups, chunks)
@@ -465,7 +466,7 @@ def _paged(name: str, split: dict, settings: dict, costs, n_keys: int, exponent:
         return w, loop, io, detail, "MESHJOIN: mu = w / c_loop"
     h_s = int(_need(split, "stream_table_capacity_tuples", name))
     q = page_probabilities(n_keys, exponent, page_rows, shape, cached=cached, shape_seed=shape_seed)
-    state = hybridjoin_queue(q, h_s, page_rows)
+    state = hybridjoin_queue(q, h_s, page_rows, float(split.get("admit_tuples", 0)))
     if "rider_keys" in split:
         seen = page_keys_seen(n_keys, exponent, page_rows, shape, state.age, cached=cached, shape_seed=shape_seed)
         state = access_paths(state, q, seen, page_rows, costs, int(split["rider_keys"]),

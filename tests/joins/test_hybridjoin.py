@@ -12,7 +12,7 @@ from contract import (
 from hypothesis import strategies as st
 
 from airflow_provider_semijoin.core.joins import JoinOutput, StreamBuffer, create
-from airflow_provider_semijoin.core.joins.hybridjoin import READ_AHEAD_SHARE
+from airflow_provider_semijoin.core.joins.hybridjoin import ADMIT_SHARE, READ_AHEAD_SHARE
 from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
 from airflow_provider_semijoin.core.prediction import explain
 from airflow_provider_semijoin.core.runner import feed_keys, run_join
@@ -77,6 +77,45 @@ def test_the_queue_drains_without_new_input_on_an_intermittent_stream(backend, n
                 break
         assert algorithm.pending == 0 and buffer.available == 0 and not buffer.closed
     assert sorted(done) == list(range(sent))
+
+
+@pytest.mark.parametrize("name", HYBRIDS)
+def test_a_backlog_is_admitted_in_batches_and_a_trickle_at_once(backend, name):
+    """While more tuples wait than slots are free, H_S admits only once ADMIT_SHARE of it is
+    free, then fills it; tuples that fit the free slots are admitted when they arrive; a page
+    then holds its tuples in fewer groups than one admission a step made (issue 12)."""
+    store = backend.make_master(master_of(range(20_000)))
+    algorithm = create(name, store, 1 << 21, {"page_rows": 50, "read_ahead": 0})
+    batch = algorithm.memory_split()["admit_tuples"]
+    assert batch == int(algorithm.table.capacity * ADMIT_SHARE) > 1
+    buffer = StreamBuffer(store.key_type)
+    rng = np.random.default_rng(3)
+    backlog = 6 * algorithm.table.capacity
+    buffer.append(np.arange(backlog), rng.integers(0, 20_000, backlog))
+    admissions = []
+    while buffer.available > 2 * algorithm.table.capacity:  # a backlog throughout
+        before, free = algorithm.table.admitted, algorithm.table.free
+        algorithm.step(buffer)
+        if algorithm.table.admitted > before:
+            admissions.append((algorithm.table.admitted - before, free))
+    assert len(admissions) > 3 and all(n == free >= batch for n, free in admissions)
+    waiting = np.flatnonzero(algorithm.table.page_count)
+    groups = [len(_groups_of(algorithm.table, page)) for page in waiting]
+    assert np.mean(groups) < np.mean(algorithm.table.page_count[waiting]) / 2  # a group is several tuples
+    buffer.taken.clear()
+    trickle = StreamBuffer(store.key_type)
+    algorithm = create(name, store, 1 << 21, {"page_rows": 50, "read_ahead": 0})
+    trickle.append(np.arange(3), np.array([5, 500, 5000]))
+    algorithm.step(trickle)
+    assert algorithm.table.admitted == 3 and trickle.available == 0
+
+
+def _groups_of(table, page: int) -> list[int]:
+    groups, g = [], int(table._page_head[page])
+    while g >= 0:
+        groups.append(g)
+        g = int(table._group_next[g])
+    return groups
 
 
 def test_hybridjoin_l_with_lookup_position_1_loads_like_hybridjoin(backend):

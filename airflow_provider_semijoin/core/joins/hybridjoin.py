@@ -63,13 +63,14 @@ import numpy as np
 from ..keys import distinct_keys
 from ..stores.base import MasterPage
 from .base import RIDER_KEYS, JoinOutput, Param, StreamBuffer
-from .stream_table import PagedJoin, StreamTable
+from .stream_table import MAX_CHUNK, PagedJoin, StreamTable
 
 PAGE_ROWS_RANGE = (64, 8192)
 PAGE_SHARE = 1 / 8  # of M at most for one page's rows (the disk buffer, d) when the page size is measured
 RIDER_BUFFER_SHARE = 1 / 64  # of M at most for the rows of one IN query beyond one page's (the disk buffer)
 RIDER_REPEATS = 1.5  # tuples per distinct key at a page's last load below which it rides while the stream goes on
 READ_AHEAD_LOADS = 2  # page loads under way at once by default (read_ahead)
+ADMIT_SHARE = 1 / 64  # of h_S: the free slots a backlog's tuples wait for before they are admitted at once
 READ_AHEAD_SHARE = 1 / 16  # of M at most for read-ahead (each load's tuples in flight and disk buffer);
 #                            a smaller M keeps fewer loads under way, or reads on its own session
 
@@ -151,6 +152,7 @@ class HybridJoin(PagedJoin):
                 self._disk_buffer_bytes + self.page_map.nbytes + 1024, "one disk page and the page map"
             )
         self.table = StreamTable(capacity, self.page_map.n_pages, store.key_type.dtype)
+        self._admit_tuples = max(1, min(int(capacity * ADMIT_SHARE), MAX_CHUNK))
 
     @staticmethod
     def _can_read_ahead(store, loads: int) -> bool:
@@ -253,7 +255,7 @@ class HybridJoin(PagedJoin):
 
     def memory_split(self) -> dict:
         return {**super().memory_split(), "read_ahead_bytes": self._ahead_bytes, "page_repeats_bytes": self._repeats.nbytes,
-                "rider_keys": self._rider_room()}
+                "rider_keys": self._rider_room(), "admit_tuples": self._admit_tuples}
 
     def _range_cost(self, page) -> float:
         """S + T * rows: a range load of ``page`` (pages: their rows each)."""
@@ -310,10 +312,19 @@ class HybridJoin(PagedJoin):
         return min(RIDER_KEYS, self._buffer_rows // max(self.store.max_rows_per_key, 1))
 
     def _admit(self, buffer: StreamBuffer) -> JoinOutput:
-        """Fig. 5 lines 3-5: fill the free slots of H_S (w of them) with arrived tuples."""
-        if not (self.table.free and buffer.available):
+        """Fig. 5 lines 3-5: fill the free slots of H_S (w of them) with arrived tuples - but
+        a backlog (more tuples arrived than slots are free, the stream going on) waits until
+        :data:`ADMIT_SHARE` of h_S is free, and fills it at once. A step frees the slots of
+        one page's tuples, so on the random shape (tuples of every page in every admission) an
+        admission each step filed each page's tuples in groups of 1-2, and a page's load walked
+        hundreds of them (issue 12); admitted together, a page gathers them in few groups. H_S
+        holds at most that share less meanwhile."""
+        free = self.table.free
+        if not (free and buffer.available):
             return JoinOutput.empty(self.schema)
-        return self._admit_chunk(self._take(buffer, self.table.free))
+        if free < self._admit_tuples and buffer.available >= free and not buffer.exhausted:
+            return JoinOutput.empty(self.schema)
+        return self._admit_chunk(self._take(buffer, free))
 
     def _reserved_bytes(self) -> int:
         """Bytes of the structures beside H_S, taken from the budget before H_S is sized: the

@@ -31,7 +31,7 @@ from .base import JoinAlgorithm, JoinOutput, StreamChunk, not_in_master, ranges,
 
 ARENA_FACTOR = 1.5  # arena slots per tuple of capacity: compaction runs after capacity/2 admissions
 GROUP_BYTES = 8 + 4 + 4 + 4 + 4  # group_start, group_len, group_next, group_chunk, free-list slot
-MAX_CHUNK = 4096  # bounds the scan inside one chunk when a queue position is looked up
+MAX_CHUNK = 32768  # bounds the scan inside one chunk when a queue position is looked up (~20 us)
 CHUNK_BYTES = 8 + 8 + 8  # chunk_start, chunk_alive, chunk_admitted_before
 CHUNKS_PER = 16  # chunk slots: one per 16 tuples of capacity (plus MIN_CHUNKS); when they run
 MIN_CHUNKS = 4  # out, empty chunks are dropped and, if need be, neighbouring chunks merged
