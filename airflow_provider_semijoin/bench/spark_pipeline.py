@@ -76,7 +76,7 @@ import pyarrow.compute as pc
 
 from .cpu import DATABASE, DRIVER, CpuTally, ProcessCpu, cpu_bound, cpu_split
 from .spark_window import BatchWindow, TupleLedger, spark_result
-from .steady import CHUNK_ROWS, BenchConfig, Stopwatch, backlog_target, bench_master, measure
+from .steady import CHUNK_ROWS, BenchConfig, Stopwatch, backlog_target, bench_master, measure, top_up
 from ..core.calibration import calibrate
 from ..core.checks import check_positive
 from ..core.joins.registry import CACHE_ALGORITHMS
@@ -370,16 +370,12 @@ def run_core_continuous(config: BenchConfig, table: str, algorithm: str, shape: 
         window_cpu = CpuTally()
         started = clock()
         joined, cpu_mark = Stopwatch(clock), read_cpu()
+        chunks = (stream_rows(config, shape, start, start + CHUNK_ROWS) for start in itertools.count(0, CHUNK_ROWS))
         while (joined_s if rate is None else clock() - started) < duration:
             if rate is None:
                 if buffer.available < backlog_target(engine):
-                    store.wait_for_reads()  # no read ahead runs while the clock is stopped
-                    with joined.stopped():
-                        while buffer.available < backlog_target(engine):
-                            chunk = stream_rows(config, shape, fed, fed + CHUNK_ROWS)
-                            buffer.append(chunk["tid"].to_numpy(), normalize(chunk[KEY], store.key_type).keys)
-                            fed += CHUNK_ROWS
-                        cpu_mark = read_cpu()
+                    fed += top_up(buffer, engine, store, joined, lambda: next(chunks))
+                    cpu_mark = read_cpu()
             else:
                 due = min(len(keys), int((clock() - started) * rate) + 1)
                 buffer.append(np.arange(fed, due), keys[fed:due])

@@ -158,15 +158,9 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
         io_start = None
         while warm_s is None or joined_s < warm_s + config.window_s:
             if buffer.available < backlog_target(algorithm):
-                store.wait_for_reads()  # no read ahead runs while the clock is stopped
-                with joined.stopped():
-                    while buffer.available < backlog_target(algorithm):
-                        chunk = next(chunks)
-                        keys = normalize(chunk["nk"], store.key_type)
-                        buffer.append(chunk["tid"].to_numpy(), keys.keys)
-                        fed += chunk.num_rows
-                    if len(entered) < fed:
-                        entered = np.concatenate([entered, np.zeros(max(fed - len(entered), len(entered)))])
+                fed += top_up(buffer, algorithm, store, joined, lambda: next(chunks))
+                if len(entered) < fed:
+                    entered = np.concatenate([entered, np.zeros(max(fed - len(entered), len(entered)))])
             before = joined.read()
             out = algorithm.step(buffer)
             for ids, _ in buffer.taken:
@@ -210,6 +204,20 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
         "cache_hit_ratio": stats.get("cache_hit_ratio"),
         "extra": {k: v for k, v in stats.items() if k in EXTRA_STATS},
     }
+
+
+def top_up(buffer: StreamBuffer, algorithm, store, watch: "Stopwatch", produce) -> int:
+    """Fill ``buffer`` up to the algorithm's :func:`backlog_target` with the stream chunks
+    ``produce()`` returns (tables of ``tid`` and ``nk``), ``watch`` stopped meanwhile - after
+    the reads handed ahead finished, so none runs while it is stopped; the tuples fed."""
+    store.wait_for_reads()
+    fed = 0
+    with watch.stopped():
+        while buffer.available < backlog_target(algorithm):
+            chunk = produce()
+            buffer.append(chunk["tid"].to_numpy(), normalize(chunk["nk"], store.key_type).keys)
+            fed += chunk.num_rows
+    return fed
 
 
 class Stopwatch:

@@ -100,7 +100,7 @@ class ComponentCosts:
         of ``rows`` consecutive rows of R (a page): each of its rows / leaf_rows leaves is
         missed by every key with probability (1 - 1/leaves)^keys."""
         leaves = np.maximum(np.asarray(rows, dtype=float) / max(self.leaf_rows, 1.0), 1.0)
-        return leaves * -np.expm1(np.asarray(keys, dtype=float) * np.log1p(-1.0 / np.maximum(leaves, 1.0 + 1e-12)))
+        return leaves * (1.0 - (1.0 - 1.0 / leaves) ** np.asarray(keys, dtype=float))
 
     def cache_costs(self, cached: int) -> tuple[float, float]:
         """``(c_cache, c_hit)`` for an H_R of ``cached`` keys: linear in log2(h_R) through the
