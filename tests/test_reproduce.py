@@ -4,9 +4,12 @@ algorithm, a verdict per claim), and the judging of a claim on cells made up for
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 
+from airflow_provider_semijoin import __version__
 from airflow_provider_semijoin.bench.claims import CLAIMS, judge
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
@@ -38,6 +41,10 @@ def test_small_scale_writes_every_plot_with_every_algorithm_and_judges_every_cla
                for c in cells if not c["refused"] and not c["unavailable"])
     report = (out / "README.md").read_text()
     assert f"| {DBMS_JOIN} | not run: runs inside MySQL/MariaDB; the master sqlite:///" in report
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert summary["code"].startswith(f"{__version__} (") and head in summary["code"]  # run from this checkout
+    assert f"code {summary['code']}." in report
     assert len(summary["claims"]) == len(CLAIMS) > 0
     for verdict in summary["claims"]:
         assert verdict["verdict"] in ("reproduced", "not reproduced", "not measured")

@@ -191,7 +191,7 @@ def write_report(folder: Path, summary: dict, cells) -> dict[str, dict]:
         "",
         f"Command: `semijoin reproduce --scale {summary['scale']} --master {summary['master']} --out <this folder>`; "
         f"{summary['seconds']} s on {summary['machine']['platform']} ({summary['machine']['processor']}, "
-        f"Python {summary['machine']['python']}).",
+        f"Python {summary['machine']['python']}), code {summary.get('code', 'not recorded')}.",
         "",
         f"R = {s['rows']:,} rows ({summary['r_bytes']:,} bytes loaded), default memory {s['memory']:,} bytes, "
         f"warm-up {s['warmup_s']} s"

@@ -37,6 +37,7 @@ import dataclasses
 import json
 import platform
 import statistics
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,7 @@ from ..core.errors import ConfigError
 from ..core.stores import DatabaseURL, open_store, redact
 from ..core.stores.sql import MYSQL
 from ..workloads import generate_master
+from .. import __version__
 
 KEY = "nk"
 
@@ -201,6 +203,22 @@ class Reproduction:
         self._record(cell)
 
 
+def code_version() -> str:
+    """The package's version, and its commit when it runs from a git checkout of this project
+    (not from an installed copy that merely sits inside some git tree): a report says which
+    code measured it."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return __version__
+    try:
+        found = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=root, capture_output=True, text=True,
+                               timeout=10)
+    except OSError:  # no git on this machine
+        return __version__
+    commit = found.stdout.strip() if found.returncode == 0 else ""
+    return f"{__version__} ({commit})" if commit else __version__
+
+
 def run_reproduce(master: str, scale_name: str, out_dir: str | Path, seed: int = 0, out=print,
                   experiments=EXPERIMENTS) -> dict:
     """Run every experiment at ``scale_name`` on ``master`` and write ``out_dir/README.md``,
@@ -225,6 +243,7 @@ def run_reproduce(master: str, scale_name: str, out_dir: str | Path, seed: int =
         "master": redact(master),
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
                     "processor": platform.processor() or platform.machine()},
+        "code": code_version(),
         "seconds": round(time.perf_counter() - started, 1),
         "r_bytes": run.r_bytes,
         "cells": [c.as_dict() for c in run.cells],

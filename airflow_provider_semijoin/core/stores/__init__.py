@@ -8,7 +8,7 @@ from .mysql import MySqlStore
 from .opening import open_store, store_for
 from .protocol import JoinStore, PagedRelation
 from .reconnect import DEFAULT_RETRY_MAX_S, ReconnectingConnection, RetryPolicy, StoreUnavailable, TransactionLost
-from .sql import MYSQL, SQLITE, DatabaseURL, dialect_of, redact, write_table
+from .sql import DatabaseURL, redact, write_table
 from .sqlite import SqliteStore
 from .versioned import SnapshotLost
 
