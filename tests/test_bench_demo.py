@@ -35,7 +35,7 @@ def test_bench_tiny_reports_every_algorithm_and_shape(tmp_path, capsys):
         assert r["service_rate_tps"] > 0 and r["tuples_in_window"] > 0
         assert (r["cache_hit_ratio"] is not None) == (r["algorithm"] in ("inlist-lru", "ssj", "cmeshjoin", "cachejoin", "cachejoin-l", "cachejoin-pq", "ssij"))
         assert r["memory_ok"] and r["structure_bytes_peak"] <= 512 * 1024
-        if r["algorithm"] in ("inlist-lru", "ssij"):  # no cost model
+        if r["algorithm"] == "inlist-lru":  # no cost model
             assert r["predicted_tps"] is None
         else:
             assert r["predicted_tps"] > 0 and r["measured_over_predicted"] > 0 and r["model"]
@@ -85,6 +85,35 @@ def test_the_warm_up_lasts_until_the_tuples_held_turned_over(tmp_path, name):
     assert transient_notes([short], cut) == [
         f"note: the warm-up stopped at 0 s before 3 turnovers of the tuples held for (turnovers reached): "
         f"noperm {name} {short['warmup_turnovers']:g}"]
+
+
+def test_the_window_closes_at_the_end_of_a_cycle(tmp_path, monkeypatch):
+    """SSIJ's tuples leave in bursts, at its join phases: the warm-up and the window end only
+    with a step that ended a join phase (SB empty, no phase open), so the window counts whole
+    cycles; a window of 1 ms would otherwise close after the first step, mid-cycle."""
+    from airflow_provider_semijoin.core.joins.ssij import SemiStreamedIndexJoin
+
+    states = []
+    step = SemiStreamedIndexJoin.step
+
+    def recording(self, buffer):
+        out = step(self, buffer)
+        states.append((self.cycle_ended, self._phase is None and self._sb.size == 0, self.counters.extra["join_phases"]))
+        return out
+
+    monkeypatch.setattr(SemiStreamedIndexJoin, "step", recording)
+    master = f"sqlite:///{tmp_path / 'b.db'}"
+    table, _ = bench_master(master, 5000, out=lambda _line: None)
+    config = BenchConfig(master=master, rows=5000, memory=512 * 1024, shapes=["noperm"], warmup_s=0.0,
+                         window_s=0.001, io_samples=0, warmup_turnovers=1.0)
+    result = measure(config, table, "ssij", "noperm")
+    ended = [i for i, (cycle_ended, _, _) in enumerate(states) if cycle_ended]
+    assert all(idle for cycle_ended, idle, _ in states if cycle_ended)  # a cycle ends with SB empty
+    assert ended[-1] == len(states) - 1 and len(ended) >= 2  # the window closed at the end of one
+    assert result["window_cycles"] >= 1
+    opened = ended[-1 - result["window_cycles"]]  # the step whose cycle end closed the warm-up
+    assert states[-1][2] - states[opened][2] == result["window_cycles"]  # one join phase a cycle
+    assert len(states) - 1 - opened > 1  # the window held more than the step that closed it
 
 
 def test_sweep_cache_reports_an_optimum_per_algorithm(tmp_path, capsys):

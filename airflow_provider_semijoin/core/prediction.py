@@ -8,10 +8,14 @@ ask here.
 
 from __future__ import annotations
 
+from .costmodel import MODELS as PAGE_MODELS
 from .costmodel import RANDOM_SHAPE_SEED, Prediction, check_inputs, model, split_of
 from .errors import ConfigError
 from .joins.registry import ALGORITHMS
+from .ssijmodel import ssij_model
 from .unitcosts import ComponentCosts
+
+MODELS = (*PAGE_MODELS, "ssij")  # the families an algorithm's ``cost_model`` names
 
 MODELLED: tuple[str, ...] = tuple(name for name, cls in ALGORITHMS.items() if cls.cost_model is not None)
 
@@ -21,8 +25,9 @@ def explain(algorithm: str, split_or_algorithm, costs: ComponentCosts, n_keys: i
             settings: dict | None = None) -> Prediction | None:
     """The model of ``algorithm`` for the memory split it chose (``algorithm.memory_split()``,
     or the algorithm itself), on R of ``n_keys`` distinct keys and a Zipf(``exponent``) stream
-    of ``shape``; None for an algorithm without a model (``inlist-lru``, and ``ssij``: its paper
-    gives a worst case (sec. V), not a model of its service rate).
+    of ``shape``; None for an algorithm without a model (``inlist-lru``: the LRU dict of the
+    baseline a user writes). SSIJ's paper gives only a worst case (sec. V); its model is
+    :func:`.ssijmodel.ssij_model`.
 
     ``p_n`` replaces the model's hit ratio p_N of H_R (eq. 1) by another one, e.g. the measured
     hit ratio, to tell the error of p_N from the rest. ``settings`` are the algorithm's
@@ -37,7 +42,10 @@ def explain(algorithm: str, split_or_algorithm, costs: ComponentCosts, n_keys: i
     family = ALGORITHMS[algorithm].cost_model
     if family is None:
         return None
-    return model(family, algorithm, split, {**own, **(settings or {})}, costs, n_keys, exponent, shape, shape_seed, p_n)
+    settings = {**own, **(settings or {})}
+    if family == "ssij":
+        return ssij_model(split, settings, costs, n_keys, exponent, shape, shape_seed, p_n)
+    return model(family, algorithm, split, settings, costs, n_keys, exponent, shape, shape_seed, p_n)
 
 
 def predict(algorithm: str, split_or_algorithm, costs: ComponentCosts, n_keys: int, exponent: float = 1.0,

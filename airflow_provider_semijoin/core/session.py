@@ -150,9 +150,12 @@ class JoinSession:
         return self.buffer.available, self.algorithm.pending, self.algorithm.in_flight, self.completed
 
     def drain(self) -> JoinOutput:
-        """Step until every tuple fed has left (the buffer is closed meanwhile, then reopened
-        unless the stream had ended: :meth:`~.joins.base.StreamBuffer.close`)."""
-        return JoinOutput.concat(self._force(lambda: self.pending, final=True), self.algorithm.schema)
+        """Step until every tuple fed has left with all its pairs (the buffer is closed meanwhile,
+        then reopened unless the stream had ended: :meth:`~.joins.base.StreamBuffer.close`): a
+        range join's tuple leaves with its first pair and may still wait for pages, until no
+        tuple is half joined (:attr:`~.joins.base.JoinAlgorithm.between_joins`)."""
+        return JoinOutput.concat(self._force(lambda: self.pending or not self.algorithm.between_joins, final=True),
+                                 self.algorithm.schema)
 
     def _urgent(self, horizon: float, max_pending: int | None = None) -> np.ndarray:
         """Positions (in the log) of the waiting tuples due before ``horizon``, and of the oldest

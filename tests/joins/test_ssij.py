@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import JoinOutput, StreamBuffer, create
-from airflow_provider_semijoin.core.joins.ssij import read_plan
+from airflow_provider_semijoin.core.joins.ssij import KEEP_MARGIN, read_plan
 from airflow_provider_semijoin.core.keys import normalize
 from airflow_provider_semijoin.core.oracle import engine_pairs
 from airflow_provider_semijoin.core.runner import check_exactly_once, run_join
@@ -212,7 +212,13 @@ def test_after_each_join_phase_the_cache_holds_the_best_ranked_pages(backend):
         dropped = set(utility) - kept
         assert kept and after <= set(utility), "the cache holds the best candidates, nothing else"
         if dropped:
-            assert min(utility[p] for p in kept) >= max(utility[p] for p in dropped)
+            def ranks_above(high, low, margin=1.0):
+                if high and low:
+                    assert min(utility[p] for p in high) >= max(utility[p] for p in low) / margin
+            ranks_above(kept & before, dropped & before)  # among the cached, and among P_u: by utility
+            ranks_above(kept - before, dropped - before)
+            ranks_above(kept - before, dropped & before)  # a page of P_u displaced a cached one: with more
+            ranks_above(kept & before, dropped - before, KEEP_MARGIN)  # it stayed: P_u's had < KEEP_MARGIN x its
             checked += 1
     assert checked > 5
 
@@ -587,6 +593,44 @@ def test_a_sparse_sequence_is_read_by_an_in_query_a_dense_one_by_range(backend):
     run = run_join(create("ssij", store, memory, params), stream, STREAM_KEY)
     assert_exact(store, stream, run)
     assert "in_loads" not in run.stats and run.stats["pages_read"] == 100
+
+
+def test_a_kept_page_is_cut_out_of_a_sequence_whose_other_pages_are_cheaper_by_in(backend):
+    """A page of ToKeep is read whole; when the rest of its sequence costs less by IN, the
+    sequence is cut around it (adjacent kept pages together), each piece of the others starting
+    and ending on a page of P_u; otherwise, or with no page kept, the sequence stays whole."""
+    store = measured_as(backend.make_master(master_of(range(0, 40_000, 2))), 1e-3, 1e-5, 1e-3, 1e-7)  # 400 pages of 50
+    params = {"page_rows": 50, "ib_thresh": 10, "sb_thresh": 50, "max_scan": 10}
+    algorithm = create("ssij", store, memory_for(store, params, 10), params)
+    requested, one_key = np.array([0, 2, 3, 5, 6, 9]), np.ones(6, np.int64)
+    keep = np.array([False, False, False, True, True, False])
+    assert algorithm._split_at_keep([(0, 10)], one_key, keep, requested) == [(0, 4), (5, 2), (9, 1)]
+    assert algorithm._split_at_keep([(0, 10)], one_key, np.zeros(6, bool), requested) == [(0, 10)]
+    many_keys = np.full(6, 10**6)  # their IN query costs more than the sequence
+    assert algorithm._split_at_keep([(0, 10)], many_keys, keep, requested) == [(0, 10)]
+    # four kept pages in three runs: 1 ms + 3 x 1 ms + 4 x 0.5 ms is no less than the sequence's 6 ms
+    assert algorithm._split_at_keep([(0, 10)], one_key, ~keep, requested) == [(0, 10)]
+
+
+def test_the_random_shape_cuts_kept_pages_out_of_in_runs_and_stays_exact(backend):
+    """End to end, hot keys scattered over R (the random shape) and IN cheaper than a page:
+    sequences are cut around kept pages, both kinds of read happen, every tuple leaves once."""
+    store = measured_as(backend.make_master(master_of(range(0, 40_000, 2))), 1e-3, 1e-5, 1e-3, 1e-7)
+    params = {"page_rows": 50, "ib_thresh": 100, "sb_thresh": 400, "max_scan": 10}
+    algorithm = create("ssij", store, memory_for(store, params, 40), params)
+    cuts, split = [], algorithm._split_at_keep
+
+    def spy(plan, *args):
+        out = split(plan, *args)
+        cuts.append(len(out) - len(plan))
+        return out
+
+    algorithm._split_at_keep = spy
+    rng = np.random.default_rng(5)
+    stream = stream_of(zipf_keys(rng, np.arange(0, 40_000, 2), 20_000, 1.0).tolist())
+    run = run_join(algorithm, stream, STREAM_KEY)
+    assert_exact(store, stream, run)
+    assert sum(cuts) > 0 and run.stats["in_loads"] > 0 and run.stats["pages_read"] > 0
 
 
 def test_the_last_join_phase_keeps_nothing_and_reads_sparse_pages_by_few_in_queries(backend):

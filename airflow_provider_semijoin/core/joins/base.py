@@ -412,6 +412,15 @@ class JoinAlgorithm:
         carried rows, :mod:`...spark.joinstate`) sizes its share of the budget by it."""
         raise NotImplementedError
 
+    @property
+    def cycle_ended(self) -> bool:
+        """Whether the last step ended a cycle: a point of the state the join comes back to in
+        its steady state, where a measurement window may open and close without cutting a burst
+        of completions in two. Every step of an algorithm whose tuples leave step by step (an
+        iteration of HYBRIDJOIN, MESHJOIN, ...); SSIJ's tuples leave in bursts, and it ends a
+        cycle with the join phase that empties SB."""
+        return True
+
     def turnovers(self) -> float:
         """How often the tuples held have been replaced since the start: the stream tuples taken
         beyond the first :attr:`capacity_tuples`, over it (a benchmark's warm-up waits for a few)."""

@@ -44,7 +44,11 @@ cost less by an IN query (the store's calibrated per-key IN cost) than the page 
 *sparse*: it is left out of ToKeep - read for few keys, not worth its room in CR - unless it was
 in P_u of the join phase before too (a hot key alone on its page recurs in every phase). Runs of
 planned sequences with no page of ToKeep that are cheaper by IN are read by one IN query each,
-as many keys as the read buffer holds rows for. The last join phase (the stream has ended and
+as many keys as the read buffer holds rows for; a sequence that holds pages of ToKeep is cut
+around them when its other pages are cheaper by IN (:meth:`_split_at_keep`). A page of P_u
+displaces a cached page only with ``KEEP_MARGIN`` times its utility: where many pages serve
+about as much (the random shape), the paper's ranking changed a few hundred cached pages a phase
+for no gain in hits, and each read a page whole. The last join phase (the stream has ended and
 every tuple is in SB) keeps no page at all: no later tuple would probe it. A short stream spread
 over every page thus costs a few queries instead of a read of all of R.
 
@@ -94,6 +98,7 @@ PER_REQUESTED_BYTES = 8 + 8 + 1 + 8 + 8  # per page of P_u in a join phase: its 
 DEADLINE_SAFETY = 2.0  # the join-phase estimate is doubled when deadlines decide (sec. IV-F)
 DEADLINE_SLACK = 0.1  # a tuple is due when a tenth of its time from arrival to deadline is left
 GAP_DECAY = 0.9  # the time between steps a deadline check allows for: a slowly decaying maximum
+KEEP_MARGIN = 2.0  # a page of P_u displaces a cached page only with KEEP_MARGIN times its utility (see _to_keep)
 TICK_SCALE = 2.0**-40  # the time of last use breaks ties between equal utilities
 INT64 = np.iinfo(np.int64)
 
@@ -366,6 +371,7 @@ class _JoinPhase:
 class SemiStreamedIndexJoin(JoinAlgorithm):
     name = "ssij"
     operator_name = "SSIJOperator"
+    cost_model = "ssij"  # :func:`..ssijmodel.ssij_model` (the paper bounds only the worst case, sec. V)
     paper = "SSIJ (Bornea, Deligiannakis, Kotidis, Vassalos, ICDE 2011), sec. IV, Alg. 1-2"
     params = {
         "page_rows": Param(int, 64, "rows of R per page (a block; Table II: 64 tuples per block)", 1),
@@ -413,6 +419,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self._asked_in_phase = np.full(n_pages, -2, dtype=np.int32)  # the last join phase each page was in P_u of
         self._requested = 0  # pages with an II entry: |P_u| of the next join phase
         self._phase: _JoinPhase | None = None
+        self._phase_ended = False  # the last step ended a join phase (:attr:`cycle_ended`)
         self._online_s = 0.0  # duration of the last online phase
         self._gap_s = 0.0  # time between the last two steps: how late a deadline check may come
         self._last_step: float | None = None
@@ -517,6 +524,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
             "stream_buffers_peak_bytes": self._stream_peak(),
             "cache_bytes_now": self.cache.nbytes,
             "cache_pages_now": self.cache.pages,
+            "cache_room_bytes": self.memory - self.fixed_bytes - self.scan_bytes - self._stream_peak(),
             "page_rows": self.page_map.page_rows,
             "pages": self.page_map.n_pages,
             "page_bytes": self.page_bytes,
@@ -536,8 +544,16 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         return out
 
     # -- one step -------------------------------------------------------------------------------
+    @property
+    def cycle_ended(self) -> bool:
+        """The last step ended a join phase: SB is empty, the cache holds ToKeep (Alg. 2 lines
+        17-18), and the next tuples start a cycle (a window over whole cycles counts every burst
+        of a join phase once)."""
+        return self._phase_ended
+
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
         self._time = buffer.clock
+        self._phase_ended = False
         now = self._time()
         if self._last_step is not None and self.pending:  # (an idle pause between streams does not count)
             self._gap_s = max(now - self._last_step, GAP_DECAY * self._gap_s)
@@ -789,6 +805,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
             dense = again | ~self._sparse(distinct) if equi else np.ones(len(requested), bool)
             phase.keep[np.flatnonzero(dense)[self._to_keep(requested[dense], priority[dense])]] = True  # line 1
         if equi:
+            plan = self._split_at_keep(plan, distinct, phase.keep, requested)
             phase.plan, phase.by_in = self._in_spans(plan, distinct, phase.keep, requested)
         self.cache.tick += len(requested) + 1
         self._make_room(0)  # the phase's arrays are the stream's: cached pages leave for them (no ToRemove in the last)
@@ -809,6 +826,35 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         either: it is read for few keys, and ToKeep leaves it out (issue 12: the access path per
         page)."""
         return self._in_key_s * distinct < self.page_s
+
+    def _split_at_keep(self, plan: list[tuple[int, int]], distinct: np.ndarray, keep: np.ndarray,
+                       requested: np.ndarray) -> list[tuple[int, int]]:
+        """The plan with each sequence that holds pages of ToKeep cut around them, when reading
+        those pages on their own (adjacent ones together) and the rest by one IN query of their
+        distinct waiting keys costs less than the sequence: a page kept in CR must be read whole,
+        its neighbours need only their waiting keys (issue 12: on the random shape a few hundred
+        pages of ToKeep, spread over R, made every sequence a range read - 30k pages a phase).
+        Each piece of the other pages starts and ends on a page of P_u; :meth:`_in_spans` then
+        decides how to read it."""
+        out: list[tuple[int, int]] = []
+        for first, count in plan:
+            lo, hi = np.searchsorted(requested, [first, first + count])
+            pages, kept = requested[lo:hi], keep[lo:hi]
+            runs = np.split(pages[kept], np.flatnonzero(np.diff(pages[kept]) > 1) + 1) if kept.any() else []
+            cut_s = (self._in_query_s + self._in_key_s * int(distinct[lo:hi][~kept].sum())
+                     + sum(self.query_s + self.page_s * len(run) for run in runs))
+            if not runs or cut_s >= self.query_s + self.page_s * count:
+                out.append((first, count))
+                continue
+            start = first
+            for run in [*runs, np.array([first + count])]:  # the end closes the last piece
+                between = pages[(pages >= start) & (pages < run[0]) & ~kept]
+                if len(between):
+                    out.append((int(between[0]), int(between[-1] - between[0] + 1)))
+                if run[0] < first + count:
+                    out.append((int(run[0]), len(run)))
+                start = int(run[-1]) + 1
+        return out
 
     def _in_spans(self, plan: list[tuple[int, int]], distinct: np.ndarray, keep: np.ndarray,
                   requested: np.ndarray) -> tuple[list[tuple[int, int]], set[int]]:
@@ -855,7 +901,8 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         have to go before the phase ends, and no cached page is probed during the phase."""
         cached = np.flatnonzero(self.cache.cached)
         pages = np.concatenate([cached, requested])
-        prio = np.concatenate([self.cache.priority(cached), priority])
+        challenge = priority / KEEP_MARGIN if self.cache.policy == "utility" else priority
+        prio = np.concatenate([self.cache.priority(cached), challenge])
         was_cached = np.arange(len(pages)) < len(cached)
         size = np.concatenate([self.cache.page_bytes[cached], np.full(len(requested), self.page_bytes)])
         order = np.lexsort((~was_cached, -prio))  # best first; on ties a cached page stays
@@ -889,6 +936,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
             self.estimate.observe(len(phase.requested), self._time() - phase.started)
             self.cache.utility[:] = 0
             self._phase = None
+            self._phase_ended = True
         return out
 
     def _read(self, phase: _JoinPhase, first: int, count: int, pair_sb: np.ndarray) -> MasterPage:

@@ -1,0 +1,122 @@
+"""A service-rate model of SSIJ (Bornea et al., ICDE 2011): one cycle of online phases and the
+join phase that empties SB (sec. IV-B, Algorithms 1 and 2), priced with the calibrated unit costs.
+
+The paper bounds SSIJ's worst case (sec. V: no cache hit, no shared page, pages maxDist apart)
+and gives no model of its rate; this one follows the engine (:mod:`.joins.ssij`) in the steady
+state of a Zipf stream over R of n keys, pages of ``page_rows`` keys with stream shares q_j
+(:func:`.costmodel.page_probabilities`):
+
+* **the page cache CR** holds C = cache room / page bytes pages (the room CR has while IB and SB
+  are at their peak, sec. IV-A). Under the utility policy (sec. IV-C) a page's utility in a join
+  phase is the tuples that asked for it in the cycle, N q_j in expectation, so CR settles on the
+  C pages of largest q_j; its hit ratio is p_C = sum of their q_j. Under LRU (Figure 11) the
+  pages read last win whatever they served: CR holds the last C pages a join phase read, the
+  requested ones nearest the end of R (on NoPerm the coldest). A measured hit ratio
+  replaces p_C: CR is then the fewest pages of largest q_j that serve it.
+* **a cycle** takes N tuples: SB fills with the misses to SB_thresh plus, on average, half an
+  online phase's misses (IB_thresh tuples a phase), N = SB_thresh / (1 - p_C) + IB_thresh / 2.
+* **the join phase** reads each page j not cached that a tuple asked for (probability
+  r_j = 1 - exp(-N q_j)): by an IN query of its d_j distinct waiting keys when that costs less
+  than the page in a sequence, in_key d_j < T (the engine's sparse pages, issue 12), else in a
+  range sequence of the read plan (sec. IV-D). IN queries take up to
+  :data:`.joins.base.RIDER_KEYS` keys; a sequence starts at each range-read page whose
+  neighbour below is not range-read, and again every maxScan pages.
+* **the CPU** of a cycle: per tuple the online phase's take, index lookup and probe of CR's
+  rows (c_S + c_A + c_cache), per hit its output (c_hit), per online phase c_step; per SB
+  tuple its entry in II and output (c_E + c_O), per row read c_H, per query c_step.
+
+mu = N / (c_IO + c_CPU); one cycle is one iteration, and H_S (IB + SB) turns over once in it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .costmodel import Prediction, _need, page_keys_seen, page_probabilities
+from .errors import ConfigError
+from .joins.base import RIDER_KEYS
+from .joins.ssij import POLICIES
+from .unitcosts import ComponentCosts
+
+
+
+def cached_pages(q: np.ndarray, pages: int, policy: str, n_tuples_hint: float) -> tuple[np.ndarray, float]:
+    """``(share of page j cached, p_C)`` for a CR of ``pages`` pages over pages of stream shares
+    ``q``: the ``pages`` of largest q_j (utility), or the last ``pages`` pages a join phase
+    reads, whatever they served (LRU: the plan reads P_u in position order, and page j is in P_u
+    of a cycle of ``n_tuples_hint`` tuples with probability 1 - exp(-N q_j))."""
+    share = np.zeros(len(q))
+    pages = int(min(max(pages, 0), len(q)))
+    if pages == 0:
+        return share, 0.0
+    if policy == "utility":
+        share[np.argsort(-q, kind="stable")[:pages]] = 1.0
+    else:  # the plan reads in position order: the last ``pages`` asked for, from the end of R
+        asked = -np.expm1(-n_tuples_hint * q)
+        above = np.cumsum(asked[::-1])[::-1] - asked  # pages asked for after page j
+        share = asked * np.clip(pages - above, 0.0, 1.0)
+    return share, float(np.sum(share * q))
+
+
+def pages_for_hit_ratio(q: np.ndarray, p_c: float) -> np.ndarray:
+    """Share of page j cached when CR holds the fewest pages of largest q_j that serve ``p_c``."""
+    order = np.argsort(-q, kind="stable")
+    held = int(np.searchsorted(np.cumsum(q[order]), p_c, side="left")) + (p_c > 0)
+    share = np.zeros(len(q))
+    share[order[:held]] = 1.0
+    return share
+
+
+def _sequences(range_read: np.ndarray, max_scan: int) -> float:
+    """Expected range queries of the read plan over pages read by range with probabilities
+    ``range_read`` (position order): one where the page below is not read by range, and one
+    more every ``max_scan`` pages of a run."""
+    below = np.concatenate([[0.0], range_read[:-1]])
+    return float(np.sum(range_read * (1.0 - below)) + range_read.sum() / max(max_scan, 1))
+
+
+def ssij_model(split: dict, settings: dict, costs: ComponentCosts, n_keys: int, exponent: float, shape: str,
+               shape_seed: int, p_n: float | None) -> Prediction:
+    """The prediction for SSIJ with the memory ``split`` it chose (:meth:`.joins.ssij.SemiStreamedIndexJoin.memory_split`)
+    and its ``settings`` (``cache_policy``); ``p_n`` replaces the model's hit ratio of CR."""
+    c = costs
+    page_rows = int(_need(split, "page_rows", "ssij"))
+    sb, ib = float(_need(split, "sb_thresh", "ssij")), float(_need(split, "ib_thresh", "ssij"))
+    max_scan = int(_need(split, "max_scan", "ssij"))
+    room_pages = int(_need(split, "cache_room_bytes", "ssij") // max(int(_need(split, "page_bytes", "ssij")), 1))
+    policy = settings.get("cache_policy", "utility")
+    if policy not in POLICIES:
+        raise ConfigError(f"cache_policy: {policy!r} is not one of {list(POLICIES)}")
+    q = page_probabilities(n_keys, exponent, page_rows, shape, shape_seed=shape_seed)
+    if p_n is None:
+        share, p_c = cached_pages(q, room_pages, "utility", 0.0)
+        if policy == "lru":  # the cycle's length with the pages LRU would keep, found from it once
+            share, p_c = cached_pages(q, room_pages, policy, sb / max(1.0 - p_c, 1e-12) + ib / 2)
+    else:
+        share, p_c = pages_for_hit_ratio(q, p_n), float(p_n)
+    tuples = sb / max(1.0 - p_c, 1e-12) + ib / 2  # N: the tuples of one cycle
+    missed = 1.0 - share
+    asked = missed * -np.expm1(-tuples * q)  # r_j
+    distinct = missed * page_keys_seen(n_keys, exponent, page_rows, shape, tuples, shape_seed=shape_seed)  # d_j
+    page_s = c.row_s * page_rows
+    by_in = c.in_key_s * distinct < page_s
+    in_keys = float(distinct[by_in].sum())
+    in_read = np.where(by_in, asked, 0.0)
+    range_read = np.where(by_in, 0.0, asked)
+    range_queries = _sequences(range_read, max_scan)
+    in_queries = in_keys / RIDER_KEYS + range_queries if in_keys else 0.0  # a range sequence ends an IN run
+    leaves = float(np.sum(c.leaves_read(distinct[by_in], page_rows)))
+    io = (in_queries * c.in_query_s + in_keys * c.in_key_s + leaves * c.in_leaf_s
+          + range_queries * c.query_s + float(range_read.sum()) * page_s)
+    rows = in_keys + float(range_read.sum()) * page_rows
+    c_cache, c_hit = c.cache_costs(int(share.sum()) * page_rows)
+    waiting = tuples * (1.0 - p_c)
+    cpu = (tuples * (c.c_S + c.c_A + c_cache) + tuples * p_c * c_hit + (tuples / max(ib, 1.0)) * c.c_step
+           + waiting * (c.c_E + c.c_O) + rows * c.c_H + (in_queries + range_queries) * c.c_step)
+    loop = io + cpu
+    detail = {"N": tuples, "cached_pages": float(share.sum()), "pages_asked": float(asked.sum()),
+              "pages_by_in": float(in_read.sum()), "pages_by_range": float(range_read.sum()),
+              "in_queries": in_queries, "range_queries": range_queries, "rows_read": rows, "cpu_s": cpu,
+              "turnover_iterations": 1.0}
+    return Prediction("ssij", tuples / loop if loop > 0 else 0.0, tuples, loop, io, p_c,
+                      "SSIJ: N / (join phase + online phases), CR of the pages of largest q_j", detail)

@@ -1,0 +1,91 @@
+"""SSIJ's model (:mod:`airflow_provider_semijoin.core.ssijmodel`) against the engine it models: the
+page cache it settles on, the pages a join phase asks for, and the direction of its figures."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from airflow_provider_semijoin.core.errors import ConfigError
+from airflow_provider_semijoin.core.joins import create
+from airflow_provider_semijoin.core.joins.base import StreamBuffer
+from airflow_provider_semijoin.core.prediction import explain
+from airflow_provider_semijoin.core.ssijmodel import cached_pages, pages_for_hit_ratio
+from airflow_provider_semijoin.core.stores import open_store
+from airflow_provider_semijoin.core.unitcosts import ComponentCosts
+from airflow_provider_semijoin.workloads import zipf_stream
+from airflow_provider_semijoin.workloads.master import generate_master
+
+COSTS = ComponentCosts(**{
+    **{f.name: 1e-7 for f in dataclasses.fields(ComponentCosts)},
+    "query_s": 5e-4, "row_s": 1.5e-6, "c_step": 1e-4, "in_query_s": 2e-4, "in_key_s": 4e-6, "leaf_rows": 100.0,
+})
+N_KEYS = 40_000
+
+
+@pytest.fixture(scope="module")
+def master(tmp_path_factory) -> str:
+    """An SQLite R of N_KEYS rows keyed as the stream generator draws them (2 * position + 1)."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('ssijmodel') / 'r.db'}"
+    generate_master(url, "r", N_KEYS, seed=0)
+    return url
+
+
+def run_phases(master: str, shape: str, policy: str, phases: int, warm: int) -> tuple[object, float, float]:
+    """SSIJ over a Zipf(1) stream of ``shape`` on R of N_KEYS keys with 1 MiB: its hit ratio of CR
+    and the pages a join phase asked for, over the join phases after the first ``warm``."""
+    with open_store(master, "r", "nk") as store:
+        return _run_phases(store, shape, policy, phases, warm)
+
+
+def _run_phases(store, shape: str, policy: str, phases: int, warm: int) -> tuple[object, float, float]:
+    algorithm = create("ssij", store, 1 << 20, {"cache_policy": policy})
+    buffer = StreamBuffer(store.key_type, lambda: 0.0)
+    extra, seed, at_warm = algorithm.counters.extra, 0, None
+    while extra["join_phases"] < warm + phases or not algorithm.cycle_ended:
+        if buffer.available < 2 * algorithm.demand:
+            chunk = zipf_stream(50_000, N_KEYS, shape=shape, seed=seed, first_tid=seed * 50_000)
+            buffer.append(chunk["tid"].to_numpy(), chunk["nk"].to_numpy())
+            seed += 1
+        algorithm.step(buffer)
+        if at_warm is None and extra["join_phases"] == warm and algorithm.cycle_ended:
+            at_warm = dict(extra)
+    hits = (extra["cache_hits"] - at_warm["cache_hits"]) / (extra["cache_probes"] - at_warm["cache_probes"])
+    asked = (extra["pages_requested"] - at_warm["pages_requested"]) / phases
+    return algorithm, hits, asked
+
+
+@pytest.mark.parametrize("shape", ["noperm", "random"])
+def test_the_model_predicts_the_engines_cache_and_join_phases(master, shape):
+    """CR of the pages of largest q_j (utility, sec. IV-C) and r_j = 1 - exp(-N q_j): the engine's
+    hit ratio and the pages each join phase asks for, after it settled."""
+    algorithm, hits, asked = run_phases(master, shape, "utility", phases=6, warm=3)
+    found = explain("ssij", algorithm, COSTS, N_KEYS, 1.0, shape)
+    assert hits == pytest.approx(found.hit_ratio, abs=0.05)
+    assert asked == pytest.approx(found.detail["pages_asked"], rel=0.15)
+    assert found.detail["N"] == pytest.approx(algorithm.sb_thresh / (1 - found.hit_ratio) + algorithm.ib_thresh / 2)
+    assert found.turnover_s == found.iteration_s  # H_S (IB + SB) turns over once a cycle
+
+
+def test_lru_keeps_the_pages_read_last_and_serves_less(master):
+    """Figure 11: LRU keeps the pages read last whatever they served - on NoPerm the cold tail of
+    R - and its hit ratio falls well below the utility policy's, in the engine and the model."""
+    algorithm, hits, asked = run_phases(master, "noperm", "lru", phases=6, warm=3)
+    lru = explain("ssij", algorithm, COSTS, N_KEYS, 1.0, "noperm")
+    utility = explain("ssij", algorithm, COSTS, N_KEYS, 1.0, "noperm", settings={"cache_policy": "utility"})
+    assert hits == pytest.approx(lru.hit_ratio, abs=0.08)
+    assert lru.hit_ratio < utility.hit_ratio / 2 and lru.service_rate_tps < utility.service_rate_tps
+
+
+def test_a_measured_hit_ratio_replaces_the_caches(master):
+    algorithm, _, _ = run_phases(master, "noperm", "utility", phases=1, warm=1)
+    ideal = explain("ssij", algorithm, COSTS, N_KEYS)
+    worse = explain("ssij", algorithm, COSTS, N_KEYS, p_n=ideal.hit_ratio / 2)
+    assert worse.hit_ratio == pytest.approx(ideal.hit_ratio / 2) and worse.service_rate_tps < ideal.service_rate_tps
+    q = np.array([0.5, 0.1, 0.3, 0.1])
+    assert list(pages_for_hit_ratio(q, 0.75)) == [1.0, 0.0, 1.0, 0.0]
+    assert cached_pages(q, 2, "utility", 0.0)[1] == pytest.approx(0.8)
+    with pytest.raises(ConfigError, match=r"cache_policy: 'mru' is not one of \['utility', 'lru'\]"):
+        explain("ssij", algorithm, COSTS, N_KEYS, settings={"cache_policy": "mru"})
