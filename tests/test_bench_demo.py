@@ -68,14 +68,19 @@ def test_bench_config_errors_name_the_field(kwargs, message):
         BenchConfig(master="sqlite:///x.db", **kwargs)
 
 
+def tiny_bench(tmp_path, **timing) -> tuple[BenchConfig, str]:
+    """A bench of R = 5,000 rows on SQLite, 512 KiB, the noperm shape, the store's own S and T,
+    with the warm-up and window of ``timing``; and the table of R."""
+    master = f"sqlite:///{tmp_path / 'b.db'}"
+    table, _ = bench_master(master, 5000, out=lambda _line: None)
+    return BenchConfig(master=master, rows=5000, memory=512 * 1024, shapes=["noperm"], io_samples=0, **timing), table
+
+
 @pytest.mark.parametrize("name", ["hybridjoin", "cachejoin"])
 def test_the_warm_up_lasts_until_the_tuples_held_turned_over(tmp_path, name):
     """The window opens once H_S (a front stage's disk phase) turned over ``warmup_turnovers``
     times, not when the clock says, unless ``warmup_max_s`` comes first: then the report says so."""
-    master = f"sqlite:///{tmp_path / 'b.db'}"
-    table, _ = bench_master(master, 5000, out=lambda _line: None)
-    config = BenchConfig(master=master, rows=5000, memory=512 * 1024, shapes=["noperm"], warmup_s=0.0,
-                         window_s=0.1, io_samples=0, warmup_turnovers=3.0)
+    config, table = tiny_bench(tmp_path, warmup_s=0.0, window_s=0.1, warmup_turnovers=3.0)
     waited = measure(config, table, name, "noperm")
     assert waited["warmup_turnovers"] >= 3.0 and waited["tuples_in_window"] > 0
     assert transient_notes([waited], config) == []
@@ -102,10 +107,7 @@ def test_the_window_closes_at_the_end_of_a_cycle(tmp_path, monkeypatch):
         return out
 
     monkeypatch.setattr(SemiStreamedIndexJoin, "step", recording)
-    master = f"sqlite:///{tmp_path / 'b.db'}"
-    table, _ = bench_master(master, 5000, out=lambda _line: None)
-    config = BenchConfig(master=master, rows=5000, memory=512 * 1024, shapes=["noperm"], warmup_s=0.0,
-                         window_s=0.001, io_samples=0, warmup_turnovers=1.0)
+    config, table = tiny_bench(tmp_path, warmup_s=0.0, window_s=0.001, warmup_turnovers=1.0)
     result = measure(config, table, "ssij", "noperm")
     ended = [i for i, (cycle_ended, _, _) in enumerate(states) if cycle_ended]
     assert all(idle for cycle_ended, idle, _ in states if cycle_ended)  # a cycle ends with SB empty
@@ -291,10 +293,7 @@ def test_the_bench_clock_stops_only_while_the_stream_is_produced(tmp_path, monke
             yield chunk
 
     monkeypatch.setattr(steady, "stream_chunks", slow_chunks)
-    master = f"sqlite:///{tmp_path / 'b.db'}"
-    table, _ = bench_master(master, 5000, out=lambda _line: None)
-    config = BenchConfig(master=master, rows=5000, memory=512 * 1024, shapes=["noperm"], warmup_s=0.05,
-                         window_s=0.2, io_samples=0, warmup_turnovers=1.0)
+    config, table = tiny_bench(tmp_path, warmup_s=0.05, window_s=0.2, warmup_turnovers=1.0)
     result = measure(config, table, "hybridjoin", "noperm", clock=clock)
     assert 0.05 <= result["warmup_s"] < 1.0 and 0.2 <= result["window_s"] < 1.0
     assert result["service_rate_tps"] == pytest.approx(result["tuples_in_window"] / result["window_s"], rel=1e-3)
