@@ -12,7 +12,9 @@ from contract import (
 from hypothesis import strategies as st
 
 from airflow_provider_semijoin.core.joins import JoinOutput, StreamBuffer, create
-from airflow_provider_semijoin.core.joins.hybridjoin import ADMIT_SHARE, READ_AHEAD_SHARE
+from airflow_provider_semijoin.core.joins.hybridjoin import (
+    ADMIT_SHARE, READ_AHEAD_SHARE, HybridJoin, HybridJoinL, HybridJoinPQ,
+)
 from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
 from airflow_provider_semijoin.core.prediction import explain
 from airflow_provider_semijoin.core.runner import feed_keys, run_join
@@ -135,6 +137,28 @@ def test_hybridjoin_l_with_lookup_position_1_loads_like_hybridjoin(backend):
     assert loads["hybridjoin-l"] == loads["hybridjoin"]
 
 
+def test_hybridjoin_pq_with_no_page_due_chooses_as_hybridjoin_l(backend):
+    """The pq paper builds its PQ on HYBRIDJOIN-L (sec. 6: "we implemented our new strategy to
+    the existing ... HYBRIDJOIN-L"): with no page due, -L's lookup element chooses. It was the
+    oldest element, so where no page is frequent (skew 0) -PQ ran as HYBRIDJOIN, not as -L."""
+    store = backend.make_master(master_of(range(500)))
+    store.assume_costs(in_costs=(1.0, 1.0))
+    stream = stream_of(zipf_keys(np.random.default_rng(6), np.arange(-10, 510), 3000, 0.8).tolist())
+    algorithm = create("hybridjoin-pq", store, 24_000, {"page_rows": 8, "page_threshold": 1e9})
+    choices = []  # (-PQ's page, -L's, HYBRIDJOIN's) at every choice
+
+    def choose():
+        choices.append((HybridJoinPQ._choose_page(algorithm), HybridJoinL._choose_page(algorithm),
+                        HybridJoin._choose_page(algorithm)))
+        return choices[-1][0]
+
+    algorithm._choose_page = choose
+    run = run_join(algorithm, stream, "sk")
+    assert_exact(store, stream, run)
+    assert len(choices) > 100 and all(pq == lookup for pq, lookup, _ in choices)
+    assert any(pq != oldest for pq, _, oldest in choices)
+
+
 def test_hybridjoin_pq_schedules_the_page_of_a_hot_key(backend):
     store = backend.make_master(master_of(range(1000)))
     rng = np.random.default_rng(9)
@@ -145,6 +169,32 @@ def test_hybridjoin_pq_schedules_the_page_of_a_hot_key(backend):
     run = run_join(algorithm, stream, "sk")
     assert_exact(store, stream, run)
     assert run.stats["pq_loads"] > 0
+
+
+@pytest.mark.parametrize("skew", [0.0, 1.0])
+def test_hybridjoin_pq_loads_a_due_page_only_once_its_threshold_of_tuples_waits(backend, skew):
+    """A page is due when its estimated frequency says the threshold's tuples wait on it, but H_S
+    knows the count: a due page holding fewer waits longer, its frequency corrected. PQ loaded a
+    due page whenever any tuple waited, and at skew 0 the pages that lucky loads had made look
+    frequent were loaded half full (MariaDB, R = 2M rows, 50 MiB: PQ loads of ~400 tuples
+    against a threshold of ~1,040, HYBRIDJOIN-PQ at 0.5x HYBRIDJOIN-L); below its threshold
+    no PQ load is more productive than an ordinary one."""
+    store = backend.make_master(master_of(range(5000)))
+    store.assume_costs(in_costs=(1.0, 1.0))  # range loads only: a page's load serves all its waiting tuples
+    stream = stream_of(zipf_keys(np.random.default_rng(3), np.arange(5000), 60_000, skew).tolist())
+    algorithm = create("hybridjoin-pq", store, 200_000, {"page_rows": 25, "read_ahead": 0})
+    served, loaded = [], algorithm._loaded  # (tuples, threshold) of every PQ load
+
+    def recorded(page, matched, rider=False):
+        if algorithm._from_queue and not rider:
+            served.append((matched, algorithm.threshold))
+        loaded(page, matched, rider)
+
+    algorithm._loaded = recorded
+    run = run_join(algorithm, stream, "sk")
+    assert_exact(store, stream, run)
+    assert skew == 0.0 or len(served) > 20, "at skew 1 hot pages are frequent"
+    assert all(tuples >= threshold for tuples, threshold in served), [s for s in served if s[0] < s[1]][:5]
 
 
 @pytest.mark.parametrize("name", HYBRIDS)
@@ -162,14 +212,14 @@ def test_a_page_with_few_waiting_keys_is_probed_by_an_in_list(backend, name):
 
 
 def test_hybridjoin_pq_learns_its_threshold_from_ordinary_loads_not_their_riders(backend):
-    """HYBRIDJOIN-PQ's default page threshold is the mean matches of an ordinary (oldest-element)
+    """HYBRIDJOIN-PQ's default page threshold is the mean matches of an ordinary (lookup-element)
     load. The pages riding along in that load's IN query bring a few tuples each: counted as
     loads of their own, they had dragged the mean down, and PQ then loaded pages as soon as
     they held a few tuples, by IN queries of thousands of scattered keys (CACHEJOIN-PQ at 0.4x
     CACHEJOIN-L in ``semijoin bench``)."""
     store = measured_as(backend.make_master(master_of(range(0, 40_000, 2))), 1e-3, 1e-6, 1e-3, 1e-7)  # 4 pages of 5000 keys
     stream = stream_of([4, 4, 9998, 14_002, 39_998, 40_000, -1, 24_690, 24_691])
-    algorithm = create("hybridjoin-pq", store, 4 << 20, {"page_rows": 5000})
+    algorithm = create("hybridjoin-pq", store, 4 << 20, {"page_rows": 5000, "lookup_position": 1.0})  # the oldest: page 0
     run = run_join(algorithm, stream, "sk")
     assert_exact(store, stream, run)
     assert run.stats["in_loads"] == 1 and run.stats["rider_pages"] == 3
