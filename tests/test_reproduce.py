@@ -15,6 +15,8 @@ from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.bench.reproduce import (DBMS_JOIN, EXPERIMENTS, MEMORY_ALGORITHMS, SKEW_ALGORITHMS,
                                                  SSIJ_ALGORITHMS, TEMPORAL_ALGORITHMS, Cell, run_reproduce)
+from airflow_provider_semijoin.bench.steady import costs_line
+from airflow_provider_semijoin.core.unitcosts import ComponentCosts
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -45,6 +47,8 @@ def test_small_scale_writes_every_plot_with_every_algorithm_and_judges_every_cla
                           text=True, check=True).stdout.strip()
     assert summary["code"].startswith(f"{__version__} (") and head in summary["code"]  # run from this checkout
     assert f"code {summary['code']}." in report
+    costs = ComponentCosts(**summary["costs"])  # the unit costs every prediction of the run used, kept and shown
+    assert costs.query_s > 0 and costs.row_s > 0 and costs_line(costs) in report
     assert len(summary["claims"]) == len(CLAIMS) > 0
     for verdict in summary["claims"]:
         assert verdict["verdict"] in ("reproduced", "not reproduced", "not measured")

@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from .steady import costs_line
+from ..core.unitcosts import ComponentCosts
+
 LOW, HIGH = 0.85, 1.15  # measured / predicted within this band: the model predicts
 
 
@@ -202,6 +205,10 @@ def write_report(folder: Path, summary: dict, cells) -> dict[str, dict]:
         + (" At the small scale a measurement lasts a fraction of a second, mostly a transient (H_S filling): the "
            "small scale checks the machinery; the verdicts that count are the standard run's."
            if summary["scale"] == "small" else ""),
+        "",
+        "Unit costs of the models, calibrated once (S and T from range loads, the IN cost a leaf from IN queries, "
+        "at random places of R): " + (costs_line(ComponentCosts(**summary["costs"])) if summary.get("costs") else
+                                      "not recorded") + ".",
         "",
         "## Claims of the papers",
         "",

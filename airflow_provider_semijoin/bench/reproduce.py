@@ -4,7 +4,7 @@ Each experiment is a grid of cells (an algorithm at one setting of one variable)
 measured ``repeats`` times with :func:`.bench.measure` (the papers' method, HYBRIDJOIN sec. 6.1:
 a backlog, a warm-up, a window, the clock running only while the join steps) and reported as
 the median with its min-max range. Every cell of a run shares the master table, the stream's
-seed and the unit costs (:func:`.core.calibration.calibrate`, measured once), so the ratios
+seed and the unit costs (:func:`.core.calibration.calibrate`, measured once, kept in ``results.json``), so the ratios
 within one run are what to read; absolute rates move with the machine.
 
 The experiments (``EXPERIMENTS``):
@@ -52,6 +52,9 @@ from ..workloads import generate_master
 from .. import __version__
 
 KEY = "nk"
+IO_SAMPLES = BenchConfig.io_samples  # the models' S, T and IN cost a leaf as ``semijoin bench`` calibrates them: from
+# loads and IN queries at random places of R, not the store's cached first rows (S 0.82 ms, T 1.45 us a row there
+# against 1.12 ms, 2.31 us at random places on MariaDB, R = 2M rows: every model's rate was overpredicted)
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ class Reproduction:
         self.cells: list[Cell] = []
         generate_master(master, self.table, scale.rows, seed=seed)
         with open_store(master, self.table, KEY) as store:
-            self.costs = calibrate(store, io_samples=0)
+            self.costs = calibrate(store, io_samples=IO_SAMPLES)
             page_map = store.page_map()
             self.r_bytes = int(store.row_bytes(page_map) * page_map.n_rows)
 
@@ -128,7 +131,7 @@ class Reproduction:
         s = self.scale
         return BenchConfig(master=self.master, rows=s.rows, memory=memory or s.memory, zipf=zipf, shapes=[shape],
                            warmup_s=s.warmup_s, warmup_turnovers=s.warmup_turnovers, window_s=s.window_s,
-                           seed=self.seed, io_samples=0)
+                           seed=self.seed, io_samples=IO_SAMPLES)
 
     def cell(self, experiment: str, algorithm: str, setting: dict, config: BenchConfig, shape: str = "noperm",
              params: dict | None = None) -> Cell:
@@ -246,6 +249,7 @@ def run_reproduce(master: str, scale_name: str, out_dir: str | Path, seed: int =
         "code": code_version(),
         "seconds": round(time.perf_counter() - started, 1),
         "r_bytes": run.r_bytes,
+        "costs": dataclasses.asdict(run.costs),
         "cells": [c.as_dict() for c in run.cells],
         "claims": verdicts,
     }

@@ -347,7 +347,7 @@ def run_bench(config: BenchConfig, out=print) -> dict:
     started = time.perf_counter()
     with open_store(config.master, table, "nk") as store:
         costs = calibrate(store, io_samples=config.io_samples)
-    out(f"unit costs measured in {time.perf_counter() - started:.2f} s: {_costs_line(costs)}")
+    out(f"unit costs measured in {time.perf_counter() - started:.2f} s: {costs_line(costs)}")
     results = []
     for shape in config.shapes:
         for name in config.algorithms:
@@ -390,7 +390,7 @@ def transient_notes(results: list[dict], config: BenchConfig) -> list[str]:
             f"of the tuples held for (turnovers reached): {cells}"]
 
 
-def _costs_line(costs: ComponentCosts) -> str:
+def costs_line(costs: ComponentCosts) -> str:
     c = costs
     return (f"S {c.query_s * 1e3:.3f} ms, T {c.row_s * 1e6:.2f} us/row, IN {c.in_query_s * 1e3:.3f} ms + "
             f"{c.in_key_s * 1e6:.2f} us/key + {c.in_leaf_s * 1e6:.1f} us/leaf ({c.leaf_rows:.0f} rows a leaf), "
