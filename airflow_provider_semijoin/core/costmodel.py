@@ -439,7 +439,9 @@ def split_of(split_or_algorithm) -> tuple[dict, dict]:
     return split_or_algorithm.memory_split(), dict(getattr(split_or_algorithm, "settings", {}))
 
 
-def _need(split: dict, field: str, algorithm: str):
+def split_field(split: dict, field: str, algorithm: str):
+    """``split[field]``, the memory split of ``algorithm`` a model reads; one sentence naming
+    the field when the split lacks it."""
     if field not in split:
         raise ConfigError(f"split.{field}: missing from the memory split of {algorithm} (got {sorted(split)})")
     return split[field]
@@ -456,15 +458,15 @@ def _paged(name: str, split: dict, settings: dict, costs, n_keys: int, exponent:
     HYBRIDJOIN's loads are those of :func:`access_paths` when the split says how many tuples an
     IN query takes (``rider_keys``) and the settings say when a page rides (``rider_repeats``);
     without them, the paper's range load of every page due."""
-    page_rows = int(_need(split, "page_rows", name))
+    page_rows = int(split_field(split, "page_rows", name))
     if name == "meshjoin":
-        w = float(_need(split, "chunk_tuples", name))
-        b, k = int(_need(split, "partition_pages", name)), int(_need(split, "partitions", name))
+        w = float(split_field(split, "chunk_tuples", name))
+        b, k = int(split_field(split, "partition_pages", name)), int(split_field(split, "partitions", name))
         loop, io = meshjoin_iteration(w, b, k, page_rows, n_keys, costs)
         detail = {"w": w, "partition_pages": b, "partitions": k, "rows_per_load": n_keys / k,
                   "turnover_iterations": k}
         return w, loop, io, detail, "MESHJOIN: mu = w / c_loop"
-    h_s = int(_need(split, "stream_table_capacity_tuples", name))
+    h_s = int(split_field(split, "stream_table_capacity_tuples", name))
     q = page_probabilities(n_keys, exponent, page_rows, shape, cached=cached, shape_seed=shape_seed)
     state = hybridjoin_queue(q, h_s, page_rows, float(split.get("admit_tuples", 0)))
     if "rider_keys" in split:
@@ -485,7 +487,7 @@ def _inlist(split: dict, settings: dict, c: ComponentCosts, n_keys: int, exponen
     The queries read the leaves of R's index that hold those keys: a leaf of ``leaf_rows`` rows
     is read when one of its keys is among the B draws (the hot keys of the noperm shape share
     leaves, the random shape scatters them)."""
-    batch = float(_need(split, "batch_rows", "inlist"))
+    batch = float(split_field(split, "batch_rows", "inlist"))
     p = rank_probabilities(n_keys, exponent)
     distinct = float(np.sum(-np.expm1(batch * np.log1p(-np.minimum(p, 1 - 1e-16)))))
     queries = math.ceil(distinct / int(settings.get("in_list_max", 1000)))
@@ -501,7 +503,7 @@ def _front_stage(algorithm: str, split: dict, settings: dict, c: ComponentCosts,
                  shape: str, shape_seed: int, p_n: float | None) -> Prediction:
     """SSJ, CMESHJOIN, CACHEJOIN(-L, -PQ): H_R of h_R keys (p_N, eq. 1) in front of the disk
     phase named in ``split["inner"]``, which is fed the tuples H_R misses."""
-    cached = int(_need(split, "cache_keys", algorithm))
+    cached = int(split_field(split, "cache_keys", algorithm))
     inner_name = "meshjoin" if algorithm in ("ssj", "cmeshjoin") else "hybridjoin"
     inner = _inner(split)
     # a given p_N: H_R is taken to hold the most frequent keys that serve that share
@@ -512,7 +514,7 @@ def _front_stage(algorithm: str, split: dict, settings: dict, c: ComponentCosts,
     if inner_name == "meshjoin":  # SSJ eq. 8 and 10: w_S of the disk-probing phase
         k = int(inner["partitions"])
         p_s = segment_match_probability(held, n_keys, k, exponent)
-        w_s = disk_phase_tuples(float(_need(inner, "stream_table_capacity_tuples", algorithm)), p_s, p_n)
+        w_s = disk_phase_tuples(float(split_field(inner, "stream_table_capacity_tuples", algorithm)), p_s, p_n)
         inner_loop, io = meshjoin_iteration(w_s, int(inner["partition_pages"]), k, int(inner["page_rows"]), n_keys, c)
     w_n, front = front_stage_costs(w_s, p_n, c, cached)
     if algorithm == "cmeshjoin":

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .costmodel import Prediction, _need, page_keys_seen, page_probabilities
+from .costmodel import Prediction, page_keys_seen, page_probabilities, split_field
 from .errors import ConfigError
 from .joins.base import RIDER_KEYS
 from .joins.ssij import POLICIES
@@ -80,10 +80,10 @@ def ssij_model(split: dict, settings: dict, costs: ComponentCosts, n_keys: int, 
     """The prediction for SSIJ with the memory ``split`` it chose (:meth:`.joins.ssij.SemiStreamedIndexJoin.memory_split`)
     and its ``settings`` (``cache_policy``); ``p_n`` replaces the model's hit ratio of CR."""
     c = costs
-    page_rows = int(_need(split, "page_rows", "ssij"))
-    sb, ib = float(_need(split, "sb_thresh", "ssij")), float(_need(split, "ib_thresh", "ssij"))
-    max_scan = int(_need(split, "max_scan", "ssij"))
-    room_pages = int(_need(split, "cache_room_bytes", "ssij") // max(int(_need(split, "page_bytes", "ssij")), 1))
+    page_rows = int(split_field(split, "page_rows", "ssij"))
+    sb, ib = float(split_field(split, "sb_thresh", "ssij")), float(split_field(split, "ib_thresh", "ssij"))
+    max_scan = int(split_field(split, "max_scan", "ssij"))
+    room_pages = int(split_field(split, "cache_room_bytes", "ssij") // max(int(split_field(split, "page_bytes", "ssij")), 1))
     policy = settings.get("cache_policy", "utility")
     if policy not in POLICIES:
         raise ConfigError(f"cache_policy: {policy!r} is not one of {list(POLICIES)}")

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import JoinOutput, StreamBuffer, create
-from airflow_provider_semijoin.core.joins.ssij import KEEP_MARGIN, read_plan
+from airflow_provider_semijoin.core.joins.ssij import KEEP_MARGIN
+from airflow_provider_semijoin.core.joins.ssij_pages import read_plan
 from airflow_provider_semijoin.core.keys import normalize
 from airflow_provider_semijoin.core.oracle import engine_pairs
 from airflow_provider_semijoin.core.runner import check_exactly_once, run_join
