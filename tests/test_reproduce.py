@@ -3,6 +3,7 @@ algorithm, a verdict per claim), and the judging of a claim on cells made up for
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -15,10 +16,11 @@ from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.bench.reproduce import (DBMS_JOIN, EXPERIMENTS, MEMORY_ALGORITHMS, SKEW_ALGORITHMS,
                                                  SSIJ_ALGORITHMS, TEMPORAL_ALGORITHMS, Cell, run_reproduce)
-from airflow_provider_semijoin.bench.steady import costs_line
+from airflow_provider_semijoin.bench.report import calibration_line
 from airflow_provider_semijoin.core.unitcosts import ComponentCosts
 
 PNG = b"\x89PNG\r\n\x1a\n"
+CELL_FIELDS = [f.name for f in dataclasses.fields(Cell)]
 
 
 def test_small_scale_writes_every_plot_with_every_algorithm_and_judges_every_claim(tmp_path, capsys):
@@ -47,8 +49,11 @@ def test_small_scale_writes_every_plot_with_every_algorithm_and_judges_every_cla
                           text=True, check=True).stdout.strip()
     assert summary["code"].startswith(f"{__version__} (") and head in summary["code"]  # run from this checkout
     assert f"code {summary['code']}." in report
-    costs = ComponentCosts(**summary["costs"])  # the unit costs every prediction of the run used, kept and shown
-    assert costs.query_s > 0 and costs.row_s > 0 and costs_line(costs) in report
+    # each cell with a model keeps the unit costs calibrated just before it, and the report shows their spread
+    modelled = [c for c in cells if c["predicted_tps"]]
+    assert modelled and all(ComponentCosts(**c["costs"]).row_s > 0 for c in modelled)
+    assert len({c["costs"]["c_step"] for c in modelled}) > 1  # calibrated anew (each experiment here), not once
+    assert calibration_line([Cell(**{k: c[k] for k in CELL_FIELDS}) for c in cells], 3, False) in report
     assert len(summary["claims"]) == len(CLAIMS) > 0
     for verdict in summary["claims"]:
         assert verdict["verdict"] in ("reproduced", "not reproduced", "not measured")

@@ -185,6 +185,22 @@ def _table(cells) -> list[str]:
     return lines
 
 
+def calibration_line(cells, runs: int, each_cell: bool) -> str:
+    """How the models' unit costs were calibrated, how far the cells' calibrations spread, and
+    their median (each cell's predictions used its own, kept in ``results.json``)."""
+    found = [ComponentCosts(**c.costs) for c in cells if c.costs]
+    if not found:
+        return "Unit costs of the models: none calibrated (no cell has a model)."
+    spread = ", ".join(
+        f"{label} {min(values):.3g}-{max(values):.3g} {unit}"
+        for label, unit, values in (
+            ("S", "ms", [c.query_s * 1e3 for c in found]), ("T", "us/row", [c.row_s * 1e6 for c in found]),
+            ("step", "us", [c.c_step * 1e6 for c in found])))
+    return (f"Unit costs of the models, calibrated before each {'cell' if each_cell else 'experiment'}, the median of {runs} calibrations (S and T from "
+            f"range loads, the IN cost a leaf from IN queries, at random places of R); over the {len(found)} cells: "
+            f"{spread}; the median of the cells' costs: {costs_line(ComponentCosts.median(found))}.")
+
+
 def write_report(folder: Path, summary: dict, cells) -> dict[str, dict]:
     """Write ``README.md`` and the plots; returns :func:`plots`' account of them."""
     images = plots(folder, cells)
@@ -206,9 +222,7 @@ def write_report(folder: Path, summary: dict, cells) -> dict[str, dict]:
            "small scale checks the machinery; the verdicts that count are the standard run's."
            if summary["scale"] == "small" else ""),
         "",
-        "Unit costs of the models, calibrated once (S and T from range loads, the IN cost a leaf from IN queries, "
-        "at random places of R): " + (costs_line(ComponentCosts(**summary["costs"])) if summary.get("costs") else
-                                      "not recorded") + ".",
+        calibration_line(cells, summary["calibration_runs"], s["calibrate_each_cell"]),
         "",
         "## Claims of the papers",
         "",

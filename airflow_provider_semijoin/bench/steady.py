@@ -269,11 +269,14 @@ EXTRA_STATS = ("pq_loads", "starvation_loads", "threshold_now", "cache_admission
                "cache_evictions")
 
 
+CALIBRATION_RUNS = 3  # calibrations the unit costs are the median of (:func:`.core.calibration.calibrate`)
+
+
 def _store_costs(config: BenchConfig, store, costs: ComponentCosts | None) -> ComponentCosts:
     """The run's CPU costs with the S and T of ``store`` (what the algorithm sized itself with),
     or of loads at random places of R with ``config.io_samples``."""
     if costs is None:
-        return calibrate(store, io_samples=config.io_samples)
+        return calibrate(store, io_samples=config.io_samples, runs=CALIBRATION_RUNS)
     if config.io_samples:
         return costs
     return costs.with_io(*store.calibrate())
@@ -346,7 +349,7 @@ def run_bench(config: BenchConfig, out=print) -> dict:
     table, cache = bench_master(config.master, config.rows, out)
     started = time.perf_counter()
     with open_store(config.master, table, "nk") as store:
-        costs = calibrate(store, io_samples=config.io_samples)
+        costs = calibrate(store, io_samples=config.io_samples, runs=CALIBRATION_RUNS)
     out(f"unit costs measured in {time.perf_counter() - started:.2f} s: {costs_line(costs)}")
     results = []
     for shape in config.shapes:

@@ -117,5 +117,11 @@ class ComponentCosts:
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def median(cls, runs: "list[ComponentCosts]") -> "ComponentCosts":
+        """Each cost the median of its values over ``runs``: one calibration's constants move by
+        up to 2x on a shared machine (a step 165-306 us in four calibrations of one process)."""
+        return cls(**{f.name: float(np.median([getattr(run, f.name) for run in runs])) for f in dataclasses.fields(cls)})
+
 
 # -- timing helpers -------------------------------------------------------------------------------

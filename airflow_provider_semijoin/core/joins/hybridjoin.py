@@ -460,8 +460,7 @@ class HybridJoinPQ(HybridJoinL):
         whim, unlike a rider's load), and it is due again when the rest is expected, or leaves the
         queue once it is no longer frequent."""
         waiting, since = int(self.table.page_count[page]), ptc - self._last_load[page]
-        d = self.settings["decay"]
-        self._frequency[page] = self._frequency[page] * d + waiting / max(since, 1) * (1 - d)
+        self._glide(page, waiting / max(since, 1))
         self._schedule(page, ptc, since, self.threshold - waiting)
 
     def _schedule(self, page: int, ptc: int, since: int, wanted: float) -> None:
@@ -478,12 +477,19 @@ class HybridJoinPQ(HybridJoinL):
         else:
             self._due[page] = np.inf
 
+    def _glide(self, page: int, observed: float) -> None:
+        """The page's frequency, a gliding average with decay d, moves towards ``observed``."""
+        d = self.settings["decay"]
+        self._frequency[page] = self._frequency[page] * d + observed * (1 - d)
+
     def _observe(self, page: int, matched: int) -> None:
         ptc = self.table.admitted
         first = self._last_load[page] < 0
         window = self._queue_size_before if first else ptc - self._last_load[page]
         observed = matched / max(window, 1)
-        d = self.settings["decay"]
-        self._frequency[page] = observed if first else self._frequency[page] * d + observed * (1 - d)
+        if first:
+            self._frequency[page] = observed
+        else:
+            self._glide(page, observed)
         self._last_load[page] = ptc
         self._schedule(page, ptc, 0, self.threshold)
