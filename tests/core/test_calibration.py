@@ -57,19 +57,20 @@ def test_string_keys_and_sampled_io(make_master):
 
 
 def test_s_and_t_are_fitted_to_relative_errors_so_a_large_load_s_noise_does_not_swing_s():
-    """Loads of 256, 2048 and 16384 rows on S = 1 ms, T = 2.5 us a row, the largest 5% slow (as
-    one noisy median of a shared machine is): S stays within 15%; an even fit put it at 0.23 ms."""
+    """Loads of 256, 2048 and 16384 rows on S = 1 ms, T = 2.5 us a row, the largest 10% slow (as
+    one noisy median of a shared machine is): S stays within 10% (0.94 ms); an even fit puts it
+    at 0.70 ms."""
     rows = [256, 2048, 16384]
     seconds = [1e-3 + 2.5e-6 * n for n in rows]
-    seconds[-1] *= 1.05
+    seconds[-1] *= 1.1
     query_s, row_s = fit_io(rows, seconds)
-    assert query_s == pytest.approx(1e-3, rel=0.15) and row_s == pytest.approx(2.5e-6, rel=0.1)
+    assert query_s == pytest.approx(1e-3, rel=0.1) and row_s == pytest.approx(2.5e-6, rel=0.1)
 
 
 def test_several_runs_give_each_cost_its_median_over_the_runs():
-    runs = [costs(c_step=1e-4, row_s=3e-6), costs(c_step=3e-4, row_s=1e-6), costs(c_step=2e-4, row_s=2e-6)]
-    found = ComponentCosts.median(runs)
-    assert (found.c_step, found.row_s, found.c_A) == (2e-4, 2e-6, 1e-6)
+    runs = [costs(c_step=1e-4, row_s=3e-6), costs(c_step=10e-4, row_s=1e-6), costs(c_step=2e-4, row_s=2.5e-6)]
+    found = ComponentCosts.median(runs)  # one run's outlier (a step 1 ms) does not move it, as a mean would
+    assert (found.c_step, found.row_s, found.c_A) == (2e-4, 2.5e-6, 1e-6)
 
 
 def test_runs_sample_r_at_places_of_their_own(make_master):
