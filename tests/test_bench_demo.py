@@ -118,6 +118,38 @@ def test_the_window_closes_at_the_end_of_a_cycle(tmp_path, monkeypatch):
     assert len(states) - 1 - opened > 1  # the window held more than the step that closed it
 
 
+def test_a_meshjoin_window_holds_whole_scans_of_r(tmp_path):
+    """MESHJOIN's tuples leave with the partition of R that holds their key, and on the noperm
+    shape the first partition holds most of the stream: a window that could close after any
+    step counted 6,878 tuples where its steps admitted 9,170. Its cycle is a scan of all k
+    partitions, so the window's completions are what its scans admitted."""
+    config, table = tiny_bench(tmp_path, warmup_s=0.0, window_s=0.001, warmup_turnovers=2.0)
+    result = measure(config, table, "meshjoin", "noperm")
+    split = result["memory_split"]
+    admitted = split["chunk_tuples"] * split["partitions"] * result["window_cycles"]
+    assert split["partitions"] > 1 and result["window_cycles"] >= 1
+    assert result["tuples_in_window"] == pytest.approx(admitted, rel=0.05)
+
+
+def test_a_front_stage_ends_a_cycle_with_its_disk_phase(tmp_path, monkeypatch):
+    """SSJ's window closes when its MESHJOIN has scanned all of R, not after any step."""
+    from airflow_provider_semijoin.core.joins.frontstage import SemiStreamJoin
+
+    states = []
+    step = SemiStreamJoin.step
+
+    def recording(self, buffer):
+        out = step(self, buffer)
+        states.append((self.cycle_ended, self.algorithm._next_partition))
+        return out
+
+    monkeypatch.setattr(SemiStreamJoin, "step", recording)
+    config, table = tiny_bench(tmp_path, warmup_s=0.0, window_s=0.001, warmup_turnovers=1.0)
+    measure(config, table, "ssj", "noperm")
+    assert [ended for ended, _ in states] == [scan == 0 for _, scan in states]
+    assert states[-1][0] and sum(ended for ended, _ in states) < len(states) / 2
+
+
 def test_sweep_cache_reports_an_optimum_per_algorithm(tmp_path, capsys):
     out = tmp_path / "sweep.json"
     args = ["bench", "--master", f"sqlite:///{tmp_path / 'b.db'}", "--rows", "4000", "--memory", "512KB",

@@ -417,8 +417,8 @@ class JoinAlgorithm:
         """Whether the last step ended a cycle: a point of the state the join comes back to in
         its steady state, where a measurement window may open and close without cutting a burst
         of completions in two. Every step of an algorithm whose tuples leave step by step (an
-        iteration of HYBRIDJOIN, MESHJOIN, ...); SSIJ's tuples leave in bursts, and it ends a
-        cycle with the join phase that empties SB."""
+        iteration of HYBRIDJOIN, ...); MESHJOIN ends one with a scan of all of R, SSIJ with the
+        join phase that empties SB."""
         return True
 
     def turnovers(self) -> float:

@@ -254,6 +254,11 @@ class FrontStage(JoinAlgorithm):
         """The disk phase's tuples and the misses waiting for it (at most its demand)."""
         return self.algorithm.capacity_with_waiting
 
+    @property
+    def cycle_ended(self) -> bool:
+        """The disk phase's: its tuples leave as it scans R (a MESHJOIN's whole scans)."""
+        return self.algorithm.cycle_ended
+
     def turnovers(self) -> float:
         """The disk phase's, or the halvings of H_R's frequencies so far if more: H_R learns
         from the disk phase's loads and settles as H_S turns over, unless it serves nearly every

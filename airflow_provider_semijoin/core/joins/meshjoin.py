@@ -113,6 +113,16 @@ class MeshJoin(PagedJoin):
         return self.chunk_tuples
 
     @property
+    def cycle_ended(self) -> bool:
+        """The last step scanned R's last partition: the next scans R from its start. Its tuples
+        leave with the partition that holds their key, so one partition's scan completes far
+        more than w (on the noperm shape at Zipf 1 the first holds about half the stream) and
+        only a scan of all k partitions completes the w*k tuples admitted over it. A window of
+        6 s over 1.3 scans (MariaDB, R = 2M rows, 5% of R) counted the first partition twice
+        and measured 64k tuples/s where the whole scans say 47k."""
+        return self._next_partition == 0
+
+    @property
     def capacity_with_waiting(self) -> int:
         """H_S and one chunk of w tuples waiting for the next iteration (MESHJOIN sec. 3.1)."""
         return self.table.capacity + self.chunk_tuples
