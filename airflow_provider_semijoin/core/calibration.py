@@ -307,6 +307,26 @@ def fit_io(rows: list[float], seconds: list[float]) -> tuple[float, float]:
     return max(float(query_s), FLOOR), max(float(row_s), FLOOR)
 
 
+LOOKUP_SAMPLES = 8  # INLJ lookups an io sample times for lookup_s (each at a key of its own)
+
+
+def _sampled_lookup(store: MasterStore, samples: int, clock: Clock, rng: np.random.Generator) -> float:
+    """Seconds of one lookup of a key (``key = ?``, INLJ's), the median of ``samples`` x
+    :data:`LOOKUP_SAMPLES` lookups of the first keys of pages at random places of R, each page
+    once (a key looked up again is cached)."""
+    page_map = store.page_map()
+    saved = IOCounters(**vars(store.counters))
+    times = []
+    try:
+        for page in rng.choice(page_map.n_pages, min(samples * LOOKUP_SAMPLES, page_map.n_pages), replace=False):
+            t0 = clock()
+            store.lookup(page_map.bounds[page])
+            times.append(clock() - t0)
+    finally:
+        store.counters = saved
+    return _median(times)
+
+
 IN_SAMPLE_KEYS = 200  # scattered keys of one IN query io_samples times to price a leaf (in_leaf_s)
 
 
@@ -356,7 +376,9 @@ def calibrate(
     R's first rows, which the database has just cached, so it underestimates what the cold
     pages of a long run cost. So is an IN query's cost per leaf of R's index it reads
     (``in_leaf_s``, from that many queries of scattered keys; without samples the floor: an
-    IN query is priced by its keys alone, as the store's neighbouring keys cost).
+    IN query is priced by its keys alone, as the store's neighbouring keys cost), and INLJ's
+    lookup of one key (``lookup_s``, :data:`LOOKUP_SAMPLES` lookups a sample; without samples
+    a range load of one row, S + T).
 
     With ``runs`` > 1, each cost is the median over that many calibrations, the i-th seeded
     ``seed + i`` (its samples at places of R of its own, which an earlier run did not cache).
@@ -384,11 +406,14 @@ def calibrate(
     run.page_join()
     run.iterations()
     run.front_stage()
+    lookup_s = query_s + row_s  # a range load of one row, unless sampled
+    if store is not None and io_samples and store.page_map().n_pages:
+        lookup_s = _sampled_lookup(store, io_samples, clock, rng)
     in_query_s, in_key_s = store.calibrate_in() if store is not None else (query_s, row_s)
     in_leaf_s, leaf_rows = FLOOR, 1.0
     if store is not None and io_samples:
         in_leaf_s = _sampled_in_leaf(store, io_samples, (in_query_s, in_key_s), clock, rng)
         leaf_rows = store.leaf_rows()
-    values = {"query_s": query_s, "row_s": row_s, **run.c, "in_query_s": in_query_s, "in_key_s": in_key_s,
+    values = {"query_s": query_s, "row_s": row_s, "lookup_s": lookup_s, **run.c, "in_query_s": in_query_s, "in_key_s": in_key_s,
               "in_leaf_s": in_leaf_s, "leaf_rows": leaf_rows}
     return ComponentCosts(**{k: max(float(v), FLOOR) for k, v in values.items()})

@@ -549,8 +549,8 @@ def model(family: str, algorithm: str, split: dict, settings: dict, costs: Compo
     family from the algorithm's class and checks the inputs first."""
     c = costs
     if family == "inlj":
-        loop = c.io(1) + c.c_S + c.c_O + c.c_step_inlj
-        return Prediction(algorithm, 1.0 / loop, 1.0, loop, c.io(1), None, "INLJ: mu = 1 / (c_IO(1) + ...)", {})
+        loop = c.lookup_s + c.c_S + c.c_O + c.c_step_inlj
+        return Prediction(algorithm, 1.0 / loop, 1.0, loop, c.lookup_s, None, "INLJ: mu = 1 / (c_IO(1) + ...)", {})
     if family == "inlist":
         return _inlist(split, settings, c, n_keys, exponent, shape, shape_seed)
     if family == "front-stage":

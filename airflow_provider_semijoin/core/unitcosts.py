@@ -24,6 +24,9 @@ class ComponentCosts:
     The papers' costs (HYBRIDJOIN Table 1, SSJ Table 1):
 
     * ``query_s`` S and ``row_s`` T: ``c_IO(rows) = S + T * rows``, one index range load;
+    * ``lookup_s``: one index lookup of a key (``key = ?``), INLJ's c_IO(1) (HYBRIDJOIN sec.
+      3.2): a range load's S is the wrong price for it (MariaDB, R = 2M rows: S 0.66-0.86 ms,
+      a lookup at a random key 0.38-0.42 ms, and INLJ measured 1.3-1.5x the rate S gave);
     * ``c_H``: per disk-buffer row in the join of a loaded page (probing the disk tuples);
     * ``c_O``: per output tuple of a page join (finding its rows and taking them);
     * ``c_E``: per tuple removed from H_S and Q (:meth:`StreamTable.pop_page`);
@@ -58,6 +61,7 @@ class ComponentCosts:
 
     query_s: float
     row_s: float
+    lookup_s: float
     c_H: float
     c_O: float
     c_E: float

@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from airflow_provider_semijoin.core.calibration import calibrate, fit_io
+from airflow_provider_semijoin.core.calibration import LOOKUP_SAMPLES, calibrate, fit_io
 from airflow_provider_semijoin.core.stores.memory import memory_store
 from airflow_provider_semijoin.core.unitcosts import ComponentCosts
 from airflow_provider_semijoin.core.errors import ConfigError
@@ -86,6 +86,28 @@ def test_runs_sample_r_at_places_of_their_own(make_master):
     loaded.clear()
     assert calibrate(store, clock=fake_clock(), io_samples=4, runs=3).as_dict() == pytest.approx(one.as_dict(), rel=1e-6)
     assert len(set(loaded)) > len(places_of_one)
+
+
+def test_inlj_s_lookup_is_timed_on_keys_at_random_places_of_r(make_master):
+    """``lookup_s`` is what ``store.lookup`` of one key takes (INLJ's query), the median over
+    keys of pages spread over R, each once; without samples a range load of one row (S + T)."""
+    store = make_master(master_table(3000, seed=0).select(["nk", "sk", "name"]))
+    now = [0.0]
+    looked_up = []
+    lookup = store.lookup
+
+    def slow_lookup(key):  # each lookup takes 0.4 ms of the fake clock
+        looked_up.append(key)
+        now[0] += 4e-4
+        return lookup(key)
+
+    store.lookup = slow_lookup
+    c = calibrate(store, clock=lambda: now[0], io_samples=2)
+    assert c.lookup_s == pytest.approx(4e-4)
+    pages = store.page_map().n_pages
+    assert len(looked_up) == len(set(looked_up)) == min(2 * LOOKUP_SAMPLES, pages) > 1
+    plain = calibrate(store, clock=fake_clock())
+    assert plain.lookup_s == pytest.approx(plain.query_s + plain.row_s)
 
 
 def test_with_io_keeps_the_cpu_costs():

@@ -22,7 +22,7 @@ from airflow_provider_semijoin.workloads.zipf import RANDOM_SHAPE_SEED
 
 COSTS = ComponentCosts(**{
     **{f.name: 1e-7 for f in dataclasses.fields(ComponentCosts)},
-    "query_s": 5e-4, "row_s": 1.5e-6, "c_cache_big": 2e-7, "c_hit_big": 2e-7,
+    "query_s": 5e-4, "row_s": 1.5e-6, "lookup_s": 3e-4, "c_cache_big": 2e-7, "c_hit_big": 2e-7,
     "c_step": 1e-4, "c_step_mesh": 1e-4, "c_step_inlj": 5e-5, "c_pop": 2e-5, "c_round": 3e-5,
     "c_learn": 3e-5, "in_query_s": 2e-4, "in_key_s": 4e-6,
 })
@@ -159,8 +159,9 @@ def test_meshjoin_does_not_depend_on_skew():
     assert len(rates) == 1
 
 
-def test_inlj_is_one_query_per_tuple():
-    expected = 1 / (COSTS.io(1) + COSTS.c_S + COSTS.c_O + COSTS.c_step_inlj)
+def test_inlj_is_one_lookup_per_tuple():
+    """Priced by the lookup of a key (``lookup_s``), not by a range load's S + T."""
+    expected = 1 / (COSTS.lookup_s + COSTS.c_S + COSTS.c_O + COSTS.c_step_inlj)
     assert predict("inlj", {}, COSTS, 1000) == pytest.approx(expected)
 
 
