@@ -232,11 +232,14 @@ def cmd_bench_spark(args) -> int:
 
 
 def cmd_reproduce(args) -> int:
-    from .bench.reproduce import run_reproduce
+    from .bench.reproduce import rewrite_report, run_reproduce
 
-    master = args.master or f"sqlite:///{Path(args.out).resolve() / 'master.db'}"
-    summary = run_reproduce(master, args.scale, args.out, seed=args.seed, out=functools.partial(print, flush=True),
-                            experiments=_columns(args.experiments) or None)
+    if args.report_only:
+        summary = rewrite_report(args.out)
+    else:
+        master = args.master or f"sqlite:///{Path(args.out).resolve() / 'master.db'}"
+        summary = run_reproduce(master, args.scale, args.out, seed=args.seed, out=functools.partial(print, flush=True),
+                                experiments=_columns(args.experiments) or None)
     counts = {v: sum(c["verdict"] == v for c in summary["claims"]) for v in ("reproduced", "not reproduced", "not measured")}
     print(", ".join(f"{n} {v}" for v, n in counts.items()) + f" of {len(summary['claims'])} claims")
     return 0
@@ -413,6 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--experiments", default=None, help="comma-separated subset of: skew, memory, pq_vs_l, ssij, "
                                                       "policy, max_scan, temporal, dbms, model (default: all)")
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--report-only", action="store_true",
+                   help="measure nothing: write README.md and the plots again from --out's results.json")
     r.set_defaults(func=cmd_reproduce)
 
     s = sub.add_parser("soak", help="run the Spark pipeline for N minutes with updates and faults; sample RSS, "

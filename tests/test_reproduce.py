@@ -15,8 +15,9 @@ from airflow_provider_semijoin.bench.claims import CLAIMS, judge
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.bench.reproduce import (DBMS_JOIN, EXPERIMENTS, MEMORY_ALGORITHMS, SKEW_ALGORITHMS,
-                                                 SSIJ_ALGORITHMS, TEMPORAL_ALGORITHMS, Cell, run_reproduce)
-from airflow_provider_semijoin.bench.report import calibration_line
+                                                 SSIJ_ALGORITHMS, TEMPORAL_ALGORITHMS, Cell, rewrite_report,
+                                                 run_reproduce)
+from airflow_provider_semijoin.bench.report import auto_choices, calibration_line
 from airflow_provider_semijoin.core.unitcosts import ComponentCosts
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -60,6 +61,43 @@ def test_small_scale_writes_every_plot_with_every_algorithm_and_judges_every_cla
         assert f"| {verdict['claim']} |" in report
     assert all(f"]({plot['file']})" in report for plot in plots.values())
     assert f"of {len(CLAIMS)} claims" in printed
+    choices = auto_choices([Cell(**{k: c[k] for k in CELL_FIELDS}) for c in cells])
+    assert choices and f"in {sum(c['good'] for c in choices)} of {len(choices)} settings" in report
+    # the report written again from results.json alone, measuring nothing, is the same report
+    (out / "README.md").unlink()
+    (out / plots["skew"]["file"]).unlink()
+    assert main(["reproduce", "--out", str(out), "--report-only"]) == 0
+    again = json.loads((out / "results.json").read_text())
+    said = f" The report was written again from its results.json by code {again['report_code']} (`--report-only`)."
+    assert said in (out / "README.md").read_text()
+    assert (out / "README.md").read_text().replace(said, "") == report
+    assert (out / plots["skew"]["file"]).read_bytes()[:8] == PNG
+    assert again["claims"] == summary["claims"] and again["cells"] == summary["cells"]
+
+
+def test_report_only_needs_the_results_of_a_run(tmp_path):
+    with pytest.raises(ConfigError, match=r"^out: '.*' holds no results.json of a run to write the report from$"):
+        rewrite_report(tmp_path)
+
+
+def test_auto_is_judged_by_its_pick_among_its_candidates_measured_in_a_setting():
+    """Auto picks the highest prediction before the stream starts: a cache algorithm's with the
+    ideal p_N (here below HYBRIDJOIN's), not at the hit ratio it measured (here above it);
+    HYBRIDJOIN-L is not one of auto's candidates, and a setting of one candidate is not judged."""
+    skew1 = {"skew": 1.0}
+    made_up = [Cell("skew", "hybridjoin", skew1, [400.0], predicted_tps=500.0),
+               Cell("skew", "meshjoin", skew1, [200.0], predicted_tps=300.0),
+               Cell("skew", "cachejoin-pq", skew1, [420.0], predicted_tps=600.0, predicted_ideal_tps=450.0),
+               Cell("skew", "hybridjoin-l", skew1, [1000.0], predicted_tps=1000.0),
+               Cell("memory", "meshjoin", {"memory_share": 0.1}, [100.0], predicted_tps=900.0),
+               Cell("memory", "hybridjoin", {"memory_share": 0.1}, [300.0], predicted_tps=800.0),
+               Cell("memory", "hybridjoin", {"memory_share": 0.2}, [300.0], predicted_tps=800.0),
+               Cell("ssij", "meshjoin", {"shape": "noperm"}, [100.0], predicted_tps=900.0),
+               Cell("ssij", "hybridjoin", {"shape": "noperm"}, [300.0], predicted_tps=800.0)]
+    choices = auto_choices(made_up)
+    assert [(c["setting"], c["picked"], c["best"], round(c["share_of_best"], 3), c["good"]) for c in choices] == [
+        ("skew 1", "hybridjoin", "cachejoin-pq", round(400 / 420, 3), True),
+        ("memory_share 0.1", "meshjoin", "hybridjoin", round(100 / 300, 3), False)]
 
 
 def test_an_unknown_scale_or_experiment_is_refused_before_any_work(tmp_path):

@@ -7,9 +7,12 @@ from collections import defaultdict
 from pathlib import Path
 
 from .steady import costs_line
+from ..core.joins.registry import AUTO_CANDIDATES
 from ..core.unitcosts import ComponentCosts
 
 LOW, HIGH = 0.85, 1.15  # measured / predicted within this band: the model predicts
+AUTO_WITHIN = 0.9  # auto's pick measures at least this share of the measured best: a good choice
+AUTO_SWEEPS = ("skew", "memory")  # the sweeps whose settings auto's choice is judged in
 
 
 def _label(setting: dict) -> str:
@@ -185,6 +188,47 @@ def _table(cells) -> list[str]:
     return lines
 
 
+def auto_choices(cells) -> list[dict]:
+    """What ``algorithm: auto`` (:mod:`...pipeline.auto`) picks in each setting of the skew and
+    memory sweeps, and how it measured against the best candidate measured there. Auto chooses
+    before the stream starts, so a cache algorithm is taken at its prediction with the ideal
+    p_N, not at the hit ratio it measured; each cell's prediction used the unit costs
+    calibrated just before it. Only the candidates auto has (:data:`AUTO_CANDIDATES`) count."""
+    groups: dict[tuple, list] = defaultdict(list)
+    for c in cells:
+        if c.experiment in AUTO_SWEEPS and c.algorithm in AUTO_CANDIDATES and c.rates and c.predicted_tps:
+            groups[(c.experiment, _label(c.setting))].append(c)
+    choices = []
+    for (experiment, setting), group in groups.items():
+        if len(group) < 2:
+            continue
+        picked = max(group, key=lambda c: c.predicted_ideal_tps or c.predicted_tps)
+        best = max(group, key=lambda c: c.median)
+        share = picked.median / best.median
+        choices.append({"experiment": experiment, "setting": setting, "picked": picked.algorithm,
+                        "picked_predicted": picked.predicted_ideal_tps or picked.predicted_tps,
+                        "picked_measured": picked.median, "best": best.algorithm, "best_measured": best.median,
+                        "share_of_best": share, "good": share >= AUTO_WITHIN})
+    return choices
+
+
+def _auto_section(cells) -> list[str]:
+    choices = auto_choices(cells)
+    if not choices:
+        return ["(no sweep setting measured two of auto's candidates)"]
+    good = sum(c["good"] for c in choices)
+    lines = [f"`auto` picked the measured best, or one within {1 - AUTO_WITHIN:.0%} of it, in {good} of {len(choices)} "
+             f"settings of the skew and memory sweeps. It picks the highest prediction (a cache algorithm's with the "
+             f"ideal p_N: auto chooses before the stream starts) among its candidates measured there "
+             f"({', '.join(AUTO_CANDIDATES)}).", "",
+             "| sweep | setting | auto picks (predicted) | measured | measured best | measured | picked / best |",
+             "|---|---|---|---:|---|---:|---:|"]
+    lines += [f"| {c['experiment']} | {c['setting']} | {c['picked']} ({c['picked_predicted']:,.0f}) | "
+              f"{c['picked_measured']:,.0f} | {c['best']} | {c['best_measured']:,.0f} | {c['share_of_best']:.2f} |"
+              for c in choices]
+    return lines
+
+
 def calibration_line(cells, runs: int, each_cell: bool) -> str:
     """How the models' unit costs were calibrated, how far the cells' calibrations spread, and
     their median (each cell's predictions used its own, kept in ``results.json``)."""
@@ -210,7 +254,9 @@ def write_report(folder: Path, summary: dict, cells) -> dict[str, dict]:
         "",
         f"Command: `semijoin reproduce --scale {summary['scale']} --master {summary['master']} --out <this folder>`; "
         f"{summary['seconds']} s on {summary['machine']['platform']} ({summary['machine']['processor']}, "
-        f"Python {summary['machine']['python']}), code {summary.get('code', 'not recorded')}.",
+        f"Python {summary['machine']['python']}), code {summary.get('code', 'not recorded')}."
+        + (f" The report was written again from its results.json by code {summary['report_code']} "
+           "(`--report-only`)." if summary.get("report_code") else ""),
         "",
         f"R = {s['rows']:,} rows ({summary['r_bytes']:,} bytes loaded), default memory {s['memory']:,} bytes, "
         f"warm-up {s['warmup_s']} s"
@@ -257,5 +303,6 @@ def write_report(folder: Path, summary: dict, cells) -> dict[str, dict]:
         else:
             group = _cells(cells, experiment)
             lines += _table(group) if group else ["(not run)"]
+    lines += ["", "## `algorithm: auto`", "", *_auto_section(cells)]
     (folder / "README.md").write_text("\n".join(lines) + "\n")
     return images
