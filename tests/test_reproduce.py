@@ -3,7 +3,6 @@ algorithm, a verdict per claim), and the judging of a claim on cells made up for
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -21,7 +20,6 @@ from airflow_provider_semijoin.bench.report import auto_choices, calibration_lin
 from airflow_provider_semijoin.core.unitcosts import ComponentCosts
 
 PNG = b"\x89PNG\r\n\x1a\n"
-CELL_FIELDS = [f.name for f in dataclasses.fields(Cell)]
 
 
 def test_small_scale_writes_every_plot_with_every_algorithm_and_judges_every_claim(tmp_path, capsys):
@@ -54,14 +52,14 @@ def test_small_scale_writes_every_plot_with_every_algorithm_and_judges_every_cla
     modelled = [c for c in cells if c["predicted_tps"]]
     assert modelled and all(ComponentCosts(**c["costs"]).row_s > 0 for c in modelled)
     assert len({c["costs"]["c_step"] for c in modelled}) > 1  # calibrated anew (each experiment here), not once
-    assert calibration_line([Cell(**{k: c[k] for k in CELL_FIELDS}) for c in cells], 3, False) in report
+    assert calibration_line([Cell.from_dict(c) for c in cells], 3, False) in report
     assert len(summary["claims"]) == len(CLAIMS) > 0
     for verdict in summary["claims"]:
         assert verdict["verdict"] in ("reproduced", "not reproduced", "not measured")
         assert f"| {verdict['claim']} |" in report
     assert all(f"]({plot['file']})" in report for plot in plots.values())
     assert f"of {len(CLAIMS)} claims" in printed
-    choices = auto_choices([Cell(**{k: c[k] for k in CELL_FIELDS}) for c in cells])
+    choices = auto_choices([Cell.from_dict(c) for c in cells])
     assert choices and f"in {sum(c['good'] for c in choices)} of {len(choices)} settings" in report
     # the report written again from results.json alone, measuring nothing, is the same report
     (out / "README.md").unlink()

@@ -188,6 +188,11 @@ def _table(cells) -> list[str]:
     return lines
 
 
+def _auto_prediction(cell) -> float:
+    """The rate auto sees for ``cell`` before the stream starts: a cache algorithm's with the ideal p_N."""
+    return cell.predicted_ideal_tps or cell.predicted_tps
+
+
 def auto_choices(cells) -> list[dict]:
     """What ``algorithm: auto`` (:mod:`...pipeline.auto`) picks in each setting of the skew and
     memory sweeps, and how it measured against the best candidate measured there. Auto chooses
@@ -202,11 +207,11 @@ def auto_choices(cells) -> list[dict]:
     for (experiment, setting), group in groups.items():
         if len(group) < 2:
             continue
-        picked = max(group, key=lambda c: c.predicted_ideal_tps or c.predicted_tps)
+        picked = max(group, key=_auto_prediction)
         best = max(group, key=lambda c: c.median)
         share = picked.median / best.median
         choices.append({"experiment": experiment, "setting": setting, "picked": picked.algorithm,
-                        "picked_predicted": picked.predicted_ideal_tps or picked.predicted_tps,
+                        "picked_predicted": _auto_prediction(picked),
                         "picked_measured": picked.median, "best": best.algorithm, "best_measured": best.median,
                         "share_of_best": share, "good": share >= AUTO_WITHIN})
     return choices
@@ -240,7 +245,8 @@ def calibration_line(cells, runs: int, each_cell: bool) -> str:
         for label, unit, values in (
             ("S", "ms", [c.query_s * 1e3 for c in found]), ("T", "us/row", [c.row_s * 1e6 for c in found]),
             ("step", "us", [c.c_step * 1e6 for c in found])))
-    return (f"Unit costs of the models, calibrated before each {'cell' if each_cell else 'experiment'}, the median of {runs} calibrations (S and T from "
+    each = "cell" if each_cell else "experiment"
+    return (f"Unit costs of the models, calibrated before each {each}, the median of {runs} calibrations (S and T from "
             f"range loads, the IN cost a leaf from IN queries, at random places of R); over the {len(found)} cells: "
             f"{spread}; the median of the cells' costs: {costs_line(ComponentCosts.median(found))}.")
 

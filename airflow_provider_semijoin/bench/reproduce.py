@@ -107,6 +107,11 @@ class Cell:
     unavailable: str | None = None  # why it was not run on this master at all
     costs: dict | None = None  # the unit costs its predictions used (ComponentCosts.as_dict)
 
+    @classmethod
+    def from_dict(cls, values: dict) -> "Cell":
+        """A cell as :meth:`as_dict` wrote it into ``results.json`` (its derived fields dropped)."""
+        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})
+
     @property
     def median(self) -> float | None:
         return statistics.median(self.rates) if self.rates else None
@@ -290,8 +295,7 @@ def rewrite_report(out_dir: str | Path, out=print) -> dict:
     if not path.is_file():
         raise ConfigError(f"out: {str(folder)!r} holds no results.json of a run to write the report from")
     summary = json.loads(path.read_text())
-    fields = {f.name for f in dataclasses.fields(Cell)}
-    cells = [Cell(**{k: v for k, v in c.items() if k in fields}) for c in summary["cells"]]
+    cells = [Cell.from_dict(c) for c in summary["cells"]]
     summary["claims"] = [judge(claim, cells) for claim in CLAIMS]
     summary["report_code"] = code_version()
     summary["plots"] = write_report(folder, summary, cells)

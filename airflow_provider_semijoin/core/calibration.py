@@ -414,6 +414,6 @@ def calibrate(
     if store is not None and io_samples:
         in_leaf_s = _sampled_in_leaf(store, io_samples, (in_query_s, in_key_s), clock, rng)
         leaf_rows = store.leaf_rows()
-    values = {"query_s": query_s, "row_s": row_s, "lookup_s": lookup_s, **run.c, "in_query_s": in_query_s, "in_key_s": in_key_s,
-              "in_leaf_s": in_leaf_s, "leaf_rows": leaf_rows}
+    values = {"query_s": query_s, "row_s": row_s, "lookup_s": lookup_s, **run.c, "in_query_s": in_query_s,
+              "in_key_s": in_key_s, "in_leaf_s": in_leaf_s, "leaf_rows": leaf_rows}
     return ComponentCosts(**{k: max(float(v), FLOOR) for k, v in values.items()})
