@@ -131,6 +131,25 @@ def test_a_meshjoin_window_holds_whole_scans_of_r(tmp_path):
     assert result["tuples_in_window"] == pytest.approx(admitted, rel=0.05)
 
 
+@pytest.mark.parametrize("name, per", [("meshjoin", "step"), ("hybridjoin", "step"), ("cachejoin", "step"),
+                                       ("ssij", "cycle")])
+def test_the_window_splits_its_rate_into_the_iteration_of_the_model(tmp_path, name, per):
+    """A rate is tuples an iteration over its seconds, measured and modelled alike (SSIJ's model
+    prices a cycle, the others a step); MESHJOIN over whole scans completes the w tuples a step
+    its model says (H_S full)."""
+    config, table = tiny_bench(tmp_path, warmup_s=0.0, window_s=0.001, warmup_turnovers=1.0)
+    result = measure(config, table, name, "noperm")
+    it = result["iteration"]
+    predicted = result.get("predicted_tps_at_measured_hits") or result["predicted_tps"]
+    assert it["per"] == per
+    assert it["tuples"] / it["ms"] * 1e3 == pytest.approx(result["service_rate_tps"], rel=2e-3)
+    assert it["model_tuples"] / it["model_ms"] * 1e3 == pytest.approx(predicted, rel=2e-3)
+    if per == "cycle":
+        assert it["tuples"] == pytest.approx(result["tuples_in_window"] / result["window_cycles"], abs=0.1)
+    if name == "meshjoin":
+        assert it["tuples"] == pytest.approx(it["model_tuples"], rel=0.05)
+
+
 def test_a_front_stage_ends_a_cycle_with_its_disk_phase(tmp_path, monkeypatch):
     """SSJ's window closes when its MESHJOIN has scanned all of R, not after any step."""
     from airflow_provider_semijoin.core.joins.frontstage import SemiStreamJoin

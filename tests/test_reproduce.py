@@ -16,7 +16,7 @@ from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.bench.reproduce import (DBMS_JOIN, EXPERIMENTS, MEMORY_ALGORITHMS, SKEW_ALGORITHMS,
                                                  SSIJ_ALGORITHMS, TEMPORAL_ALGORITHMS, Cell, rewrite_report,
                                                  run_reproduce)
-from airflow_provider_semijoin.bench.report import auto_choices, calibration_line
+from airflow_provider_semijoin.bench.report import _model_section, auto_choices, calibration_line
 from airflow_provider_semijoin.core.unitcosts import ComponentCosts
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -53,6 +53,9 @@ def test_small_scale_writes_every_plot_with_every_algorithm_and_judges_every_cla
     assert modelled and all(ComponentCosts(**c["costs"]).row_s > 0 for c in modelled)
     assert len({c["costs"]["c_step"] for c in modelled}) > 1  # calibrated anew (each experiment here), not once
     assert calibration_line([Cell.from_dict(c) for c in cells], 3, False) in report
+    # each repeat of a modelled cell measured its iteration next to the model's: a cycle for SSIJ, a step otherwise
+    assert all(len(c["iterations"]) == 3 and {i["per"] for i in c["iterations"]} == {"cycle" if c["algorithm"] == "ssij"
+                                                                                     else "step"} for c in modelled)
     assert len(summary["claims"]) == len(CLAIMS) > 0
     for verdict in summary["claims"]:
         assert verdict["verdict"] in ("reproduced", "not reproduced", "not measured")
@@ -71,6 +74,21 @@ def test_small_scale_writes_every_plot_with_every_algorithm_and_judges_every_cla
     assert (out / "README.md").read_text().replace(said, "") == report
     assert (out / plots["skew"]["file"]).read_bytes()[:8] == PNG
     assert again["claims"] == summary["claims"] and again["cells"] == summary["cells"]
+
+
+def test_the_model_table_sets_an_iteration_measured_beside_the_models():
+    """Tuples and milliseconds an iteration, measured / modelled, the medians over the repeats;
+    a cell of a run whose code measured no iteration (read from its results.json) shows none."""
+    repeats = [{"per": "step", "tuples": t, "ms": ms, "model_tuples": 8000.0, "model_ms": 10.0}
+               for t, ms in ((4000.0, 12.0), (5000.0, 13.0), (9000.0, 30.0))]
+    measured = Cell("skew", "hybridjoin", {"skew": 1.0}, [380_000.0, 390_000.0, 300_000.0], predicted_tps=800_000.0,
+                    iterations=repeats)
+    older = Cell.from_dict({k: v for k, v in measured.as_dict().items() if k != "iterations"})
+    assert measured.iteration() == {"per": "step", "tuples": 5000.0, "ms": 13.0, "model_tuples": 8000.0, "model_ms": 10.0}
+    assert older.iterations == [] and older.iteration() is None
+    rows = [line for line in _model_section([measured, older]) if line.startswith("| skew | hybridjoin |")]
+    assert rows == ["| skew | hybridjoin | skew 1 | 380,000 | 800,000 | 0.47 | - | 5,000 / 8,000 | 13 / 10 |",
+                    "| skew | hybridjoin | skew 1 | 380,000 | 800,000 | 0.47 | - | - | - |"]
 
 
 def test_report_only_needs_the_results_of_a_run(tmp_path):

@@ -106,11 +106,22 @@ class Cell:
     refused: str | None = None  # why the algorithm could not run here (a budget too small)
     unavailable: str | None = None  # why it was not run on this master at all
     costs: dict | None = None  # the unit costs its predictions used (ComponentCosts.as_dict)
+    iterations: list[dict] = dataclasses.field(default_factory=list)  # each repeat's iteration, measured and modelled
 
     @classmethod
     def from_dict(cls, values: dict) -> "Cell":
-        """A cell as :meth:`as_dict` wrote it into ``results.json`` (its derived fields dropped)."""
-        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})
+        """A cell as :meth:`as_dict` wrote it into ``results.json`` (its derived fields dropped;
+        a field a run of older code did not write has its default)."""
+        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values})
+
+    def iteration(self) -> dict | None:
+        """The median over the repeats of each figure of an iteration (:func:`.steady.measure`'s
+        ``iteration``: tuples and milliseconds, measured and modelled); None without any."""
+        if not self.iterations:
+            return None
+        figures = ("tuples", "ms", "model_tuples", "model_ms")
+        return {"per": self.iterations[0]["per"],
+                **{k: statistics.median(i[k] for i in self.iterations) for k in figures}}
 
     @property
     def median(self) -> float | None:
@@ -170,6 +181,8 @@ class Reproduction:
                 cell.refused = str(exc)
                 break
             cell.rates.append(r["service_rate_tps"])
+            if r.get("iteration"):
+                cell.iterations.append(r["iteration"])
             cell.predicted_tps = r.get("predicted_tps_at_measured_hits") or r.get("predicted_tps")
             if r.get("predicted_tps_at_measured_hits"):
                 cell.predicted_ideal_tps = r.get("predicted_tps")

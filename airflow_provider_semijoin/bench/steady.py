@@ -155,7 +155,7 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
         joined = Stopwatch(clock)
         joined_s = window_s = 0.0
         warm_s = None  # joined seconds when the warm-up ended
-        window_done = window_cycles = 0
+        window_done = window_steps = window_cycles = 0
         processing: list[np.ndarray] = []
         io_start = None
         while warm_s is None or not _window_over(config, algorithm, joined_s - warm_s):
@@ -177,6 +177,7 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
                 continue
             window_done += out.completed
             window_s += step_s
+            window_steps += 1
             window_cycles += algorithm.cycle_ended
             done = np.concatenate([np.unique(out.matched_ids), out.unmatched_ids])
             processing.append(joined_s - entered[done])
@@ -190,7 +191,8 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
         "algorithm": algorithm_name,
         "shape": shape,
         "service_rate_tps": rate,
-        **_prediction_fields(model, rate, stats.get("cache_hit_ratio"), algorithm_name, costs, config, shape, stats),
+        **_prediction_fields(model, rate, stats.get("cache_hit_ratio"), algorithm_name, costs, config, shape, stats,
+                             Window(window_done, window_s, window_steps, window_cycles)),
         "warmup_s": round(warm_s, 3),
         "warmup_turnovers": round(turnovers, 2),
         "window_s": round(window_s, 3),
@@ -282,22 +284,48 @@ def _store_costs(config: BenchConfig, store, costs: ComponentCosts | None) -> Co
     return costs.with_io(*store.calibrate())
 
 
+@dataclass(frozen=True)
+class Window:
+    """What :func:`measure` counted in its window: the tuples completed, the seconds joined,
+    the steps and the cycles ended."""
+
+    tuples: int
+    seconds: float
+    steps: int
+    cycles: int
+
+    def per_iteration(self, iteration: str) -> tuple[float, float] | None:
+        """``(tuples, seconds)`` per ``iteration`` (a model's :attr:`.costmodel.Prediction.iteration`:
+        ``"step"`` or ``"cycle"``); None when the window holds none."""
+        count = self.cycles if iteration == "cycle" else self.steps
+        return (self.tuples / count, self.seconds / count) if count else None
+
+
 def _prediction_fields(model, rate: float, measured_hits, name: str, costs: ComponentCosts, config: BenchConfig,
-                       shape: str, stats: dict) -> dict:
+                       shape: str, stats: dict, window: Window) -> dict:
+    """The model's rate, at the measured hit ratio too for a cache algorithm, and its iteration
+    next to the window's (``iteration``: tuples and milliseconds an iteration, measured and
+    predicted), which tells a wrong w from a wrong c_loop where the rates disagree."""
     if model is None:
-        return {"predicted_tps": None, "measured_over_predicted": None, "model": None, "model_turnover_s": None}
+        return {"predicted_tps": None, "measured_over_predicted": None, "model": None, "model_turnover_s": None,
+                "iteration": None}
     fields = {
         "predicted_tps": round(model.service_rate_tps, 1),
         "measured_over_predicted": round(rate / model.service_rate_tps, 3) if model.service_rate_tps else None,
         "model": model.model,
         "model_turnover_s": round(model.turnover_s, 3),
     }
+    compared = model
     if model.hit_ratio is not None:
         fields["predicted_hit_ratio"] = round(model.hit_ratio, 4)
         if measured_hits is not None and measured_hits < 1:
-            at_measured = explain(name, stats["memory_split"], costs, config.rows, config.zipf, shape,
-                                  shape_seed=RANDOM_SHAPE_SEED, p_n=measured_hits, settings=stats["settings"])
-            fields["predicted_tps_at_measured_hits"] = round(at_measured.service_rate_tps, 1)
+            compared = explain(name, stats["memory_split"], costs, config.rows, config.zipf, shape,
+                               shape_seed=RANDOM_SHAPE_SEED, p_n=measured_hits, settings=stats["settings"])
+            fields["predicted_tps_at_measured_hits"] = round(compared.service_rate_tps, 1)
+    measured = window.per_iteration(compared.iteration)
+    fields["iteration"] = None if measured is None else {
+        "per": compared.iteration, "tuples": round(measured[0], 1), "ms": round(measured[1] * 1e3, 6),
+        "model_tuples": round(compared.tuples_per_iteration, 1), "model_ms": round(compared.iteration_s * 1e3, 6)}
     return fields
 
 

@@ -412,7 +412,9 @@ def cmeshjoin_service_rate(mu_dp: float, p_n: float, front_s_per_tuple: float = 
 class Prediction:
     """What a model predicts for one configuration: ``service_rate_tps`` (mu), the tuples one
     iteration completes (w, or w_N + w_S), its cost ``iteration_s`` (c_loop) and the I/O part
-    of it, the hit ratio p_N of H_R (cache algorithms), the equations used and model detail."""
+    of it, the hit ratio p_N of H_R (cache algorithms), the equations used and model detail.
+    ``iteration`` names what the engine runs once an iteration: a ``"step"`` (one call of
+    :meth:`.joins.base.JoinAlgorithm.step`), or a ``"cycle"`` (SSIJ's model prices whole cycles)."""
 
     algorithm: str
     service_rate_tps: float
@@ -422,6 +424,7 @@ class Prediction:
     hit_ratio: float | None
     model: str
     detail: dict
+    iteration: str = "step"
 
     @property
     def turnover_s(self) -> float:

@@ -119,4 +119,4 @@ def ssij_model(split: dict, settings: dict, costs: ComponentCosts, n_keys: int, 
               "in_queries": in_queries, "range_queries": range_queries, "rows_read": rows, "cpu_s": cpu,
               "turnover_iterations": 1.0}
     return Prediction("ssij", tuples / loop if loop > 0 else 0.0, tuples, loop, io, p_c,
-                      "SSIJ: N / (join phase + online phases), CR of the pages of largest q_j", detail)
+                      "SSIJ: N / (join phase + online phases), CR of the pages of largest q_j", detail, "cycle")
