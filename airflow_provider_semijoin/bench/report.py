@@ -239,7 +239,7 @@ def _model_section(modelled: list) -> list[str]:
     measured against the model's (tuples and milliseconds an iteration, the medians over the
     repeats): a rate off by its tuples has the wrong w (which pages a load serves), one off by
     its milliseconds the wrong c_loop (what a load or a step costs)."""
-    inside = sum(LOW <= c.median / c.predicted_tps <= HIGH for c in modelled)
+    inside = sum(LOW <= c.measured_over_predicted <= HIGH for c in modelled)
     lines = [f"{inside} of {len(modelled)} modelled cells within {LOW}-{HIGH}. A cache algorithm's prediction is at "
              "the hit ratio measured; its prediction with the ideal p_N follows. An iteration is a step of the "
              "algorithm (SSIJ's model: a cycle); where the rates disagree, its tuples measured / modelled tell a "
@@ -252,7 +252,7 @@ def _model_section(modelled: list) -> list[str]:
         tuples = f"{it['tuples']:,.0f} / {it['model_tuples']:,.0f}" if it else "-"
         ms = f"{it['ms']:.3g} / {it['model_ms']:.3g}" if it else "-"
         lines.append(f"| {c.experiment} | {c.algorithm} | {_label(c.setting)} | {c.median:,.0f} | {c.predicted_tps:,.0f} | "
-                     f"{c.median / c.predicted_tps:.2f} | "
+                     f"{c.measured_over_predicted:.2f} | "
                      f"{f'{c.predicted_ideal_tps:,.0f}' if c.predicted_ideal_tps else '-'} | {tuples} | {ms} |")
     return lines
 

@@ -127,6 +127,11 @@ class Cell:
     def median(self) -> float | None:
         return statistics.median(self.rates) if self.rates else None
 
+    @property
+    def measured_over_predicted(self) -> float | None:
+        """The median rate over the model's; None where either is missing."""
+        return self.median / self.predicted_tps if self.rates and self.predicted_tps else None
+
     def as_dict(self) -> dict:
         return {**dataclasses.asdict(self), "median": self.median,
                 "min": min(self.rates, default=None), "max": max(self.rates, default=None)}

@@ -153,9 +153,9 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
         entered = np.zeros(0)  # joined seconds at which each tuple fed was taken into the join
         fed = 0
         joined = Stopwatch(clock)
-        joined_s = window_s = 0.0
+        joined_s = 0.0
         warm_s = None  # joined seconds when the warm-up ended
-        window_done = window_steps = window_cycles = 0
+        window = Window()
         processing: list[np.ndarray] = []
         io_start = None
         while warm_s is None or not _window_over(config, algorithm, joined_s - warm_s):
@@ -175,10 +175,7 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
                     warm_s, turnovers = joined_s, algorithm.turnovers()
                     io_start = dict(store.counters.as_dict(), loads=algorithm.counters.loads)
                 continue
-            window_done += out.completed
-            window_s += step_s
-            window_steps += 1
-            window_cycles += algorithm.cycle_ended
+            window.add(out.completed, step_s, algorithm.cycle_ended)
             done = np.concatenate([np.unique(out.matched_ids), out.unmatched_ids])
             processing.append(joined_s - entered[done])
         io_end = dict(store.counters.as_dict(), loads=algorithm.counters.loads)
@@ -186,21 +183,21 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
     queries = io_end["disk_queries"] - io_start["disk_queries"]
     rows = io_end["disk_rows"] - io_start["disk_rows"]
     latency = latency_ms(np.concatenate(processing) if processing else np.zeros(0))
-    rate = round(window_done / window_s, 1) if window_s else 0.0
+    rate = round(window.tuples / window.seconds, 1) if window.seconds else 0.0
     return {
         "algorithm": algorithm_name,
         "shape": shape,
         "service_rate_tps": rate,
         **_prediction_fields(model, rate, stats.get("cache_hit_ratio"), algorithm_name, costs, config, shape, stats,
-                             Window(window_done, window_s, window_steps, window_cycles)),
+                             window),
         "warmup_s": round(warm_s, 3),
         "warmup_turnovers": round(turnovers, 2),
-        "window_s": round(window_s, 3),
-        "window_cycles": window_cycles,
-        "tuples_in_window": int(window_done),
-        "disk_queries_per_s": round(queries / window_s, 1) if window_s else 0.0,
+        "window_s": round(window.seconds, 3),
+        "window_cycles": window.cycles,
+        "tuples_in_window": int(window.tuples),
+        "disk_queries_per_s": round(queries / window.seconds, 1) if window.seconds else 0.0,
         "rows_per_query": round(rows / queries, 1) if queries else 0.0,
-        "disk_time_share": round((io_end["disk_s"] - io_start["disk_s"]) / window_s, 3) if window_s else 0.0,
+        "disk_time_share": round((io_end["disk_s"] - io_start["disk_s"]) / window.seconds, 3) if window.seconds else 0.0,
         "processing_ms_p50": latency["p50"],
         "processing_ms_p99": latency["p99"],
         "structure_bytes_peak": stats["structure_bytes_peak"],
@@ -284,15 +281,22 @@ def _store_costs(config: BenchConfig, store, costs: ComponentCosts | None) -> Co
     return costs.with_io(*store.calibrate())
 
 
-@dataclass(frozen=True)
+@dataclass
 class Window:
     """What :func:`measure` counted in its window: the tuples completed, the seconds joined,
     the steps and the cycles ended."""
 
-    tuples: int
-    seconds: float
-    steps: int
-    cycles: int
+    tuples: int = 0
+    seconds: float = 0.0
+    steps: int = 0
+    cycles: int = 0
+
+    def add(self, completed: int, seconds: float, cycle_ended: bool) -> None:
+        """Count one step that completed ``completed`` tuples in ``seconds``."""
+        self.tuples += completed
+        self.seconds += seconds
+        self.steps += 1
+        self.cycles += bool(cycle_ended)
 
     def per_iteration(self, iteration: str) -> tuple[float, float] | None:
         """``(tuples, seconds)`` per ``iteration`` (a model's :attr:`.costmodel.Prediction.iteration`:
