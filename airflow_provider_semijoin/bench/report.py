@@ -151,7 +151,7 @@ def plots(folder: Path, cells) -> dict[str, dict]:
     if _cells(cells, "max_scan"):
         drawn["max_scan"] = _plot(folder, "max_scan", titled("SSIJ service rate vs maxScan", lambda ax: (
             ax.set_xlabel("maxScan (pages)"), _line_plot(ax, _cells(cells, "max_scan"), "max_scan"))[1]))
-    modelled = [c for c in cells if c.rates and c.predicted_tps]
+    modelled = [c for c in cells if c.measured_over_predicted is not None]
     if modelled:
         def draw_model(ax):
             groups = _by_algorithm(modelled)
@@ -201,7 +201,7 @@ def auto_choices(cells) -> list[dict]:
     calibrated just before it. Only the candidates auto has (:data:`AUTO_CANDIDATES`) count."""
     groups: dict[tuple, list] = defaultdict(list)
     for c in cells:
-        if c.experiment in AUTO_SWEEPS and c.algorithm in AUTO_CANDIDATES and c.rates and c.predicted_tps:
+        if c.experiment in AUTO_SWEEPS and c.algorithm in AUTO_CANDIDATES and c.measured_over_predicted is not None:
             groups[(c.experiment, _label(c.setting))].append(c)
     choices = []
     for (experiment, setting), group in groups.items():
@@ -319,7 +319,7 @@ def write_report(folder: Path, summary: dict, cells) -> dict[str, dict]:
             lines += ["| family | skew | -PQ / -L median [min-max] |", "|---|---:|---:|"]
             lines += [f"| {r['family']} | {r['skew']:g} | {r['median']:.2f} [{r['min']:.2f}-{r['max']:.2f}] |" for r in rows]
         elif experiment == "model":
-            lines += _model_section([c for c in cells if c.rates and c.predicted_tps])
+            lines += _model_section([c for c in cells if c.measured_over_predicted is not None])
         else:
             group = _cells(cells, experiment)
             lines += _table(group) if group else ["(not run)"]
