@@ -29,22 +29,6 @@ from airflow_provider_semijoin.core.stores.versions import before_table
 DEFAULT_MYSQL_URL = "mysql://semijoin:semijoin@127.0.0.1:3306/semijoin_test"
 
 
-SLOW_SECONDS = 10  # a slow test's seconds when its mark gives none
-
-
-def pytest_collection_modifyitems(items):
-    """Files run longest first, by the seconds their ``slow`` marks give (``slow(seconds=N)``:
-    about what the test took in CI, a scheduling hint that nothing asserts), and each file's tests
-    in the order they were written: with two workers taking a file each (``-n 2 --dist loadfile``,
-    setup.cfg) the longest files start at once and the short ones fill the gaps, instead of one
-    of them ending the run on a single worker."""
-    seconds: dict = {}
-    for item in items:
-        mark = item.get_closest_marker("slow")
-        seconds[item.path] = seconds.get(item.path, 0) + (mark.kwargs.get("seconds", SLOW_SECONDS) if mark else 0)
-    items.sort(key=lambda item: -seconds[item.path])  # a stable sort
-
-
 @pytest.fixture(scope="session")
 def mysql_url() -> str:
     """The MySQL/MariaDB test database (env ``SEMIJOIN_TEST_MYSQL_URL``)."""

@@ -25,7 +25,6 @@ import textwrap
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pytest
 
 from airflow_provider_semijoin import __version__
 
@@ -82,7 +81,6 @@ def test_install_commands_are_the_ones_the_wheel_test_runs():
     assert '"-m", "build", "--wheel"' in wheel_test and '"-m", "pip", "install", "--no-compile", wheel]' in wheel_test
 
 
-@pytest.mark.slow(seconds=55)
 def test_every_semijoin_command_runs_at_a_small_size(tmp_path):
     commands = shell_commands()
     others = [c for c in commands if c not in QUICK_START and c not in INSTALL]

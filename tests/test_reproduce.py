@@ -22,7 +22,6 @@ from airflow_provider_semijoin.core.unitcosts import ComponentCosts
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.slow(seconds=110)
 def test_small_scale_writes_every_plot_with_every_algorithm_and_judges_every_claim(tmp_path, capsys):
     out = tmp_path / "report"
     assert main(["reproduce", "--scale", "small", "--out", str(out)]) == 0

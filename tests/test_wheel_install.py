@@ -112,7 +112,7 @@ def sink_pairs(tmp: Path):
     return engine_pairs(tables[0], tables[1], ["sk"], "rid")
 
 
-@pytest.mark.slow(seconds=100)
+@pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_wheel_installs_with_plain_pip_and_runs_a_python_worker_join(tmp_path):
     wheel = build_wheel(tmp_path)

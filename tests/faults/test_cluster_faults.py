@@ -99,7 +99,6 @@ def kill_when_busy(worker: subprocess.Popen, work_dir: Path, started: threading.
         time.sleep(0.01)
 
 
-@pytest.mark.slow(seconds=40)
 def test_worker_killed_mid_batch_tasks_rerun_output_exact(tmp_path, mariadb, two_worker_cluster, seed):
     url, daemons = two_worker_cluster
     master = Versions(mariadb, 5_000, f"r{uuid.uuid4().hex[:10]}")

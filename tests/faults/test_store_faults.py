@@ -115,7 +115,6 @@ def test_kill_connection_20_times_while_changes_install(mariadb, master, seed, a
     )
 
 
-@pytest.mark.slow(seconds=30)
 def test_server_stopped_30s_mid_stream_then_started(mariadb, master, seed):
     store = open_store(mariadb.url, master.table, "nk", SELECT, retry_max_s=120)
     loop = BatchLoop(store, "hybridjoin", master, seed)

@@ -31,7 +31,7 @@ from airflow_stack import (
     CHARTS, CHROMIUM, REPO, airflow_config, artifacts_dir, chart_state, checkout_entry_points, free_port, log_in,
 )
 
-pytestmark = [pytest.mark.slow(seconds=55), pytest.mark.browser, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.timeout(300)]
 
 DAG_ID = "semijoin_live_demo"
 JOIN_TASK = "live_join"

@@ -38,7 +38,6 @@ def submit(url: str, spec, folder) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.slow(seconds=35)
 @pytest.mark.mysql
 @pytest.mark.parametrize("algorithm, backend_name", [("hybridjoin", "mysql_backend"), ("ssij", "sqlite_backend")])
 def test_two_parts_on_two_workers_are_exact(two_workers, tmp_path, request, algorithm, backend_name):

@@ -30,7 +30,6 @@ def start_driver(spec_file) -> subprocess.Popen:
     )
 
 
-@pytest.mark.slow(seconds=40)
 def test_sigkill_mid_stream_then_restart_is_exactly_once(tmp_path, sqlite_backend):
     store = write_master(sqlite_backend, 400)
     data = generator_job(tmp_path, sqlite_backend.url, store.table, total_rows=12_000).to_dict()
@@ -93,7 +92,6 @@ def run_until_killed(spec_file, point: str, batch_id: int) -> subprocess.Popen:
     return driver
 
 
-@pytest.mark.slow(seconds=60)
 @pytest.mark.timeout(600 + KILLS * 400)
 @pytest.mark.parametrize("algorithm, params, trigger_s", [("meshjoin", {"page_rows": 16, "partition_pages": 4}, 0.2),
                                                           ("hybridjoin", {"page_rows": 16, "rider_repeats": 0}, 0.01)])

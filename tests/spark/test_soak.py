@@ -15,7 +15,7 @@ from airflow_provider_semijoin.core.stores import DatabaseURL
 from airflow_provider_semijoin.core.stores.sql import side_tables
 from airflow_provider_semijoin.soak import COLUMNS, SERIES, SoakConfig, event_times, run_soak
 
-pytestmark = [pytest.mark.mysql, pytest.mark.slow(seconds=8)]
+pytestmark = [pytest.mark.mysql, pytest.mark.slow]
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from airflow_provider_semijoin.bench.spark_window import BatchWindow, TupleLedge
 from airflow_provider_semijoin.spark.sinks import ParquetSink, read_parquet_batch, read_parquet_sink
 
 
-@pytest.mark.slow(seconds=50)
+@pytest.mark.slow
 def test_tiny_spark_bench_reports_every_path_exactly_once(spark, tmp_path, capsys):
     out = tmp_path / "bench.json"
     args = ["bench", "--spark", "--master", f"sqlite:///{tmp_path / 'b.db'}", "--rows", "3000", "--memory", "256KB",
