@@ -53,6 +53,7 @@ FACT_TABLE = "fact_sales"
 PRODUCT_SEED, CUSTOMER_SEED = 0, 3
 CHANGED_KEYS = 40  # per dimension, staged by the "upstream system" while the join runs
 BAR_WIDTH = 30
+SIDE_GRACE_S = 30  # for the side process to end once its stdin closes (the upstream's last write included)
 UI_USER = "admin"  # [core] simple_auth_manager_users' default user (admin:admin)
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"  # where the simple auth manager looks
 
@@ -278,10 +279,24 @@ def start_side_process(home: Path, url: str, before: dict, total: int, console) 
     return subprocess.Popen([sys.executable, "-c", code, json.dumps(arguments)], stdin=subprocess.PIPE, stdout=console)
 
 
+def _ends_with_this_process():
+    """A ``preexec_fn`` that SIGTERMs the child when the thread that started it ends, however
+    it ends (SIGKILL included: Linux's ``PR_SET_PDEATHSIG``); None where there is no such call.
+    The API server runs in a session of its own, so a kill of the demo's process group misses
+    it: without this, a demo killed from outside left its server running."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the forked child only calls it
+    return lambda: prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
 def start_api_server(env: dict, home: Path, port: int) -> subprocess.Popen:
     log = open(home / "api-server.log", "w")
     server = subprocess.Popen([sys.executable, "-m", "airflow", "api-server", "--port", str(port), "--host", "127.0.0.1"],
-                              env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                              env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                              preexec_fn=_ends_with_this_process())
     deadline = time.time() + 180
     while time.time() < deadline:
         if server.poll() is not None:
@@ -295,10 +310,13 @@ def start_api_server(env: dict, home: Path, port: int) -> subprocess.Popen:
     raise RuntimeError(f"the Airflow API server did not answer within 180 s; see {home / 'api-server.log'}")
 
 
-def stop_process(process: subprocess.Popen) -> None:
-    process.terminate()
+def stop_process(process: subprocess.Popen, grace_s: float = 20, signal_first: bool = True) -> None:
+    """SIGTERM ``process`` (unless ``signal_first`` is False: it was asked to end some other way),
+    give it ``grace_s`` to end, then SIGKILL it."""
+    if signal_first:
+        process.terminate()
     try:
-        process.wait(20)
+        process.wait(grace_s)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
@@ -395,8 +413,8 @@ def run_demo(home: Path, *, stream_rows: int, product_rows: int, customer_rows: 
             try:
                 run = load_dag(home / "dags" / "semijoin_pipelines.py").test(use_executor=True)
             finally:
-                side.stdin.close()
-                side.wait(timeout=120)
+                side.stdin.close()  # it ends its progress bar and returns
+                stop_process(side, grace_s=SIDE_GRACE_S, signal_first=False)
     finally:
         stop_process(server)
     code = report(run, home, url, spec, before, started_at, out)

@@ -12,6 +12,7 @@ import contextlib
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -166,14 +167,31 @@ class DemoRun:
             try:
                 stdout, stderr = process.communicate(timeout=self.TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                process.terminate()  # the demo stops its API server, then its process group goes
-                stdout, stderr = process.communicate(timeout=60)
-                raise AssertionError(f"semijoin demo did not end within {self.TIMEOUT_S} s:\n{stdout[-3000:]}") from None
+                state = self.hung_state(process.pid)  # before the demo's `finally` blocks change it
+                process.terminate()  # the demo stops its side process and API server, then its group goes
+                stdout, stderr = process.communicate(timeout=90)
+                raise AssertionError(f"semijoin demo did not end within {self.TIMEOUT_S} s:\n{stdout[-3000:]}\n"
+                                     f"{state}") from None
             finally:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)  # LocalExecutor workers left behind, if any
         self.proc = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
         self.out = stdout
+
+    def hung_state(self, session: int) -> str:
+        """What a hung demo was doing: its task instances' states, its processes, the end of its
+        Airflow and Spark log (``dag-run.log``), all left in ``self.home`` too."""
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{self.home / 'airflow.db'}?mode=ro", uri=True, timeout=5)) as db:
+                tasks = db.execute("SELECT task_id, state, start_date, end_date FROM task_instance").fetchall()
+        except sqlite3.Error as e:
+            tasks = [f"airflow.db not readable: {e}"]
+        processes = subprocess.run(["ps", "-o", "pid,ppid,sid,stat,etime,args", "-s", str(session)],
+                                   capture_output=True, text=True).stdout
+        log = self.home / "dag-run.log"
+        tail = log.read_text(errors="replace")[-6000:] if log.exists() else "(no dag-run.log)"
+        return (f"task instances: {tasks}\nprocesses of its session:\n{processes}\n"
+                f"end of {log}:\n{tail}")
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 import uuid
 
@@ -222,6 +227,36 @@ def test_main_job_runs_the_reference_pipeline_as_a_dag_run(small_demo):
     assert password not in out + proc.stderr
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_demos_api_server_ends_when_the_demo_is_killed(tmp_path):
+    """The demo starts its API server in a session of its own, so a kill of the demo's process
+    group misses it; the server is started to end with the demo however the demo ends. Here a
+    parent starts a long sleep the same way and is SIGKILLed: the sleep ends too."""
+    code = ("import subprocess, sys, time; from airflow_provider_semijoin.demo import _ends_with_this_process; "
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True, "
+            "preexec_fn=_ends_with_this_process()); print(child.pid, flush=True); time.sleep(300)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    child = int(parent.stdout.readline())
+    assert _running(child)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while _running(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = _running(child)
+    if alive:
+        os.kill(child, signal.SIGKILL)
+    assert not alive, f"the child {child} outlived its SIGKILLed parent by 30 s"
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie no reaper collected has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def test_ssij_experiments_report_policies_max_scan_and_the_temporal_shape(tmp_path, capsys):
     out = tmp_path / "ssij.json"
     args = ["bench", "--master", f"sqlite:///{tmp_path / 'b.db'}", "--rows", "6000", "--memory", "256KB",
@@ -359,3 +394,4 @@ def test_a_stopwatch_leaves_out_the_spans_it_was_stopped():
     with watch.stopped():  # 13 -> 20
         pass
     assert watch.read() == 4.0  # 21 - 10 - 7
+
