@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 import uuid
 
+import numpy as np
 import pytest
 
 from airflow_provider_semijoin.bench.steady import BenchConfig, bench_master, measure, server_cache_line, transient_notes
@@ -395,3 +396,13 @@ def test_a_stopwatch_leaves_out_the_spans_it_was_stopped():
         pass
     assert watch.read() == 4.0  # 21 - 10 - 7
 
+
+def test_processing_seconds_run_from_the_step_taking_a_tuple_to_the_step_it_left_in():
+    """Tuples 0-2 taken at 1.0 s, 3-4 at 2.5 s; 1 and 3 left (1 with two matches, counted
+    once) in a step ending at 3.0 s, 0 unmatched in one ending at 4.0 s; 2 and 4 never left."""
+    from airflow_provider_semijoin.bench.steady import processing_seconds
+
+    taken = [(np.array([0, 1, 2]), 1.0), (np.array([3, 4]), 2.5)]
+    left = [(np.array([1, 3, 1]), np.zeros(0, np.int64), 3.0), (np.zeros(0, np.int64), np.array([0]), 4.0)]
+    assert sorted(processing_seconds(5, taken, left).tolist()) == [0.5, 2.0, 3.0]
+    assert processing_seconds(5, taken, []).size == 0
