@@ -310,6 +310,33 @@ def start_api_server(env: dict, home: Path, port: int) -> subprocess.Popen:
     raise RuntimeError(f"the Airflow API server did not answer within 180 s; see {home / 'api-server.log'}")
 
 
+def stop_executor_workers(grace_s: float = 20) -> None:
+    """End the processes ``dag.test(use_executor=True)`` forked - the LocalExecutor's workers and
+    the tasks they run - when the run is cut short (SIGTERM, Ctrl-C, an error): ``dag.test``
+    ends its executor only when the DAG run ends, and at exit Python waits for a forked worker
+    forever (a demo SIGTERMed mid-run sat in ``multiprocessing``'s exit function, its six idle
+    workers never told to stop). SIGTERM first, SIGKILL what is left after ``grace_s``."""
+    import multiprocessing
+
+    import psutil
+
+    workers = multiprocessing.active_children()
+    processes = []
+    for worker in workers:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            parent = psutil.Process(worker.pid)
+            processes += [*parent.children(recursive=True), parent]
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.terminate()
+    _, alive = psutil.wait_procs(processes, timeout=grace_s)
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    for worker in workers:
+        worker.join(5)
+
+
 def stop_process(process: subprocess.Popen, grace_s: float = 20, signal_first: bool = True) -> None:
     """SIGTERM ``process`` (unless ``signal_first`` is False: it was asked to end some other way),
     give it ``grace_s`` to end, then SIGKILL it."""
@@ -412,6 +439,9 @@ def run_demo(home: Path, *, stream_rows: int, product_rows: int, customer_rows: 
             side = start_side_process(home, url, before, stream_rows, console)
             try:
                 run = load_dag(home / "dags" / "semijoin_pipelines.py").test(use_executor=True)
+            except BaseException:
+                stop_executor_workers()
+                raise
             finally:
                 side.stdin.close()  # it ends its progress bar and returns
                 stop_process(side, grace_s=SIDE_GRACE_S, signal_first=False)
