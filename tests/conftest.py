@@ -156,14 +156,8 @@ class DemoRun:
     TIMEOUT_S = 900  # minutes on a machine busy with other work; about one and a half on an idle one
 
     def __init__(self, home: Path, ui_port: int):
-        repo = Path(__file__).resolve().parents[1]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p)
         self.home = home
-        command = [sys.executable, "-m", "airflow_provider_semijoin.cli", "demo", "--dir", str(home), *self.SIZES,
-                   "--ui-port", str(ui_port)]
-        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                              start_new_session=True) as process:
+        with self.start(home, *self.SIZES, "--ui-port", str(ui_port), stderr=subprocess.PIPE) as process:
             try:
                 stdout, stderr = process.communicate(timeout=self.TIMEOUT_S)
             except subprocess.TimeoutExpired:
@@ -175,8 +169,27 @@ class DemoRun:
             finally:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)  # LocalExecutor workers left behind, if any
-        self.proc = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+        self.proc = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
         self.out = stdout
+
+    @staticmethod
+    def start(home: Path, *arguments: str, stderr=subprocess.STDOUT) -> subprocess.Popen:
+        """``semijoin demo --dir home *arguments`` in a session of its own, without the caller's
+        Airflow settings; its stdout (and ``stderr``) piped, as text."""
+        repo = Path(__file__).resolve().parents[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p)
+        command = [sys.executable, "-m", "airflow_provider_semijoin.cli", "demo", "--dir", str(home), *arguments]
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env,
+                                start_new_session=True)
+
+    @staticmethod
+    def session_processes(sid: int) -> list[str]:
+        """The processes of session ``sid`` still running (a zombie no reaper collected has
+        ended), a line each: pid, parent, state, elapsed time, command."""
+        listed = subprocess.run(["ps", "-o", "pid=,ppid=,stat=,etime=,args=", "-s", str(sid)],
+                                capture_output=True, text=True).stdout
+        return [line for line in listed.splitlines() if line.split()[2][0] != "Z"]
 
     def hung_state(self, session: int) -> str:
         """What a hung demo was doing: its task instances' states, its processes, the end of its
@@ -186,12 +199,17 @@ class DemoRun:
                 tasks = db.execute("SELECT task_id, state, start_date, end_date FROM task_instance").fetchall()
         except sqlite3.Error as e:
             tasks = [f"airflow.db not readable: {e}"]
-        processes = subprocess.run(["ps", "-o", "pid,ppid,sid,stat,etime,args", "-s", str(session)],
-                                   capture_output=True, text=True).stdout
+        processes = "\n".join(self.session_processes(session))
         log = self.home / "dag-run.log"
         tail = log.read_text(errors="replace")[-6000:] if log.exists() else "(no dag-run.log)"
-        return (f"task instances: {tasks}\nprocesses of its session:\n{processes}\n"
+        return (f"task instances: {tasks}\nprocesses of its session (pid, parent, state, elapsed, command):\n{processes}\n"
                 f"end of {log}:\n{tail}")
+
+
+@pytest.fixture
+def demo_run():
+    """:class:`DemoRun`, for a test that starts a demo of its own (``demo_run.start``)."""
+    return DemoRun
 
 
 @pytest.fixture(scope="session")

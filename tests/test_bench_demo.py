@@ -253,17 +253,13 @@ def test_the_demos_api_server_ends_when_the_demo_is_killed(tmp_path):
     assert not alive, f"the child {child} outlived its SIGKILLed parent by 30 s"
 
 
-def test_a_demo_stopped_mid_run_ends_and_leaves_nothing_running(tmp_path):
+def test_a_demo_stopped_mid_run_ends_and_leaves_nothing_running(tmp_path, demo_run):
     """SIGTERM (a CI timeout, ``kill``) once the join streams: the demo ends, and nothing it
     started is left - no process of its session (the LocalExecutor's workers, the tasks, Spark)
     and no API server on its port. Before, ``dag.test`` left its executor's workers running, and
     the demo's exit waited for them forever."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-    command = [sys.executable, "-m", "airflow_provider_semijoin.cli", "demo", "--dir", str(tmp_path / "home"),
-               "--stream-rows", "40000", "--product-rows", "5000", "--customer-rows", "2000", "--rate", "2000"]
-    demo = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
+    demo = demo_run.start(tmp_path / "home", "--stream-rows", "40000", "--product-rows", "5000",
+                          "--customer-rows", "2000", "--rate", "2000")
     lines: list[str] = []
     streaming = threading.Event()
 
@@ -285,18 +281,12 @@ def test_a_demo_stopped_mid_run_ends_and_leaves_nothing_running(tmp_path):
         assert code is not None, "the demo did not end within 120 s of SIGTERM"
         assert code != 0
         deadline = time.monotonic() + 30
-        while (_session(demo.pid) or _listening(port)) and time.monotonic() < deadline:
+        while (demo_run.session_processes(demo.pid) or _listening(port)) and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert _session(demo.pid) == [] and not _listening(port)
+        assert demo_run.session_processes(demo.pid) == [] and not _listening(port)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(demo.pid, signal.SIGKILL)
-
-
-def _session(sid: int) -> list[str]:
-    """The processes of session ``sid`` still running."""
-    listed = subprocess.run(["ps", "-o", "pid=,stat=,args=", "-s", str(sid)], capture_output=True, text=True).stdout
-    return [line for line in listed.splitlines() if line.split()[1][0] != "Z"]
 
 
 def _listening(port: int) -> bool:
