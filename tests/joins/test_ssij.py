@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import JoinOutput, StreamBuffer, create
+from airflow_provider_semijoin.core.joins import ssij as ssij_module
 from airflow_provider_semijoin.core.joins.ssij import KEEP_MARGIN
+from airflow_provider_semijoin.core.joins.ssij_access import split_at_keep
 from airflow_provider_semijoin.core.joins.ssij_pages import read_plan
 from airflow_provider_semijoin.core.keys import normalize
 from airflow_provider_semijoin.core.oracle import engine_pairs
@@ -156,7 +158,7 @@ def wide_master(pages: int, page_rows: int = 4) -> pa.Table:
 
 def every_page_worth_caching(store):
     """``store`` with an IN query dearer than any page (as if so measured): no page of P_u is
-    sparse (:meth:`SemiStreamedIndexJoin._sparse`), so ToKeep is the paper's (sec. IV-C), as
+    sparse (:meth:`.ssij_access.ReadCosts.sparse`), so ToKeep is the paper's (sec. IV-C), as
     with a DBMS whose point lookups cost what a page read does."""
     store.assume_costs(in_costs=(1.0, 1.0))
     return store
@@ -605,28 +607,28 @@ def test_a_kept_page_is_cut_out_of_a_sequence_whose_other_pages_are_cheaper_by_i
     algorithm = create("ssij", store, memory_for(store, params, 10), params)
     requested, one_key = np.array([0, 2, 3, 5, 6, 9]), np.ones(6, np.int64)
     keep = np.array([False, False, False, True, True, False])
-    assert algorithm._split_at_keep([(0, 10)], one_key, keep, requested) == [(0, 4), (5, 2), (9, 1)]
-    assert algorithm._split_at_keep([(0, 10)], one_key, np.zeros(6, bool), requested) == [(0, 10)]
+    assert split_at_keep(algorithm.read_costs, [(0, 10)], one_key, keep, requested) == [(0, 4), (5, 2), (9, 1)]
+    assert split_at_keep(algorithm.read_costs, [(0, 10)], one_key, np.zeros(6, bool), requested) == [(0, 10)]
     many_keys = np.full(6, 10**6)  # their IN query costs more than the sequence
-    assert algorithm._split_at_keep([(0, 10)], many_keys, keep, requested) == [(0, 10)]
+    assert split_at_keep(algorithm.read_costs, [(0, 10)], many_keys, keep, requested) == [(0, 10)]
     # four kept pages in three runs: 1 ms + 3 x 1 ms + 4 x 0.5 ms is no less than the sequence's 6 ms
-    assert algorithm._split_at_keep([(0, 10)], one_key, ~keep, requested) == [(0, 10)]
+    assert split_at_keep(algorithm.read_costs, [(0, 10)], one_key, ~keep, requested) == [(0, 10)]
 
 
-def test_the_random_shape_cuts_kept_pages_out_of_in_runs_and_stays_exact(backend):
+def test_the_random_shape_cuts_kept_pages_out_of_in_runs_and_stays_exact(backend, monkeypatch):
     """End to end, hot keys scattered over R (the random shape) and IN cheaper than a page:
     sequences are cut around kept pages, both kinds of read happen, every tuple leaves once."""
     store = measured_as(backend.make_master(master_of(range(0, 40_000, 2))), 1e-3, 1e-5, 1e-3, 1e-7)
     params = {"page_rows": 50, "ib_thresh": 100, "sb_thresh": 400, "max_scan": 10}
     algorithm = create("ssij", store, memory_for(store, params, 40), params)
-    cuts, split = [], algorithm._split_at_keep
+    cuts = []
 
-    def spy(plan, *args):
-        out = split(plan, *args)
+    def spy(costs, plan, *args):
+        out = split_at_keep(costs, plan, *args)
         cuts.append(len(out) - len(plan))
         return out
 
-    algorithm._split_at_keep = spy
+    monkeypatch.setattr(ssij_module, "split_at_keep", spy)
     rng = np.random.default_rng(5)
     stream = stream_of(zipf_keys(rng, np.arange(0, 40_000, 2), 20_000, 1.0).tolist())
     run = run_join(algorithm, stream, STREAM_KEY)

@@ -17,7 +17,8 @@ Three phases (sec. IV-B, Algorithms 1 and 2):
 Here one :meth:`step` is the pending/online decision (plus the first read of a join phase it
 starts) or one sequence of the running join phase, so arrivals between steps land in IB while
 a join phase runs, as in the paper. The read plan, the join-phase estimate and CR are in
-:mod:`.ssij_pages`; this module runs the phases over them.
+:mod:`.ssij_pages`, the access path per page in :mod:`.ssij_access`; this module runs the
+phases over them.
 
 The page cache CR (sec. IV-A, IV-C) keeps whole pages with a utility counter each. At the start
 of a join phase the utility of every page is known without I/O (cached pages: their counters;
@@ -40,13 +41,11 @@ S + T*i + OPT[next], with S and T (per page) from the store's measured costs; ea
 sequence is one index range query. Pages further apart than maxDist = 1 + S/T are never worth
 one scan, so P_u splits into independent clusters there.
 
-The access path per page (issue 12, beyond the paper): a page of P_u whose distinct waiting keys
-cost less by an IN query (the store's calibrated per-key IN cost) than the page costs to read is
-*sparse*: it is left out of ToKeep - read for few keys, not worth its room in CR - unless it was
-in P_u of the join phase before too (a hot key alone on its page recurs in every phase). Runs of
-planned sequences with no page of ToKeep that are cheaper by IN are read by one IN query each,
-as many keys as the read buffer holds rows for; a sequence that holds pages of ToKeep is cut
-around them when its other pages are cheaper by IN (:meth:`_split_at_keep`). A page of P_u
+The access path per page (issue 12, beyond the paper, :mod:`.ssij_access`): a page of P_u
+whose distinct waiting keys cost less by an IN query than the page costs to read is *sparse*:
+it is left out of ToKeep unless it was in P_u of the join phase before too (a hot key alone on
+its page recurs in every phase); sequences are cut around pages of ToKeep, and runs of
+sequences with none that are cheaper by IN are read by one IN query each. A page of P_u
 displaces a cached page only with ``KEEP_MARGIN`` times its utility: where many pages serve
 about as much (the random shape), the paper's ranking changed a few hundred cached pages a phase
 for no gain in hits, and each read a page whole. The last join phase (the stream has ended and
@@ -85,6 +84,7 @@ import pyarrow as pa
 from ..errors import ConfigError
 from ..stores.base import MasterPage, PageMap
 from ..stores.changes import Installed, install_changes
+from .ssij_access import ReadCosts, distinct_keys, in_spans, split_at_keep
 from .ssij_pages import TICK_SCALE, JoinPhaseEstimate, PageCache, read_plan
 from .base import RIDER_KEYS, JoinAlgorithm, JoinOutput, Param, StreamBuffer, join_page, not_in_master, probe, ranges
 
@@ -157,7 +157,7 @@ class _JoinPhase:
     started: float
     open: int
     next: int = 0
-    by_in: set[int] = field(default_factory=set)  # entries of the plan read by one IN query (:meth:`_in_spans`)
+    by_in: set[int] = field(default_factory=set)  # entries of the plan read by one IN query (:func:`.ssij_access.in_spans`)
 
 
 class SemiStreamedIndexJoin(JoinAlgorithm):
@@ -188,12 +188,12 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
             if s["range_lo"] > s["range_hi"]:
                 raise ConfigError(f"{self.name}.range_hi: {s['range_hi']} must be >= range_lo {s['range_lo']}")
         self.query_s, row_s = store.calibrate()
-        self._in_query_s, self._in_key_s = store.calibrate_in()
         self.page_map: PageMap = store.page_map(s["page_rows"])
         n_pages = self.page_map.n_pages
         self.rows_per_page = max(self.page_map.n_rows / max(n_pages, 1), 1.0)
         self.page_s = row_s * self.rows_per_page  # T of sec. IV-D: reading one more page
         self.max_dist = 1.0 + self.query_s / self.page_s
+        self.read_costs = ReadCosts(self.query_s, self.page_s, *store.calibrate_in())
         self.page_bytes = math.ceil(self.rows_per_page * (store.row_bytes(self.page_map) + 4))  # + the row's page
         self.pages_per_tuple = self._pages_per_tuple()
         key_size = store.key_type.itemsize
@@ -567,8 +567,9 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
     # -- the join phase (Alg. 2) --------------------------------------------------------------------
     def _start_join_phase(self, last: bool = False) -> None:
         """Lines 1-3 of Alg. 2: II page by page, P_u, the read plan and ToKeep, from the pages of
-        P_u worth a range read (:meth:`_sparse`); then runs of sequences with no page of ToKeep
-        that are cheaper by IN become IN queries (:meth:`_in_spans`). ``last``: the stream has
+        P_u worth a range read (:meth:`.ssij_access.ReadCosts.sparse`); then sequences are cut
+        around pages of ToKeep and runs with none that are cheaper by IN become IN queries
+        (:mod:`.ssij_access`). ``last``: the stream has
         ended and every tuple is in SB, so no later tuple would probe a cached page: ToKeep is
         empty."""
         sb = self._sb
@@ -592,99 +593,21 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         phase_no = self.counters.extra["join_phases"]
         again = self._asked_in_phase[requested] == phase_no - 1  # in P_u of the phase before too: it recurs
         self._asked_in_phase[requested] = phase_no
-        distinct = self._distinct_keys(requested, pair_page, tuples.keys[pair_sb]) if equi else None
+        distinct = distinct_keys(requested, pair_page, tuples.keys[pair_sb]) if equi else None
         if not last:
-            dense = again | ~self._sparse(distinct) if equi else np.ones(len(requested), bool)
+            dense = again | ~self.read_costs.sparse(distinct) if equi else np.ones(len(requested), bool)
             phase.keep[np.flatnonzero(dense)[self._to_keep(requested[dense], priority[dense])]] = True  # line 1
         if equi:
-            plan = self._split_at_keep(plan, distinct, phase.keep, requested)
-            phase.plan, phase.by_in = self._in_spans(plan, distinct, phase.keep, requested)
+            plan = split_at_keep(self.read_costs, plan, distinct, phase.keep, requested)
+            phase.plan, phase.by_in = in_spans(self.read_costs, plan, distinct, phase.keep, requested, self._in_keys())
         self.cache.tick += len(requested) + 1
         self._make_room(0)  # the phase's arrays are the stream's: cached pages leave for them (no ToRemove in the last)
 
-    @staticmethod
-    def _distinct_keys(requested: np.ndarray, pair_page: np.ndarray, pair_keys: np.ndarray) -> np.ndarray:
-        """Per page of P_u, the distinct keys waiting on it (an equi-join: a key lies on one page,
-        so a run of pages waits for the sum of its pages' counts)."""
-        order = np.lexsort((pair_keys, pair_page))
-        pages, keys = pair_page[order], pair_keys[order]
-        new = np.ones(len(pages), bool)
-        new[1:] = (pages[1:] != pages[:-1]) | (keys[1:] != keys[:-1])
-        return np.bincount(np.searchsorted(requested, pages[new]), minlength=len(requested))
-
-    def _sparse(self, distinct: np.ndarray) -> np.ndarray:
-        """Per page of P_u: its ``distinct`` waiting keys cost less by IN than the page costs to
-        read in a sequence (T of sec. IV-D). Such a page is not worth its room in the cache
-        either: it is read for few keys, and ToKeep leaves it out (issue 12: the access path per
-        page)."""
-        return self._in_key_s * distinct < self.page_s
-
-    def _split_at_keep(self, plan: list[tuple[int, int]], distinct: np.ndarray, keep: np.ndarray,
-                       requested: np.ndarray) -> list[tuple[int, int]]:
-        """The plan with each sequence that holds pages of ToKeep cut around them, when reading
-        those pages on their own (adjacent ones together) and the rest by one IN query of their
-        distinct waiting keys costs less than the sequence: a page kept in CR must be read whole,
-        its neighbours need only their waiting keys (issue 12: on the random shape a few hundred
-        pages of ToKeep, spread over R, made every sequence a range read - 30k pages a phase).
-        Each piece of the other pages starts and ends on a page of P_u; :meth:`_in_spans` then
-        decides how to read it."""
-        out: list[tuple[int, int]] = []
-        for first, count in plan:
-            lo, hi = np.searchsorted(requested, [first, first + count])
-            pages, kept = requested[lo:hi], keep[lo:hi]
-            runs = np.split(pages[kept], np.flatnonzero(np.diff(pages[kept]) > 1) + 1) if kept.any() else []
-            cut_s = (self._in_query_s + self._in_key_s * int(distinct[lo:hi][~kept].sum())
-                     + sum(self.query_s + self.page_s * len(run) for run in runs))
-            if not runs or cut_s >= self.query_s + self.page_s * count:
-                out.append((first, count))
-                continue
-            start = first
-            for run in [*runs, np.array([first + count])]:  # the end closes the last piece
-                between = pages[(pages >= start) & (pages < run[0]) & ~kept]
-                if len(between):
-                    out.append((int(between[0]), int(between[-1] - between[0] + 1)))
-                if run[0] < first + count:
-                    out.append((int(run[0]), len(run)))
-                start = int(run[-1]) + 1
-        return out
-
-    def _in_spans(self, plan: list[tuple[int, int]], distinct: np.ndarray, keep: np.ndarray,
-                  requested: np.ndarray) -> tuple[list[tuple[int, int]], set[int]]:
-        """The plan with each run of sequences that hold no page of ToKeep and are each cheaper by
-        an IN query of their distinct waiting keys than by their range query merged into one
-        span, read by one IN query, up to :data:`~.base.RIDER_KEYS` keys whose rows fit the read
-        buffer (a short stream spread over every page then costs a few queries, not one per
-        sequence); a span may cover pages nobody requested, whose rows the IN query does not
-        read. Returns the plan and the positions in it of the spans read by IN."""
-        limit = max(1, min(RIDER_KEYS, self._read_rows() // max(self.store.max_rows_per_key, 1)))
-        edges = np.array([[f, f + c] for f, c in plan], np.int64).reshape(-1, 2)  # each sequence's [first, end)
-        at = np.searchsorted(requested, edges)  # its pages of P_u: requested[lo:hi]
-        keep_before = np.concatenate([[0], np.cumsum(keep)])
-        keys_before = np.concatenate([[0], np.cumsum(distinct)])
-        merged, by_in, run = [], set(), None  # run: [first page, end page, keys]
-        for (first, count), (lo, hi) in zip(plan, at):
-            keys = int(keys_before[hi] - keys_before[lo])
-            cheaper_by_in = (keep_before[hi] == keep_before[lo]
-                             and self._in_query_s + self._in_key_s * keys < self.query_s + self.page_s * count)
-            if cheaper_by_in and run is not None and run[2] + keys <= limit:
-                run[1], run[2] = first + count, run[2] + keys
-                continue
-            if run is not None:
-                by_in.add(len(merged))
-                merged.append((run[0], run[1] - run[0]))
-                run = None
-            if cheaper_by_in:
-                run = [first, first + count, keys]
-            else:
-                merged.append((first, count))
-        if run is not None:
-            by_in.add(len(merged))
-            merged.append((run[0], run[1] - run[0]))
-        return merged, by_in
-
-    def _read_rows(self) -> int:
-        """Rows the read buffer holds: one sequence of the maxScan largest pages."""
-        return int(self._largest_rows[min(self.max_scan, len(self._largest_rows)) - 1])
+    def _in_keys(self) -> int:
+        """The most keys one IN query of the plan asks for: up to :data:`~.base.RIDER_KEYS`, whose
+        rows fit the read buffer (one sequence of the maxScan largest pages)."""
+        read_rows = int(self._largest_rows[min(self.max_scan, len(self._largest_rows)) - 1])
+        return max(1, min(RIDER_KEYS, read_rows // max(self.store.max_rows_per_key, 1)))
 
     def _to_keep(self, requested: np.ndarray, priority: np.ndarray) -> np.ndarray:
         """Sec. IV-C: rank the cached pages and the pages of P_u by utility; the best that fit the
@@ -733,7 +656,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
 
     def _read(self, phase: _JoinPhase, first: int, count: int, pair_sb: np.ndarray) -> MasterPage:
         """Line 5: read the sequence by one range query; or, for a span of the plan that
-        :meth:`_in_spans` gave to IN, only the distinct keys waiting on it by one IN query
+        :func:`.ssij_access.in_spans` gave to IN, only the distinct keys waiting on it by one IN query
         (issue 12: sparse pages, e.g. of a short stream, need not be read whole)."""
         if phase.next - 1 in phase.by_in:
             lo, hi = np.searchsorted(phase.requested, [first, first + count])
