@@ -152,7 +152,8 @@ def cmd_algorithms(args) -> int:
 
 # -- bench / demo ---------------------------------------------------------------------------------
 def cmd_bench(args) -> int:
-    from .bench.steady import BenchConfig, run_bench
+    from .bench.steady import BenchConfig
+    from .bench.suite import run_bench
 
     if args.spark:
         return cmd_bench_spark(args)
@@ -216,7 +217,8 @@ def cmd_bench_access(args) -> int:
 
 
 def cmd_bench_spark(args) -> int:
-    from .bench.spark_pipeline import SparkBenchConfig, run_spark_bench
+    from .bench.spark_paths import SparkBenchConfig
+    from .bench.spark_pipeline import run_spark_bench
     from .bench.steady import BenchConfig
 
     config = SparkBenchConfig(

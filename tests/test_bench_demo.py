@@ -23,7 +23,8 @@ import uuid
 import numpy as np
 import pytest
 
-from airflow_provider_semijoin.bench.steady import BenchConfig, bench_master, measure, server_cache_line, transient_notes
+from airflow_provider_semijoin.bench.server import server_cache_line
+from airflow_provider_semijoin.bench.steady import BenchConfig, bench_master, measure, transient_notes
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import ALGORITHMS

@@ -7,7 +7,7 @@ and a page with few waiting keys, one ``IN (...)`` query per key set; MESHJOIN (
 R cyclically. Each is timed on the bench's R through the store's own queries, the keys drawn
 uniformly from R's keys and the pages without repeats (``seed``), so the figures are what the
 joins pay on this server; whether R fits in the server's buffer pool
-(:func:`.steady.server_cache`) says which case they are. Each query runs once: part of R may be
+(:func:`.server.server_cache`) says which case they are. Each query runs once: part of R may be
 in the pool already (the bench's check of R counts its rows), so where R does not fit, a
 scattered key is mostly, not always, a disk read.
 """

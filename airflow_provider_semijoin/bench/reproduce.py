@@ -43,7 +43,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .steady import CALIBRATION_RUNS, BenchConfig, dbms_index_join, measure
+from .server import dbms_index_join
+from .steady import CALIBRATION_RUNS, BenchConfig, measure
 from .claims import CLAIMS, judge
 from ..core.calibration import calibrate
 from ..core.errors import ConfigError
@@ -235,7 +236,7 @@ class Reproduction:
 
     def dbms(self) -> None:
         """SSIJ and the DBMS's own index join on one uniform stream (SSIJ sec. VI-C, Fig. 9): the
-        DBMS's cell holds the warm-buffer-pool runs of :func:`.steady.dbms_index_join`."""
+        DBMS's cell holds the warm-buffer-pool runs of :func:`.server.dbms_index_join`."""
         setting = {"stream": "uniform"}
         self.cell("dbms", "ssij", setting, self.config(zipf=0.0, memory=max(int(DBMS_MEMORY_SHARE * self.r_bytes), 1)))
         cell = Cell("dbms", DBMS_JOIN, setting, [])

@@ -15,20 +15,17 @@ the algorithms through the ratios of one run, not with figures from another run.
 Next to each measured service rate stands the one its cost model predicts
 (:func:`.core.prediction.explain`) for the memory split the algorithm chose, with unit costs
 measured on this machine at the start of the run (:func:`.core.calibration.calibrate`) and the
-S and T of the store the algorithm ran on. ``sweep_cache`` measures and predicts every cache
-algorithm at several sizes of H_R (the papers' Figure 2 / 5(b)) and reports the empirical
-optimum next to the model's.
+S and T of the store the algorithm ran on.
 
-SSIJ's experiments (SSIJ paper sec. VI), each opt-in: its page-cache policy against LRU
-(Figure 11, :func:`ssij_policies`), a maxScan sweep (Figure 15, :func:`sweep_max_scan`), the
-temporal-locality stream (sec. VI-A: shape ``temporal``, :mod:`.workloads.temporal`) and the
-comparison with the DBMS's own index join (Figure 9, :func:`dbms_join`).
+This module measures one algorithm on one stream (:func:`measure`); :mod:`.suite` runs the
+command over every algorithm and shape, with the opt-in experiments of :mod:`.sweep` (the cache
+size) and :mod:`.ssij_experiments` (SSIJ paper sec. VI); :mod:`.server` looks into the database
+server (its buffer pool, its own index join).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -39,20 +36,19 @@ from ..core.calibration import calibrate
 from ..core.unitcosts import ComponentCosts
 from ..core.checks import check_number
 from ..core.prediction import explain
-from ..core.joins.registry import CACHE_ALGORITHMS
 from ..core.errors import ConfigError
 from ..core.joins import ALGORITHMS, StreamBuffer, create
 from ..core.keys import normalize
 from ..core.metrics import latency_ms
 from ..core.stores import DatabaseURL, open_store, redact
 from ..core.stores.sql import MYSQL
-from ..workloads import generate_master, temporal_stream_chunks, zipf_stream, zipf_stream_chunks
+from ..workloads import generate_master, temporal_stream_chunks, zipf_stream_chunks
 from ..workloads.zipf import RANDOM_SHAPE_SEED
+from .server import server_cache, server_cache_line
 
 MODEL_SHAPES = ("noperm", "random")  # Zipf over all of R: what the cost models describe
 SHAPES = MODEL_SHAPES + ("temporal",)  # + the SSIJ paper's temporal-locality stream
 CHUNK_ROWS = 100_000
-SSIJ_POLICIES = ("utility", "lru")
 
 
 @dataclass
@@ -145,7 +141,7 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
     cycles, measured 340k-605k tuples/s on noperm and 43k on random (whole cycles: 700k, 168k)."""
     with open_store(config.master, table, "nk") as store:
         algorithm = create(algorithm_name, store, config.memory, {**config.params_for(algorithm_name), **(params or {})})
-        costs = _store_costs(config, store, costs)
+        costs = store_costs(config, store, costs)
         model = explain(algorithm_name, algorithm, costs, config.rows, config.zipf, shape,
                         shape_seed=RANDOM_SHAPE_SEED) if shape in MODEL_SHAPES else None
         chunks = stream_chunks(config, shape)
@@ -281,7 +277,7 @@ EXTRA_STATS = ("pq_loads", "starvation_loads", "threshold_now", "cache_admission
 CALIBRATION_RUNS = 3  # calibrations the unit costs are the median of (:func:`.core.calibration.calibrate`)
 
 
-def _store_costs(config: BenchConfig, store, costs: ComponentCosts | None) -> ComponentCosts:
+def store_costs(config: BenchConfig, store, costs: ComponentCosts | None) -> ComponentCosts:
     """The run's CPU costs with the S and T of ``store`` (what the algorithm sized itself with),
     or of loads at random places of R with ``config.io_samples``."""
     if costs is None:
@@ -343,11 +339,11 @@ def _prediction_fields(model, rate: float, measured_hits, name: str, costs: Comp
     return fields
 
 
-def _ratio(value) -> str:
+def ratio_text(value) -> str:
     return f"{value:.2f}" if value is not None else "-"
 
 
-def _tps(value) -> str:
+def tps_text(value) -> str:
     return f"{value:,.0f}" if value is not None else "-"
 
 
@@ -368,7 +364,7 @@ def format_table(results: list[dict]) -> list[str]:
                 f"{r['disk_queries_per_s']:>9,.0f} {r['rows_per_query']:>10,.0f} {r['disk_time_share']:>10.0%} "
                 f"{r['processing_ms_p50'] or 0:>9,.1f} {r['processing_ms_p99'] or 0:>9,.1f} "
                 f"{r['structure_bytes_peak'] / 2**20:>8.1f} {'yes' if r['memory_ok'] else 'NO':>6} "
-                f"{_tps(r.get('predicted_tps')):>11} {_ratio(r.get('measured_over_predicted')):>9}"
+                f"{tps_text(r.get('predicted_tps')):>11} {ratio_text(r.get('measured_over_predicted')):>9}"
             )
     return lines
 
@@ -385,42 +381,6 @@ def bench_master(master: str, rows: int, out=print, clock=time.perf_counter) -> 
     if cache is not None:
         out(server_cache_line(cache))
     return table, cache
-
-
-def run_bench(config: BenchConfig, out=print) -> dict:
-    table, cache = bench_master(config.master, config.rows, out)
-    started = time.perf_counter()
-    with open_store(config.master, table, "nk") as store:
-        costs = calibrate(store, io_samples=config.io_samples, runs=CALIBRATION_RUNS)
-    out(f"unit costs measured in {time.perf_counter() - started:.2f} s: {costs_line(costs)}")
-    results = []
-    for shape in config.shapes:
-        for name in config.algorithms:
-            r = measure(config, table, name, shape, costs=costs)
-            out(f"  {shape:<7} {name:<14} {r['service_rate_tps']:>11,.0f} tuples/s (predicted {_tps(r['predicted_tps'])})")
-            results.append(r)
-    out("")
-    out(f"service rate, Zipf {config.zipf}, memory {config.memory / 2**20:.4g} MiB, R = {config.rows:,} rows, "
-        f"window {config.window_s:.0f} s after {config.warmup_s:.0f} s warm-up")
-    for line in format_table(results):
-        out(line)
-    for line in transient_notes(results, config):
-        out(line)
-    report = {
-        "config": {**config.__dict__, "master": redact(config.master)},
-        "costs": costs.as_dict(),
-        "server_cache": cache,
-        "results": results,
-    }
-    if config.sweep_cache:
-        report["sweep"] = sweep_cache(config, table, costs, out)
-    if config.ssij_policies:
-        report["ssij_policies"] = ssij_policies(config, table, costs, out)
-    if config.sweep_max_scan:
-        report["ssij_max_scan"] = sweep_max_scan(config, table, costs, out)
-    if config.dbms_join:
-        report["dbms_join"] = dbms_join(config, table, costs, cache["buffer_pool_bytes"], out)
-    return report
 
 
 def transient_notes(results: list[dict], config: BenchConfig) -> list[str]:
@@ -442,282 +402,3 @@ def costs_line(costs: ComponentCosts) -> str:
             f"per tuple (us) c_S {c.c_S * 1e6:.3f} "
             f"c_A {c.c_A * 1e6:.3f} c_E {c.c_E * 1e6:.3f} c_O {c.c_O * 1e6:.3f} c_cache {c.c_cache * 1e6:.3f}, "
             f"per call (us) step {c.c_step * 1e6:.0f} pop {c.c_pop * 1e6:.0f} round {c.c_round * 1e6:.0f}")
-
-
-# -- the cache sweep ------------------------------------------------------------------------------
-MODEL_GRID = 24  # sizes of H_R the cost model is evaluated at when it looks for its optimum
-
-
-def _sweep_plan(config: BenchConfig, table: str, name: str, shape: str, costs: ComponentCosts) -> dict:
-    """Bytes per cached key, H_R as eq. 4 sizes it (``best_cache_size``: what the algorithm
-    chooses by itself), and the cost model's optimum over a grid of sizes of H_R."""
-    params = config.params_for(name)
-    with open_store(config.master, table, "nk") as store:
-        costs = _store_costs(config, store, costs)
-        split = create(name, store, config.memory, params).memory_split()
-        eq4_keys = split["cache_keys"]
-        per_key = (split["cache_bytes"] / eq4_keys) if eq4_keys else None
-        if per_key is None:
-            one = create(name, store, config.memory, {**params, "cache_keys": 1}).memory_split()
-            per_key = one["cache_bytes"]
-        largest = max(config.sweep_cache) * config.memory / per_key
-        grid = np.geomspace(1, max(2.0, min(config.rows, 2 * largest)), MODEL_GRID).astype(np.int64)
-        sweep = [max(1, int(share * config.memory / per_key)) for share in config.sweep_cache]
-        model = {}
-        for keys in sorted(set(grid.tolist()) | set(sweep) | {eq4_keys}):
-            try:
-                algorithm = create(name, store, config.memory, {**params, "cache_keys": keys})
-            except ConfigError:  # H_R leaves too little to the disk phase
-                continue
-            model[int(keys)] = explain(name, algorithm, costs, config.rows, config.zipf, shape,
-                                       shape_seed=RANDOM_SHAPE_SEED).service_rate_tps
-    best = max(model, key=model.get) if model else None
-    return {"bytes_per_key": per_key, "eq4_keys": eq4_keys, "sweep_keys": sweep,
-            "model_best_keys": best, "model_best_tps": model.get(best)}
-
-
-def sweep_cache(config: BenchConfig, table: str, costs: ComponentCosts, out=print) -> dict:
-    """Measure and predict each cache algorithm at each share of the memory for H_R."""
-    names = [name for name in config.algorithms if name in CACHE_ALGORITHMS]
-    results, optima = [], []
-    out("")
-    out(f"cache sweep: H_R at {', '.join(f'{s:.0%}' for s in config.sweep_cache)} of the memory")
-    for shape in [shape for shape in config.shapes if shape in MODEL_SHAPES]:
-        for name in names:
-            plan = _sweep_plan(config, table, name, shape, costs)
-            rows = []
-            for share, keys in zip(config.sweep_cache, plan["sweep_keys"]):
-                try:
-                    r = measure(config, table, name, shape, costs=costs, params={"cache_keys": keys})
-                except ConfigError as exc:
-                    out(f"  {shape:<7} {name:<14} H_R {share:>6.1%}: skipped ({exc})")
-                    continue
-                r.update(cache_share=share, cache_keys=keys)
-                out(f"  {shape:<7} {name:<14} H_R {share:>6.1%} {keys:>10,} keys {r['service_rate_tps']:>11,.0f} tuples/s "
-                    f"(predicted {_tps(r['predicted_tps'])})")
-                rows.append(r)
-            results += rows
-            optima.append(_optimum(name, shape, rows, plan, config))
-    out("")
-    out(f"cache sweep, Zipf {config.zipf}, memory {config.memory / 2**20:.4g} MiB, R = {config.rows:,} rows, "
-        f"window {config.window_s:.0f} s after {config.warmup_s:.0f} s warm-up")
-    for line in format_sweep(results, optima):
-        out(line)
-    return {"shares": list(config.sweep_cache), "results": results, "optima": optima}
-
-
-def _optimum(name: str, shape: str, rows: list[dict], plan: dict, config: BenchConfig) -> dict:
-    def share(keys):
-        return round(keys * plan["bytes_per_key"] / config.memory, 4) if keys is not None else None
-
-    measured = max(rows, key=lambda r: r["service_rate_tps"]) if rows else None
-    predicted = max(rows, key=lambda r: r["predicted_tps"] or 0) if rows else None
-    return {
-        "algorithm": name,
-        "shape": shape,
-        "measured_best_cache_keys": measured and measured["cache_keys"],
-        "measured_best_share": measured and measured["cache_share"],
-        "measured_best_tps": measured and measured["service_rate_tps"],
-        "predicted_best_cache_keys": predicted and predicted["cache_keys"],
-        "predicted_best_share": predicted and predicted["cache_share"],
-        "model_best_cache_keys": plan["model_best_keys"],
-        "model_best_share": share(plan["model_best_keys"]),
-        "model_best_tps": plan["model_best_tps"] and round(plan["model_best_tps"], 1),
-        "eq4_best_cache_keys": plan["eq4_keys"],
-        "eq4_best_share": share(plan["eq4_keys"]),
-    }
-
-
-def format_sweep(results: list[dict], optima: list[dict]) -> list[str]:
-    lines = [f"{'shape':<7} {'algorithm':<14} {'H_R share':>9} {'H_R keys':>10} {'tuples/s':>11} {'predicted':>11} "
-             f"{'meas/pred':>9} {'hit ratio':>9} {'p_N':>6}"]
-    for r in results:
-        hits = r.get("cache_hit_ratio")
-        lines.append(
-            f"{r['shape']:<7} {r['algorithm']:<14} {r['cache_share']:>9.1%} {r['cache_keys']:>10,} "
-            f"{r['service_rate_tps']:>11,.0f} {_tps(r['predicted_tps']):>11} {_ratio(r['measured_over_predicted']):>9} "
-            f"{hits if hits is not None else '-':>9} {r.get('predicted_hit_ratio', '-'):>6}"
-        )
-    lines.append("")
-    lines.append("optimum size of H_R (share of the memory, keys): measured | best predicted of the sweep | "
-                 "cost model | eq. 4 (best_cache_size)")
-
-    def cell(share, keys):
-        return f"{share:.1%} ({keys:,})" if keys is not None else "-"
-
-    for o in optima:
-        lines.append(
-            f"{o['shape']:<7} {o['algorithm']:<14} {cell(o['measured_best_share'], o['measured_best_cache_keys']):>18} | "
-            f"{cell(o['predicted_best_share'], o['predicted_best_cache_keys']):>18} | "
-            f"{cell(o['model_best_share'], o['model_best_cache_keys']):>18} | "
-            f"{cell(o['eq4_best_share'], o['eq4_best_cache_keys']):>18}"
-        )
-    return lines
-
-
-# -- SSIJ's experiments (SSIJ paper sec. VI) --------------------------------------------------------
-def _ssij_row(r: dict) -> str:
-    extra = r["extra"]
-    return (f"{r['service_rate_tps']:>11,.0f} {r['cache_hit_ratio'] if r['cache_hit_ratio'] is not None else '-':>9} "
-            f"{r['disk_queries_per_s']:>9,.1f} {r['rows_per_query']:>10,.0f} {r['disk_time_share']:>10.0%} "
-            f"{extra.get('join_phases', 0):>6} {extra.get('pages_read', 0) / max(extra.get('pages_requested', 0), 1):>9.2f}")
-
-
-SSIJ_HEADER = (f"{'tuples/s':>11} {'hit ratio':>9} {'queries/s':>9} {'rows/query':>10} {'disk share':>10} "
-               f"{'phases':>6} {'read/req':>9}")
-
-
-def _ssij_runs(config: BenchConfig, table: str, costs: ComponentCosts, param: str, values, out) -> list[dict]:
-    """SSIJ measured on every shape at each of ``values`` of its parameter ``param`` (tagged on each result)."""
-    results = []
-    for shape in config.shapes:
-        for value in values:
-            r = measure(config, table, "ssij", shape, costs=costs, params={param: value})
-            r[param] = value
-            out(f"  {shape:<8} {param} {value!s:<8} {r['service_rate_tps']:>11,.0f} tuples/s")
-            results.append(r)
-    return results
-
-
-def ssij_policies(config: BenchConfig, table: str, costs: ComponentCosts, out=print) -> dict:
-    """Figure 11: SSIJ with its ToKeep/ToRemove policy (utility counters) and with LRU, on every
-    shape, same data and budget; the ratio is measured in this run."""
-    out("")
-    out("SSIJ cache policy (Figure 11): utility (ToKeep/ToRemove) vs LRU")
-    results = _ssij_runs(config, table, costs, "cache_policy", SSIJ_POLICIES, out)
-    out("")
-    out(f"SSIJ cache policy, Zipf {config.zipf}, memory {config.memory / 2**20:.4g} MiB, R = {config.rows:,} rows")
-    out(f"{'shape':<8} {'policy':<8} " + SSIJ_HEADER + f" {'x LRU':>6}")
-    for r in results:
-        lru = next(x for x in results if x["shape"] == r["shape"] and x["cache_policy"] == "lru")
-        ratio = r["service_rate_tps"] / lru["service_rate_tps"] if lru["service_rate_tps"] else None
-        out(f"{r['shape']:<8} {r['cache_policy']:<8} {_ssij_row(r)} {_ratio(ratio):>6}")
-    return {"results": results}
-
-
-def sweep_max_scan(config: BenchConfig, table: str, costs: ComponentCosts, out=print) -> dict:
-    """Figure 15: SSIJ's service rate over maxScan (the most pages one range query reads)."""
-    out("")
-    out(f"SSIJ maxScan sweep (Figure 15): {', '.join(map(str, config.sweep_max_scan))} pages")
-    results = _ssij_runs(config, table, costs, "max_scan", config.sweep_max_scan, out)
-    out("")
-    out(f"SSIJ maxScan, Zipf {config.zipf}, memory {config.memory / 2**20:.4g} MiB, R = {config.rows:,} rows")
-    out(f"{'shape':<8} {'maxScan':>7} {'effective':>9} " + SSIJ_HEADER)
-    for r in results:
-        out(f"{r['shape']:<8} {r['max_scan']:>7} {r['memory_split']['max_scan']:>9} {_ssij_row(r)}")
-    return {"results": results}
-
-
-def dbms_join(config: BenchConfig, table: str, costs: ComponentCosts, buffer_pool: int, out=print) -> dict:
-    """Figure 9 (sec. VI-C): the DBMS's own index join (:func:`dbms_index_join`, one warm run)
-    against SSIJ's service rate on the same uniform stream and the configured budget; the DBMS
-    holds R in its ``buffer_pool`` bytes (:func:`server_cache`)."""
-    uniform = dataclasses.replace(config, zipf=0.0)
-    found = dbms_index_join(config.master, table, config.dbms_chunk, config.rows, config.seed, out=out)
-    runs, plan = found["runs"], found["plan"]
-    ssij = measure(uniform, table, "ssij", "noperm", costs=costs)
-    out(f"  SSIJ on the same uniform stream: {ssij['service_rate_tps']:,.0f} tuples/s")
-    best = max(r["tuples_per_s"] for r in runs)
-    access = "; ".join(f"{p.get('table')}: {p.get('type')} {p.get('key') or ''}".strip() for p in plan)
-    out("")
-    out(f"DBMS index join vs SSIJ (Figure 9), uniform stream, R = {config.rows:,} rows")
-    out(f"{'join':<34} {'memory':>18} {'tuples/s':>11} {'x DBMS':>7}")
-    for r in runs:
-        out(f"{'DBMS, ' + r['run']:<34} {f'pool {buffer_pool / 2**20:.0f} MiB':>18} "
-            f"{r['tuples_per_s']:>11,.0f} {r['tuples_per_s'] / best:>7.2f}")
-    out(f"{'SSIJ':<34} {f'{config.memory / 2**20:.4g} MiB':>18} {ssij['service_rate_tps']:>11,.0f} "
-        f"{ssij['service_rate_tps'] / best:>7.2f}")
-    out(f"plan: {access}")
-    return {"dbms": runs, "plan": plan, "buffer_pool_bytes": buffer_pool, "ssij": ssij,
-            "ssij_over_best_dbms": round(ssij["service_rate_tps"] / best, 3)}
-
-
-def server_cache(master: str, table: str) -> dict | None:
-    """MySQL/MariaDB: InnoDB's buffer pool, its flush method and R's bytes on the server (data
-    and indexes, as ``information_schema.tables`` estimates them); None for SQLite, whose file
-    is the OS's to cache. Whether R fits in the pool decides what a read of R costs: with
-    ``O_DIRECT`` (MariaDB's default since 10.6) a page of R not in the pool is read from disk,
-    not from the OS's cache. R = 2M rows (248 MiB) in MariaDB's default 128 MiB pool: an IN
-    lookup of 58k scattered keys measured 27 us a key, and a drain of 155k Zipf tuples 1.6 s;
-    with a 512 MiB pool, 6 us and 0.37 s."""
-    url = DatabaseURL.parse(master)
-    if url.dialect is not MYSQL:
-        return None
-    connection = url.connect()
-    try:
-        cursor = connection.cursor()
-        cursor.execute("SELECT @@innodb_buffer_pool_size")
-        pool = cursor.fetchone()[0]
-        cursor.execute("SHOW VARIABLES LIKE 'innodb_flush_method'")  # (no row where a server has dropped it)
-        flush = (cursor.fetchone() or (None, ""))[1]
-        cursor.execute(f"ANALYZE TABLE {MYSQL.quote(table, 'table')}")  # a table just written shows one page
-        cursor.fetchall()
-        cursor.execute("SELECT data_length + index_length FROM information_schema.tables "
-                       "WHERE table_schema = DATABASE() AND table_name = %s", (table,))
-        found = cursor.fetchone()
-        cursor.close()
-    finally:
-        connection.close()
-    r_bytes = int(found[0]) if found and found[0] is not None else 0
-    return {"buffer_pool_bytes": int(pool), "flush_method": str(flush), "r_bytes": r_bytes, "r_fits": r_bytes <= int(pool)}
-
-
-def server_cache_line(cache: dict) -> str:
-    """One line saying whether R fits in the server's buffer pool."""
-    source = "disk" if cache["flush_method"].startswith("O_DIRECT") else "the OS's file cache or disk"
-    fits = "R fits in it" if cache["r_fits"] else f"R does not fit: a page of R not in the pool is read from {source}"
-    return (f"server cache: InnoDB buffer pool {cache['buffer_pool_bytes'] / 2**20:,.0f} MiB, R "
-            f"{cache['r_bytes'] / 2**20:,.0f} MiB on the server; {fits}")
-
-
-def dbms_index_join(master: str, table: str, chunk_rows: int, rows: int, seed: int, warm_runs: int = 1,
-                    out=print) -> dict:
-    """The DBMS's own index join (SSIJ sec. VI-C, Fig. 9). A chunk of ``chunk_rows`` stream
-    tuples with uniform keys over R's ``rows`` (the paper's setup) is loaded into an in-memory
-    table (MEMORY engine, not timed), then ONE statement joins it with R inside the server and
-    writes the result into another in-memory table, so no row crosses to the client: tuples per
-    second of that statement, once with the buffer pool as found ("cold") and ``warm_runs``
-    times after it, and of the same join aggregated instead of written (the lookups alone).
-    Returns the runs and the query plan."""
-    chunk = zipf_stream(chunk_rows, rows, exponent=0.0, seed=seed)
-    connection = DatabaseURL.parse(master).connect()
-    runs = []
-    try:
-        cursor = connection.cursor()
-        heap = max(256 << 20, 400 * chunk_rows)  # the stream copy and the result, in memory
-        cursor.execute(f"SET SESSION max_heap_table_size = {heap}, tmp_table_size = {heap}")
-        cursor.execute("DROP TEMPORARY TABLE IF EXISTS sj_stream_chunk")
-        cursor.execute("CREATE TEMPORARY TABLE sj_stream_chunk (tid BIGINT NOT NULL, nk BIGINT NOT NULL) ENGINE=MEMORY")
-        pairs = list(zip(chunk["tid"].to_pylist(), chunk["nk"].to_pylist()))
-        for at in range(0, len(pairs), 20_000):
-            cursor.executemany("INSERT INTO sj_stream_chunk (tid, nk) VALUES (%s, %s)", pairs[at : at + 20_000])
-        with open_store(master, table, "nk") as store:
-            columns = ", ".join(f"r.{MYSQL.quote(c)}" for c in store.select)
-        select = f"SELECT s.tid, {columns} FROM sj_stream_chunk s JOIN {MYSQL.quote(table, 'table')} r ON r.nk = s.nk"
-        cursor.execute(f"EXPLAIN {select}")
-        plan = [dict(zip([d[0] for d in cursor.description], row)) for row in cursor.fetchall()]
-        for attempt in ["cold"] + ["warm"] * warm_runs:
-            cursor.execute("DROP TEMPORARY TABLE IF EXISTS sj_join_result")
-            cursor.execute(f"CREATE TEMPORARY TABLE sj_join_result ENGINE=MEMORY {select} LIMIT 0")
-            started = time.perf_counter()
-            cursor.execute(f"INSERT INTO sj_join_result {select}")
-            seconds = time.perf_counter() - started
-            runs.append({"run": f"{attempt} buffer pool", "warm": attempt == "warm", "writes_result": True,
-                         "seconds": round(seconds, 3), "result_rows": cursor.rowcount,
-                         "tuples_per_s": round(chunk_rows / seconds, 1)})
-            out(f"  DBMS index join ({attempt} buffer pool): {chunk_rows:,} tuples in {seconds:.2f} s")
-        started = time.perf_counter()
-        cursor.execute(f"SELECT COUNT(*), SUM(r.{MYSQL.quote('sk')}) FROM sj_stream_chunk s "
-                       f"JOIN {MYSQL.quote(table, 'table')} r ON r.nk = s.nk")
-        matched = int(cursor.fetchone()[0])
-        seconds = time.perf_counter() - started
-        runs.append({"run": "aggregated, no result", "warm": True, "writes_result": False,
-                     "seconds": round(seconds, 3), "result_rows": matched,
-                     "tuples_per_s": round(chunk_rows / seconds, 1)})
-        out(f"  DBMS index join (aggregated, no result written): {chunk_rows:,} tuples in {seconds:.2f} s")
-        cursor.execute("DROP TEMPORARY TABLE IF EXISTS sj_join_result")
-        cursor.execute("DROP TEMPORARY TABLE sj_stream_chunk")
-        cursor.close()
-    finally:
-        connection.close()
-    return {"runs": runs, "plan": plan}

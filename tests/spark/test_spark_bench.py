@@ -15,10 +15,10 @@ from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.joins.registry import CACHE_ALGORITHMS
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.bench.cpu import CLASSES, cpu_bound
-from airflow_provider_semijoin.bench.spark_pipeline import (
-    CORE_BATCHES, CORE_CONTINUOUS, FALLING_BEHIND_LOGGER, NO_JOIN, PIPELINE, PIPELINE_RESTING, STREAM_STATIC,
-    SparkBenchConfig, moderate_rate, quiet_falling_behind,
+from airflow_provider_semijoin.bench.spark_paths import (
+    CORE_BATCHES, CORE_CONTINUOUS, NO_JOIN, PIPELINE, PIPELINE_RESTING, STREAM_STATIC, SparkBenchConfig,
 )
+from airflow_provider_semijoin.bench.spark_pipeline import FALLING_BEHIND_LOGGER, moderate_rate, quiet_falling_behind
 from airflow_provider_semijoin.bench.spark_window import BatchWindow, TupleLedger, check_sinks
 from airflow_provider_semijoin.spark.sinks import ParquetSink, read_parquet_batch, read_parquet_sink
 
