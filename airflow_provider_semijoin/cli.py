@@ -301,7 +301,18 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="semijoin", description="Semi-stream joins of a stream with a disk-based master table.")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_generate(sub)
+    _add_join(sub)
+    _add_algorithms(sub)
+    _add_bench(sub)
+    _add_reproduce(sub)
+    _add_soak(sub)
+    _add_demo(sub)
+    return parser
 
+
+def _add_generate(sub) -> None:
+    """``semijoin generate master|stream``: the papers' master table R and Zipf streams."""
     gen = sub.add_parser("generate", help="generate a master table or a stream file").add_subparsers(dest="what", required=True)
     gm = gen.add_parser("master", help="write a master table R into a database")
     gm.add_argument("--db", required=True, help="sqlite:///path.db or mysql://user:pass@host:port/db")
@@ -323,6 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
     gs.add_argument("--rate", type=float, default=None, help="add bursty self-similar arrival times at this mean rate (tuples/s)")
     gs.set_defaults(func=cmd_generate_stream)
 
+
+def _add_join(sub) -> None:
+    """``semijoin join``: a stream file joined with a master table."""
     j = sub.add_parser("join", help="join a stream file with a master table")
     j.add_argument("--algorithm", required=True, help="see `semijoin algorithms`")
     j.add_argument("--master", required=True, help="sqlite:///path.db or mysql://user:pass@host:port/db")
@@ -340,10 +354,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long to reconnect to a lost MySQL server before failing (default 120)")
     j.set_defaults(func=cmd_join)
 
+
+def _add_algorithms(sub) -> None:
+    """``semijoin algorithms``: the registry's algorithms and parameters."""
     a = sub.add_parser("algorithms", help="list the join algorithms and their parameters")
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_algorithms)
 
+
+def _add_bench(sub) -> None:
+    """``semijoin bench``: the steady state, and one of --cold, --micro, --access, --spark."""
     b = sub.add_parser("bench", help="service rate of every algorithm on the same data, in one run")
     b.add_argument("--master", default="mysql://semijoin:semijoin@127.0.0.1:3306/semijoin_bench")
     b.add_argument("--rows", type=int, default=2_000_000)
@@ -409,6 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "inside the join (default: the step's default)")
     b.set_defaults(func=cmd_bench)
 
+
+def _add_reproduce(sub) -> None:
+    """``semijoin reproduce``: the papers' experiments, a report with plots and a verdict per claim."""
     r = sub.add_parser("reproduce", help="run the papers' experiments on this machine; a report with plots and "
                                          "a verdict per claim")
     r.add_argument("--scale", choices=["small", "standard"], default="small",
@@ -422,6 +445,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measure nothing: write README.md and the plots again from --out's results.json")
     r.set_defaults(func=cmd_reproduce)
 
+
+def _add_soak(sub) -> None:
+    """``semijoin soak``: the Spark pipeline for N minutes with updates and faults."""
     s = sub.add_parser("soak", help="run the Spark pipeline for N minutes with updates and faults; sample RSS, "
                                     "structure bytes, checkpoint, history and connections; CSV + PNG + slopes")
     s.add_argument("--minutes", type=float, required=True)
@@ -442,6 +468,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", metavar="NAME=VALUE", help="algorithm parameter (repeatable)")
     s.set_defaults(func=cmd_soak)
 
+
+def _add_demo(sub) -> None:
+    """``semijoin demo``: the main job, the reference pipeline as an Airflow DAG run."""
     d = sub.add_parser("demo", help="the main job: the reference pipeline (dags/) as an Airflow DAG run on embedded defaults")
     d.add_argument("--dir", default=".semijoin-home", help="AIRFLOW_HOME of the run (metadata DB, DAGs, warehouse)")
     d.add_argument("--stream-rows", type=int, default=200_000, help="sales in the stream")
@@ -451,7 +480,6 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--ui-port", type=int, default=8080,
                    help="port of the UI command printed at the end (another free one if it is taken)")
     d.set_defaults(func=cmd_demo)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -96,24 +96,11 @@ def feed_keys(algorithm: JoinAlgorithm, keys: pa.ChunkedArray, row_ids: np.ndarr
     return invalid, session
 
 
-def run_join(
-    algorithm: JoinAlgorithm,
-    stream: pa.Table,
-    stream_key: str,
-    *,
-    clock: Clock = time.perf_counter,
-    arrival=None,
-    deadline=None,
-    max_latency_s: float | None = None,
-) -> JoinRun:
-    """Join ``stream`` (an Arrow table) with R through ``algorithm``; the stream is taken whole.
-
-    ``arrival``: when each row arrived (clock units; default: the run's start). ``deadline``:
-    each row's absolute deadline (clock units, NaN = none), or ``max_latency_s``: every row's
-    deadline is its arrival + max_latency_s (SSIJ sec. IV-F). The stats report
-    ``latency_ms_p50``/``latency_ms_p99`` (completion - arrival), ``deadline_misses`` (tuples
-    completed after their deadline, unmatched ones included) and ``tuples_with_deadline``.
-    """
+def _run_inputs(algorithm: JoinAlgorithm, stream: pa.Table, stream_key: str, arrival, deadline,
+                max_latency_s: float | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """:func:`run_join`'s arguments checked before any work: the stream key is a column, no master
+    column clashes with a stream column, the per-row times are finite; ``(arrived, deadlines)``
+    per row, None where not given (``max_latency_s`` is applied once the run starts)."""
     if stream_key not in stream.column_names:
         raise ConfigError(
             f"stream-key: column {stream_key!r} is not in the stream (columns: {stream.column_names})"
@@ -134,6 +121,55 @@ def run_join(
     ):
         raise ConfigError(f"max_latency_s: {max_latency_s!r} must be a number >= 0 (seconds in clock units)")
     deadlines = None if deadline is None else per_row_times("deadline", deadline, n)
+    return arrived, deadlines
+
+
+def _run_stats(algorithm: JoinAlgorithm, result: JoinOutput, n: int, wall: float, io: dict, processing: dict,
+               latency: dict, completed: np.ndarray, deadlines: np.ndarray | None) -> dict:
+    """:func:`run_join`'s statistics of the output: tuples matched and unmatched (by reason), the
+    rate by wall clock, the store's I/O (``io``), latencies, deadline misses, exactly once."""
+    reasons, counts = np.unique(labels(result.unmatched_reason), return_counts=True)
+    late = 0 if deadlines is None else int(np.count_nonzero(completed > deadlines))
+    return {
+        "algorithm": algorithm.name,
+        "tuples_in": n,
+        "tuples_matched": int(len(np.unique(result.matched_ids))),
+        "tuples_unmatched": int(len(result.unmatched_ids)),
+        "output_rows": int(len(result.matched_ids)),
+        "unmatched_by_reason": {str(r): int(c) for r, c in zip(reasons, counts)},
+        "service_rate_tps": round(n / wall, 1) if wall > 0 else None,
+        "wall_s": round(wall, 6),
+        **io,
+        "processing_ms_p50": processing["p50"],
+        "processing_ms_p99": processing["p99"],
+        "latency_ms_p50": latency["p50"],
+        "latency_ms_p99": latency["p99"],
+        "deadline_misses": late,
+        "tuples_with_deadline": 0 if deadlines is None else int(np.count_nonzero(~np.isnan(deadlines))),
+        "exactly_once": check_exactly_once(n, result.matched_ids, result.unmatched_ids),
+    }
+
+
+def run_join(
+    algorithm: JoinAlgorithm,
+    stream: pa.Table,
+    stream_key: str,
+    *,
+    clock: Clock = time.perf_counter,
+    arrival=None,
+    deadline=None,
+    max_latency_s: float | None = None,
+) -> JoinRun:
+    """Join ``stream`` (an Arrow table) with R through ``algorithm``; the stream is taken whole.
+
+    ``arrival``: when each row arrived (clock units; default: the run's start). ``deadline``:
+    each row's absolute deadline (clock units, NaN = none), or ``max_latency_s``: every row's
+    deadline is its arrival + max_latency_s (SSIJ sec. IV-F). The stats report
+    ``latency_ms_p50``/``latency_ms_p99`` (completion - arrival), ``deadline_misses`` (tuples
+    completed after their deadline, unmatched ones included) and ``tuples_with_deadline``.
+    """
+    n = stream.num_rows
+    arrived, deadlines = _run_inputs(algorithm, stream, stream_key, arrival, deadline, max_latency_s)
     store = algorithm.store
     io_before = store.counters.as_dict()
     started = clock()
@@ -158,28 +194,10 @@ def run_join(
     wall = clock() - started
     result = JoinOutput.concat(outputs, algorithm.schema)
     matched, unmatched = materialise(stream, result, algorithm.schema)
-    io_after = store.counters.as_dict()
-    reasons, counts = np.unique(labels(result.unmatched_reason), return_counts=True)
-    processing = latency_ms(completed - entered)
-    latency = latency_ms(completed - arrived)
-    late = 0 if deadlines is None else int(np.count_nonzero(completed > deadlines))
+    io = {k: round(v - io_before[k], 6) for k, v in store.counters.as_dict().items()}
     stats = {
-        "algorithm": algorithm.name,
-        "tuples_in": n,
-        "tuples_matched": int(len(np.unique(result.matched_ids))),
-        "tuples_unmatched": int(len(result.unmatched_ids)),
-        "output_rows": int(len(result.matched_ids)),
-        "unmatched_by_reason": {str(r): int(c) for r, c in zip(reasons, counts)},
-        "service_rate_tps": round(n / wall, 1) if wall > 0 else None,
-        "wall_s": round(wall, 6),
-        **{k: round(io_after[k] - io_before[k], 6) for k in io_after},
-        "processing_ms_p50": processing["p50"],
-        "processing_ms_p99": processing["p99"],
-        "latency_ms_p50": latency["p50"],
-        "latency_ms_p99": latency["p99"],
-        "deadline_misses": late,
-        "tuples_with_deadline": 0 if deadlines is None else int(np.count_nonzero(~np.isnan(deadlines))),
-        "exactly_once": check_exactly_once(n, result.matched_ids, result.unmatched_ids),
+        **_run_stats(algorithm, result, n, wall, io, latency_ms(completed - entered), latency_ms(completed - arrived),
+                     completed, deadlines),
         "master_version": store.seen_version,
         "invalidated": invalidated,
         "snapshot_restarts": attempt,
