@@ -310,6 +310,7 @@ class Param:
     default: Any
     doc: str
     minimum: float | None = None
+    choices: tuple | None = None  # the values it takes, where they are few (a policy's name)
 
     def coerce(self, algorithm: str, name: str, value: Any) -> Any:
         try:
@@ -322,6 +323,8 @@ class Param:
             raise ConfigError(f"{algorithm}.{name}: {shown(coerced)} is not a number between {-MAX_PARAM} and {MAX_PARAM} ({self.doc})")
         if self.minimum is not None and coerced < self.minimum:
             raise ConfigError(f"{algorithm}.{name}: {shown(coerced)} must be >= {self.minimum} ({self.doc})")
+        if self.choices is not None and coerced not in self.choices:
+            raise ConfigError(f"{algorithm}.{name}: {shown(coerced)} is not one of {list(self.choices)} ({self.doc})")
         return coerced
 
 

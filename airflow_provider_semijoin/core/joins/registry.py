@@ -46,7 +46,8 @@ def describe() -> list[dict]:
         {
             "name": name,
             "paper": cls.paper,
-            "params": {p: {"type": s.type.__name__, "default": s.default, "doc": s.doc} for p, s in cls.params.items()},
+            "params": {p: {"type": s.type.__name__, "default": s.default, "doc": s.doc,
+                           **({"choices": list(s.choices)} if s.choices else {})} for p, s in cls.params.items()},
         }
         for name, cls in ALGORITHMS.items()
     ]

@@ -171,7 +171,8 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         "sb_thresh": Param(int, 0, "SB_thresh: tuples in SB that start a join phase; 0 = 30% of the budget", 0),
         "ib_size": Param(int, 0, "input buffer IB: most arrived tuples it holds; 0 = 2 * IB_thresh", 0),
         "max_scan": Param(int, 200, "maxScan: most pages one read sequence (one range query) covers", 1),
-        "cache_policy": Param(str, "utility", "which pages CR keeps: utility (ToKeep/ToRemove, sec. IV-C) or lru"),
+        "cache_policy": Param(str, "utility", "which pages CR keeps: utility (ToKeep/ToRemove, sec. IV-C) or lru",
+                              choices=POLICIES),
         "range_lo": Param(int, 0, "range join: R.key >= stream key + range_lo (integer keys; 0, 0 = equality)"),
         "range_hi": Param(int, 0, "range join: R.key <= stream key + range_hi"),
     }
@@ -179,8 +180,6 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
     def __init__(self, store, memory, **kwargs):
         super().__init__(store, memory, **kwargs)
         s = self.settings
-        if s["cache_policy"] not in POLICIES:
-            raise ConfigError(f"{self.name}.cache_policy: {s['cache_policy']!r} is not one of {list(POLICIES)}")
         self.range = (s["range_lo"], s["range_hi"])
         if self.range != (0, 0):
             if store.key_type.kind != "int":
