@@ -241,3 +241,14 @@ def test_the_in_list_model_reads_the_leaves_a_batchs_distinct_keys_fall_on(shape
     expected_io = (p.detail["queries"] * costs.in_query_s + p.detail["distinct_keys"] * costs.in_key_s
                    + p.detail["leaves"] * costs.in_leaf_s)
     assert p.io_s == pytest.approx(expected_io)
+
+
+def test_the_page_choice_bound_grows_with_skew_and_is_one_on_a_uniform_stream():
+    """Any choice of page gains nothing over the oldest page when every page is as likely,
+    little at skew 0.5 and several times at skew 1 when the hot keys share pages (noperm)."""
+    bound = {skew: cm.page_choice_bound(cm.page_probabilities(200_000, skew, 1024, "noperm"), 100_000, 1024)
+             for skew in (0.0, 0.5, 1.0)}
+    assert bound[0.0] == pytest.approx(1.0, abs=0.01)
+    assert 1.0 < bound[0.5] < 1.2 < 2.0 < bound[1.0]
+    random = cm.page_choice_bound(cm.page_probabilities(200_000, 1.0, 1024, "random"), 100_000, 1024)
+    assert 1.0 <= random < bound[1.0]  # scattered hot keys: the pages are about as likely

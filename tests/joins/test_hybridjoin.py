@@ -11,6 +11,8 @@ from contract import (
 )
 from hypothesis import strategies as st
 
+from airflow_provider_semijoin.core import costmodel as cm
+from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import JoinOutput, StreamBuffer, create
 from airflow_provider_semijoin.core.joins.hybridjoin import (
     ADMIT_SHARE, READ_AHEAD_SHARE, HybridJoin, HybridJoinL, HybridJoinPQ,
@@ -32,7 +34,10 @@ class TestHybridJoin(JoinContract):
 
 class TestHybridJoinL(JoinContract):
     algorithm = "hybridjoin-l"
-    param_strategies = {"lookup_position": st.sampled_from([0.0, 0.1, 0.3, 0.7, 1.0])}
+    param_strategies = {
+        "lookup_position": st.sampled_from([0.0, 0.1, 0.3, 0.7, 1.0]),
+        "starvation_turnovers": st.sampled_from([0.0, 0.5, 1.0, 3.0]),
+    }
 
 
 class TestHybridJoinPQ(JoinContract):
@@ -40,6 +45,7 @@ class TestHybridJoinPQ(JoinContract):
     param_strategies = {
         "page_threshold": st.sampled_from([0.0, 1.0, 2.0, 5.0]),
         "decay": st.sampled_from([0.0, 0.5, 0.9, 1.0]),
+        "threshold_rule": st.sampled_from(["mean", "sqrt"]),
     }
 
 
@@ -135,6 +141,37 @@ def test_hybridjoin_l_with_lookup_position_1_loads_like_hybridjoin(backend):
         assert_exact(store, stream, run)
     assert len(loads["hybridjoin"]) > 100
     assert loads["hybridjoin-l"] == loads["hybridjoin"]
+
+
+def starvation_share(algorithm, keys: np.ndarray, warm_tuples: int) -> float:
+    """The share of ``algorithm``'s loads its starvation guard chose, on a backlog of ``keys``,
+    after its first ``warm_tuples``."""
+    buffer = StreamBuffer(algorithm.store.key_type)
+    buffer.append(np.arange(len(keys)), keys)
+    before = None
+    while buffer.available > algorithm.demand:
+        algorithm.step(buffer)
+        buffer.taken.clear()
+        if before is None and algorithm.counters.tuples_in > warm_tuples:
+            before = (algorithm.counters.loads, algorithm.counters.extra.get("starvation_loads", 0))
+    loads = algorithm.counters.loads - before[0]
+    return (algorithm.counters.extra.get("starvation_loads", 0) - before[1]) / loads
+
+
+def test_hybridjoin_l_starvation_guard_decides_every_steady_load_by_default(backend):
+    """In the steady state of a backlog the oldest tuple passes one H_S of admissions before
+    -L's lookup element gets a turn, so the default guard chooses nearly every load (-L loads
+    as HYBRIDJOIN); a guard of 5 H_S leaves most loads to the lookup element on a skewed stream."""
+    store = backend.make_master(master_of(range(0, 8000, 2)))
+    store.assume_costs(in_costs=(1.0, 1.0))  # range loads only: every load is a choice of the policy
+    keys = zipf_stream(60_000, 4000, exponent=1.0, shape="noperm", seed=1)["nk"].to_numpy() * 2 - 2
+    shares = {}
+    for turnovers in (1.0, 5.0):
+        algorithm = create("hybridjoin-l", store, 60_000, {"page_rows": 50, "read_ahead": 0, "rider_repeats": 0,
+                                                           "starvation_turnovers": turnovers})
+        assert 500 < algorithm.table.capacity < 5000
+        shares[turnovers] = starvation_share(algorithm, keys, 20_000)
+    assert shares[1.0] > 0.9 and shares[5.0] < 0.5, shares
 
 
 def test_hybridjoin_pq_with_no_page_due_chooses_as_hybridjoin_l(backend):
@@ -260,6 +297,35 @@ def test_the_cost_model_predicts_the_tuples_a_load_serves_with_in_queries_and_ri
     assert served_per_load(algorithm, keys, 100_000) == pytest.approx(predicted, rel=0.2)
     if (shape, rider_repeats) == ("noperm", 1.5):
         assert predicted > 5 * paper.tuples_per_iteration
+
+
+@pytest.mark.parametrize("shape", ["noperm", "random"])
+def test_no_choice_of_page_serves_more_a_load_than_the_bound(sqlite_backend, shape):
+    """:func:`costmodel.page_choice_bound` against the engine, range loads only: HYBRIDJOIN,
+    -L and -PQ (either threshold rule) each serve at most the bound's tuples a load (w* = the
+    bound x HYBRIDJOIN's modelled w); on the clustered stream -PQ's choice gains over the
+    oldest page, and its 'sqrt' rule over its 'mean' one."""
+    n_keys, page_rows = 4000, 50
+    store = sqlite_backend.make_master(master_of(range(1, 2 * n_keys, 2)))
+    store.assume_costs(in_costs=(1.0, 1.0))  # every page range-loaded
+    keys = zipf_stream(120_000, n_keys, exponent=1.0, shape=shape, seed=1)["nk"].to_numpy()
+    served = {}
+    for name, params in [*[(name, {}) for name in HYBRIDS], ("hybridjoin-pq", {"threshold_rule": "sqrt"})]:
+        algorithm = create(name, store, 60_000, {"page_rows": page_rows, "read_ahead": 0, "rider_repeats": 0, **params})
+        served[name + "".join(f" {v}" for v in params.values())] = served_per_load(algorithm, keys, 40_000)
+    h_s = algorithm.table.capacity
+    q = cm.page_probabilities(n_keys, 1.0, page_rows, shape)
+    best = cm.page_choice_bound(q, h_s, page_rows) * cm.hybridjoin_queue(q, h_s, page_rows).w
+    assert max(served.values()) <= 1.05 * best, (served, best)
+    if shape == "noperm":
+        assert served["hybridjoin-pq sqrt"] > served["hybridjoin-pq"] > 1.1 * served["hybridjoin"], served
+
+
+@pytest.mark.parametrize("name", ["hybridjoin-pq", "cachejoin-pq"])
+def test_a_pq_join_names_a_threshold_rule_it_does_not_know(backend, name):
+    store = backend.make_master(master_of(range(100)))
+    with pytest.raises(ConfigError, match=rf"^{name}.threshold_rule: 'median' is not one of \['mean', 'sqrt'\]"):
+        create(name, store, 1 << 20, {"threshold_rule": "median"})
 
 
 def record_lookups(store) -> list[int]:
