@@ -358,9 +358,9 @@ class HybridJoinL(HybridJoin):
     steady state: HYBRIDJOIN's own oldest tuple is about 2 h_S admissions old at its load (at
     skew 0: each page's count grows from 0 over a cycle), so under -L the oldest passes h_S
     before the lookup element gets a turn. Measured on a backlog (SQLite R of 20,000 keys in
-    pages of 100, h_S 5,300, range loads only, no riders): every one of 14,575 loads at skew 0 and of
-    15,507 at skew 1 was the guard's, so -L loads as HYBRIDJOIN does (and its cost model is
-    HYBRIDJOIN's). A looser guard lets the lookup element act; tuples a load against
+    pages of 100, h_S 5,300, range loads only, no riders): every one of 14,575 loads at skew
+    0 and of 15,507 at skew 1 was the guard's, so -L loads as HYBRIDJOIN does (and its cost
+    model is HYBRIDJOIN's). A looser guard lets the lookup element act; tuples a load against
     HYBRIDJOIN's:
 
     ==========================  ==========  ==========  ==========  ==========
