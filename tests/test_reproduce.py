@@ -13,6 +13,7 @@ from airflow_provider_semijoin import __version__
 from airflow_provider_semijoin.bench.claims import CLAIMS, judge
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
+from airflow_provider_semijoin.core.prediction import explain
 from airflow_provider_semijoin.bench.reproduce import (DBMS_JOIN, EXPERIMENTS, MEMORY_ALGORITHMS, SKEW_ALGORITHMS,
                                                  SSIJ_ALGORITHMS, TEMPORAL_ALGORITHMS, Cell, rewrite_report,
                                                  run_reproduce)
@@ -56,6 +57,12 @@ def test_small_scale_writes_every_plot_with_every_algorithm_and_judges_every_cla
     # each repeat of a modelled cell measured its iteration next to the model's: a cycle for SSIJ, a step otherwise
     assert all(len(c["iterations"]) == 3 and {i["per"] for i in c["iterations"]} == {"cycle" if c["algorithm"] == "ssij"
                                                                                      else "step"} for c in modelled)
+    # and the model's inputs: its prediction is worked out again from the cell alone
+    for c in modelled:
+        hits = c["hit_ratios"][-1] if c["hit_ratios"] and c["predicted_ideal_tps"] else None
+        again = explain(c["algorithm"], c["memory_split"], ComponentCosts(**c["costs"]), summary["scale_settings"]["rows"],
+                        c["stream"]["zipf"], c["stream"]["shape"], p_n=hits, settings=c["settings"])
+        assert again.service_rate_tps == pytest.approx(c["predicted_tps"], abs=0.1), c["algorithm"]
     assert len(summary["claims"]) == len(CLAIMS) > 0
     for verdict in summary["claims"]:
         assert verdict["verdict"] in ("reproduced", "not reproduced", "not measured")

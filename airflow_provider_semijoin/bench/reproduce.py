@@ -108,6 +108,11 @@ class Cell:
     unavailable: str | None = None  # why it was not run on this master at all
     costs: dict | None = None  # the unit costs its predictions used (ComponentCosts.as_dict)
     iterations: list[dict] = dataclasses.field(default_factory=list)  # each repeat's iteration, measured and modelled
+    hit_ratios: list[float] = dataclasses.field(default_factory=list)  # each repeat's measured H_R hit ratio (caches)
+    # the inputs of predicted_tps (:func:`.core.prediction.explain`) besides the costs and the last hit ratio: the
+    memory_split: dict | None = None  # split the algorithm chose, its parameters and the stream (zipf, shape)
+    settings: dict | None = None
+    stream: dict | None = None
 
     @classmethod
     def from_dict(cls, values: dict) -> "Cell":
@@ -177,7 +182,7 @@ class Reproduction:
     def cell(self, experiment: str, algorithm: str, setting: dict, config: BenchConfig, shape: str = "noperm",
              params: dict | None = None) -> Cell:
         costs = self.calibrate(experiment)
-        cell = Cell(experiment, algorithm, setting, [], costs=costs.as_dict())
+        cell = Cell(experiment, algorithm, setting, [], costs=costs.as_dict(), stream={"zipf": config.zipf, "shape": shape})
         for _ in range(self.scale.repeats):
             try:
                 r = measure(config, self.table, algorithm, shape, costs=costs, params=params)
@@ -187,8 +192,11 @@ class Reproduction:
                 cell.refused = str(exc)
                 break
             cell.rates.append(r["service_rate_tps"])
+            cell.memory_split, cell.settings = r["memory_split"], r["settings"]
             if r.get("iteration"):
                 cell.iterations.append(r["iteration"])
+            if r.get("cache_hit_ratio") is not None:
+                cell.hit_ratios.append(r["cache_hit_ratio"])
             cell.predicted_tps = r.get("predicted_tps_at_measured_hits") or r.get("predicted_tps")
             if r.get("predicted_tps_at_measured_hits"):
                 cell.predicted_ideal_tps = r.get("predicted_tps")

@@ -196,6 +196,7 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
         "memory_budget_bytes": config.memory,
         "memory_ok": stats["structure_bytes_peak"] <= config.memory,
         "memory_split": stats["memory_split"],
+        "settings": stats["settings"],
         "cache_hit_ratio": stats.get("cache_hit_ratio"),
         "extra": {k: v for k, v in stats.items() if k in EXTRA_STATS},
     }
