@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import asdict, dataclass, field, fields
 
 LINE_PREFIX = "SEMIJOIN_PROGRESS "
@@ -81,14 +82,30 @@ class ProgressRecord:
 
 def parse_line(line: str) -> dict | None:
     """The record carried by a log line, or None when the line is not a progress line."""
-    at = line.find(LINE_PREFIX)
+    return json_after(line, LINE_PREFIX)
+
+
+def json_after(line: str, prefix: str) -> dict | None:
+    """The JSON object that follows ``prefix`` in a log line, or None. spark-submit's output
+    merges the Python driver's stdout with the JVM's log lines, so a log line may run on after
+    the object on the same line: only the object is read (seen once in CI: the driver's
+    1,227-character summary followed by more text, which failed a join that had succeeded)."""
+    at = line.find(prefix)
     if at < 0:
         return None
     try:
-        record = json.loads(line[at + len(LINE_PREFIX):])
+        record, _ = json.JSONDecoder().raw_decode(line, at + len(prefix))
     except json.JSONDecodeError:
         return None
     return record if isinstance(record, dict) else None
+
+
+def write_line(text: str) -> None:
+    """``text`` and its newline to stdout in one write: under spark-submit the driver's stdout is
+    unbuffered (PYTHONUNBUFFERED), so ``print`` writes them apart and a JVM log line can land
+    between the two."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
 
 
 # Series the history keeps per point (the charts of the UI plugin).

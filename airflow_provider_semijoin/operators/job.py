@@ -35,7 +35,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from ..config import number_option, work_folder
 from ..core.deadline_watch import check_miss_ratio, check_threshold
 from ..core.errors import ConfigError, SemiJoinError
-from ..core.progress import XCOM_HISTORY, XCOM_INFO, XCOM_LATEST, ProgressHistory, ProgressRecord, parse_line
+from ..core.progress import (XCOM_HISTORY, XCOM_INFO, XCOM_LATEST, ProgressHistory, ProgressRecord, json_after,
+                             parse_line)
 from ..hooks.master import run_time_connections
 from ..hooks.spark import SemiJoinSparkHook
 from ..plugins.urls import task_page_url
@@ -298,8 +299,9 @@ class SemiJoinJobOperator(BaseOperator):
             if record is not None:
                 records.put(record)
                 return True
-            if line.startswith(SUMMARY_PREFIX):
-                found["summary"] = json.loads(line[len(SUMMARY_PREFIX):])
+            summary = json_after(line, SUMMARY_PREFIX)
+            if summary is not None:
+                found["summary"] = summary
                 return True
             if line.startswith("semijoin: error: "):
                 found["error"] = line[len("semijoin: error: "):]

@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # absolute imports: spark-submit runs this file as a script
     from airflow_provider_semijoin.core.errors import SemiJoinError
+    from airflow_provider_semijoin.core.progress import write_line
     from airflow_provider_semijoin.spark.runner import load_spec, run_job
     from airflow_provider_semijoin.spark.session import get_spark
 
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     except SemiJoinError as exc:
         print(f"semijoin: error: {exc}", file=sys.stderr, flush=True)
         return 2
-    print(SUMMARY_PREFIX + json.dumps(summary, default=str), flush=True)
+    write_line(SUMMARY_PREFIX + json.dumps(summary, default=str))
     return 0
 
 

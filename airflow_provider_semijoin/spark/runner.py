@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 
 from ..core.errors import ConfigError, SemiJoinError, shown
 from ..core.metrics import latency_ms
-from ..core.progress import ProgressRecord
+from ..core.progress import ProgressRecord, write_line
 from ..core.stores import open_store
 from ..core.stores.sql import IDENTIFIER
 from .joinstate import StateFiles, deadlines_of
@@ -198,7 +198,7 @@ class BatchProcessor:
         if drain is not None:
             self.drained = drain
         if self.print_progress:
-            print(ProgressRecord.from_dict(record).to_line(), flush=True)
+            write_line(ProgressRecord.from_dict(record).to_line())
         if self.on_progress is not None:
             self.on_progress(record)
         return record

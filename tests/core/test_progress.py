@@ -7,6 +7,7 @@ from airflow_provider_semijoin.core.progress import (
     LINE_PREFIX,
     ProgressHistory,
     ProgressRecord,
+    json_after,
     parse_line,
 )
 
@@ -62,3 +63,16 @@ def test_history_survives_a_json_round_trip():
     data = json.loads(json.dumps(history.to_dict(), allow_nan=False))
     again = ProgressHistory.from_dict(data, max_points=50)
     assert again.to_dict() == history.to_dict()
+
+
+def test_a_json_line_is_read_when_a_jvm_log_line_runs_on_after_it():
+    """spark-submit merges the driver's stdout with the JVM's log: a log line may follow a
+    progress or summary object on the same line (CI saw "Extra data" after a summary); the
+    object is read, and a line whose object is cut short is no record."""
+    summary = {"tuples_in": 2000, "settings": {"eviction": "lfu"}}
+    line = "SEMIJOIN_SUMMARY " + json.dumps(summary) + "26/11/29 16:38:20 WARN DAGScheduler: Failed to cancel job group"
+    assert json_after(line, "SEMIJOIN_SUMMARY ") == summary
+    progress = record(3, 1000.5).to_dict()
+    assert parse_line(LINE_PREFIX + json.dumps(progress) + "26/11/29 INFO SparkContext: ...") == progress
+    assert json_after("SEMIJOIN_SUMMARY " + json.dumps(summary)[:-5], "SEMIJOIN_SUMMARY ") is None
+    assert json_after("26/11/29 INFO nothing here", "SEMIJOIN_SUMMARY ") is None
