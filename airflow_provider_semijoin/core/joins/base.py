@@ -299,6 +299,34 @@ def not_in_master(row_ids: np.ndarray, schema: pa.Schema) -> JoinOutput:
     return out
 
 
+@dataclass(frozen=True)
+class ReadCosts:
+    """What a read of R costs a page-based join, from its store's calibration
+    (:meth:`~..stores.base.MasterStore.calibrate`, :meth:`~..stores.base.MasterStore.calibrate_in`):
+    S, a range query (``query_s``), and T, each unit more that it reads (``unit_s``: a row for
+    HYBRIDJOIN, a page for SSIJ - the S and T of SSIJ's sec. IV-D); an IN query (``in_query_s``)
+    and each key in it (``in_key_s``). A page due is read by whichever costs less (issue 12)."""
+
+    query_s: float
+    unit_s: float
+    in_query_s: float
+    in_key_s: float
+
+    @classmethod
+    def of(cls, store, unit_rows: float = 1.0) -> "ReadCosts":
+        """The costs ``store`` measured, T being ``unit_rows`` rows."""
+        query_s, row_s = store.calibrate()
+        return cls(query_s, row_s * unit_rows, *store.calibrate_in())
+
+    def range_s(self, units):
+        """S + T * units: one range read of ``units`` units."""
+        return self.query_s + self.unit_s * units
+
+    def in_s(self, keys):
+        """One IN query of ``keys`` keys."""
+        return self.in_query_s + self.in_key_s * keys
+
+
 MAX_PARAM = 2**53  # larger parameters overflow SQL integers and float arithmetic: a typo, or hostile
 
 

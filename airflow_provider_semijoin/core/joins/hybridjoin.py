@@ -62,7 +62,7 @@ import numpy as np
 
 from ..keys import distinct_keys
 from ..stores.base import MasterPage
-from .base import RIDER_KEYS, JoinOutput, Param, StreamBuffer
+from .base import RIDER_KEYS, JoinOutput, Param, ReadCosts, StreamBuffer
 from .stream_table import MAX_CHUNK, PagedJoin, StreamTable
 
 PAGE_ROWS_RANGE = (64, 8192)
@@ -127,10 +127,8 @@ class HybridJoin(PagedJoin):
 
     def __init__(self, store, memory, **kwargs):
         super().__init__(store, memory, **kwargs)
-        query_s, row_s = store.calibrate()
-        self._query_s, self._row_s = query_s, row_s
-        self._in_query_s, self._in_key_s = store.calibrate_in()
-        self.page_map, row_bytes = self._page_map_for(store, query_s, row_s)
+        self._read_costs = costs = ReadCosts.of(store)  # T per row
+        self.page_map, row_bytes = self._page_map_for(store, costs.query_s, costs.unit_s)
         rider_rows = int(self.memory * RIDER_BUFFER_SHARE / row_bytes)
         self._buffer_rows = max(self.page_map.max_page_rows, min(RIDER_KEYS * store.max_rows_per_key, rider_rows))
         self._disk_buffer_bytes = int(math.ceil(self._buffer_rows * row_bytes))
@@ -203,7 +201,7 @@ class HybridJoin(PagedJoin):
         row_ids, keys = self.table.pop_page(page)
         distinct = distinct_keys(keys)
         self._repeats[page] = len(keys) / len(distinct)
-        if self._in_cost(len(distinct)) < self._range_cost(page):
+        if self._read_costs.in_s(len(distinct)) < self._range_cost(page):
             request = self._probe_in(page, row_ids, keys, distinct, final)
         else:
             page_map = self.page_map
@@ -260,10 +258,7 @@ class HybridJoin(PagedJoin):
     def _range_cost(self, page) -> float:
         """S + T * rows: a range load of ``page`` (pages: their rows each)."""
         rows = self.page_map.page_rows if self.page_map.sizes is None else self.page_map.sizes[page]
-        return self._query_s + self._row_s * rows
-
-    def _in_cost(self, keys) -> float:
-        return self._in_query_s + self._in_key_s * keys
+        return self._read_costs.range_s(rows)
 
     def _probe_in(self, page: int, row_ids: np.ndarray, keys: np.ndarray, distinct: np.ndarray,
                   final: bool) -> PageRequest:
@@ -296,7 +291,7 @@ class HybridJoin(PagedJoin):
         disk buffer (sized for them within :data:`RIDER_BUFFER_SHARE` of M)."""
         waiting = np.flatnonzero(self.table.page_count)
         counts = self.table.page_count[waiting]  # tuples: at least the page's distinct keys
-        sparse = self._in_key_s * counts < self._range_cost(waiting)
+        sparse = self._read_costs.in_key_s * counts < self._range_cost(waiting)
         if not final:  # the stream goes on: only pages whose keys did not repeat at their last load
             sparse &= self._repeats[waiting] < self.settings["rider_repeats"]
         waiting, counts = waiting[sparse], counts[sparse]

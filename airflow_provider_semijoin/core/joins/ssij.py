@@ -84,9 +84,9 @@ import pyarrow as pa
 from ..errors import ConfigError
 from ..stores.base import MasterPage, PageMap
 from ..stores.changes import Installed, install_changes
-from .ssij_access import ReadCosts, distinct_keys, in_spans, split_at_keep
+from .ssij_access import distinct_keys, in_spans, sparse, split_at_keep
 from .ssij_pages import TICK_SCALE, JoinPhaseEstimate, PageCache, read_plan
-from .base import RIDER_KEYS, JoinAlgorithm, JoinOutput, Param, StreamBuffer, join_page, not_in_master, probe, ranges
+from .base import RIDER_KEYS, JoinAlgorithm, JoinOutput, Param, ReadCosts, StreamBuffer, join_page, not_in_master, probe, ranges
 
 POLICIES = ("utility", "lru")
 SB_SHARE = 0.3  # default SB_thresh: stream-buffer tuples filling this share of the usable budget (Fig. 13)
@@ -186,13 +186,11 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
                 raise ConfigError(f"{self.name}.range_lo: a range condition needs an integer key; {store.key!r} is a string")
             if s["range_lo"] > s["range_hi"]:
                 raise ConfigError(f"{self.name}.range_hi: {s['range_hi']} must be >= range_lo {s['range_lo']}")
-        self.query_s, row_s = store.calibrate()
         self.page_map: PageMap = store.page_map(s["page_rows"])
         n_pages = self.page_map.n_pages
         self.rows_per_page = max(self.page_map.n_rows / max(n_pages, 1), 1.0)
-        self.page_s = row_s * self.rows_per_page  # T of sec. IV-D: reading one more page
-        self.max_dist = 1.0 + self.query_s / self.page_s
-        self.read_costs = ReadCosts(self.query_s, self.page_s, *store.calibrate_in())
+        self.read_costs = ReadCosts.of(store, self.rows_per_page)  # S and T of sec. IV-D, T reading one more page
+        self.max_dist = 1.0 + self.read_costs.query_s / self.read_costs.unit_s
         self.page_bytes = math.ceil(self.rows_per_page * (store.row_bytes(self.page_map) + 4))  # + the row's page
         self.pages_per_tuple = self._pages_per_tuple()
         key_size = store.key_type.itemsize
@@ -203,7 +201,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self.fixed_bytes = self.page_map.nbytes + n_pages * PER_PAGE_BYTES + int(self._largest_rows.nbytes)
         self._size(s)
         self.cache = PageCache(n_pages, store.key_type.dtype, self.schema, s["cache_policy"])
-        self.estimate = JoinPhaseEstimate(self.query_s + self.page_s)
+        self.estimate = JoinPhaseEstimate(self.read_costs.range_s(1))
         self._ib = _Tuples(np.zeros(0, np.int64), np.zeros(0, store.key_type.dtype), np.zeros(0), np.zeros(0))
         self._sb = _StreamBuffer()
         self._ii_count = np.zeros(n_pages, dtype=np.int32)
@@ -566,7 +564,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
     # -- the join phase (Alg. 2) --------------------------------------------------------------------
     def _start_join_phase(self, last: bool = False) -> None:
         """Lines 1-3 of Alg. 2: II page by page, P_u, the read plan and ToKeep, from the pages of
-        P_u worth a range read (:meth:`.ssij_access.ReadCosts.sparse`); then sequences are cut
+        P_u worth a range read (:func:`.ssij_access.sparse`); then sequences are cut
         around pages of ToKeep and runs with none that are cheaper by IN become IN queries
         (:mod:`.ssij_access`). ``last``: the stream has
         ended and every tuple is in SB, so no later tuple would probe a cached page: ToKeep is
@@ -582,7 +580,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         utility = self._ii_count[requested].astype(np.int64)
         self._ii_count[requested] = 0
         self._requested = 0
-        plan = read_plan(requested, self.max_scan, self.query_s, self.page_s)  # line 3
+        plan = read_plan(requested, self.max_scan, self.read_costs.query_s, self.read_costs.unit_s)  # line 3
         self.counters.extra["join_phases"] += 1
         recency = self.cache.tick + 1 + np.arange(len(requested))  # the plan reads in position order
         priority = recency.astype(np.float64) if self.cache.policy == "lru" else utility + recency * TICK_SCALE
@@ -594,7 +592,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self._asked_in_phase[requested] = phase_no
         distinct = distinct_keys(requested, pair_page, tuples.keys[pair_sb]) if equi else None
         if not last:
-            dense = again | ~self.read_costs.sparse(distinct) if equi else np.ones(len(requested), bool)
+            dense = again | ~sparse(self.read_costs, distinct) if equi else np.ones(len(requested), bool)
             phase.keep[np.flatnonzero(dense)[self._to_keep(requested[dense], priority[dense])]] = True  # line 1
         if equi:
             plan = split_at_keep(self.read_costs, plan, distinct, phase.keep, requested)

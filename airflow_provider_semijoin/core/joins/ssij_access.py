@@ -3,7 +3,7 @@ plan (:func:`.ssij_pages.read_plan`, sec. IV-D) are read by a range query, as th
 every sequence, and which by an IN query of only the distinct keys waiting on them.
 
 A page of P_u whose distinct waiting keys cost less by IN than the page costs to read in a
-sequence is *sparse* (:meth:`ReadCosts.sparse`): not worth its room in the page cache CR either.
+sequence is *sparse* (:func:`sparse`): not worth its room in the page cache CR either.
 A sequence holding pages of ToKeep, whose other pages are cheaper by IN, is cut around them
 (:func:`split_at_keep`); runs of sequences with no page of ToKeep that are each cheaper by IN
 become one IN query (:func:`in_spans`). :mod:`.ssij` decides ToKeep and reads the plan.
@@ -11,34 +11,16 @@ become one IN query (:func:`in_spans`). :mod:`.ssij` decides ToKeep and reads th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from .base import ReadCosts
 
-@dataclass(frozen=True)
-class ReadCosts:
-    """What a read of R costs the join, from the store's calibration: S, a range query
-    (``query_s``), and T, one more page in it (``page_s``) - the paper's S and T (sec. IV-D) -
-    and an IN query (``in_query_s``) and each key in it (``in_key_s``)."""
 
-    query_s: float
-    page_s: float
-    in_query_s: float
-    in_key_s: float
-
-    def range_s(self, pages) -> float:
-        """S + T * pages: one sequence of ``pages`` pages."""
-        return self.query_s + self.page_s * pages
-
-    def in_s(self, keys) -> float:
-        """One IN query of ``keys`` keys."""
-        return self.in_query_s + self.in_key_s * keys
-
-    def sparse(self, distinct: np.ndarray) -> np.ndarray:
-        """Per page of P_u: its ``distinct`` waiting keys cost less by IN than the page costs to
-        read in a sequence (T). Such a page is read for few keys: ToKeep leaves it out."""
-        return self.in_key_s * distinct < self.page_s
+def sparse(costs: ReadCosts, distinct: np.ndarray) -> np.ndarray:
+    """Per page of P_u: its ``distinct`` waiting keys cost less by IN than the page costs to read
+    in a sequence (T, ``costs``' unit being a page). Such a page is read for few keys: ToKeep
+    leaves it out."""
+    return costs.in_key_s * distinct < costs.unit_s
 
 
 def distinct_keys(requested: np.ndarray, pair_page: np.ndarray, pair_keys: np.ndarray) -> np.ndarray:
