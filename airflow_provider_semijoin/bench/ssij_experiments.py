@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..core.joins.ssij import POLICIES as SSIJ_POLICIES
 from ..core.unitcosts import ComponentCosts
 from .server import dbms_index_join
 from .steady import BenchConfig, measure, ratio_text
-
-SSIJ_POLICIES = ("utility", "lru")
 
 
 def _ssij_row(r: dict) -> str:

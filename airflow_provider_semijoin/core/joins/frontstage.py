@@ -64,13 +64,13 @@ class FrontStage(JoinAlgorithm):
 
     inner: type[JoinAlgorithm]
     strict = False  # True: f > threshold (CMESHJOIN), False: f >= threshold (SSJ)
-    default_eviction = "lfu"
     cost_model = "front-stage"  # SSJ eq. 2-10 / CMESHJOIN eq. 4 over the inner join's model
     params = {
         "cache_keys": Param(int, 0, "h_R: master tuples (keys) the cache holds; 0 = from the cost model", 0),
         "threshold": Param(int, 2, "frequency threshold: matches in one disk step that admit a tuple to H_R", 1),
         "adaptive": Param(int, 1, "1 = lower the threshold while H_R is not full, raise it when H_R evicts often", 0),
-        "eviction": Param(str, "", "which entry a full H_R overwrites: lfu (frequency recorder), random or lru"),
+        "eviction": Param(str, "lfu", "which entry a full H_R overwrites: lfu (frequency recorder), random or lru",
+                          choices=POLICIES),
         "skew": Param(float, 1.0, "Zipf exponent the cost model assumes when it sizes H_R", 0.0),
         "seed": Param(int, 0, "seed of the random overwrite policy", 0),
         "decay_every": Param(int, 0, "probed stream tuples between halvings of all frequencies; 0 = 32 * h_R", 0),
@@ -84,9 +84,6 @@ class FrontStage(JoinAlgorithm):
         super().__init__(store, memory, clock=clock, **params)  # validates own and inner parameters
         inner_params = {k: v for k, v in params.items() if k in self.inner.params}
         s = self.settings
-        s["eviction"] = s["eviction"] or self.default_eviction
-        if s["eviction"] not in POLICIES:
-            raise ConfigError(f"{self.name}.eviction: {s['eviction']!r} is not one of {list(POLICIES)}")
         inner_floor = self._inner_floor(store, inner_params)
         # the wrapped algorithm's page map (already built) tells R's distinct keys and v_R
         page_map = getattr(self.inner(store, inner_floor, **inner_params), "page_map", None) or store.page_map()
