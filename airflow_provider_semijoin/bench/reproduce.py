@@ -109,10 +109,11 @@ class Cell:
     costs: dict | None = None  # the unit costs its predictions used (ComponentCosts.as_dict)
     iterations: list[dict] = dataclasses.field(default_factory=list)  # each repeat's iteration, measured and modelled
     hit_ratios: list[float] = dataclasses.field(default_factory=list)  # each repeat's measured H_R hit ratio (caches)
-    # the inputs of predicted_tps (:func:`.core.prediction.explain`) besides the costs and the last hit ratio: the
-    memory_split: dict | None = None  # split the algorithm chose, its parameters and the stream (zipf, shape)
-    settings: dict | None = None
-    stream: dict | None = None
+    # The inputs of predicted_tps (:func:`.core.prediction.explain`) besides the costs and the last
+    # hit ratio. Like predicted_tps they are the last repeat's (every repeat sizes itself alike).
+    memory_split: dict | None = None  # how the algorithm split its budget (h_S, page rows, h_R...)
+    settings: dict | None = None  # the algorithm's parameters, defaults included
+    stream: dict | None = None  # the stream the model assumes: {"zipf": ..., "shape": ...}
 
     @classmethod
     def from_dict(cls, values: dict) -> "Cell":
