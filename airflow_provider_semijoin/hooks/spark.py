@@ -91,8 +91,9 @@ class SemiJoinSparkHook(BaseHook):
             raise ConfigError(f"spark_conn_id: master {self.master!r} is not local; use submit()")
         return get_spark(self.master, app_name=app_name, conf=self.conf)
 
-    def submit(self, spec_file: str, *, name: str, on_line: Callable[[str], bool]) -> None:
-        """Run the driver on the cluster with ``--spec spec_file``; blocks until it ends.
+    def submit(self, spec_file: str, *, name: str, on_line: Callable[[str], bool], summary_file: str | None = None) -> None:
+        """Run the driver on the cluster with ``--spec spec_file`` (and ``--summary summary_file``,
+        where it writes its summary: :func:`..spark.driver.write_summary`); blocks until it ends.
 
         Each output line goes to ``on_line`` first; the lines it returns False for are logged
         by :class:`SparkSubmitHook` as usual (it consumes the progress lines itself).
@@ -105,7 +106,7 @@ class SemiJoinSparkHook(BaseHook):
             conn_id=self.spark_conn_id,
             conf=self.conf,
             name=name,
-            application_args=["--spec", spec_file],
+            application_args=["--spec", spec_file, *(["--summary", summary_file] if summary_file else [])],
             env_vars=python_environment(),
             **options,
         )

@@ -283,10 +283,13 @@ class SemiJoinJobOperator(BaseOperator):
             outcome["error"] = exc
 
     def _submit(self, spec, records: queue.Queue) -> dict:
-        """spark-submit the driver; its progress lines become records, its summary line the result."""
+        """spark-submit the driver; its progress lines become records, and its summary the result:
+        the file it writes (whole or not at all), or where there is none its summary line."""
         from ..spark.driver import SUMMARY_PREFIX
 
         spec_file = work_folder() / "specs" / f"{spec.name}-{os.getpid()}.json"
+        summary_file = spec_file.with_name(f"{spec_file.stem}.summary.json")
+        summary_file.unlink(missing_ok=True)  # one left by a killed task of the same name and process id
         spec_file.parent.mkdir(parents=True, exist_ok=True)
         # the spec holds the master URLs with their passwords: readable by this user only
         descriptor = os.open(spec_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -308,15 +311,19 @@ class SemiJoinJobOperator(BaseOperator):
             return False
 
         try:
-            self._spark_hook.submit(str(spec_file), name=spec.name, on_line=on_line)
+            self._spark_hook.submit(str(spec_file), name=spec.name, on_line=on_line, summary_file=str(summary_file))
+            if summary_file.exists():
+                found["summary"] = json.loads(summary_file.read_text())
         except AirflowException:
             if "error" in found:
                 raise ConfigError(found["error"]) from None
             raise
         finally:
             spec_file.unlink(missing_ok=True)
+            summary_file.unlink(missing_ok=True)
         if "summary" not in found:
-            raise AirflowException("spark-submit ended without the driver's SEMIJOIN_SUMMARY line")
+            raise AirflowException("spark-submit ended without the driver's summary (no summary file, no readable "
+                                   "SEMIJOIN_SUMMARY line)")
         return found["summary"]
 
     def _check_deadlines(self, history: ProgressHistory) -> str | None:

@@ -5,12 +5,18 @@
 prints one ``SEMIJOIN_PROGRESS {json}`` line per micro-batch and a final ``SEMIJOIN_SUMMARY
 {json}`` line, and exits 2 with one line ``semijoin: error: ...`` on bad configuration. SIGTERM
 (what a scheduler sends to stop a task) stops the query between micro-batches.
+
+With ``--summary FILE`` the summary is also written to FILE, whole or not at all: spark-submit
+merges the driver's output with the JVM's log, which copies it in chunks, so a log line can land
+inside the summary line; the operator reads the file (the driver runs where spark-submit does,
+client mode, as it reads its ``--spec`` file there too).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -23,9 +29,20 @@ def driver_path() -> str:
     return __file__
 
 
+def write_summary(path: str, summary: dict) -> None:
+    """``summary`` as JSON in ``path``, which appears complete or not at all (written beside it,
+    then renamed), readable by this user only: its settings may name tables and hosts."""
+    partial = f"{path}.{os.getpid()}.partial"
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        json.dump(summary, handle, default=str)
+    os.replace(partial, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="airflow_provider_semijoin.spark.driver")
     parser.add_argument("--spec", required=True, help="the job spec, a JSON file (JobSpec.to_dict())")
+    parser.add_argument("--summary", default=None, help="also write the summary to this JSON file")
     parser.add_argument("--master", default=None, help="Spark master when not started by spark-submit (default local[2])")
     args = parser.parse_args(argv)
 
@@ -43,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     except SemiJoinError as exc:
         print(f"semijoin: error: {exc}", file=sys.stderr, flush=True)
         return 2
+    if args.summary:
+        write_summary(args.summary, summary)
     write_line(SUMMARY_PREFIX + json.dumps(summary, default=str))
     return 0
 

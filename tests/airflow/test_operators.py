@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import signal
 import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_semijoin.core.errors import ConfigError, SpecError
 from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
@@ -28,6 +31,7 @@ from airflow_provider_semijoin.operators.join import (
     SemiStreamJoinOperator,
     SSIJOperator,
 )
+from airflow_provider_semijoin.spark.driver import SUMMARY_PREFIX, write_summary
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from airflow_provider_semijoin.workloads.master import generate_master
 from airflow_provider_semijoin.workloads.zipf import zipf_rows
@@ -253,6 +257,46 @@ def test_cluster_connection_runs_the_driver_through_spark_submit(master_db, tmp_
     stream = zipf_rows(0, 2000, 2000, exponent=1.0, missing=0.1, seed=11)
     with open_store(backend.url, table, "nk", SELECT) as store:
         assert sink_pairs(tmp_path) == hash_join(store, stream, "nk")
+
+
+class LoggedSubmit:
+    """Stands in for spark-submit (the one mock here, for a fault that cannot be produced at
+    will): the JVM copies the driver's output into its own log in chunks, so a log line can land
+    inside the driver's summary line (a cluster run of f7444f0's parent failed on one run on
+    after it). It writes the summary file as the driver does, when asked, and prints the line
+    with a log line inside it."""
+
+    def __init__(self, summary: dict, write_file: bool):
+        self.summary, self.write_file, self.args = summary, write_file, None
+
+    def submit(self, spec_file: str, *, name: str, on_line, summary_file: str | None = None) -> None:
+        self.args = (spec_file, summary_file)
+        if self.write_file:
+            write_summary(summary_file, self.summary)
+        line = SUMMARY_PREFIX + json.dumps(self.summary)
+        on_line(line[:30] + "26/11/29 16:38:20 WARN DAGScheduler: Failed to cancel job group" + line[30:])
+
+
+class NamedSpec:
+    name = "interleaved"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name}
+
+
+def test_the_summary_comes_from_the_drivers_file_when_a_log_line_cuts_its_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__SEMIJOIN__WORK_FOLDER", str(tmp_path / "work"))
+    summary = {"input_rows": 2000, "settings": {"eviction": "lfu"}}
+    op = HybridJoinOperator(task_id="j", column="nk", master_table="d", master_key="nk", source=generator(1, 1))
+    op._spark_hook = submitted = LoggedSubmit(summary, write_file=True)
+    assert op._submit(NamedSpec(), queue.Queue()) == summary
+    spec_file, summary_file = submitted.args
+    assert summary_file.endswith(".summary.json") and Path(summary_file).parent == Path(spec_file).parent
+    assert not list((tmp_path / "work" / "specs").iterdir())  # the spec and the summary are removed
+    op._spark_hook = LoggedSubmit(summary, write_file=False)  # a driver of a release before the file
+    with pytest.raises(AirflowException, match=r"^spark-submit ended without the driver's summary \(no summary "
+                                               r"file, no readable SEMIJOIN_SUMMARY line\)$"):
+        op._submit(NamedSpec(), queue.Queue())
 
 
 def test_db_retry_bound_comes_from_the_airflow_config(monkeypatch):

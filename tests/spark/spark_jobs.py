@@ -7,6 +7,8 @@ from collections import Counter
 import pyarrow as pa
 
 from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
+from airflow_provider_semijoin.core.progress import json_after
+from airflow_provider_semijoin.spark.driver import SUMMARY_PREFIX
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from airflow_provider_semijoin.spark.spec import JobSpec
 from airflow_provider_semijoin.workloads.master import master_table
@@ -53,3 +55,8 @@ def assert_sinks_equal_oracle(store, spec: JobSpec, matched: pa.Table | None = N
     got = sink_pairs(matched, read_parquet_sink(spec.sinks.dead_letter.path))
     assert got[0] == expected[0]
     assert got[1] == expected[1]
+
+
+def driver_summary(output: str) -> dict:
+    """The summary a driver run as a plain process printed (its ``SEMIJOIN_SUMMARY`` line)."""
+    return next(found for line in output.splitlines() if (found := json_after(line, SUMMARY_PREFIX)) is not None)

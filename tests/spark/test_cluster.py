@@ -12,7 +12,7 @@ import pytest
 from spark_jobs import assert_sinks_equal_oracle, generator_job, write_master
 
 from airflow_provider_semijoin.core.progress import parse_line
-from airflow_provider_semijoin.spark.driver import SUMMARY_PREFIX, driver_path
+from airflow_provider_semijoin.spark.driver import driver_path
 from airflow_provider_semijoin.spark.standalone import spark_env, spark_home, standalone_cluster as running_cluster
 
 SPARK_HOME = spark_home()
@@ -32,12 +32,13 @@ def test_driver_runs_on_a_standalone_cluster_via_spark_submit(tmp_path, sqlite_b
     spec_file.write_text(json.dumps(spec.to_dict()))
     submit = subprocess.run(
         [f"{SPARK_HOME}/bin/spark-submit", "--master", url, "--conf", "spark.executor.memory=512m",
-         "--conf", f"spark.executorEnv.PYSPARK_PYTHON={sys.executable}", driver_path(), "--spec", str(spec_file)],
+         "--conf", f"spark.executorEnv.PYSPARK_PYTHON={sys.executable}", driver_path(), "--spec", str(spec_file),
+         "--summary", str(tmp_path / "summary.json")],
         env=spark_env(), capture_output=True, text=True, timeout=300,
     )
     assert submit.returncode == 0, submit.stderr[-3000:]
     records = [parse_line(line) for line in submit.stdout.splitlines() if parse_line(line)]
-    summary = json.loads(next(l for l in submit.stdout.splitlines() if l.startswith(SUMMARY_PREFIX))[len(SUMMARY_PREFIX):])
+    summary = json.loads((tmp_path / "summary.json").read_text())  # whole: the JVM's log may run into the line
     assert summary["input_rows"] == 4000 == sum(r["input_rows"] for r in records)
     apps = json.load(urllib.request.urlopen(f"http://127.0.0.1:{master_ui}/json/", timeout=2))
     assert any(app["name"] == "semijoin-semijoin" for app in apps["completedapps"] + apps["activeapps"])

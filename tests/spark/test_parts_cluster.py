@@ -13,7 +13,7 @@ import pytest
 from spark_jobs import assert_sinks_equal_oracle, generator_job, write_master
 
 from airflow_provider_semijoin.core.progress import parse_line
-from airflow_provider_semijoin.spark.driver import SUMMARY_PREFIX, driver_path
+from airflow_provider_semijoin.spark.driver import driver_path
 from airflow_provider_semijoin.spark.partitioned import RangePartitioner
 from airflow_provider_semijoin.spark.spec import JobSpec
 from airflow_provider_semijoin.spark.standalone import spark_env, spark_home, standalone_cluster
@@ -33,7 +33,8 @@ def submit(url: str, spec, folder) -> subprocess.CompletedProcess:
     return subprocess.run(
         [f"{spark_home()}/bin/spark-submit", "--master", url, "--conf", "spark.executor.memory=512m",
          "--conf", "spark.executor.cores=1", "--conf", "spark.cores.max=2",
-         "--conf", f"spark.executorEnv.PYSPARK_PYTHON={sys.executable}", driver_path(), "--spec", str(spec_file)],
+         "--conf", f"spark.executorEnv.PYSPARK_PYTHON={sys.executable}", driver_path(), "--spec", str(spec_file),
+         "--summary", str(folder / "summary.json")],
         env=spark_env(), capture_output=True, text=True, timeout=400,
     )
 
@@ -52,7 +53,7 @@ def test_two_parts_on_two_workers_are_exact(two_workers, tmp_path, request, algo
     done = submit(url, spec, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     records = [parse_line(line) for line in done.stdout.splitlines() if parse_line(line)]
-    summary = json.loads(next(l for l in done.stdout.splitlines() if l.startswith(SUMMARY_PREFIX))[len(SUMMARY_PREFIX):])
+    summary = json.loads((tmp_path / "summary.json").read_text())  # whole: the JVM's log may run into the line
     assert summary["input_rows"] == 4000 == sum(r["input_rows"] for r in records) and len(records) >= 3
     assert_sinks_equal_oracle(store, spec)
     app = max((cluster_folder / "work").glob("app-*"))  # this run's application: an executor on each worker

@@ -13,10 +13,9 @@ import sys
 
 import pyarrow as pa
 import pytest
-from spark_jobs import SELECT, assert_sinks_equal_oracle, generator_job, write_master
+from spark_jobs import SELECT, assert_sinks_equal_oracle, driver_summary, generator_job, write_master
 
 from airflow_provider_semijoin.core.progress import parse_line
-from airflow_provider_semijoin.spark.driver import SUMMARY_PREFIX
 from airflow_provider_semijoin.spark.joinstate import StateFiles
 from airflow_provider_semijoin.spark.runner import KILL_ENV
 from airflow_provider_semijoin.spark.spec import JobSpec
@@ -63,7 +62,7 @@ def test_sigkill_mid_stream_then_restart_is_exactly_once(tmp_path, sqlite_backen
     assert second.returncode == 0, out[-2000:]
     replayed = [parse_line(line)["batch_id"] for line in out.splitlines() if parse_line(line)]
     assert replayed[0] in (seen[-1], seen[-1] + 1)  # a killed batch is replayed, not skipped
-    summary = json.loads(next(line for line in out.splitlines() if line.startswith(SUMMARY_PREFIX))[len(SUMMARY_PREFIX):])
+    summary = driver_summary(out)
     assert summary["stopped_by"] == "end_of_input"
 
     rows = sqlite3.connect(tmp_path / "facts.db").execute(
@@ -140,7 +139,7 @@ def test_sigkill_at_random_points_of_a_carried_run_is_exactly_once(tmp_path, sql
         if second.poll() is None:
             os.killpg(second.pid, signal.SIGKILL)
     assert second.returncode == 0, out[-2000:]
-    summary = json.loads(next(line for line in out.splitlines() if line.startswith(SUMMARY_PREFIX))[len(SUMMARY_PREFIX):])
+    summary = driver_summary(out)
     assert (summary["stopped_by"], summary["drained"], summary["queue_tuples"]) == ("end_of_input", "end_of_input", 0)
     rows = sqlite3.connect(tmp_path / "facts.db").execute(f"SELECT sj_id, tid, nk, {', '.join(SELECT)} FROM fact").fetchall()
     matched = pa.table({name: [r[i] for r in rows] for i, name in enumerate(["sj_id", "tid", "nk", *SELECT])})

@@ -16,10 +16,9 @@ import subprocess
 import sys
 import textwrap
 
-from spark_jobs import assert_sinks_equal_oracle, generator_job, write_master
+from spark_jobs import assert_sinks_equal_oracle, driver_summary, generator_job, write_master
 
 from airflow_provider_semijoin.core.progress import parse_line
-from airflow_provider_semijoin.spark.driver import SUMMARY_PREFIX
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from airflow_provider_semijoin.spark.sources import generator_settings
 from airflow_provider_semijoin.spark.spec import JobSpec
@@ -87,7 +86,7 @@ def test_a_stop_while_spark_plans_the_next_batch_ends_without_an_error(tmp_path,
     assert driver.returncode == 0, stderr[-3000:]
     assert "Traceback" not in stderr and "ERROR" not in stderr and "\tat org.apache" not in stderr, stderr[-3000:]
     assert stop_file.exists()
-    summary = json.loads(next(line for line in out.splitlines() if line.startswith(SUMMARY_PREFIX))[len(SUMMARY_PREFIX):])
+    summary = driver_summary(out)
     assert summary["stopped_by"] == "stop_file"
     batches = [parse_line(line)["input_rows"] for line in out.splitlines() if parse_line(line)]
     took = summary["input_rows"]
