@@ -372,7 +372,10 @@ def _add_bench(sub) -> None:
     b.add_argument("--shapes", default=None,
                    help="stream shapes, comma separated: noperm, random (Zipf over R) and temporal (SSIJ's temporal "
                         "locality); default noperm,random, with --spark noperm")
-    b.add_argument("--algorithms", default=None, help="comma separated (default: all)")
+    b.add_argument("--algorithms", default=None,
+                   help="comma separated (default: all); NAME@LABEL runs NAME again as a variant with the --set of "
+                        "NAME@LABEL on top of NAME's, e.g. --algorithms hybridjoin-pq,hybridjoin-pq@sqrt "
+                        "--set hybridjoin-pq@sqrt.threshold_rule=sqrt")
     b.add_argument("--warmup", type=float, default=10.0, help="seconds before the measurement window")
     b.add_argument("--window", type=float, default=20.0, help="seconds of the measurement window")
     b.add_argument("--warmup-turnovers", type=float, default=2.0,

@@ -55,6 +55,22 @@ def test_bench_tiny_reports_every_algorithm_and_shape(tmp_path, capsys):
     assert report["config"]["params"] == {"hybridjoin-l.lookup_position": "0.5"}
 
 
+def test_a_variant_runs_its_algorithm_with_its_own_settings_on_top(tmp_path, capsys):
+    """``NAME@LABEL`` measures NAME again, with NAME's --set and then its own, under its label."""
+    out = tmp_path / "bench.json"
+    args = ["bench", "--master", f"sqlite:///{tmp_path / 'b.db'}", "--rows", "5000", "--memory", "512KB",
+            "--warmup", "0.2", "--window", "0.3", "--out", str(out), "--shapes", "noperm",
+            "--algorithms", "hybridjoin-pq,hybridjoin-pq@sqrt", "--set", "hybridjoin-pq.decay=0.8",
+            "--set", "hybridjoin-pq@sqrt.threshold_rule=sqrt"]
+    assert main(args) == 0
+    results = {r["algorithm"]: r for r in json.loads(out.read_text())["results"]}
+    assert list(results) == ["hybridjoin-pq", "hybridjoin-pq@sqrt"]
+    settings = {name: (r["settings"]["threshold_rule"], r["settings"]["decay"]) for name, r in results.items()}
+    assert settings == {"hybridjoin-pq": ("mean", 0.8), "hybridjoin-pq@sqrt": ("sqrt", 0.8)}
+    assert all(r["service_rate_tps"] > 0 and r["predicted_tps"] > 0 for r in results.values())  # the model of NAME
+    assert any(line.startswith("noperm  hybridjoin-pq@sqrt ") for line in capsys.readouterr().out.splitlines())
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
@@ -71,6 +87,10 @@ def test_bench_tiny_reports_every_algorithm_and_shape(tmp_path, capsys):
         ({"dbms_join": True}, r"dbms_join: the comparison runs inside MySQL/MariaDB; 'sqlite:///x.db' is not one"),
         ({"warmup_turnovers": -1}, r"warmup_turnovers: -1 is not a number of turnovers >= 0"),
         ({"warmup_max_s": 5.0}, r"warmup_max_s: 5.0 is not seconds >= the warm-up's 10"),
+        ({"algorithms": ["ssj", "hybrid@x"]}, r"algorithms\[1\]: 'hybrid' is not one of"),
+        ({"algorithms": ["ssj@Big"]}, r"algorithms\[0\]: 'ssj@Big': a variant is NAME@LABEL with LABEL of a-z, 0-9"),
+        ({"algorithms": ["ssj", "ssj"]}, r"algorithms: \['ssj', 'ssj'\] names one twice \(a variant needs a label"),
+        ({"params": {"hybrid@x.decay": "1"}}, r"--set hybrid@x.decay: expected ALGORITHM.NAME=VALUE"),
     ],
 )
 def test_bench_config_errors_name_the_field(kwargs, message):

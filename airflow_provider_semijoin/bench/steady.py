@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -46,6 +47,7 @@ from ..workloads import generate_master, temporal_stream_chunks, zipf_stream_chu
 from ..workloads.zipf import RANDOM_SHAPE_SEED
 from .server import server_cache, server_cache_line
 
+VARIANT = re.compile(r"[a-z0-9_-]+")  # the LABEL of NAME@LABEL: a variant of an algorithm with its own --set
 MODEL_SHAPES = ("noperm", "random")  # Zipf over all of R: what the cost models describe
 SHAPES = MODEL_SHAPES + ("temporal",)  # + the SSIJ paper's temporal-locality stream
 CHUNK_ROWS = 100_000
@@ -58,7 +60,7 @@ class BenchConfig:
     memory: int = 50 * 2**20
     zipf: float = 1.0
     shapes: list[str] | None = None
-    algorithms: list[str] | None = None
+    algorithms: list[str] | None = None  # registry names, or NAME@LABEL: NAME again with the --set of NAME@LABEL too
     warmup_s: float = 10.0
     window_s: float = 20.0
     warmup_turnovers: float = 2.0  # the warm-up also lasts until the tuples held turned over this often
@@ -81,12 +83,18 @@ class BenchConfig:
             if shape not in SHAPES:
                 raise ConfigError(f"shapes[{i}]: {shape!r} is not one of {list(SHAPES)}")
         for i, name in enumerate(self.algorithms):
-            if name not in ALGORITHMS:
-                raise ConfigError(f"algorithms[{i}]: {name!r} is not one of {sorted(ALGORITHMS)}")
+            base, at, label = name.partition("@")
+            if base not in ALGORITHMS:
+                raise ConfigError(f"algorithms[{i}]: {base!r} is not one of {sorted(ALGORITHMS)}")
+            if at and not VARIANT.fullmatch(label):
+                raise ConfigError(f"algorithms[{i}]: {name!r}: a variant is NAME@LABEL with LABEL of a-z, 0-9, _ and -")
+        if len(set(self.algorithms)) < len(self.algorithms):
+            raise ConfigError(f"algorithms: {self.algorithms} names one twice (a variant needs a label of its own)")
         for key in self.params:
             algorithm, dot, _ = key.partition(".")
-            if not dot or algorithm not in ALGORITHMS:
-                raise ConfigError(f"--set {key}: expected ALGORITHM.NAME=VALUE with ALGORITHM one of {sorted(ALGORITHMS)}")
+            if not dot or algorithm.partition("@")[0] not in ALGORITHMS:
+                raise ConfigError(f"--set {key}: expected ALGORITHM.NAME=VALUE with ALGORITHM one of {sorted(ALGORITHMS)} "
+                                  "(or a variant of one, NAME@LABEL)")
         if self.warmup_s < 0 or self.window_s <= 0:
             raise ConfigError(f"window: warm-up {self.warmup_s} s and window {self.window_s} s must be >= 0 and > 0")
         check_number("warmup_turnovers", self.warmup_turnovers, "a number of turnovers >= 0", minimum=0)
@@ -108,8 +116,9 @@ class BenchConfig:
             raise ConfigError(f"dbms_join: the comparison runs inside MySQL/MariaDB; {redact(self.master)!r} is not one")
 
     def params_for(self, algorithm: str) -> dict:
-        prefix = algorithm + "."
-        return {k[len(prefix):]: v for k, v in self.params.items() if k.startswith(prefix)}
+        """The --set parameters of ``algorithm``; a variant NAME@LABEL has NAME's, then its own."""
+        names = dict.fromkeys([algorithm.partition("@")[0], algorithm])
+        return {k[len(name) + 1:]: v for name in names for k, v in self.params.items() if k.startswith(name + ".")}
 
 
 def stream_chunks(config: BenchConfig, shape: str):
@@ -128,9 +137,10 @@ def backlog_target(algorithm) -> int:
 
 def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, clock=time.perf_counter, *,
             costs: ComponentCosts | None = None, params: dict | None = None) -> dict:
-    """Run one algorithm on one stream shape; the service rate over the window after the warm-up,
-    and the one its cost model predicts (``costs``: the unit costs, calibrated here if None).
-    ``params`` add to (or override) the algorithm's parameters of ``config``.
+    """Run one algorithm (or a variant of one, ``NAME@LABEL``: :class:`BenchConfig`) on one
+    stream shape; the service rate over the window after the warm-up, and the one its cost model
+    predicts (``costs``: the unit costs, calibrated here if None). ``params`` add to (or
+    override) the algorithm's parameters of ``config``.
 
     The warm-up lasts ``warmup_s`` of joining and until the tuples the algorithm holds turned
     over ``warmup_turnovers`` times (:meth:`JoinAlgorithm.turnovers`), at most ``warmup_max_s``:
@@ -139,10 +149,11 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
     warm-up, 584k after 30 s, where its hit ratio had gone from 0.56 to 0.70). Warm-up and window
     end with a cycle (:func:`_window_over`): SSIJ's window of 6 s, cut anywhere in its 3-4 s
     cycles, measured 340k-605k tuples/s on noperm and 43k on random (whole cycles: 700k, 168k)."""
+    registered = algorithm_name.partition("@")[0]
     with open_store(config.master, table, "nk") as store:
-        algorithm = create(algorithm_name, store, config.memory, {**config.params_for(algorithm_name), **(params or {})})
+        algorithm = create(registered, store, config.memory, {**config.params_for(algorithm_name), **(params or {})})
         costs = store_costs(config, store, costs)
-        model = explain(algorithm_name, algorithm, costs, config.rows, config.zipf, shape,
+        model = explain(registered, algorithm, costs, config.rows, config.zipf, shape,
                         shape_seed=RANDOM_SHAPE_SEED) if shape in MODEL_SHAPES else None
         chunks = stream_chunks(config, shape)
         buffer = StreamBuffer(store.key_type, clock)
@@ -180,7 +191,7 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
         "algorithm": algorithm_name,
         "shape": shape,
         "service_rate_tps": rate,
-        **_prediction_fields(model, rate, stats.get("cache_hit_ratio"), algorithm_name, costs, config, shape, stats,
+        **_prediction_fields(model, rate, stats.get("cache_hit_ratio"), registered, costs, config, shape, stats,
                              window),
         "warmup_s": round(warm_s, 3),
         "warmup_turnovers": round(turnovers, 2),
@@ -349,8 +360,9 @@ def tps_text(value) -> str:
 
 
 def format_table(results: list[dict]) -> list[str]:
+    width = max([14, *(len(r["algorithm"]) for r in results)])  # a variant's label makes a name longer
     lines = [
-        f"{'shape':<7} {'algorithm':<14} {'tuples/s':>11} {'x INLJ':>8} {'x IN-list':>9} {'queries/s':>9} "
+        f"{'shape':<7} {'algorithm':<{width}} {'tuples/s':>11} {'x INLJ':>8} {'x IN-list':>9} {'queries/s':>9} "
         f"{'rows/query':>10} {'disk share':>10} {'p50 ms':>9} {'p99 ms':>9} {'peak MiB':>8} {'mem ok':>6} "
         f"{'predicted':>11} {'meas/pred':>9}"
     ]
@@ -361,7 +373,7 @@ def format_table(results: list[dict]) -> list[str]:
             def ratio(name):
                 return f"{r['service_rate_tps'] / base[name]:.1f}" if base.get(name) else "-"
             lines.append(
-                f"{shape:<7} {r['algorithm']:<14} {r['service_rate_tps']:>11,.0f} {ratio('inlj'):>8} {ratio('inlist'):>9} "
+                f"{shape:<7} {r['algorithm']:<{width}} {r['service_rate_tps']:>11,.0f} {ratio('inlj'):>8} {ratio('inlist'):>9} "
                 f"{r['disk_queries_per_s']:>9,.0f} {r['rows_per_query']:>10,.0f} {r['disk_time_share']:>10.0%} "
                 f"{r['processing_ms_p50'] or 0:>9,.1f} {r['processing_ms_p99'] or 0:>9,.1f} "
                 f"{r['structure_bytes_peak'] / 2**20:>8.1f} {'yes' if r['memory_ok'] else 'NO':>6} "
