@@ -12,6 +12,7 @@ import pytest
 from airflow_provider_semijoin import __version__
 from airflow_provider_semijoin.bench.claims import CLAIMS, judge
 from airflow_provider_semijoin.cli import main
+from airflow_provider_semijoin.core import costmodel as cm
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.prediction import explain
 from airflow_provider_semijoin.bench.reproduce import (DBMS_JOIN, EXPERIMENTS, MEMORY_ALGORITHMS, SKEW_ALGORITHMS,
@@ -159,6 +160,38 @@ def test_a_claim_whose_cells_were_not_run_or_did_not_fit_is_not_measured():
     assert missing["verdict"] == "not measured" and "ssj (skew 1.0) was not run" in missing["measured"]
     refused = judge(CLAIM, cells([1, 2, 3], []))
     assert refused["verdict"] == "not measured" and "does not fit the budget" in refused["measured"]
+
+
+def test_a_pq_claim_that_falls_short_gives_the_bound_of_its_own_run():
+    """The reason of a -PQ claim not reproduced is worked out from the PQ cell's inputs: the bound on
+    any choice of page at the run's R, skew, h_S and page size, and behind a front stage at the
+    keys H_R held (from the measured hit ratio); a cell of an older run without them gets none."""
+    n_keys, split = 200_000, {"stream_table_capacity_tuples": 50_000, "page_rows": 1024}
+    stream = {"zipf": 0.5, "shape": "noperm"}
+    pq_claim = next(c for c in CLAIMS if c["id"] == "pq-hj-skew")
+    assert pq_claim["a"]["skew"] == 0.5
+    found = judge(pq_claim, [Cell("skew", "hybridjoin-pq", {"skew": 0.5}, [9.0], memory_split=split, stream=stream),
+                             Cell("skew", "hybridjoin-l", {"skew": 0.5}, [10.0])], n_keys)
+    bound = cm.page_choice_bound(cm.page_probabilities(n_keys, 0.5, 1024, "noperm"), 50_000, 1024)
+    assert found["verdict"] == "not reproduced" and bound > 1.0
+    assert f"at most {bound:.2f}x the tuples a load of HYBRIDJOIN's oldest page serves here" in found["measured"]
+    assert "front stage" not in found["measured"]
+
+    cached_claim = next(c for c in CLAIMS if c["id"] == "pq-cj-skew-1")
+    inner = {"cache_keys": 100, "inner.stream_table_capacity_tuples": 50_000, "inner.page_rows": 1024}
+    behind = judge(cached_claim, [Cell("skew", "cachejoin-pq", {"skew": 1.0}, [9.0], memory_split=inner,
+                                       stream={"zipf": 1.0, "shape": "noperm"}, hit_ratios=[0.5, 0.6, 0.7]),
+                                  Cell("skew", "cachejoin-l", {"skew": 1.0}, [10.0])], n_keys)
+    held = cm.keys_for_hit_ratio(0.6, n_keys, 1.0)
+    alone = cm.page_choice_bound(cm.page_probabilities(n_keys, 1.0, 1024, "noperm"), 50_000, 1024)
+    flatter = cm.page_choice_bound(cm.page_probabilities(n_keys, 1.0, 1024, "noperm", cached=held), 50_000, 1024)
+    assert held > 100 and flatter < alone
+    assert f"H_R ({held:,} keys at the measured hit ratio)" in behind["measured"]
+    assert f"at most {flatter:.2f}x" in behind["measured"]
+
+    older = judge(pq_claim, [Cell("skew", "hybridjoin-pq", {"skew": 0.5}, [9.0]),
+                             Cell("skew", "hybridjoin-l", {"skew": 0.5}, [10.0])], n_keys)
+    assert "serves little (costmodel.page_choice_bound)" in older["measured"]
 
 
 def test_every_claim_names_cells_an_experiment_measures():

@@ -292,7 +292,7 @@ def run_reproduce(master: str, scale_name: str, out_dir: str | Path, seed: int =
     out(f"reproduce --scale {scale_name}: master {redact(master)}, R = {SCALES[scale_name].rows:,} rows")
     run = Reproduction(master, SCALES[scale_name], seed, out)
     run.run(tuple(experiments or EXPERIMENTS))
-    verdicts = [judge(claim, run.cells) for claim in CLAIMS]
+    verdicts = [judge(claim, run.cells, run.scale.rows) for claim in CLAIMS]
     summary = {
         "scale": scale_name,
         "scale_settings": dataclasses.asdict(run.scale),
@@ -324,7 +324,7 @@ def rewrite_report(out_dir: str | Path, out=print) -> dict:
         raise ConfigError(f"out: {str(folder)!r} holds no results.json of a run to write the report from")
     summary = json.loads(path.read_text())
     cells = [Cell.from_dict(c) for c in summary["cells"]]
-    summary["claims"] = [judge(claim, cells) for claim in CLAIMS]
+    summary["claims"] = [judge(claim, cells, summary["scale_settings"]["rows"]) for claim in CLAIMS]
     summary["report_code"] = code_version()
     summary["plots"] = write_report(folder, summary, cells)
     path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
