@@ -418,8 +418,9 @@ class HybridJoinPQ(HybridJoinL):
     the mean rule. With riders (IN queries of sparse pages) 0.99-1.12x the mean rule, 1.12x at
     skew 1 on both shapes. At the standard size (MariaDB, R = 2M rows, 50 MiB; medians of three
     repeats, the rules alternating) it is 1.25x the mean rule at noperm skew 1 and 1.05x on the
-    random shape, but 0.93x at skew 0.75 (noisy: 0.41-1.32) and, behind CACHEJOIN's H_R, where
-    the misses' pages are flat, 0.87-1.10x: not the default.
+    random shape; at skew 0.75 0.41-1.32x in five runs (median 1.11x; the 0.41x run made a tenth
+    of the queries, cause not found) and, behind CACHEJOIN's H_R, where the misses' pages are
+    flat, 0.87-1.10x: not the default.
     """
 
     name = "hybridjoin-pq"
