@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from .core.errors import ConfigError
+from .core.files import write_private_json
 
 REPO = Path(__file__).resolve().parents[1]
 PIPELINE = REPO / "dags" / "pipelines" / "sales_facts.yaml"
@@ -117,9 +118,7 @@ def ensure_ui_password(home: Path) -> Path:
     passwords = json.loads(path.read_text() or "{}") if path.exists() else {}
     if UI_USER not in passwords:
         passwords[UI_USER] = secrets.token_urlsafe(12)
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(json.dumps(passwords) + "\n")
+        write_private_json(path, passwords)
     path.chmod(0o600)
     return path
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -103,6 +104,17 @@ def _json_default(value):
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).decode("utf-8", errors="replace")
     raise TypeError(f"a {type(value).__name__} value cannot be written as JSON")
+
+
+def write_private_json(path, value, *, default=None) -> None:
+    """``value`` as JSON in ``path``, readable by this user only (a spec or summary may name hosts,
+    tables, or hold passwords), appearing whole or not at all: written beside it, then renamed."""
+    partial = f"{path}.{os.getpid()}.partial"
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        json.dump(value, handle, default=default)
+        handle.write("\n")
+    os.replace(partial, path)
 
 
 def _write_json_lines(path: Path, table: pa.Table) -> None:

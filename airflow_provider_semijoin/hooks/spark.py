@@ -93,7 +93,7 @@ class SemiJoinSparkHook(BaseHook):
 
     def submit(self, spec_file: str, *, name: str, on_line: Callable[[str], bool], summary_file: str | None = None) -> None:
         """Run the driver on the cluster with ``--spec spec_file`` (and ``--summary summary_file``,
-        where it writes its summary: :func:`..spark.driver.write_summary`); blocks until it ends.
+        where it writes its summary, whole or not at all); blocks until it ends.
 
         Each output line goes to ``on_line`` first; the lines it returns False for are logged
         by :class:`SparkSubmitHook` as usual (it consumes the progress lines itself).

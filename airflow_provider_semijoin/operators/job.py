@@ -35,6 +35,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from ..config import number_option, work_folder
 from ..core.deadline_watch import check_miss_ratio, check_threshold
 from ..core.errors import ConfigError, SemiJoinError
+from ..core.files import write_private_json
 from ..core.progress import (XCOM_HISTORY, XCOM_INFO, XCOM_LATEST, ProgressHistory, ProgressRecord, json_after,
                              parse_line)
 from ..hooks.master import run_time_connections
@@ -291,10 +292,7 @@ class SemiJoinJobOperator(BaseOperator):
         summary_file = spec_file.with_name(f"{spec_file.stem}.summary.json")
         summary_file.unlink(missing_ok=True)  # one left by a killed task of the same name and process id
         spec_file.parent.mkdir(parents=True, exist_ok=True)
-        # the spec holds the master URLs with their passwords: readable by this user only
-        descriptor = os.open(spec_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w") as handle:
-            json.dump(spec.to_dict(), handle)
+        write_private_json(spec_file, spec.to_dict())  # the master URLs with their passwords
         found: dict = {}
 
         def on_line(line: str) -> bool:

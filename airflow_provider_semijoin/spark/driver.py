@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 import threading
@@ -29,16 +28,6 @@ def driver_path() -> str:
     return __file__
 
 
-def write_summary(path: str, summary: dict) -> None:
-    """``summary`` as JSON in ``path``, which appears complete or not at all (written beside it,
-    then renamed), readable by this user only: its settings may name tables and hosts."""
-    partial = f"{path}.{os.getpid()}.partial"
-    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        json.dump(summary, handle, default=str)
-    os.replace(partial, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="airflow_provider_semijoin.spark.driver")
     parser.add_argument("--spec", required=True, help="the job spec, a JSON file (JobSpec.to_dict())")
@@ -48,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # absolute imports: spark-submit runs this file as a script
     from airflow_provider_semijoin.core.errors import SemiJoinError
+    from airflow_provider_semijoin.core.files import write_private_json
     from airflow_provider_semijoin.core.progress import write_line
     from airflow_provider_semijoin.spark.runner import load_spec, run_job
     from airflow_provider_semijoin.spark.session import get_spark
@@ -61,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"semijoin: error: {exc}", file=sys.stderr, flush=True)
         return 2
     if args.summary:
-        write_summary(args.summary, summary)
+        write_private_json(args.summary, summary, default=str)
     write_line(SUMMARY_PREFIX + json.dumps(summary, default=str))
     return 0
 

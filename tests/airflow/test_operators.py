@@ -31,7 +31,8 @@ from airflow_provider_semijoin.operators.join import (
     SemiStreamJoinOperator,
     SSIJOperator,
 )
-from airflow_provider_semijoin.spark.driver import SUMMARY_PREFIX, write_summary
+from airflow_provider_semijoin.core.files import write_private_json
+from airflow_provider_semijoin.spark.driver import SUMMARY_PREFIX
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from airflow_provider_semijoin.workloads.master import generate_master
 from airflow_provider_semijoin.workloads.zipf import zipf_rows
@@ -272,7 +273,7 @@ class LoggedSubmit:
     def submit(self, spec_file: str, *, name: str, on_line, summary_file: str | None = None) -> None:
         self.args = (spec_file, summary_file)
         if self.write_file:
-            write_summary(summary_file, self.summary)
+            write_private_json(summary_file, self.summary)
         line = SUMMARY_PREFIX + json.dumps(self.summary)
         on_line(line[:30] + "26/11/29 16:38:20 WARN DAGScheduler: Failed to cancel job group" + line[30:])
 
