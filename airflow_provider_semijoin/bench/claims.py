@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.costmodel import keys_for_hit_ratio, page_choice_bound, page_probabilities
+from ..core.costmodel import inner_split, keys_for_hit_ratio, page_choice_bound, page_probabilities
 
 TOLERANCE = 0.8  # a stated factor counts as reproduced from this share of it on
 
@@ -84,7 +84,7 @@ def _choice_bound(cell, n_keys: int | None) -> tuple[float, int] | None:
     split, stream = cell.memory_split, cell.stream
     if not (split and stream and n_keys):
         return None
-    inner = {k[len("inner."):]: v for k, v in split.items() if k.startswith("inner.")} or split
+    inner = inner_split(split) or split
     held = int(split.get("cache_keys", 0))
     if held and cell.hit_ratios:
         held = keys_for_hit_ratio(float(np.median(cell.hit_ratios)), n_keys, stream["zipf"])

@@ -469,7 +469,8 @@ def split_field(split: dict, field: str, algorithm: str):
     return split[field]
 
 
-def _inner(split: dict) -> dict:
+def inner_split(split: dict) -> dict:
+    """A front stage's split of its inner (disk-probing) join: its ``inner.`` fields, unprefixed."""
     return {k[len("inner."):]: v for k, v in split.items() if k.startswith("inner.")}
 
 
@@ -527,7 +528,7 @@ def _front_stage(algorithm: str, split: dict, settings: dict, c: ComponentCosts,
     phase named in ``split["inner"]``, which is fed the tuples H_R misses."""
     cached = int(split_field(split, "cache_keys", algorithm))
     inner_name = "meshjoin" if algorithm in ("ssj", "cmeshjoin") else "hybridjoin"
-    inner = _inner(split)
+    inner = inner_split(split)
     # a given p_N: H_R is taken to hold the most frequent keys that serve that share
     held = cached if p_n is None else keys_for_hit_ratio(p_n, n_keys, exponent)
     p_n = float(hit_ratio(cached, n_keys, exponent)) if p_n is None else float(p_n)
