@@ -199,19 +199,21 @@ def test_a_front_stage_ends_a_cycle_with_its_disk_phase(tmp_path, monkeypatch):
     assert states[-1][0] and sum(ended for ended, _ in states) < len(states) / 2
 
 
-def test_sweep_cache_reports_an_optimum_per_algorithm(tmp_path, capsys):
+def test_sweep_cache_reports_an_optimum_per_algorithm_and_variant(tmp_path, capsys):
     out = tmp_path / "sweep.json"
     args = ["bench", "--master", f"sqlite:///{tmp_path / 'b.db'}", "--rows", "4000", "--memory", "512KB",
-            "--warmup", "0.1", "--window", "0.2", "--shapes", "noperm", "--algorithms", "meshjoin,cmeshjoin,cachejoin",
+            "--warmup", "0.1", "--window", "0.2", "--shapes", "noperm",
+            "--algorithms", "meshjoin,cmeshjoin,cachejoin,cachejoin@lru", "--set", "cachejoin@lru.eviction=lru",
             "--sweep-cache", "0.02,0.2", "--out", str(out)]
     assert main(args) == 0
     sweep = json.loads(out.read_text())["sweep"]
     assert sweep["shares"] == [0.02, 0.2]
-    assert {(r["algorithm"], r["cache_share"]) for r in sweep["results"]} == {
-        (a, s) for a in ("cmeshjoin", "cachejoin") for s in (0.02, 0.2)}
+    names = ("cmeshjoin", "cachejoin", "cachejoin@lru")
+    assert {(r["algorithm"], r["cache_share"]) for r in sweep["results"]} == {(a, s) for a in names for s in (0.02, 0.2)}
     for r in sweep["results"]:
         assert r["memory_split"]["cache_keys"] == r["cache_keys"] and r["predicted_tps"] > 0
-    assert [o["algorithm"] for o in sweep["optima"]] == ["cmeshjoin", "cachejoin"]
+        assert r["settings"].get("eviction") == ("lru" if r["algorithm"] == "cachejoin@lru" else "lfu")
+    assert [o["algorithm"] for o in sweep["optima"]] == list(names)
     for o in sweep["optima"]:
         assert o["measured_best_share"] in (0.02, 0.2) and o["predicted_best_share"] in (0.02, 0.2)
         assert o["model_best_cache_keys"] > 0 and o["eq4_best_cache_keys"] > 0

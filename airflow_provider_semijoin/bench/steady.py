@@ -53,6 +53,11 @@ SHAPES = MODEL_SHAPES + ("temporal",)  # + the SSIJ paper's temporal-locality st
 CHUNK_ROWS = 100_000
 
 
+def registered(name: str) -> str:
+    """The registry name of ``name``: NAME of a variant NAME@LABEL, ``name`` itself otherwise."""
+    return name.partition("@")[0]
+
+
 @dataclass
 class BenchConfig:
     master: str
@@ -92,7 +97,7 @@ class BenchConfig:
             raise ConfigError(f"algorithms: {self.algorithms} names one twice (a variant needs a label of its own)")
         for key in self.params:
             algorithm, dot, _ = key.partition(".")
-            if not dot or algorithm.partition("@")[0] not in ALGORITHMS:
+            if not dot or registered(algorithm) not in ALGORITHMS:
                 raise ConfigError(f"--set {key}: expected ALGORITHM.NAME=VALUE with ALGORITHM one of {sorted(ALGORITHMS)} "
                                   "(or a variant of one, NAME@LABEL)")
         if self.warmup_s < 0 or self.window_s <= 0:
@@ -117,7 +122,7 @@ class BenchConfig:
 
     def params_for(self, algorithm: str) -> dict:
         """The --set parameters of ``algorithm``; a variant NAME@LABEL has NAME's, then its own."""
-        names = dict.fromkeys([algorithm.partition("@")[0], algorithm])
+        names = dict.fromkeys([registered(algorithm), algorithm])
         return {k[len(name) + 1:]: v for name in names for k, v in self.params.items() if k.startswith(name + ".")}
 
 
@@ -149,11 +154,11 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
     warm-up, 584k after 30 s, where its hit ratio had gone from 0.56 to 0.70). Warm-up and window
     end with a cycle (:func:`_window_over`): SSIJ's window of 6 s, cut anywhere in its 3-4 s
     cycles, measured 340k-605k tuples/s on noperm and 43k on random (whole cycles: 700k, 168k)."""
-    registered = algorithm_name.partition("@")[0]
+    base = registered(algorithm_name)
     with open_store(config.master, table, "nk") as store:
-        algorithm = create(registered, store, config.memory, {**config.params_for(algorithm_name), **(params or {})})
+        algorithm = create(base, store, config.memory, {**config.params_for(algorithm_name), **(params or {})})
         costs = store_costs(config, store, costs)
-        model = explain(registered, algorithm, costs, config.rows, config.zipf, shape,
+        model = explain(base, algorithm, costs, config.rows, config.zipf, shape,
                         shape_seed=RANDOM_SHAPE_SEED) if shape in MODEL_SHAPES else None
         chunks = stream_chunks(config, shape)
         buffer = StreamBuffer(store.key_type, clock)
@@ -191,7 +196,7 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
         "algorithm": algorithm_name,
         "shape": shape,
         "service_rate_tps": rate,
-        **_prediction_fields(model, rate, stats.get("cache_hit_ratio"), registered, costs, config, shape, stats,
+        **_prediction_fields(model, rate, stats.get("cache_hit_ratio"), base, costs, config, shape, stats,
                              window),
         "warmup_s": round(warm_s, 3),
         "warmup_turnovers": round(turnovers, 2),

@@ -13,22 +13,23 @@ from ..core.prediction import explain
 from ..core.stores import open_store
 from ..core.unitcosts import ComponentCosts
 from ..workloads.zipf import RANDOM_SHAPE_SEED
-from .steady import MODEL_SHAPES, BenchConfig, measure, ratio_text, store_costs, tps_text
+from .steady import MODEL_SHAPES, BenchConfig, measure, ratio_text, registered, store_costs, tps_text
 
 MODEL_GRID = 24  # sizes of H_R the cost model is evaluated at when it looks for its optimum
 
 
 def _sweep_plan(config: BenchConfig, table: str, name: str, shape: str, costs: ComponentCosts) -> dict:
     """Bytes per cached key, H_R as eq. 4 sizes it (``best_cache_size``: what the algorithm
-    chooses by itself), and the cost model's optimum over a grid of sizes of H_R."""
-    params = config.params_for(name)
+    chooses by itself), and the cost model's optimum over a grid of sizes of H_R; ``name`` may be
+    a variant NAME@LABEL, with its own parameters."""
+    params, base = config.params_for(name), registered(name)
     with open_store(config.master, table, "nk") as store:
         costs = store_costs(config, store, costs)
-        split = create(name, store, config.memory, params).memory_split()
+        split = create(base, store, config.memory, params).memory_split()
         eq4_keys = split["cache_keys"]
         per_key = (split["cache_bytes"] / eq4_keys) if eq4_keys else None
         if per_key is None:
-            one = create(name, store, config.memory, {**params, "cache_keys": 1}).memory_split()
+            one = create(base, store, config.memory, {**params, "cache_keys": 1}).memory_split()
             per_key = one["cache_bytes"]
         largest = max(config.sweep_cache) * config.memory / per_key
         grid = np.geomspace(1, max(2.0, min(config.rows, 2 * largest)), MODEL_GRID).astype(np.int64)
@@ -36,10 +37,10 @@ def _sweep_plan(config: BenchConfig, table: str, name: str, shape: str, costs: C
         model = {}
         for keys in sorted(set(grid.tolist()) | set(sweep) | {eq4_keys}):
             try:
-                algorithm = create(name, store, config.memory, {**params, "cache_keys": keys})
+                algorithm = create(base, store, config.memory, {**params, "cache_keys": keys})
             except ConfigError:  # H_R leaves too little to the disk phase
                 continue
-            model[int(keys)] = explain(name, algorithm, costs, config.rows, config.zipf, shape,
+            model[int(keys)] = explain(base, algorithm, costs, config.rows, config.zipf, shape,
                                        shape_seed=RANDOM_SHAPE_SEED).service_rate_tps
     best = max(model, key=model.get) if model else None
     return {"bytes_per_key": per_key, "eq4_keys": eq4_keys, "sweep_keys": sweep,
@@ -47,8 +48,9 @@ def _sweep_plan(config: BenchConfig, table: str, name: str, shape: str, costs: C
 
 
 def sweep_cache(config: BenchConfig, table: str, costs: ComponentCosts, out=print) -> dict:
-    """Measure and predict each cache algorithm at each share of the memory for H_R."""
-    names = [name for name in config.algorithms if name in CACHE_ALGORITHMS]
+    """Measure and predict each cache algorithm (and each variant of one) at each share of the
+    memory for H_R."""
+    names = [name for name in config.algorithms if registered(name) in CACHE_ALGORITHMS]
     results, optima = [], []
     out("")
     out(f"cache sweep: H_R at {', '.join(f'{s:.0%}' for s in config.sweep_cache)} of the memory")

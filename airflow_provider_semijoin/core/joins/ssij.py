@@ -85,7 +85,7 @@ from ..errors import ConfigError
 from ..stores.base import MasterPage, PageMap
 from ..stores.changes import Installed, install_changes
 from .ssij_access import distinct_keys, in_spans, sparse, split_at_keep
-from .ssij_pages import TICK_SCALE, JoinPhaseEstimate, PageCache, read_plan
+from .ssij_pages import TICK_SCALE, JoinPhaseEstimate, PageCache, max_dist, read_plan
 from .base import RIDER_KEYS, JoinAlgorithm, JoinOutput, Param, ReadCosts, StreamBuffer, join_page, not_in_master, probe, ranges
 
 POLICIES = ("utility", "lru")
@@ -190,7 +190,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         n_pages = self.page_map.n_pages
         self.rows_per_page = max(self.page_map.n_rows / max(n_pages, 1), 1.0)
         self.read_costs = ReadCosts.of(store, self.rows_per_page)  # S and T of sec. IV-D, T reading one more page
-        self.max_dist = 1.0 + self.read_costs.query_s / self.read_costs.unit_s
+        self.max_dist = max_dist(self.read_costs.query_s, self.read_costs.unit_s)
         self.page_bytes = math.ceil(self.rows_per_page * (store.row_bytes(self.page_map) + 4))  # + the row's page
         self.pages_per_tuple = self._pages_per_tuple()
         key_size = store.key_type.itemsize

@@ -17,6 +17,12 @@ TICK_SCALE = 2.0**-40  # the time of last use breaks ties between equal utilitie
 
 
 # -- the optimal read plan (sec. IV-D) ------------------------------------------------------------
+def max_dist(query_s: float, page_s: float) -> float:
+    """maxDist = 1 + S/T (sec. IV-D): pages this far apart or more are read by two queries, since
+    a scan across the gap never costs less."""
+    return 1.0 + query_s / page_s
+
+
 def read_plan(pages: np.ndarray, max_scan: int, query_s: float, page_s: float) -> list[tuple[int, int]]:
     """The cheapest way to read ``pages`` (sorted, distinct positions) in sequences ``(first, count)``
     of at most ``max_scan`` pages that start and end on requested pages (sec. IV-D).
@@ -29,9 +35,8 @@ def read_plan(pages: np.ndarray, max_scan: int, query_s: float, page_s: float) -
     x = np.asarray(pages, dtype=np.int64)
     if len(x) == 0:
         return []
-    max_dist = 1.0 + query_s / page_s
     gaps = np.diff(x)
-    cut = np.flatnonzero((gaps >= max_dist) | (gaps >= max_scan)) + 1
+    cut = np.flatnonzero((gaps >= max_dist(query_s, page_s)) | (gaps >= max_scan)) + 1
     plan: list[tuple[int, int]] = []
     for cluster in np.split(x, cut):
         if len(cluster) == 1:
