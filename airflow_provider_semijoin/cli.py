@@ -157,12 +157,14 @@ def cmd_bench(args) -> int:
 
     if args.spark:
         return cmd_bench_spark(args)
-    if args.cold:
-        return cmd_bench_cold(args)
-    if args.micro:
-        return cmd_bench_micro(args)
-    if args.access:
-        return cmd_bench_access(args)
+    modes = {"--cold": (args.cold, cmd_bench_cold), "--micro": (args.micro, cmd_bench_micro),
+             "--access": (args.access, cmd_bench_access)}
+    for option, (chosen, command) in modes.items():
+        if chosen:
+            if args.set:  # a setting would be lost without a word
+                raise ConfigError(f"--set: {option} takes no algorithm parameters; "
+                                  "expected no --set (the steady-state bench and --spark take them)")
+            return command(args)
     config = BenchConfig(
         master=args.master, rows=args.rows, memory=parse_bytes(args.memory), zipf=args.zipf,
         shapes=_columns(args.shapes), algorithms=_columns(args.algorithms), warmup_s=args.warmup,

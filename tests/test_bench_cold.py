@@ -38,5 +38,15 @@ def test_a_password_goes_to_the_child_through_the_environment_not_argv():
 def test_cold_config_names_a_bad_field():
     with pytest.raises(ConfigError, match=r"^algorithms\[0\]: 'fast' is not one of"):
         ColdConfig(master="sqlite:///x.db", algorithms=["fast"])
+    with pytest.raises(ConfigError, match=r"^algorithms\[1\]: 'ssij@lru' is a variant, which the steady-state bench "
+                                          r"alone measures; expected one of \["):
+        ColdConfig(master="sqlite:///x.db", algorithms=["ssj", "ssij@lru"])
     with pytest.raises(ConfigError, match=r"^stream_rows: 0 is not a number of tuples >= 1"):
         ColdConfig(master="sqlite:///x.db", stream_rows=0)
+
+
+@pytest.mark.parametrize("mode", ["--cold", "--micro", "--access"])
+def test_a_bench_mode_that_runs_defaults_refuses_a_setting(mode, capsys):
+    assert main(["bench", "--master", "sqlite:///x.db", mode, "--set", "hybridjoin.read_ahead=0"]) == 2
+    assert capsys.readouterr().err == (f"semijoin: error: --set: {mode} takes no algorithm parameters; "
+                                       "expected no --set (the steady-state bench and --spark take them)\n")

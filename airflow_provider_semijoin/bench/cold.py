@@ -35,7 +35,7 @@ from ..core.files import write_table
 from ..core.joins import ALGORITHMS
 from ..core.stores import open_store, pagemaps, redact
 from ..workloads import zipf_stream
-from .steady import bench_master
+from .steady import bench_master, check_registry_names
 
 BASELINES = ("inlist", "inlist-lru")
 SHAPES = ("noperm", "random")
@@ -55,9 +55,7 @@ class ColdConfig:
     def __post_init__(self) -> None:
         self.shapes = list(self.shapes or SHAPES)
         self.algorithms = list(self.algorithms or ALGORITHMS)
-        for i, name in enumerate(self.algorithms):
-            if name not in ALGORITHMS:
-                raise ConfigError(f"algorithms[{i}]: {name!r} is not one of {sorted(ALGORITHMS)}")
+        check_registry_names(self.algorithms)
         for name in BASELINES:  # the table's ratios are to them
             if name not in self.algorithms:
                 self.algorithms.append(name)

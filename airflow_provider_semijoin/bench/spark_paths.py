@@ -20,10 +20,10 @@ import pyarrow.compute as pc
 
 from .cpu import DATABASE, DRIVER, CpuTally, ProcessCpu, cpu_split
 from .spark_window import BatchWindow, TupleLedger, spark_result
-from .steady import CHUNK_ROWS, BenchConfig, Stopwatch, backlog_target, top_up
+from .steady import CHUNK_ROWS, BenchConfig, Stopwatch, backlog_target, check_registry_names, top_up
 from ..core.checks import check_positive
 from ..core.errors import ConfigError
-from ..core.joins import ALGORITHMS, JoinOutput, StreamBuffer, create
+from ..core.joins import JoinOutput, StreamBuffer, create
 from ..core.keys import normalize
 from ..core.metrics import latency_ms
 from ..core.reasons import Unmatched
@@ -77,9 +77,7 @@ class SparkBenchConfig:
             if shape not in GENERATOR_SHAPES:
                 raise ConfigError(f"shapes[{i}]: {shape!r} is not a stream shape of the Spark generator source "
                                   f"(one of {list(GENERATOR_SHAPES)})")
-        for i, name in enumerate(self.algorithms or []):
-            if name not in ALGORITHMS:
-                raise ConfigError(f"algorithms[{i}]: {name!r} is not one of {sorted(ALGORITHMS)}")
+        check_registry_names(self.algorithms or [])
         check_positive("batch_rows", self.batch_rows, "a positive number of tuples per micro-batch", integer=True)
         check_positive("latency_rate", self.latency_rate, "a positive number of tuples per second", optional=True)
         check_positive("trigger_s", self.trigger_s, "a positive number of seconds")

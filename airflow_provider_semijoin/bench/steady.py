@@ -58,6 +58,18 @@ def registered(name: str) -> str:
     return name.partition("@")[0]
 
 
+def check_registry_names(names: list[str]) -> None:
+    """For the benches that run registry names only (``--cold``, ``--spark``): each of ``names``
+    is one, and a variant NAME@LABEL is refused with where it is measured."""
+    for i, name in enumerate(names):
+        if name in ALGORITHMS:
+            continue
+        if "@" in name and registered(name) in ALGORITHMS:
+            raise ConfigError(f"algorithms[{i}]: {name!r} is a variant, which the steady-state bench alone measures; "
+                              f"expected one of {sorted(ALGORITHMS)}")
+        raise ConfigError(f"algorithms[{i}]: {name!r} is not one of {sorted(ALGORITHMS)}")
+
+
 @dataclass
 class BenchConfig:
     master: str
