@@ -257,9 +257,17 @@ def _model_section(modelled: list) -> list[str]:
     return lines
 
 
-def calibration_line(cells, runs: int, each_cell: bool) -> str:
-    """How the models' unit costs were calibrated, how far the cells' calibrations spread, and
-    their median (each cell's predictions used its own, kept in ``results.json``)."""
+def calibrated_per(scale_settings: dict) -> str:
+    """What a run calibrated the unit costs anew for: each "repeat" of a cell, each "cell" (runs
+    before 2026-11-29, whose settings say ``calibrate_each_cell``) or each "experiment"."""
+    if "calibrate_per" in scale_settings:
+        return scale_settings["calibrate_per"]
+    return "cell" if scale_settings.get("calibrate_each_cell") else "experiment"
+
+
+def calibration_line(cells, runs: int, per: str) -> str:
+    """How the models' unit costs were calibrated (anew for each ``per``), how far the cells'
+    calibrations spread, and their median (each cell keeps its last repeat's in ``results.json``)."""
     found = [ComponentCosts(**c.costs) for c in cells if c.costs]
     if not found:
         return "Unit costs of the models: none calibrated (no cell has a model)."
@@ -268,10 +276,10 @@ def calibration_line(cells, runs: int, each_cell: bool) -> str:
         for label, unit, values in (
             ("S", "ms", [c.query_s * 1e3 for c in found]), ("T", "us/row", [c.row_s * 1e6 for c in found]),
             ("step", "us", [c.c_step * 1e6 for c in found])))
-    each = "cell" if each_cell else "experiment"
-    return (f"Unit costs of the models, calibrated before each {each}, the median of {runs} calibrations (S and T from "
+    repeats = " A cell's prediction is the median of its repeats', each on its own calibration." if per == "repeat" else ""
+    return (f"Unit costs of the models, calibrated before each {per}, the median of {runs} calibrations (S and T from "
             f"range loads, the IN cost a leaf from IN queries, at random places of R); over the {len(found)} cells: "
-            f"{spread}; the median of the cells' costs: {costs_line(ComponentCosts.median(found))}.")
+            f"{spread}; the median of the cells' costs: {costs_line(ComponentCosts.median(found))}.{repeats}")
 
 
 def write_report(folder: Path, summary: dict, cells) -> dict[str, dict]:
@@ -297,7 +305,7 @@ def write_report(folder: Path, summary: dict, cells) -> dict[str, dict]:
            "small scale checks the machinery; the verdicts that count are the standard run's."
            if summary["scale"] == "small" else ""),
         "",
-        calibration_line(cells, summary["calibration_runs"], s["calibrate_each_cell"]),
+        calibration_line(cells, summary["calibration_runs"], calibrated_per(s)),
         "",
         "## Claims of the papers",
         "",
