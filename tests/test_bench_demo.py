@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import re
@@ -148,6 +149,15 @@ def test_the_window_closes_at_the_end_of_a_cycle(tmp_path, monkeypatch):
     assert len(states) - 1 - opened > 1  # the window held more than the step that closed it
 
 
+def test_the_window_counts_the_cpu_clock_around_each_step_alone(tmp_path):
+    """The CPU an iteration is ``cpu_clock``'s advance over the steps (the joining thread's, by
+    default), not over the bench's own work between them."""
+    ticks = itertools.count()
+    config, table = tiny_bench(tmp_path, warmup_s=0.0, window_s=0.001, warmup_turnovers=1.0)
+    result = measure(config, table, "hybridjoin", "noperm", cpu_clock=lambda: next(ticks) * 1e-3)
+    assert result["iteration"]["cpu_ms"] == pytest.approx(1.0)  # one reading before a step, one after
+
+
 def test_a_meshjoin_window_holds_whole_scans_of_r(tmp_path):
     """MESHJOIN's tuples leave with the partition of R that holds their key, and on the noperm
     shape the first partition holds most of the stream: a window that could close after any
@@ -174,6 +184,8 @@ def test_the_window_splits_its_rate_into_the_iteration_of_the_model(tmp_path, na
     assert it["per"] == per
     assert it["tuples"] / it["ms"] * 1e3 == pytest.approx(result["service_rate_tps"], rel=2e-3)
     assert it["model_tuples"] / it["model_ms"] * 1e3 == pytest.approx(predicted, rel=2e-3)
+    assert 0 < it["cpu_ms"] <= it["ms"] * 1.01 + 0.01  # the joining thread's CPU, within its wall clock
+    assert 0 < it["model_cpu_ms"] < it["model_ms"]  # the model's c_loop without its I/O
     if per == "cycle":
         assert it["tuples"] == pytest.approx(result["tuples_in_window"] / result["window_cycles"], abs=0.1)
     if name == "meshjoin":

@@ -91,16 +91,20 @@ def test_small_scale_writes_every_plot_with_every_algorithm_and_judges_every_cla
 def test_the_model_table_sets_an_iteration_measured_beside_the_models():
     """Tuples and milliseconds an iteration, measured / modelled, the medians over the repeats;
     a cell of a run whose code measured no iteration (read from its results.json) shows none."""
-    repeats = [{"per": "step", "tuples": t, "ms": ms, "model_tuples": 8000.0, "model_ms": 10.0}
-               for t, ms in ((4000.0, 12.0), (5000.0, 13.0), (9000.0, 30.0))]
+    repeats = [{"per": "step", "tuples": t, "ms": ms, "cpu_ms": cpu, "model_tuples": 8000.0, "model_ms": 10.0,
+                "model_cpu_ms": 2.5} for t, ms, cpu in ((4000.0, 12.0, 6.0), (5000.0, 13.0, 7.0), (9000.0, 30.0, 9.0))]
     measured = Cell("skew", "hybridjoin", {"skew": 1.0}, [380_000.0, 390_000.0, 300_000.0], predicted_tps=800_000.0,
                     iterations=repeats)
+    no_cpu = Cell.from_dict({**measured.as_dict(), "iterations": [
+        {k: v for k, v in i.items() if "cpu" not in k} for i in repeats]})  # a run before the CPU was measured
     older = Cell.from_dict({k: v for k, v in measured.as_dict().items() if k != "iterations"})
-    assert measured.iteration() == {"per": "step", "tuples": 5000.0, "ms": 13.0, "model_tuples": 8000.0, "model_ms": 10.0}
+    assert measured.iteration() == {"per": "step", "tuples": 5000.0, "ms": 13.0, "cpu_ms": 7.0, "model_tuples": 8000.0,
+                                    "model_ms": 10.0, "model_cpu_ms": 2.5}
     assert older.iterations == [] and older.iteration() is None
-    rows = [line for line in _model_section([measured, older]) if line.startswith("| skew | hybridjoin |")]
-    assert rows == ["| skew | hybridjoin | skew 1 | 380,000 | 800,000 | 0.47 | - | 5,000 / 8,000 | 13 / 10 |",
-                    "| skew | hybridjoin | skew 1 | 380,000 | 800,000 | 0.47 | - | - | - |"]
+    rows = [line for line in _model_section([measured, no_cpu, older]) if line.startswith("| skew | hybridjoin |")]
+    assert rows == ["| skew | hybridjoin | skew 1 | 380,000 | 800,000 | 0.47 | - | 5,000 / 8,000 | 13 / 10 | 7 / 2.5 |",
+                    "| skew | hybridjoin | skew 1 | 380,000 | 800,000 | 0.47 | - | 5,000 / 8,000 | 13 / 10 | - |",
+                    "| skew | hybridjoin | skew 1 | 380,000 | 800,000 | 0.47 | - | - | - | - |"]
 
 
 def test_a_scale_that_calibrates_each_repeat_predicts_a_cell_by_the_median_of_its_repeats(tmp_path):

@@ -238,22 +238,28 @@ def _model_section(modelled: list) -> list[str]:
     """The model table: each modelled cell's rate measured and predicted, and its iteration
     measured against the model's (tuples and milliseconds an iteration, the medians over the
     repeats): a rate off by its tuples has the wrong w (which pages a load serves), one off by
-    its milliseconds the wrong c_loop (what a load or a step costs)."""
+    its milliseconds the wrong c_loop (what a load or a step costs); the joining thread's CPU
+    milliseconds against the model's c_loop without its I/O tell which term of c_loop."""
     inside = sum(LOW <= c.measured_over_predicted <= HIGH for c in modelled)
     lines = [f"{inside} of {len(modelled)} modelled cells within {LOW}-{HIGH}. A cache algorithm's prediction is at "
              "the hit ratio measured; its prediction with the ideal p_N follows. An iteration is a step of the "
              "algorithm (SSIJ's model: a cycle); where the rates disagree, its tuples measured / modelled tell a "
-             "wrong w from a wrong cost of the iteration (its ms measured / modelled).", "",
+             "wrong w from a wrong cost of the iteration (its ms measured / modelled), and the joining thread's CPU ms "
+             "against the model's ms without I/O a wrong CPU term from a wrong I/O term (the thread's CPU holds the "
+             "client's side of the reads it makes itself, turning rows into columns, which the model prices in T; "
+             "HYBRIDJOIN's read-ahead makes its loads on another thread, while the join works).", "",
              "| experiment | algorithm | setting | measured | predicted | measured / predicted "
-             "| predicted with ideal p_N | tuples an iteration, measured / modelled | ms an iteration, measured / modelled |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+             "| predicted with ideal p_N | tuples an iteration, measured / modelled | ms an iteration, measured / modelled "
+             "| CPU ms an iteration, joining thread / model |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for c in modelled:
         it = c.iteration()
         tuples = f"{it['tuples']:,.0f} / {it['model_tuples']:,.0f}" if it else "-"
         ms = f"{it['ms']:.3g} / {it['model_ms']:.3g}" if it else "-"
+        cpu = f"{it['cpu_ms']:.3g} / {it['model_cpu_ms']:.3g}" if it and "cpu_ms" in it else "-"
         lines.append(f"| {c.experiment} | {c.algorithm} | {_label(c.setting)} | {c.median:,.0f} | {c.predicted_tps:,.0f} | "
                      f"{c.measured_over_predicted:.2f} | "
-                     f"{f'{c.predicted_ideal_tps:,.0f}' if c.predicted_ideal_tps else '-'} | {tuples} | {ms} |")
+                     f"{f'{c.predicted_ideal_tps:,.0f}' if c.predicted_ideal_tps else '-'} | {tuples} | {ms} | {cpu} |")
     return lines
 
 

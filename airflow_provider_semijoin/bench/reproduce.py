@@ -125,10 +125,12 @@ class Cell:
 
     def iteration(self) -> dict | None:
         """The median over the repeats of each figure of an iteration (:func:`.steady.measure`'s
-        ``iteration``: tuples and milliseconds, measured and modelled); None without any."""
+        ``iteration``: tuples, milliseconds and CPU milliseconds, measured and modelled; a run
+        before 2026-11-29 measured no CPU); None without any."""
         if not self.iterations:
             return None
-        figures = ("tuples", "ms", "model_tuples", "model_ms")
+        figures = [k for k in ("tuples", "ms", "cpu_ms", "model_tuples", "model_ms", "model_cpu_ms")
+                   if all(k in i for i in self.iterations)]
         return {"per": self.iterations[0]["per"],
                 **{k: statistics.median(i[k] for i in self.iterations) for k in figures}}
 

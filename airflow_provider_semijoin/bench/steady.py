@@ -153,7 +153,7 @@ def backlog_target(algorithm) -> int:
 
 
 def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, clock=time.perf_counter, *,
-            costs: ComponentCosts | None = None, params: dict | None = None) -> dict:
+            costs: ComponentCosts | None = None, params: dict | None = None, cpu_clock=time.thread_time) -> dict:
     """Run one algorithm (or a variant of one, ``NAME@LABEL``: :class:`BenchConfig`) on one
     stream shape; the service rate over the window after the warm-up, and the one its cost model
     predicts (``costs``: the unit costs, calibrated here if None). ``params`` add to (or
@@ -185,8 +185,9 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
         while warm_s is None or not _window_over(config, algorithm, joined_s - warm_s):
             if buffer.available < backlog_target(algorithm):
                 fed += top_up(buffer, algorithm, store, joined, lambda: next(chunks))
-            before = joined.read()
+            before, cpu_before = joined.read(), cpu_clock()
             out = algorithm.step(buffer)
+            cpu_s = cpu_clock() - cpu_before
             taken += [(ids, before) for ids, _ in buffer.taken]
             buffer.taken.clear()
             now = joined.read()
@@ -196,7 +197,7 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
                     warm_s, turnovers = joined_s, algorithm.turnovers()
                     io_start = dict(store.counters.as_dict(), loads=algorithm.counters.loads)
                 continue
-            window.add(out.completed, step_s, algorithm.cycle_ended)
+            window.add(out.completed, step_s, algorithm.cycle_ended, cpu_s)
             left.append((out.matched_ids, out.unmatched_ids, joined_s))
         io_end = dict(store.counters.as_dict(), loads=algorithm.counters.loads)
         stats = algorithm.stats()
@@ -319,32 +320,38 @@ def store_costs(config: BenchConfig, store, costs: ComponentCosts | None) -> Com
 @dataclass
 class Window:
     """What :func:`measure` counted in its window: the tuples completed, the seconds joined,
-    the steps and the cycles ended."""
+    the CPU seconds of the joining thread in them (its reads' client side when it reads itself;
+    not the database's, nor a read-ahead thread's), the steps and the cycles ended."""
 
     tuples: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
     steps: int = 0
     cycles: int = 0
 
-    def add(self, completed: int, seconds: float, cycle_ended: bool) -> None:
-        """Count one step that completed ``completed`` tuples in ``seconds``."""
+    def add(self, completed: int, seconds: float, cycle_ended: bool, cpu_seconds: float = 0.0) -> None:
+        """Count one step that completed ``completed`` tuples in ``seconds``, ``cpu_seconds`` of them on the CPU."""
         self.tuples += completed
         self.seconds += seconds
+        self.cpu_seconds += cpu_seconds
         self.steps += 1
         self.cycles += bool(cycle_ended)
 
-    def per_iteration(self, iteration: str) -> tuple[float, float] | None:
-        """``(tuples, seconds)`` per ``iteration`` (a model's :attr:`.costmodel.Prediction.iteration`:
-        ``"step"`` or ``"cycle"``); None when the window holds none."""
+    def per_iteration(self, iteration: str) -> tuple[float, float, float] | None:
+        """``(tuples, seconds, CPU seconds)`` per ``iteration`` (a model's
+        :attr:`.costmodel.Prediction.iteration`: ``"step"`` or ``"cycle"``); None when the window
+        holds none."""
         count = self.cycles if iteration == "cycle" else self.steps
-        return (self.tuples / count, self.seconds / count) if count else None
+        return (self.tuples / count, self.seconds / count, self.cpu_seconds / count) if count else None
 
 
 def _prediction_fields(model, rate: float, measured_hits, name: str, costs: ComponentCosts, config: BenchConfig,
                        shape: str, stats: dict, window: Window) -> dict:
     """The model's rate, at the measured hit ratio too for a cache algorithm, and its iteration
     next to the window's (``iteration``: tuples and milliseconds an iteration, measured and
-    predicted), which tells a wrong w from a wrong c_loop where the rates disagree."""
+    predicted), which tells a wrong w from a wrong c_loop where the rates disagree; and the
+    joining thread's CPU milliseconds an iteration next to the model's c_loop without its I/O,
+    which tells a wrong CPU term from a wrong I/O term (or from read-ahead's overlap of the two)."""
     if model is None:
         return {"predicted_tps": None, "measured_over_predicted": None, "model": None, "model_turnover_s": None,
                 "iteration": None}
@@ -364,7 +371,9 @@ def _prediction_fields(model, rate: float, measured_hits, name: str, costs: Comp
     measured = window.per_iteration(compared.iteration)
     fields["iteration"] = None if measured is None else {
         "per": compared.iteration, "tuples": round(measured[0], 1), "ms": round(measured[1] * 1e3, 6),
-        "model_tuples": round(compared.tuples_per_iteration, 1), "model_ms": round(compared.iteration_s * 1e3, 6)}
+        "cpu_ms": round(measured[2] * 1e3, 6), "model_tuples": round(compared.tuples_per_iteration, 1),
+        "model_ms": round(compared.iteration_s * 1e3, 6),
+        "model_cpu_ms": round((compared.iteration_s - compared.io_s) * 1e3, 6)}
     return fields
 
 
