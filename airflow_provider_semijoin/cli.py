@@ -157,13 +157,14 @@ def cmd_bench(args) -> int:
 
     if args.spark:
         return cmd_bench_spark(args)
-    modes = {"--cold": (args.cold, cmd_bench_cold), "--micro": (args.micro, cmd_bench_micro),
-             "--access": (args.access, cmd_bench_access)}
+    if args.cold:
+        return cmd_bench_cold(args)
+    modes = {"--micro": (args.micro, cmd_bench_micro), "--access": (args.access, cmd_bench_access)}
     for option, (chosen, command) in modes.items():
         if chosen:
             if args.set:  # a setting would be lost without a word
                 raise ConfigError(f"--set: {option} takes no algorithm parameters; "
-                                  "expected no --set (the steady-state bench and --spark take them)")
+                                  "expected no --set (the steady-state, cold and Spark benches take them)")
             return command(args)
     config = BenchConfig(
         master=args.master, rows=args.rows, memory=parse_bytes(args.memory), zipf=args.zipf,
@@ -193,6 +194,7 @@ def cmd_bench_cold(args) -> int:
     config = ColdConfig(
         master=args.master, rows=args.rows, stream_rows=args.stream_rows, memory=parse_bytes(args.memory),
         zipf=args.zipf, shapes=_columns(args.shapes), algorithms=_columns(args.algorithms), seed=args.seed,
+        params=_params(args.set),
     )
     report = run_cold(config, out=functools.partial(print, flush=True))
     _write_report(report, args.out)

@@ -16,17 +16,21 @@ from airflow_provider_semijoin.core.stores.sql import PASSWORD_ENV
 def test_cold_runs_every_algorithm_and_both_baselines_exactly_once(tmp_path, capsys):
     out = tmp_path / "cold.json"
     code = main(["bench", "--cold", "--master", f"sqlite:///{tmp_path / 'b.db'}", "--rows", "3000",
-                 "--stream-rows", "2000", "--algorithms", "hybridjoin,cachejoin", "--shapes", "noperm",
-                 "--memory", "1MB", "--out", str(out)])
+                 "--stream-rows", "2000", "--algorithms", "hybridjoin,cachejoin,cachejoin@lru", "--shapes", "noperm",
+                 "--set", "cachejoin.threshold=3", "--set", "cachejoin@lru.eviction=lru", "--memory", "1MB",
+                 "--out", str(out)])
     assert code == 0
     results = json.loads(out.read_text())["results"]
-    assert [r["algorithm"] for r in results] == ["hybridjoin", "cachejoin", "inlist", "inlist-lru"]
+    assert [r["algorithm"] for r in results] == ["hybridjoin", "cachejoin", "cachejoin@lru", "inlist", "inlist-lru"]
+    # each child joined with its own settings: a variant with its algorithm's and then its own
+    settings = {r["algorithm"]: (r["settings"].get("threshold"), r["settings"].get("eviction")) for r in results[1:3]}
+    assert settings == {"cachejoin": (3, "lfu"), "cachejoin@lru": (3, "lru")}
     assert all(r["exactly_once"] and r["wall_s"] > 0 and r["wall_tps"] == pytest.approx(2000 / r["wall_s"]) for r in results)
     assert all(r["first_wall_s"] > 0 and r["first_wall_tps"] == pytest.approx(2000 / r["first_wall_s"]) for r in results)
     table = capsys.readouterr().out
     assert "| algorithm | wall s | tuples/s (wall) |" in table and "| first run: wall s | first run: x better" in table
-    assert sum(line.startswith(("| hybridjoin |", "| cachejoin |", "| inlist |", "| inlist-lru |"))
-               for line in table.splitlines()) == 4
+    assert sum(line.startswith(("| hybridjoin |", "| cachejoin |", "| cachejoin@lru |", "| inlist |", "| inlist-lru |"))
+               for line in table.splitlines()) == 5
 
 
 def test_a_password_goes_to_the_child_through_the_environment_not_argv():
@@ -38,15 +42,16 @@ def test_a_password_goes_to_the_child_through_the_environment_not_argv():
 def test_cold_config_names_a_bad_field():
     with pytest.raises(ConfigError, match=r"^algorithms\[0\]: 'fast' is not one of"):
         ColdConfig(master="sqlite:///x.db", algorithms=["fast"])
-    with pytest.raises(ConfigError, match=r"^algorithms\[1\]: 'ssij@lru' is a variant, which the steady-state bench "
-                                          r"alone measures; expected one of \["):
-        ColdConfig(master="sqlite:///x.db", algorithms=["ssj", "ssij@lru"])
+    with pytest.raises(ConfigError, match=r"^algorithms\[1\]: 'ssij@LRU': a variant is NAME@LABEL with LABEL of a-z"):
+        ColdConfig(master="sqlite:///x.db", algorithms=["ssj", "ssij@LRU"])
+    with pytest.raises(ConfigError, match=r"^--set ssij@lru: expected ALGORITHM.NAME=VALUE"):
+        ColdConfig(master="sqlite:///x.db", algorithms=["ssij@lru"], params={"ssij@lru": "1"})
     with pytest.raises(ConfigError, match=r"^stream_rows: 0 is not a number of tuples >= 1"):
         ColdConfig(master="sqlite:///x.db", stream_rows=0)
 
 
-@pytest.mark.parametrize("mode", ["--cold", "--micro", "--access"])
+@pytest.mark.parametrize("mode", ["--micro", "--access"])
 def test_a_bench_mode_that_runs_defaults_refuses_a_setting(mode, capsys):
     assert main(["bench", "--master", "sqlite:///x.db", mode, "--set", "hybridjoin.read_ahead=0"]) == 2
     assert capsys.readouterr().err == (f"semijoin: error: --set: {mode} takes no algorithm parameters; "
-                                       "expected no --set (the steady-state bench and --spark take them)\n")
+                                       "expected no --set (the steady-state, cold and Spark benches take them)\n")

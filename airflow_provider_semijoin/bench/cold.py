@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -35,7 +35,7 @@ from ..core.files import write_table
 from ..core.joins import ALGORITHMS
 from ..core.stores import open_store, pagemaps, redact
 from ..workloads import zipf_stream
-from .steady import bench_master, check_registry_names
+from .steady import bench_master, check_algorithms, params_of, registered
 
 BASELINES = ("inlist", "inlist-lru")
 SHAPES = ("noperm", "random")
@@ -49,13 +49,14 @@ class ColdConfig:
     memory: int = 50 * 2**20
     zipf: float = 1.0
     shapes: list[str] | None = None
-    algorithms: list[str] | None = None
+    algorithms: list[str] | None = None  # registry names, or NAME@LABEL: NAME again with the --set of NAME@LABEL too
     seed: int = 0
+    params: dict = field(default_factory=dict)  # "algorithm.param" -> value, passed to each child's --set
 
     def __post_init__(self) -> None:
         self.shapes = list(self.shapes or SHAPES)
         self.algorithms = list(self.algorithms or ALGORITHMS)
-        check_registry_names(self.algorithms)
+        check_algorithms(self.algorithms, self.params)
         for name in BASELINES:  # the table's ratios are to them
             if name not in self.algorithms:
                 self.algorithms.append(name)
@@ -79,11 +80,13 @@ def _without_password(url: str) -> tuple[str, dict]:
 
 
 def join_once(config: ColdConfig, table: str, stream: Path, name: str, workdir: Path) -> dict:
-    """Run ``semijoin join`` with ``name`` in a fresh process; wall-clock seconds and its stats."""
+    """Run ``semijoin join`` with ``name`` (a variant NAME@LABEL: NAME with its settings) in a
+    fresh process; wall-clock seconds and its stats."""
     stats = workdir / f"{name}.json"
     master, env = _without_password(config.master)
+    settings = [arg for key, value in params_of(config.params, name).items() for arg in ("--set", f"{key}={value}")]
     command = [
-        sys.executable, "-m", "airflow_provider_semijoin.cli", "join", "--algorithm", name,
+        sys.executable, "-m", "airflow_provider_semijoin.cli", "join", "--algorithm", registered(name), *settings,
         "--master", master, "--table", table, "--key", "nk", "--stream", str(stream),
         "--stream-key", "nk", "--out", str(workdir / f"{name}.parquet"),
         "--unmatched", str(workdir / f"{name}-unmatched.parquet"), "--memory", str(config.memory),
@@ -102,6 +105,7 @@ def join_once(config: ColdConfig, table: str, stream: Path, name: str, workdir: 
         "reported_tps": s["service_rate_tps"],
         "disk_queries": s["disk_queries"],
         "exactly_once": s["exactly_once"]["ok"],
+        "settings": s.get("settings"),
     }
 
 

@@ -59,15 +59,39 @@ def registered(name: str) -> str:
 
 
 def check_registry_names(names: list[str]) -> None:
-    """For the benches that run registry names only (``--cold``, ``--spark``): each of ``names``
-    is one, and a variant NAME@LABEL is refused with where it is measured."""
+    """For the bench that runs registry names only (``--spark``): each of ``names`` is one, and
+    a variant NAME@LABEL is refused as one."""
     for i, name in enumerate(names):
         if name in ALGORITHMS:
             continue
         if "@" in name and registered(name) in ALGORITHMS:
-            raise ConfigError(f"algorithms[{i}]: {name!r} is a variant, which the steady-state bench alone measures; "
-                              f"expected one of {sorted(ALGORITHMS)}")
+            raise ConfigError(f"algorithms[{i}]: {name!r} is a variant, which the steady-state and cold benches "
+                              f"measure, not this one; expected one of {sorted(ALGORITHMS)}")
         raise ConfigError(f"algorithms[{i}]: {name!r} is not one of {sorted(ALGORITHMS)}")
+
+
+def check_algorithms(names: list[str], params: dict) -> None:
+    """``names``: registry names or variants NAME@LABEL, none twice; ``params``' keys
+    ALGORITHM.NAME (--set) with ALGORITHM a registry name or a variant of one."""
+    for i, name in enumerate(names):
+        base, at, label = name.partition("@")
+        if base not in ALGORITHMS:
+            raise ConfigError(f"algorithms[{i}]: {base!r} is not one of {sorted(ALGORITHMS)}")
+        if at and not VARIANT.fullmatch(label):
+            raise ConfigError(f"algorithms[{i}]: {name!r}: a variant is NAME@LABEL with LABEL of a-z, 0-9, _ and -")
+    if len(set(names)) < len(names):
+        raise ConfigError(f"algorithms: {names} names one twice (a variant needs a label of its own)")
+    for key in params:
+        algorithm, dot, _ = key.partition(".")
+        if not dot or registered(algorithm) not in ALGORITHMS:
+            raise ConfigError(f"--set {key}: expected ALGORITHM.NAME=VALUE with ALGORITHM one of {sorted(ALGORITHMS)} "
+                              "(or a variant of one, NAME@LABEL)")
+
+
+def params_of(params: dict, algorithm: str) -> dict:
+    """The --set ``params`` of ``algorithm``; a variant NAME@LABEL has NAME's, then its own."""
+    names = dict.fromkeys([registered(algorithm), algorithm])
+    return {k[len(name) + 1:]: v for name in names for k, v in params.items() if k.startswith(name + ".")}
 
 
 @dataclass
@@ -99,19 +123,7 @@ class BenchConfig:
         for i, shape in enumerate(self.shapes):
             if shape not in SHAPES:
                 raise ConfigError(f"shapes[{i}]: {shape!r} is not one of {list(SHAPES)}")
-        for i, name in enumerate(self.algorithms):
-            base, at, label = name.partition("@")
-            if base not in ALGORITHMS:
-                raise ConfigError(f"algorithms[{i}]: {base!r} is not one of {sorted(ALGORITHMS)}")
-            if at and not VARIANT.fullmatch(label):
-                raise ConfigError(f"algorithms[{i}]: {name!r}: a variant is NAME@LABEL with LABEL of a-z, 0-9, _ and -")
-        if len(set(self.algorithms)) < len(self.algorithms):
-            raise ConfigError(f"algorithms: {self.algorithms} names one twice (a variant needs a label of its own)")
-        for key in self.params:
-            algorithm, dot, _ = key.partition(".")
-            if not dot or registered(algorithm) not in ALGORITHMS:
-                raise ConfigError(f"--set {key}: expected ALGORITHM.NAME=VALUE with ALGORITHM one of {sorted(ALGORITHMS)} "
-                                  "(or a variant of one, NAME@LABEL)")
+        check_algorithms(self.algorithms, self.params)
         if self.warmup_s < 0 or self.window_s <= 0:
             raise ConfigError(f"window: warm-up {self.warmup_s} s and window {self.window_s} s must be >= 0 and > 0")
         check_number("warmup_turnovers", self.warmup_turnovers, "a number of turnovers >= 0", minimum=0)
@@ -133,9 +145,8 @@ class BenchConfig:
             raise ConfigError(f"dbms_join: the comparison runs inside MySQL/MariaDB; {redact(self.master)!r} is not one")
 
     def params_for(self, algorithm: str) -> dict:
-        """The --set parameters of ``algorithm``; a variant NAME@LABEL has NAME's, then its own."""
-        names = dict.fromkeys([registered(algorithm), algorithm])
-        return {k[len(name) + 1:]: v for name in names for k, v in self.params.items() if k.startswith(name + ".")}
+        """The --set parameters of ``algorithm`` (:func:`params_of`)."""
+        return params_of(self.params, algorithm)
 
 
 def stream_chunks(config: BenchConfig, shape: str):

@@ -187,7 +187,7 @@ def test_moderate_rate_is_half_the_slowest_rounded_down():
     [
         ({"algorithms": ["hybridjoin", "hybrid"]}, r"^algorithms\[1\]: 'hybrid' is not one of \["),
         ({"algorithms": ["hybridjoin@ra0"]}, r"^algorithms\[0\]: 'hybridjoin@ra0' is a variant, which the steady-state "
-                                             r"bench alone measures; expected one of \["),
+                                             r"and cold benches measure, not this one; expected one of \["),
         ({"batch_rows": 0}, r"^batch_rows: 0 is not a positive number of tuples per micro-batch$"),
         ({"latency_rate": -5.0}, r"^latency_rate: -5.0 is not a positive number of tuples per second$"),
         ({"trigger_s": 0}, r"^trigger_s: 0 is not a positive number of seconds$"),
