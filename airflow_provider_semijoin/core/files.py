@@ -111,10 +111,14 @@ def write_private_json(path, value, *, default=None) -> None:
     tables, or hold passwords), appearing whole or not at all: written beside it, then renamed."""
     partial = f"{path}.{os.getpid()}.partial"
     descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        json.dump(value, handle, default=default)
-        handle.write("\n")
-    os.replace(partial, path)
+    try:
+        with os.fdopen(descriptor, "w") as handle:
+            json.dump(value, handle, default=default)
+            handle.write("\n")
+        os.replace(partial, path)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise
 
 
 def _write_json_lines(path: Path, table: pa.Table) -> None:

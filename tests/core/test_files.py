@@ -1,12 +1,14 @@
 """core.files: format by suffix, round trips, and one-sentence errors naming the option."""
 
 import datetime as dt
+import json
+import os
 
 import pyarrow as pa
 import pytest
 
 from airflow_provider_semijoin.core.errors import ConfigError
-from airflow_provider_semijoin.core.files import read_table, write_table
+from airflow_provider_semijoin.core.files import read_table, write_private_json, write_table
 
 TABLE = pa.table(
     {
@@ -94,3 +96,20 @@ def test_corrupt_file_names_path_format_and_one_line_of_the_parser_message(tmp_p
 def test_nan_cannot_be_written_as_json_lines(tmp_path):
     with pytest.raises(ConfigError, match=r"^out: cannot write '.*x\.jsonl' as JSON lines \("):
         write_table(tmp_path / "x.jsonl", pa.table({"a": [float("nan")]}), what="out")
+
+
+def test_private_json_is_whole_and_readable_by_its_owner_only(tmp_path):
+    path = tmp_path / "summary.json"
+    write_private_json(path, {"rows": 3})
+    assert json.loads(path.read_text()) == {"rows": 3}
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
+def test_private_json_that_cannot_be_written_leaves_the_old_file_and_no_partial(tmp_path):
+    path = tmp_path / "summary.json"
+    write_private_json(path, {"rows": 3})
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        write_private_json(path, {"rows": object()})
+    assert json.loads(path.read_text()) == {"rows": 3}
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
