@@ -438,7 +438,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         budget holds the stream buffers at their peak with an empty CR)."""
         while (free := self._free()) < need:
             if self.cache.garbage() > 0:  # the rows of evicted pages are still held: drop them first
-                self.cache.compact()
+                self.cache.collect()
                 continue
             victims = self.cache.victims(need - free, below=below)
             if len(victims) == 0:

@@ -111,9 +111,12 @@ class PageCache:
 
     The rows live in a *slab* (one Arrow chunk in key order, probed with ``searchsorted``) and in
     segments staged during a join phase (the kept pages of each read sequence), merged into the
-    slab before the next probe. An evicted page leaves its rows in its segment until the next
-    merge (:meth:`compact`) - they are never probed, since only cached pages are - and
-    :attr:`nbytes` counts them until then.
+    slab before the next probe (:meth:`compact`). An evicted page leaves its rows in its segment
+    - they are never probed, since only cached pages are - and :attr:`nbytes` counts them until
+    the memory is needed: :meth:`collect` then drops them segment by segment, copying only the
+    live rows of a segment that holds evicted ones (merging the whole cache there, as before,
+    copied every cached row each time a join phase's keep ran short: 13 times a phase, 0.35 s,
+    under LRU at R = 2M rows, whose ToRemove is all of CR).
     """
 
     def __init__(self, n_pages: int, key_dtype: np.dtype, schema: pa.Schema, policy: str):
@@ -196,8 +199,9 @@ class PageCache:
         freed = np.cumsum(self.page_bytes[candidates[order]])
         return candidates[order[: int(np.searchsorted(freed, need, side="left")) + 1]]
 
-    def compact(self) -> None:
-        """Merge every segment's live rows into one slab in key order (evicted rows are dropped)."""
+    def collect(self) -> None:
+        """Drop the rows of evicted pages: a segment of live pages only stays as it is, one of
+        evicted pages only goes, the others keep their live rows (still in key order)."""
         parts = []
         for segment in self._segments:
             live = np.flatnonzero(self.home[segment.row_page] == segment.id)
@@ -205,6 +209,14 @@ class PageCache:
                 parts.append(segment)
             elif len(live):
                 parts.append(_Segment(segment.id, segment.keys[live], segment.rows.take(live), segment.row_page[live]))
+        self._segments = parts
+        self.nbytes = sum(p.nbytes for p in parts)
+        self.live_bytes = self.nbytes
+
+    def compact(self) -> None:
+        """Merge every segment's live rows into one slab in key order (evicted rows are dropped)."""
+        self.collect()
+        parts = self._segments
         if not parts:
             slab = _Segment(self._next_id, np.zeros(0, self._key_dtype), self._schema.empty_table(), np.zeros(0, np.int32))
         elif len(parts) == 1:
