@@ -23,10 +23,11 @@ from airflow_provider_semijoin.core.joins import JoinOutput, StreamBuffer, creat
 from airflow_provider_semijoin.core.joins import ssij as ssij_module
 from airflow_provider_semijoin.core.joins.ssij import KEEP_MARGIN
 from airflow_provider_semijoin.core.joins.ssij_access import split_at_keep
-from airflow_provider_semijoin.core.joins.ssij_pages import read_plan
+from airflow_provider_semijoin.core.joins.ssij_pages import PageCache, read_plan
 from airflow_provider_semijoin.core.keys import normalize
 from airflow_provider_semijoin.core.oracle import engine_pairs
 from airflow_provider_semijoin.core.runner import check_exactly_once, run_join
+from airflow_provider_semijoin.core.stores.base import MasterPage
 from airflow_provider_semijoin.core.session import JoinSession
 from airflow_provider_semijoin.core.stores import create_change_tables
 
@@ -93,6 +94,34 @@ def test_read_plan_merges_gaps_below_max_dist_only():
     plan = read_plan(np.arange(7), 3, 1.0, 1e-4)
     assert len(plan) == 3 and max(count for _, count in plan) == 3
     assert read_plan(np.array([], np.int64), 5, 1e-3, 1e-4) == []
+
+
+def test_the_page_cache_drops_evicted_rows_without_merging_and_merges_in_key_order_for_a_probe():
+    """CR stages each sequence's kept pages as a segment; evicted rows leave their segment when
+    memory is short (collect: the untouched segment is the same object), and the probe's slab
+    holds the cached pages' rows only, in key order."""
+    schema = pa.schema([("sk", pa.int64())])
+    cache = PageCache(8, np.dtype(np.int64), schema, "utility")
+
+    def sequence(first_key):  # two pages of 3 rows: keys first_key.., pages first_key // 3 ..
+        keys = np.arange(first_key, first_key + 6, dtype=np.int64)
+        return MasterPage(keys, pa.table({"sk": keys * 10})), (keys // 3).astype(np.int64)
+
+    for first_key in (12, 0):  # staged out of key order
+        loaded, row_page = sequence(first_key)
+        pages = np.unique(row_page)
+        cache.stage(loaded, row_page, pages, np.ones(2, np.int64), pages)
+    untouched = cache._segments[1]
+    cache.evict(np.array([4]))
+    assert cache.garbage() > 0
+    cache.collect()
+    assert cache.garbage() == 0 and len(cache._segments) == 2 and cache._segments[1] is untouched
+    assert cache._segments[0].keys.tolist() == [15, 16, 17]
+    assert cache.compactions == 0
+    slab = cache.slab
+    assert slab.keys.tolist() == [0, 1, 2, 3, 4, 5, 15, 16, 17]
+    assert slab.rows["sk"].to_pylist() == [10 * k for k in slab.keys.tolist()]
+    assert slab.row_page.tolist() == [0, 0, 0, 1, 1, 1, 5, 5, 5] and cache.compactions == 1
 
 
 # ------------------------------------------------------------------------------ helpers
