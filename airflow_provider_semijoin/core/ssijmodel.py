@@ -18,7 +18,11 @@ state of a Zipf stream over R of n keys, pages of ``page_rows`` keys with stream
 * **the join phase** reads each page j not cached that a tuple asked for (probability
   r_j = 1 - exp(-N q_j)): by an IN query of its d_j distinct waiting keys when that costs less
   than the page in a sequence, in_key d_j < T (the engine's sparse pages, issue 12), else in a
-  range sequence of the read plan (sec. IV-D). IN queries take up to
+  range sequence of the read plan (sec. IV-D). Under LRU a join phase keeps the last pages it
+  reads (:func:`lru_kept`), and a page kept is read whole, with the pages of the gaps
+  between kept pages less than maxDist apart (:func:`in_kept_sequence`), however few keys wait
+  on them - at R = 2M rows on NoPerm about 10k pages a phase of the cold tail, which the utility
+  policy reads by IN. IN queries take up to
   :data:`.joins.base.RIDER_KEYS` keys; a sequence starts at each range-read page whose
   neighbour below is not range-read, and again every maxScan pages.
 * **the CPU** of a cycle: per tuple the online phase's take, index lookup and probe of CR's
@@ -29,6 +33,8 @@ mu = N / (c_IO + c_CPU); one cycle is one iteration, and H_S (IB + SB) turns ove
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -67,6 +73,29 @@ def pages_for_hit_ratio(q: np.ndarray, p_c: float) -> np.ndarray:
     return share
 
 
+def lru_kept(asked: np.ndarray, sparse: np.ndarray, pages: int) -> np.ndarray:
+    """Per page (position order), the chance a join phase keeps it under LRU (Figure 11): a page
+    of P_u is used after every cached page, so ToKeep is the last ``pages`` candidates the plan
+    reads. A candidate is asked for (``asked``: r_j) and dense, or ``sparse`` and asked for in
+    the phase before too (r_j^2: :mod:`.joins.ssij` keeps a sparse page only when it recurs)."""
+    candidate = asked * np.where(sparse, asked, 1.0)
+    after = np.cumsum(candidate[::-1])[::-1] - candidate  # candidates read after page j
+    return candidate * np.clip(pages - after, 0.0, 1.0)
+
+
+def in_kept_sequence(kept: np.ndarray, max_dist: float) -> np.ndarray:
+    """Per page, the chance a range read spans it because of kept pages: it is kept, or it lies
+    between two kept pages less than maxDist apart (a scan across their gap costs less than two
+    queries, and :func:`.joins.ssij_access.split_at_keep` cuts a sequence only around kept pages
+    few and far between). Kept pages fall independently with the density of the maxDist pages
+    around page j; a page not kept lies a + b < maxDist pages from the two around it."""
+    span = max(int(math.ceil(max_dist)), 2)
+    k = np.clip(np.convolve(kept, np.ones(span) / span, mode="same"), 0.0, 1.0)
+    gaps = np.arange(2, span)  # a + b
+    between = np.sum((gaps - 1)[:, None] * k ** 2 * (1.0 - k) ** (gaps - 2)[:, None], axis=0)
+    return np.clip(kept + (1.0 - kept) * between, 0.0, 1.0)
+
+
 def _sequences(range_read: np.ndarray, max_scan: int) -> float:
     """Expected range queries of the read plan over pages read by range with probabilities
     ``range_read`` (position order): one where the page below is not read by range, and one
@@ -83,6 +112,7 @@ def ssij_model(split: dict, settings: dict, costs: ComponentCosts, n_keys: int, 
     page_rows = int(split_field(split, "page_rows", "ssij"))
     sb, ib = float(split_field(split, "sb_thresh", "ssij")), float(split_field(split, "ib_thresh", "ssij"))
     max_scan = int(split_field(split, "max_scan", "ssij"))
+    max_dist = float(split_field(split, "max_dist", "ssij"))
     room_pages = int(split_field(split, "cache_room_bytes", "ssij") // max(int(split_field(split, "page_bytes", "ssij")), 1))
     policy = settings.get("cache_policy", "utility")
     if policy not in POLICIES:
@@ -100,12 +130,14 @@ def ssij_model(split: dict, settings: dict, costs: ComponentCosts, n_keys: int, 
     distinct = missed * page_keys_seen(n_keys, exponent, page_rows, shape, tuples, shape_seed=shape_seed)  # d_j
     page_s = c.row_s * page_rows
     by_in = c.in_key_s * distinct < page_s
-    in_keys = float(distinct[by_in].sum())
-    in_read = np.where(by_in, asked, 0.0)
-    range_read = np.where(by_in, 0.0, asked)
+    whole = in_kept_sequence(lru_kept(asked, by_in, room_pages), max_dist) if policy == "lru" else np.zeros(len(q))
+    in_share = np.where(by_in, 1.0 - whole, 0.0)  # of page j's reads, those by IN
+    in_keys = float(np.sum(distinct * in_share))
+    in_read = asked * in_share
+    range_read = whole + (1.0 - whole) * np.where(by_in, 0.0, asked)  # pages a range sequence spans
     range_queries = _sequences(range_read, max_scan)
     in_queries = in_keys / RIDER_KEYS + range_queries if in_keys else 0.0  # a range sequence ends an IN run
-    leaves = float(np.sum(c.leaves_read(distinct[by_in], page_rows)))
+    leaves = float(np.sum(c.leaves_read(distinct, page_rows) * in_share))
     io = (in_queries * c.in_query_s + in_keys * c.in_key_s + leaves * c.in_leaf_s
           + range_queries * c.query_s + float(range_read.sum()) * page_s)
     rows = in_keys + float(range_read.sum()) * page_rows

@@ -33,14 +33,15 @@ def master(tmp_path_factory) -> str:
     return url
 
 
-def run_phases(master: str, shape: str, policy: str, phases: int, warm: int) -> tuple[object, float, float]:
+def run_phases(master: str, shape: str, policy: str, phases: int, warm: int) -> tuple[object, float, dict]:
     """SSIJ over a Zipf(1) stream of ``shape`` on R of N_KEYS keys with 1 MiB: its hit ratio of CR
-    and the pages a join phase asked for, over the join phases after the first ``warm``."""
+    and, a join phase, the pages it asked for (``asked``) and read by range queries (``ranged``,
+    every page a sequence spans), over the join phases after the first ``warm``."""
     with open_store(master, "r", "nk") as store:
         return _run_phases(store, shape, policy, phases, warm)
 
 
-def _run_phases(store, shape: str, policy: str, phases: int, warm: int) -> tuple[object, float, float]:
+def _run_phases(store, shape: str, policy: str, phases: int, warm: int) -> tuple[object, float, dict]:
     algorithm = create("ssij", store, 1 << 20, {"cache_policy": policy})
     buffer = StreamBuffer(store.key_type, lambda: 0.0)
     extra, seed, at_warm = algorithm.counters.extra, 0, None
@@ -53,30 +54,38 @@ def _run_phases(store, shape: str, policy: str, phases: int, warm: int) -> tuple
         if at_warm is None and extra["join_phases"] == warm and algorithm.cycle_ended:
             at_warm = dict(extra)
     hits = (extra["cache_hits"] - at_warm["cache_hits"]) / (extra["cache_probes"] - at_warm["cache_probes"])
-    asked = (extra["pages_requested"] - at_warm["pages_requested"]) / phases
-    return algorithm, hits, asked
+    per_phase = {name: (extra[counter] - at_warm[counter]) / phases
+                 for name, counter in (("asked", "pages_requested"), ("ranged", "pages_read"))}
+    return algorithm, hits, per_phase
 
 
 @pytest.mark.parametrize("shape", ["noperm", "random"])
 def test_the_model_predicts_the_engines_cache_and_join_phases(master, shape):
     """CR of the pages of largest q_j (utility, sec. IV-C) and r_j = 1 - exp(-N q_j): the engine's
     hit ratio and the pages each join phase asks for, after it settled."""
-    algorithm, hits, asked = run_phases(master, shape, "utility", phases=6, warm=3)
+    algorithm, hits, per_phase = run_phases(master, shape, "utility", phases=6, warm=3)
     found = explain("ssij", algorithm, COSTS, N_KEYS, 1.0, shape)
     assert hits == pytest.approx(found.hit_ratio, abs=0.05)
-    assert asked == pytest.approx(found.detail["pages_asked"], rel=0.15)
+    assert per_phase["asked"] == pytest.approx(found.detail["pages_asked"], rel=0.15)
+    assert per_phase["ranged"] <= 0.02 * per_phase["asked"] and found.detail["pages_by_range"] <= 0.02 * per_phase["asked"]
     assert found.detail["N"] == pytest.approx(algorithm.sb_thresh / (1 - found.hit_ratio) + algorithm.ib_thresh / 2)
     assert found.turnover_s == found.iteration_s  # H_S (IB + SB) turns over once a cycle
 
 
-def test_lru_keeps_the_pages_read_last_and_serves_less(master):
+@pytest.mark.parametrize("shape", ["noperm", "random"])
+def test_lru_keeps_the_pages_read_last_and_serves_less(master, shape):
     """Figure 11: LRU keeps the pages read last whatever they served - on NoPerm the cold tail of
-    R - and its hit ratio falls well below the utility policy's, in the engine and the model."""
-    algorithm, hits, asked = run_phases(master, "noperm", "lru", phases=6, warm=3)
-    lru = explain("ssij", algorithm, COSTS, N_KEYS, 1.0, "noperm")
-    utility = explain("ssij", algorithm, COSTS, N_KEYS, 1.0, "noperm", settings={"cache_policy": "utility"})
+    R - and its hit ratio falls well below the utility policy's, in the engine and the model. The
+    pages it keeps are read whole, with the gaps between them: a join phase reads by range many
+    pages the utility policy reads by IN (in the model, as in the engine)."""
+    algorithm, hits, per_phase = run_phases(master, shape, "lru", phases=6, warm=3)
+    lru = explain("ssij", algorithm, COSTS, N_KEYS, 1.0, shape)
+    utility = explain("ssij", algorithm, COSTS, N_KEYS, 1.0, shape, settings={"cache_policy": "utility"})
     assert hits == pytest.approx(lru.hit_ratio, abs=0.08)
-    assert lru.hit_ratio < utility.hit_ratio / 2 and lru.service_rate_tps < utility.service_rate_tps
+    assert lru.hit_ratio < utility.hit_ratio * 0.6 and lru.service_rate_tps < utility.service_rate_tps
+    at_hits = explain("ssij", algorithm, COSTS, N_KEYS, 1.0, shape, p_n=hits)
+    assert per_phase["ranged"] == pytest.approx(at_hits.detail["pages_by_range"], rel=0.35)
+    assert per_phase["ranged"] > 0.05 * per_phase["asked"]
 
 
 def test_a_measured_hit_ratio_replaces_the_caches(master):
