@@ -22,8 +22,10 @@ state of a Zipf stream over R of n keys, pages of ``page_rows`` keys with stream
   reads (:func:`lru_kept`), and a page kept is read whole, with the pages of the gaps
   between kept pages less than maxDist apart (:func:`in_kept_sequence`), however few keys wait
   on them - at R = 2M rows on NoPerm about 10k pages a phase of the cold tail, which the utility
-  policy reads by IN. IN queries take up to
-  :data:`.joins.base.RIDER_KEYS` keys; a sequence starts at each range-read page whose
+  policy reads by IN. IN queries take up to :data:`.joins.base.RIDER_KEYS` keys, fewer when
+  the read buffer (one sequence of maxScan pages) holds fewer rows (``in_query_keys``: 64 keys
+  a query at maxScan 1, where RIDER_KEYS made the model's IN queries 64 times too few); a
+  sequence starts at each range-read page whose
   neighbour below is not range-read, and again every maxScan pages.
 * **the CPU** of a cycle: per tuple the online phase's take, index lookup and probe of CR's
   rows (c_S + c_A + c_cache), per hit its output (c_hit), per online phase c_step; per SB
@@ -40,7 +42,6 @@ import numpy as np
 
 from .costmodel import Prediction, page_keys_seen, page_probabilities, split_field
 from .errors import ConfigError
-from .joins.base import RIDER_KEYS
 from .joins.ssij import POLICIES
 from .unitcosts import ComponentCosts
 
@@ -113,6 +114,7 @@ def ssij_model(split: dict, settings: dict, costs: ComponentCosts, n_keys: int, 
     sb, ib = float(split_field(split, "sb_thresh", "ssij")), float(split_field(split, "ib_thresh", "ssij"))
     max_scan = int(split_field(split, "max_scan", "ssij"))
     max_dist = float(split_field(split, "max_dist", "ssij"))
+    in_query_keys = int(split_field(split, "in_query_keys", "ssij"))  # the read buffer's rows, at most RIDER_KEYS (the engine's _in_keys)
     room_pages = int(split_field(split, "cache_room_bytes", "ssij") // max(int(split_field(split, "page_bytes", "ssij")), 1))
     policy = settings.get("cache_policy", "utility")
     if policy not in POLICIES:
@@ -136,7 +138,7 @@ def ssij_model(split: dict, settings: dict, costs: ComponentCosts, n_keys: int, 
     in_read = asked * in_share
     range_read = whole + (1.0 - whole) * np.where(by_in, 0.0, asked)  # pages a range sequence spans
     range_queries = _sequences(range_read, max_scan)
-    in_queries = in_keys / RIDER_KEYS + range_queries if in_keys else 0.0  # a range sequence ends an IN run
+    in_queries = in_keys / in_query_keys + range_queries if in_keys else 0.0  # a range sequence ends an IN run
     leaves = float(np.sum(c.leaves_read(distinct, page_rows) * in_share))
     io = (in_queries * c.in_query_s + in_keys * c.in_key_s + leaves * c.in_leaf_s
           + range_queries * c.query_s + float(range_read.sum()) * page_s)

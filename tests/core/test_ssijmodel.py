@@ -33,18 +33,20 @@ def master(tmp_path_factory) -> str:
     return url
 
 
-def run_phases(master: str, shape: str, policy: str, phases: int, warm: int) -> tuple[object, float, dict]:
+def run_phases(master: str, shape: str, policy: str, phases: int, warm: int, **params) -> tuple[object, float, dict]:
     """SSIJ over a Zipf(1) stream of ``shape`` on R of N_KEYS keys with 1 MiB: its hit ratio of CR
     and, a join phase, the pages it asked for (``asked``) and read by range queries (``ranged``,
-    every page a sequence spans), over the join phases after the first ``warm``."""
+    every page a sequence spans) and IN queries it ran (``in_queries``), over the join phases
+    after the first ``warm``; ``params`` are SSIJ's other settings."""
     with open_store(master, "r", "nk") as store:
-        return _run_phases(store, shape, policy, phases, warm)
+        return _run_phases(store, shape, policy, phases, warm, params)
 
 
-def _run_phases(store, shape: str, policy: str, phases: int, warm: int) -> tuple[object, float, dict]:
-    algorithm = create("ssij", store, 1 << 20, {"cache_policy": policy})
+def _run_phases(store, shape: str, policy: str, phases: int, warm: int, params: dict) -> tuple[object, float, dict]:
+    algorithm = create("ssij", store, 1 << 20, {"cache_policy": policy, **params})
     buffer = StreamBuffer(store.key_type, lambda: 0.0)
     extra, seed, at_warm = algorithm.counters.extra, 0, None
+    extra.setdefault("in_loads", 0)
     while extra["join_phases"] < warm + phases or not algorithm.cycle_ended:
         if buffer.available < 2 * algorithm.demand:
             chunk = zipf_stream(50_000, N_KEYS, shape=shape, seed=seed, first_tid=seed * 50_000)
@@ -55,7 +57,7 @@ def _run_phases(store, shape: str, policy: str, phases: int, warm: int) -> tuple
             at_warm = dict(extra)
     hits = (extra["cache_hits"] - at_warm["cache_hits"]) / (extra["cache_probes"] - at_warm["cache_probes"])
     per_phase = {name: (extra[counter] - at_warm[counter]) / phases
-                 for name, counter in (("asked", "pages_requested"), ("ranged", "pages_read"))}
+                 for name, counter in (("asked", "pages_requested"), ("ranged", "pages_read"), ("in_queries", "in_loads"))}
     return algorithm, hits, per_phase
 
 
@@ -86,6 +88,18 @@ def test_lru_keeps_the_pages_read_last_and_serves_less(master, shape):
     at_hits = explain("ssij", algorithm, COSTS, N_KEYS, 1.0, shape, p_n=hits)
     assert per_phase["ranged"] == pytest.approx(at_hits.detail["pages_by_range"], rel=0.35)
     assert per_phase["ranged"] > 0.05 * per_phase["asked"]
+
+
+@pytest.mark.parametrize("max_scan", [1, 4])
+def test_an_in_query_asks_for_what_one_sequence_could_hold(master, max_scan):
+    """An IN query of a join phase takes at most the keys whose rows fit the read buffer of one
+    sequence of maxScan pages: at small maxScan many IN queries a phase, in the engine and the
+    model (which took RIDER_KEYS a query and said 64 times too few at maxScan 1, R = 2M rows)."""
+    algorithm, hits, per_phase = run_phases(master, "noperm", "utility", phases=6, warm=3, max_scan=max_scan)
+    found = explain("ssij", algorithm, COSTS, N_KEYS, 1.0, "noperm", p_n=hits)
+    assert algorithm.memory_split()["in_query_keys"] == max_scan * 64
+    assert per_phase["in_queries"] == pytest.approx(found.detail["in_queries"], rel=0.25)
+    assert per_phase["in_queries"] > 10
 
 
 def test_a_measured_hit_ratio_replaces_the_caches(master):

@@ -322,6 +322,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
             "ib_size": self.ib_size,
             "max_scan": self.max_scan,
             "max_dist": round(self.max_dist, 2),
+            "in_query_keys": self._in_keys(),
         }
 
     def stats(self) -> dict:
