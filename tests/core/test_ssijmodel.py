@@ -33,31 +33,36 @@ def master(tmp_path_factory) -> str:
     return url
 
 
-def run_phases(master: str, shape: str, policy: str, phases: int, warm: int, **params) -> tuple[object, float, dict]:
-    """SSIJ over a Zipf(1) stream of ``shape`` on R of N_KEYS keys with 1 MiB: its hit ratio of CR
-    and, a join phase, the pages it asked for (``asked``) and read by range queries (``ranged``,
-    every page a sequence spans) and IN queries it ran (``in_queries``), over the join phases
-    after the first ``warm``; ``params`` are SSIJ's other settings."""
+def run_phases(master: str, shape: str, policy: str, phases: int, warm: int, exponent: float = 1.0,
+               **params) -> tuple[object, float, dict]:
+    """SSIJ over a Zipf(``exponent``) stream of ``shape`` on R of N_KEYS keys with 1 MiB: its hit
+    ratio of CR and, a join phase, the pages it asked for (``asked``) and read by range queries
+    (``ranged``, every page a sequence spans), the IN queries it ran (``in_queries``) and the
+    pages it evicted (``evicted``), over the join phases after the first ``warm``; ``params``
+    are SSIJ's other settings."""
     with open_store(master, "r", "nk") as store:
-        return _run_phases(store, shape, policy, phases, warm, params)
+        return _run_phases(store, shape, policy, phases, warm, exponent, params)
 
 
-def _run_phases(store, shape: str, policy: str, phases: int, warm: int, params: dict) -> tuple[object, float, dict]:
+def _run_phases(store, shape: str, policy: str, phases: int, warm: int, exponent: float,
+                params: dict) -> tuple[object, float, dict]:
     algorithm = create("ssij", store, 1 << 20, {"cache_policy": policy, **params})
     buffer = StreamBuffer(store.key_type, lambda: 0.0)
     extra, seed, at_warm = algorithm.counters.extra, 0, None
     extra.setdefault("in_loads", 0)
     while extra["join_phases"] < warm + phases or not algorithm.cycle_ended:
         if buffer.available < 2 * algorithm.demand:
-            chunk = zipf_stream(50_000, N_KEYS, shape=shape, seed=seed, first_tid=seed * 50_000)
+            chunk = zipf_stream(50_000, N_KEYS, exponent=exponent, shape=shape, seed=seed, first_tid=seed * 50_000)
             buffer.append(chunk["tid"].to_numpy(), chunk["nk"].to_numpy())
             seed += 1
         algorithm.step(buffer)
         if at_warm is None and extra["join_phases"] == warm and algorithm.cycle_ended:
-            at_warm = dict(extra)
+            at_warm = dict(extra, evicted=algorithm.cache.evictions)
     hits = (extra["cache_hits"] - at_warm["cache_hits"]) / (extra["cache_probes"] - at_warm["cache_probes"])
+    extra = dict(extra, evicted=algorithm.cache.evictions)
     per_phase = {name: (extra[counter] - at_warm[counter]) / phases
-                 for name, counter in (("asked", "pages_requested"), ("ranged", "pages_read"), ("in_queries", "in_loads"))}
+                 for name, counter in (("asked", "pages_requested"), ("ranged", "pages_read"), ("in_queries", "in_loads"),
+                                                 ("evicted", "evicted"))}
     return algorithm, hits, per_phase
 
 
@@ -100,6 +105,16 @@ def test_an_in_query_asks_for_what_one_sequence_could_hold(master, max_scan):
     assert algorithm.memory_split()["in_query_keys"] == max_scan * 64
     assert per_phase["in_queries"] == pytest.approx(found.detail["in_queries"], rel=0.25)
     assert per_phase["in_queries"] > 10
+
+
+def test_on_a_uniform_stream_the_cache_keeps_its_pages(master):
+    """Every page serves as much: ranked by one cycle's counts (the paper's utility), the
+    Poisson noise of a cycle swapped 30% of CR a phase here (at R = 2M rows 640 pages a phase,
+    each a range read of its own: SSIJ at half its prediction); ranked by the demand averaged over
+    cycles, CR stays put, and the hit ratio is the share of R it holds."""
+    algorithm, hits, per_phase = run_phases(master, "noperm", "utility", phases=8, warm=4, exponent=0.0)
+    assert per_phase["evicted"] < 0.05 * algorithm.cache.pages
+    assert hits == pytest.approx(algorithm.cache.pages / algorithm.page_map.n_pages, rel=0.2)
 
 
 def test_a_measured_hit_ratio_replaces_the_caches(master):

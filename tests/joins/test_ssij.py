@@ -23,7 +23,7 @@ from airflow_provider_semijoin.core.joins import JoinOutput, StreamBuffer, creat
 from airflow_provider_semijoin.core.joins import ssij as ssij_module
 from airflow_provider_semijoin.core.joins.ssij import KEEP_MARGIN
 from airflow_provider_semijoin.core.joins.ssij_access import split_at_keep
-from airflow_provider_semijoin.core.joins.ssij_pages import PageCache, read_plan
+from airflow_provider_semijoin.core.joins.ssij_pages import DEMAND_WEIGHT, PageCache, read_plan
 from airflow_provider_semijoin.core.keys import normalize
 from airflow_provider_semijoin.core.oracle import engine_pairs
 from airflow_provider_semijoin.core.runner import check_exactly_once, run_join
@@ -110,7 +110,7 @@ def test_the_page_cache_drops_evicted_rows_without_merging_and_merges_in_key_ord
     for first_key in (12, 0):  # staged out of key order
         loaded, row_page = sequence(first_key)
         pages = np.unique(row_page)
-        cache.stage(loaded, row_page, pages, np.ones(2, np.int64), pages)
+        cache.stage(loaded, row_page, pages, pages)
     untouched = cache._segments[1]
     cache.evict(np.array([4]))
     assert cache.garbage() > 0
@@ -205,7 +205,8 @@ def memory_for(store, params: dict, cached_pages: int) -> int:
 
 def test_after_each_join_phase_the_cache_holds_the_best_ranked_pages(backend):
     """Sec. IV-C: at the start of a join phase the cached pages (utility: online hits) and the
-    pages of P_u (utility: entries in II) are ranked; the cache after the phase is a prefix of
+    pages of P_u (utility: entries in II) are ranked by their demand (the utility averaged over
+    cycles, :meth:`.ssij_pages.PageCache.settle`); the cache after the phase is a prefix of
     that ranking (ToKeep), the cached pages below it (ToRemove) are gone. The last phase (the
     stream has ended, every tuple is in SB) keeps nothing it reads: no tuple would probe it."""
     store = every_page_worth_caching(backend.make_master(wide_master(200)))
@@ -219,10 +220,12 @@ def test_after_each_join_phase_the_cache_holds_the_best_ranked_pages(backend):
     def spy_start(last=False):
         cached = np.flatnonzero(algorithm.cache.cached)
         requested = np.flatnonzero(algorithm._ii_count)
-        utility = {**dict(zip(cached.tolist(), algorithm.cache.utility[cached].tolist())),
-                   **dict(zip(requested.tolist(), algorithm._ii_count[requested].tolist()))}
-        phases.append((utility, set(cached.tolist()), last))
+        entries, hits, demand = algorithm._ii_count.copy(), algorithm.cache.utility.copy(), algorithm.cache.demand.copy()
         start(last=last)
+        settled = (1 - DEMAND_WEIGHT) * demand + DEMAND_WEIGHT * (hits + entries)  # this cycle's counts folded in
+        assert np.allclose(algorithm.cache.demand, settled)
+        utility = {p: settled[p] for p in [*cached.tolist(), *requested.tolist()]}
+        phases.append((utility, set(cached.tolist()), last))
 
     def spy_next():
         out = join_next()

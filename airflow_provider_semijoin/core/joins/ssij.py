@@ -24,7 +24,10 @@ The page cache CR (sec. IV-A, IV-C) keeps whole pages with a utility counter eac
 of a join phase the utility of every page is known without I/O (cached pages: their counters;
 pages of P_u: their number of entries in II), so ToKeep (pages of P_u that stay cached) and
 ToRemove (cached pages they replace) are decided once, from one sort, not from a list kept
-sorted on every hit. ``cache_policy=lru`` replaces the utility by the time of last use (the
+sorted on every hit. Beyond the paper, pages are ranked by their *demand*, the utility averaged
+over cycles (:meth:`.ssij_pages.PageCache.settle`: the last cycle weighs a quarter), not by the
+last cycle's count alone, whose noise swapped hundreds of equally useful pages a phase on a
+uniform stream. ``cache_policy=lru`` replaces the demand by the time of last use (the
 paper's Figure 11 comparison): pages read in a join phase are then the most recent of all.
 
 Memory (sec. IV-A) is accounted in bytes: the page map, the per-page arrays, a buffer for one
@@ -46,7 +49,7 @@ whose distinct waiting keys cost less by an IN query than the page costs to read
 it is left out of ToKeep unless it was in P_u of the join phase before too (a hot key alone on
 its page recurs in every phase); sequences are cut around pages of ToKeep, and runs of
 sequences with none that are cheaper by IN are read by one IN query each. A page of P_u
-displaces a cached page only with ``KEEP_MARGIN`` times its utility: where many pages serve
+displaces a cached page only with ``KEEP_MARGIN`` times its demand: where many pages serve
 about as much (the random shape), the paper's ranking changed a few hundred cached pages a phase
 for no gain in hits, and each read a page whole. The last join phase (the stream has ended and
 every tuple is in SB) keeps no page at all: no later tuple would probe it. A short stream spread
@@ -94,12 +97,12 @@ IB_PER_SB = 4  # default IB_thresh = SB_thresh / 4 (Table II: IB 250,000, SB 1,0
 IB_SIZE_PER_THRESH = 2  # default input-buffer size: one batch taken, one arriving
 SCAN_SHARE = 0.25  # a read sequence takes at most this share of the budget (caps maxScan)
 PAIR_BYTES = 8 + 8  # an II entry: SB position and page
-PER_PAGE_BYTES = 1 + 8 + 8 + 4 + 8 + 4 + 4  # per page of R: CR's cached, utility, last use, bytes, segment; II's count; last phase
+PER_PAGE_BYTES = 1 + 8 + 8 + 8 + 4 + 8 + 4 + 4  # per page of R: CR's cached, utility, demand, last use, bytes, segment; II's count; last phase
 PER_REQUESTED_BYTES = 8 + 8 + 1 + 8 + 8  # per page of P_u in a join phase: its page, utility, ToKeep, use, rank
 DEADLINE_SAFETY = 2.0  # the join-phase estimate is doubled when deadlines decide (sec. IV-F)
 DEADLINE_SLACK = 0.1  # a tuple is due when a tenth of its time from arrival to deadline is left
 GAP_DECAY = 0.9  # the time between steps a deadline check allows for: a slowly decaying maximum
-KEEP_MARGIN = 2.0  # a page of P_u displaces a cached page only with KEEP_MARGIN times its utility (see _to_keep)
+KEEP_MARGIN = 2.0  # a page of P_u displaces a cached page only with KEEP_MARGIN times its demand (see _to_keep)
 INT64 = np.iinfo(np.int64)
 
 
@@ -150,10 +153,9 @@ class _JoinPhase:
     pair_page: np.ndarray
     plan: list[tuple[int, int]]
     requested: np.ndarray  # P_u: the pages to read, in position order
-    utility: np.ndarray  # per page of P_u: its entries in II
     keep: np.ndarray  # per page of P_u: in ToKeep
     recency: np.ndarray  # per page of P_u: its time of use once read (LRU)
-    priority: np.ndarray  # per page of P_u: what ranks it (its utility, or its recency for LRU)
+    priority: np.ndarray  # per page of P_u: what ranks it (its demand, or its recency for LRU)
     started: float
     open: int
     next: int = 0
@@ -584,8 +586,9 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         plan = read_plan(requested, self.max_scan, self.read_costs.query_s, self.read_costs.unit_s)  # line 3
         self.counters.extra["join_phases"] += 1
         recency = self.cache.tick + 1 + np.arange(len(requested))  # the plan reads in position order
-        priority = recency.astype(np.float64) if self.cache.policy == "lru" else utility + recency * TICK_SCALE
-        phase = self._phase = _JoinPhase(tuples, matched, remaining, pair_sb, pair_page, plan, requested, utility,
+        demand = self.cache.settle(requested, utility)
+        priority = recency.astype(np.float64) if self.cache.policy == "lru" else demand + recency * TICK_SCALE
+        phase = self._phase = _JoinPhase(tuples, matched, remaining, pair_sb, pair_page, plan, requested,
                                          np.zeros(len(requested), bool), recency, priority, self._time(), len(tuples))
         equi = self.range == (0, 0)
         phase_no = self.counters.extra["join_phases"]
@@ -608,7 +611,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         return max(1, min(RIDER_KEYS, read_rows // max(self.store.max_rows_per_key, 1)))
 
     def _to_keep(self, requested: np.ndarray, priority: np.ndarray) -> np.ndarray:
-        """Sec. IV-C: rank the cached pages and the pages of P_u by utility; the best that fit the
+        """Sec. IV-C: rank the cached pages and the pages of P_u by demand; the best that fit the
         memory left by the index, IB, SB and II make up the cache after the phase. Returns
         ToKeep (positions in P_u); ToRemove (the cached pages that lost) is evicted now - it would
         have to go before the phase ends, and no cached page is probed during the phase."""
@@ -647,7 +650,6 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self._keep(phase, loaded, first, count)
         if phase.next == len(phase.plan):
             self.estimate.observe(len(phase.requested), self._time() - phase.started)
-            self.cache.utility[:] = 0
             self._phase = None
             self._phase_ended = True
         return out
@@ -697,7 +699,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         need = np.cumsum(sizes)
         free = self._make_room(int(need[-1]), below=float(phase.priority[at].min()))
         kept = np.sort(at[: int(np.searchsorted(need, free, side="right"))])
-        self.cache.stage(loaded, row_page, phase.requested[kept], phase.utility[kept], phase.recency[kept])
+        self.cache.stage(loaded, row_page, phase.requested[kept], phase.recency[kept])
         self._make_room(0)  # the estimate of their bytes was short: the lowest priority leave
 
 
