@@ -108,7 +108,8 @@ class _Segment:
 
 
 class PageCache:
-    """CR: whole pages of R with a utility counter each (or the time of last use, for LRU).
+    """CR: whole pages of R with a utility counter each and a demand (the counters averaged over
+    cycles, :meth:`settle`), or the time of last use for LRU.
 
     The rows live in a *slab* (one Arrow chunk in key order, probed with ``searchsorted``) and in
     segments staged during a join phase (the kept pages of each read sequence), merged into the
