@@ -59,10 +59,15 @@ def cached_pages(q: np.ndarray, pages: int, policy: str, n_tuples_hint: float) -
     if policy == "utility":
         share[np.argsort(-q, kind="stable")[:pages]] = 1.0
     else:  # the plan reads in position order: the last ``pages`` asked for, from the end of R
-        asked = -np.expm1(-n_tuples_hint * q)
-        above = np.cumsum(asked[::-1])[::-1] - asked  # pages asked for after page j
-        share = asked * np.clip(pages - above, 0.0, 1.0)
+        share = read_last(-np.expm1(-n_tuples_hint * q), pages)
     return share, float(np.sum(share * q))
+
+
+def read_last(chances: np.ndarray, pages: int) -> np.ndarray:
+    """Per page (position order), the chance it is among the last ``pages`` pages a join phase
+    reads when page j is read with ``chances[j]`` (the plan reads in position order)."""
+    after = np.cumsum(chances[::-1])[::-1] - chances  # pages read after page j
+    return chances * np.clip(pages - after, 0.0, 1.0)
 
 
 def pages_for_hit_ratio(q: np.ndarray, p_c: float) -> np.ndarray:
@@ -79,9 +84,7 @@ def lru_kept(asked: np.ndarray, sparse: np.ndarray, pages: int) -> np.ndarray:
     of P_u is used after every cached page, so ToKeep is the last ``pages`` candidates the plan
     reads. A candidate is asked for (``asked``: r_j) and dense, or ``sparse`` and asked for in
     the phase before too (r_j^2: :mod:`.joins.ssij` keeps a sparse page only when it recurs)."""
-    candidate = asked * np.where(sparse, asked, 1.0)
-    after = np.cumsum(candidate[::-1])[::-1] - candidate  # candidates read after page j
-    return candidate * np.clip(pages - after, 0.0, 1.0)
+    return read_last(asked * np.where(sparse, asked, 1.0), pages)
 
 
 def in_kept_sequence(kept: np.ndarray, max_dist: float) -> np.ndarray:
