@@ -24,7 +24,7 @@ from .steady import CHUNK_ROWS, BenchConfig, Stopwatch, backlog_target, check_re
 from ..core.checks import check_positive
 from ..core.errors import ConfigError
 from ..core.joins import JoinOutput, StreamBuffer, create
-from ..core.keys import normalize
+from ..core.keys import normalize, sorted_distinct
 from ..core.metrics import latency_ms
 from ..core.reasons import Unmatched
 from ..core.runner import feed_keys
@@ -276,13 +276,13 @@ def run_core_batches(config: BenchConfig, table: str, algorithm: str, shape: str
             invalid, _ = feed_keys(session.algorithm, rows[KEY], rows["tid"].to_numpy(), None, clock, session)
             out = JoinOutput.concat([invalid, session.advance()], session.algorithm.schema)
             took = clock() - started
-            ledger.record(np.concatenate([np.unique(out.matched_ids), out.unmatched_ids]))
+            ledger.record(np.concatenate([sorted_distinct(out.matched_ids), out.unmatched_ids]))
             if i >= first_window_batch:
                 window_s += took
                 window_tuples += out.completed
             start += n
         out = session.drain()
-        ledger.record(np.concatenate([np.unique(out.matched_ids), out.unmatched_ids]))
+        ledger.record(np.concatenate([sorted_distinct(out.matched_ids), out.unmatched_ids]))
     return {
         "algorithm": algorithm,
         "path": CORE_BATCHES,
@@ -334,7 +334,7 @@ def run_core_continuous(config: BenchConfig, table: str, algorithm: str, shape: 
                 window_tuples += out.completed
                 window_cpu.add(cpu_mark, cpu_after)
                 if rate is not None:
-                    latencies.append(done - (started + np.unique(ids) / rate))
+                    latencies.append(done - (started + sorted_distinct(ids) / rate))
             cpu_mark = cpu_after
         window_s = (joined_s if rate is None else clock() - started) - config.warmup_s
         buffer.close()

@@ -39,7 +39,7 @@ from ..core.checks import check_number
 from ..core.prediction import explain
 from ..core.errors import ConfigError
 from ..core.joins import ALGORITHMS, StreamBuffer, create
-from ..core.keys import normalize
+from ..core.keys import normalize, sorted_distinct
 from ..core.metrics import latency_ms
 from ..core.stores import DatabaseURL, open_store, redact
 from ..core.stores.sql import MYSQL
@@ -252,7 +252,7 @@ def processing_seconds(fed: int, taken: list, left: list) -> np.ndarray:
     entered = np.zeros(fed)
     for ids, seconds in taken:
         entered[ids] = seconds
-    parts = [seconds - entered[np.concatenate([np.unique(matched), unmatched])] for matched, unmatched, seconds in left]
+    parts = [seconds - entered[np.concatenate([sorted_distinct(matched), unmatched])] for matched, unmatched, seconds in left]
     return np.concatenate(parts) if parts else np.zeros(0)
 
 

@@ -30,6 +30,7 @@ import pyarrow as pa
 from .errors import ConfigError
 from .idrank import MAX_BYTES_PER_ID, RankIndex
 from .joins.base import JoinAlgorithm, JoinOutput, StreamBuffer
+from .keys import sorted_distinct
 from .reasons import labels
 
 STALL_STEPS = 1000  # steps in a row without progress before the join is declared stuck
@@ -278,7 +279,7 @@ def _smallest_accepted(make, wanted: int, memory: int, whole: JoinAlgorithm) -> 
 
 def left_ids(out: JoinOutput, one_row_per_match: bool) -> np.ndarray:
     """The row ids ``out`` completes, each once (``one_row_per_match``: a tuple has one pair)."""
-    matched = out.matched_ids if one_row_per_match else np.unique(out.matched_ids)
+    matched = out.matched_ids if one_row_per_match else sorted_distinct(out.matched_ids)
     return np.concatenate([matched, out.unmatched_ids]) if len(out.unmatched_ids) else matched
 
 

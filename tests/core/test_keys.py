@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_semijoin.core.keys import KeyType, distinct_keys, normalize
+from airflow_provider_semijoin.core.keys import KeyType, distinct_keys, normalize, sorted_distinct
 from airflow_provider_semijoin.core.oracle import _oracle_key
 from airflow_provider_semijoin.core.reasons import Unmatched
 
@@ -182,3 +182,21 @@ def test_distinct_keys_are_what_np_unique_gives_dense_or_sparse(scattered, base,
         assert got.dtype == keys.dtype and np.array_equal(got, np.unique(keys))
     strings = np.array([b"b", b"a", b"b"], dtype="S2")
     assert distinct_keys(strings).tolist() == [b"a", b"b"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-2**63, 2**63 - 1), max_size=80), st.integers(1, 30), st.sampled_from(["int64", "int32", "uint8"]))
+def test_sorted_distinct_is_np_unique_of_integers_and_bytes(values, modulus, dtype):
+    """Integers of any width (with repeats: folded onto ``modulus`` values) and byte strings come
+    out as ``np.unique`` gives them, in their dtype; the input is not reordered."""
+    for array in (np.array(values, np.int64), np.array([v % modulus for v in values], np.int64).astype(dtype)):
+        before = array.copy()
+        got = sorted_distinct(array)
+        assert got.dtype == array.dtype and np.array_equal(got, np.unique(array))
+        assert np.array_equal(array, before)
+    strings = np.array([str(v % modulus).encode() for v in values], dtype="S3")
+    assert np.array_equal(sorted_distinct(strings), np.unique(strings))
+
+
+def test_sorted_distinct_leaves_floats_to_np_unique_so_nans_are_one_value():
+    assert np.array_equal(sorted_distinct(np.array([np.nan, 1.0, np.nan])), np.array([1.0, np.nan]), equal_nan=True)

@@ -1,12 +1,16 @@
 """run_join's arrival times, deadlines and latency stats (SSIJ sec. IV-F): defaults and bad input."""
 
+from collections import Counter
+
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import create
-from airflow_provider_semijoin.core.runner import run_join
+from airflow_provider_semijoin.core.runner import check_exactly_once, run_join
 from airflow_provider_semijoin.core.stores import DatabaseURL, store_for, write_table
 
 STREAM = pa.table({"sk": pa.array([1, 2, 3, 40, None], pa.int64())})
@@ -59,3 +63,17 @@ def test_bad_times_are_refused_before_any_work(algorithm, kwargs, message):
     with pytest.raises(ConfigError, match=message):
         run_join(algorithm, STREAM, "sk", **kwargs)
     assert algorithm.counters.tuples_in == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 30), st.lists(st.integers(0, 29), max_size=60), st.lists(st.integers(0, 29), max_size=20))
+def test_exactly_once_counts_what_a_counter_of_the_ids_says(n, matched, unmatched):
+    """A matched id may repeat (one pair a master row of its key); an id lost is in neither list,
+    one duplicated is in both or unmatched twice, as a Counter of the ids says."""
+    matched = [i for i in matched if i < n]
+    unmatched = [i for i in unmatched if i < n]
+    left = Counter(set(matched)) + Counter(unmatched)
+    got = check_exactly_once(n, np.array(matched, np.int64), np.array(unmatched, np.int64))
+    assert got["lost"] == sum(1 for i in range(n) if not left[i])
+    assert got["duplicated"] == sum(1 for i in range(n) if left[i] > 1) + len(unmatched) - len(set(unmatched))
+    assert got["ok"] == (all(left[i] == 1 for i in range(n)) and len(unmatched) == len(set(unmatched)))

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import ConfigError, shown
-from ..keys import KeyType
+from ..keys import KeyType, sorted_distinct
 from ..reasons import Unmatched
 from ..stores.base import MasterPage
 from ..stores.protocol import JoinStore
@@ -222,7 +222,7 @@ class JoinOutput:
     @property
     def completed(self) -> int:
         """Stream tuples this output completes (a tuple with K master rows counts once)."""
-        return len(np.unique(self.matched_ids)) + len(self.unmatched_ids)
+        return len(sorted_distinct(self.matched_ids)) + len(self.unmatched_ids)
 
     @classmethod
     def concat(cls, outputs: list["JoinOutput"], schema: pa.Schema) -> "JoinOutput":

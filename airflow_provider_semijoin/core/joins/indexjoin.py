@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from ..keys import sorted_distinct
 from ..stores.base import MasterPage
 from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer, StreamChunk
 from .master_cache import MasterCache, hit_ratio_of
@@ -102,7 +103,7 @@ class InListJoin(JoinAlgorithm):
 
     def _lookup(self, chunk: StreamChunk) -> JoinOutput:
         """Join a batch through ``IN (...)`` queries of its distinct keys."""
-        distinct = np.unique(chunk.keys)
+        distinct = sorted_distinct(chunk.keys)
         step = self.settings["in_list_max"]
         found = [self.store.lookup_many(distinct[i : i + step]) for i in range(0, len(distinct), step)]
         self.counters.loads += len(found)

@@ -85,6 +85,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import ConfigError
+from ..keys import sorted_distinct
 from ..stores.base import MasterPage, PageMap
 from ..stores.changes import Installed, install_changes
 from .ssij_access import distinct_keys, in_spans, sparse, split_at_keep
@@ -663,7 +664,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
             extra = self.counters.extra
             extra["in_loads"] = extra.get("in_loads", 0) + 1
             extra["pages_by_in"] = extra.get("pages_by_in", 0) + int(hi - lo)  # the requested ones of a span
-            return self.store.lookup_many(np.unique(phase.sb.keys[pair_sb]))
+            return self.store.lookup_many(sorted_distinct(phase.sb.keys[pair_sb]))
         self.counters.extra["pages_read"] += count
         return self.store.load_pages(self.page_map, first, count)
 

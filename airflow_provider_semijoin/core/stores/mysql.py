@@ -7,7 +7,7 @@ import contextlib
 import numpy as np
 
 from ..errors import StoreError
-from ..keys import KeyType
+from ..keys import KeyType, sorted_distinct
 from .base import ColumnInfo, MasterPage, MasterStore, PageMap, arrow_type_for
 from .collation import Collation, probe
 from .sql import MYSQL, NOPAD_BINARY_COLLATIONS
@@ -185,4 +185,4 @@ class MySqlStore(MasterStore):
                 f"{self._collation.name} is longer than the {self.key_type.width} bytes of the longest when "
                 "the join started; keys are held at that width, so restart the join to see it"
             )
-        return np.unique(keys[~too_long])  # deleted keys longer than any key R had: never cached
+        return sorted_distinct(keys[~too_long])  # deleted keys longer than any key R had: never cached

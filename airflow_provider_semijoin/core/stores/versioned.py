@@ -14,6 +14,7 @@ import contextlib
 import numpy as np
 
 from ..errors import ConfigError, StoreError
+from ..keys import sorted_distinct
 from .sql import side_tables, table_exists
 from .versions import overlay
 
@@ -84,7 +85,7 @@ class VersionedReads:
                 )
             gone = {k for k, _ in too_long}  # deleted keys longer than any key R had: never cached
             keys = [k for k in encoded if k not in gone]
-        return np.unique(self.key_type.from_db(keys))
+        return sorted_distinct(self.key_type.from_db(keys))
 
     def note_changes(self, keys: np.ndarray) -> None:
         """Keys of R changed: every page map keeps covering R, so a key inserted below R's
