@@ -31,6 +31,15 @@ def test_cold_runs_every_algorithm_and_both_baselines_exactly_once(tmp_path, cap
     assert "| algorithm | wall s | tuples/s (wall) |" in table and "| first run: wall s | first run: x better" in table
     assert sum(line.startswith(("| hybridjoin |", "| cachejoin |", "| cachejoin@lru |", "| inlist |", "| inlist-lru |"))
                for line in table.splitlines()) == 5
+    # the ceiling: the least time outside a join loop plus the fastest read of the stream's distinct keys
+    [floor] = json.loads(out.read_text())["floors"]
+    assert floor["shape"] == "noperm" and 0 < floor["distinct_keys"] <= 2000
+    assert sorted(map(int, floor["floor_s"])) == [1, 2, 4] and all(s > 0 for s in floor["floor_s"].values())
+    assert all(0 < r["outside_join_s"] < r["wall_s"] for r in results)
+    least = min(r["outside_join_s"] for r in results) + min(floor["floor_s"].values())
+    baseline = min(r["wall_s"] for r in results if r["algorithm"] in ("inlist", "inlist-lru"))
+    assert f"no join of this stream ends here under {least:.2f} s: at most {baseline / least:.2f}x the better" in table
+    assert f"the rows of the stream's {floor['distinct_keys']:,} distinct keys by IN queries of 1,000" in table
 
 
 def test_a_password_goes_to_the_child_through_the_environment_not_argv():
