@@ -7,7 +7,12 @@ import json
 
 import pytest
 
-from airflow_provider_semijoin.bench.cold import ColdConfig, _without_password
+import numpy as np
+import pyarrow as pa
+
+from airflow_provider_semijoin.bench.cold import FLOOR_IN_KEYS, ColdConfig, _without_password, floor_reads
+from airflow_provider_semijoin.core.joins.base import ReadCosts
+from airflow_provider_semijoin.core.stores import DatabaseURL, store_for, write_table
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.stores.sql import PASSWORD_ENV
@@ -39,7 +44,7 @@ def test_cold_runs_every_algorithm_and_both_baselines_exactly_once(tmp_path, cap
     least = min(r["outside_join_s"] for r in results) + min(floor["floor_s"].values())
     baseline = min(r["wall_s"] for r in results if r["algorithm"] in ("inlist", "inlist-lru"))
     assert f"no join of this stream ends here under {least:.2f} s: at most {baseline / least:.2f}x the better" in table
-    assert f"the rows of the stream's {floor['distinct_keys']:,} distinct keys by IN queries of 1,000" in table
+    assert f"the rows of the stream's {floor['distinct_keys']:,} distinct keys, the pages where a range read costs less" in table
 
 
 def test_a_password_goes_to_the_child_through_the_environment_not_argv():
@@ -64,3 +69,26 @@ def test_a_bench_mode_that_runs_defaults_refuses_a_setting(mode, capsys):
     assert main(["bench", "--master", "sqlite:///x.db", mode, "--set", "hybridjoin.read_ahead=0"]) == 2
     assert capsys.readouterr().err == (f"semijoin: error: --set: {mode} takes no algorithm parameters; "
                                        "expected no --set (the steady-state, cold and Spark benches take them)\n")
+
+
+def test_the_floor_reads_dense_pages_by_range_and_the_rest_by_in(tmp_path):
+    """Pages whose keys are all wanted cost less by range (T under the IN cost of a key), one read
+    for each run of them; sparse keys go by IN queries of FLOOR_IN_KEYS; a key outside R is not
+    read; together the reads hold every wanted key of R."""
+    connection = DatabaseURL.parse(f"sqlite:///{tmp_path / 'r.db'}").connect()
+    write_table(connection, "r", pa.table({"nk": np.arange(60_000), "v": np.arange(60_000)}), primary_key="nk")
+    store = store_for(connection, "r", "nk")
+    page_rows = store.page_map().page_rows
+    sparse = np.arange(5_000, 60_000, 50)  # 10 keys a page of 500 rows: by IN
+    keys = np.concatenate([np.arange(2 * page_rows), sparse, [10**9]])
+    costs = ReadCosts(query_s=1e-4, unit_s=1e-6, in_query_s=1e-4, in_key_s=1e-5)
+    reads = floor_reads(store, keys, costs)
+    pages = [read(store) for read in reads]
+    assert len(pages[0]) >= 2 * page_rows and all(len(p) <= FLOOR_IN_KEYS for p in pages[1:])
+    assert len(reads) == 1 + -(-len(sparse) // FLOOR_IN_KEYS)
+    got = np.concatenate([p.keys for p in pages])
+    assert np.isin(keys[:-1], got).all() and 10**9 not in got
+    # the same keys priced with IN cheaper than a row's range read: every key by IN
+    dear = ReadCosts(query_s=1e-4, unit_s=1e-4, in_query_s=1e-4, in_key_s=1e-5)
+    assert len(floor_reads(store, keys, dear)) == -(-(len(keys) - 1) // FLOOR_IN_KEYS)
+    connection.close()

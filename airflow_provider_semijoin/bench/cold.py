@@ -36,6 +36,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -46,6 +47,7 @@ from ..core.keys import sorted_distinct
 from ..core.stores.sql import PASSWORD_ENV
 from ..core.files import write_table
 from ..core.joins import ALGORITHMS
+from ..core.joins.base import ReadCosts
 from ..core.stores import open_store, pagemaps, redact
 from ..workloads import zipf_stream
 from .steady import bench_master, check_algorithms, params_of, registered
@@ -154,26 +156,41 @@ def format_cold(results: list[dict]) -> list[str]:
     return lines
 
 
-def fetch_floor(config: ColdConfig, table: str, keys: np.ndarray, connections: int) -> float:
-    """Seconds to read the rows of ``keys`` (distinct, sorted) from R by IN queries of
-    :data:`FLOOR_IN_KEYS` keys, each of ``connections`` stores taking every ``connections``-th query
-    on a thread of its own, all started at once (their connections opened before the clock). The
-    reads are the store's own, rows into columns included, as every join's are."""
+def floor_reads(store, keys: np.ndarray, costs: ReadCosts | None = None) -> list[Callable]:
+    """The reads that fetch the rows of ``keys`` (distinct, sorted) cheapest by ``costs`` (default:
+    ``store``'s calibration), each ``read(store)``: the runs of pages of R whose range read costs
+    less than IN lookups of their keys (NoPerm's hot head) one range read a run, the other keys by
+    IN queries of :data:`FLOOR_IN_KEYS`; keys outside R's range are not read."""
+    page_map, costs = store.page_map(), costs or ReadCosts.of(store)
+    pages = page_map.page_of(keys)
+    wanted = np.bincount(pages[pages >= 0], minlength=page_map.n_pages)
+    rows = page_map.sizes if page_map.sizes is not None else np.full(page_map.n_pages, page_map.page_rows)
+    by_range = (wanted > 0) & (costs.range_s(rows) < costs.in_key_s * wanted + costs.in_query_s * wanted / FLOOR_IN_KEYS)
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], by_range.astype(np.int8), [0]))))
+    runs = list(zip(edges[0::2].tolist(), (edges[1::2] - edges[0::2]).tolist()))
+    by_in = keys[(pages >= 0) & ~by_range[np.maximum(pages, 0)]]
+    return ([lambda s, first=first, count=count: s.load_pages(page_map, first, count) for first, count in runs]
+            + [lambda s, part=by_in[i:i + FLOOR_IN_KEYS]: s.lookup_many(part) for i in range(0, len(by_in), FLOOR_IN_KEYS)])
+
+
+def fetch_floor(config: ColdConfig, table: str, reads: list[Callable], connections: int) -> float:
+    """Seconds to make ``reads`` (:func:`floor_reads`) on ``connections`` stores at once, each
+    taking every ``connections``-th read on a thread of its own (their connections opened before
+    the clock). The reads are the store's own, rows into columns included, as every join's are."""
     stores = [open_store(config.master, table, "nk") for _ in range(connections)]
     try:
-        queries = [keys[i:i + FLOOR_IN_KEYS] for i in range(0, len(keys), FLOOR_IN_KEYS)]
         start = threading.Barrier(connections + 1)
         failed: list[BaseException] = []
 
         def read(store, share):
             start.wait()
             try:
-                for query in share:
-                    store.lookup_many(query)
+                for one in share:
+                    one(store)
             except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
                 failed.append(exc)
 
-        threads = [threading.Thread(target=read, args=(store, queries[i::connections]), daemon=True)
+        threads = [threading.Thread(target=read, args=(store, reads[i::connections]), daemon=True)
                    for i, store in enumerate(stores)]
         for thread in threads:
             thread.start()
@@ -198,8 +215,9 @@ def ceiling_lines(results: list[dict], floors: dict[int, float], distinct: int) 
     baseline = min(r["wall_s"] for r in results if r["algorithm"] in BASELINES)
     reads = ", ".join(f"{n} connection{'s' * (n > 1)} {s:.2f} s" for n, s in floors.items())
     return [
-        f"floor: the rows of the stream's {distinct:,} distinct keys by IN queries of {FLOOR_IN_KEYS:,}, "
-        f"nothing else done: {reads}; the least time a run above spent outside its join loop "
+        f"floor: the rows of the stream's {distinct:,} distinct keys, the pages where a range read costs less "
+        f"by range, the rest by IN queries of {FLOOR_IN_KEYS:,}, nothing else done: {reads}; "
+        f"the least time a run above spent outside its join loop "
         f"(start-up, the stream read, the output written): {outside:.2f} s",
         f"so no join of this stream ends here under {least:.2f} s: at most {baseline / least:.2f}x the better "
         f"baseline ({baseline:.2f} s)",
@@ -222,7 +240,9 @@ def run_cold(config: ColdConfig, out=print) -> dict:
                     f"(first run, no page map kept: {r['first_wall_s']:.1f} s)")
                 shaped.append(r)
             keys = sorted_distinct(tuples["nk"].to_numpy())
-            floors = {n: fetch_floor(config, table, keys, n) for n in FLOOR_CONNECTIONS}
+            with open_store(config.master, table, "nk") as store:
+                reads = floor_reads(store, keys)
+            floors = {n: fetch_floor(config, table, reads, n) for n in FLOOR_CONNECTIONS}
         out("")
         out(f"cold join of {config.stream_rows:,} tuples ({shape}, Zipf {config.zipf}), start-up included, "
             f"R = {config.rows:,} rows, memory {config.memory / 2**20:.4g} MiB; the second run of each "
