@@ -82,7 +82,7 @@ class FrontStage(JoinAlgorithm):
 
     def __init__(self, store: MasterStore, memory: int, *, clock: Clock = time.perf_counter, **params):
         super().__init__(store, memory, clock=clock, **params)  # validates own and inner parameters
-        inner_params = {k: v for k, v in params.items() if k in self.inner.params}
+        inner_params = self._sized_pages({k: v for k, v in params.items() if k in self.inner.params}, store, memory)
         s = self.settings
         inner_floor = self._inner_floor(store, inner_params)
         # the wrapped algorithm's page map (already built) tells R's distinct keys and v_R
@@ -110,8 +110,27 @@ class FrontStage(JoinAlgorithm):
         self.counters.extra.update(cache_hits=0, cache_probes=0, cache_admissions=0, cache_rounds=0)
 
     @classmethod
+    def _sized_pages(cls, inner_params: dict, store: MasterStore, memory: int) -> dict:
+        """``inner_params`` with the page size pinned that the wrapped algorithm takes at the whole
+        budget ``memory``, where it sizes its pages from its budget (HYBRIDJOIN's ``page_rows`` 0):
+        the search for its smallest budget would otherwise size pages from each budget it tries and
+        build a page map of each size (64, 256 and 1,024 rows, 4.2 s at R = 2M rows, and three maps
+        kept beside R) on the first join of a table, where the join reads the one map."""
+        auto = cls.inner.params.get("page_rows")
+        if auto is None or auto.default != 0 or inner_params.get("page_rows"):
+            return inner_params
+        try:
+            whole = cls.inner(store, memory, **inner_params)
+        except ConfigError as exc:
+            if not str(exc).startswith("memory:"):
+                raise
+            return inner_params  # too small to choose: the smallest budget is searched as it is
+        return {**inner_params, "page_rows": whole.page_map.page_rows}
+
+    @classmethod
     def _inner_floor(cls, store: MasterStore, inner_params: dict) -> int:
-        """The smallest budget the wrapped algorithm accepts (found by halving: construction is cheap)."""
+        """The smallest budget the wrapped algorithm accepts (found by halving: construction is
+        cheap once its page map is built, :meth:`_sized_pages`)."""
         hi = 1 << 16
         while True:
             try:
