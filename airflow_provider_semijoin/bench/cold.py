@@ -16,14 +16,14 @@ The table's ratios are the second run's, and the first run's wall clock stands b
 Without this the figures depended on what ran before: SSIJ's 400k-tuple join took 7.5 s when
 it built its map (its pages differ from HYBRIDJOIN's) and 4.3 s when it found it kept.
 
-Under each table stands the most any join of that stream could reach here (:func:`fetch_floor`,
-:func:`ceiling_lines`): every matched tuple needs its rows of R, so no join ends before its
-process has started, read the stream and written the output (the least time any run of the table
-spent outside its join loop) and the rows of the stream's distinct keys have come from the
-server, read by IN queries on up to :data:`FLOOR_CONNECTIONS` connections at once with nothing
-else to do. Issue 12 asked for 2x the better baseline on a 400k-tuple stream; on MariaDB at
-R = 2M rows the ceiling is below that on the random shape, whose keys are too sparse for a range
-read of any page to cost less than their IN lookups.
+Under each table stands the most any join of that stream could reach here (:func:`floor_reads`,
+:func:`fetch_floor`, :func:`ceiling_lines`): every matched tuple needs its rows of R, so no join
+ends before its process has started, read the stream and written the output (the least time any
+run of the table spent outside its join loop) and the rows of the stream's distinct keys have
+come from the server, read with nothing else to do on up to :data:`FLOOR_CONNECTIONS` sessions
+at once (pages whose range read costs less by range, the rest by IN). Issue 12 asked for 2x the
+better baseline on a 400k-tuple stream; on MariaDB at R = 2M rows that ceiling was 1.81-2.14x on
+NoPerm and 1.66-2.41x on the random shape over three runs.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -54,7 +53,7 @@ from .steady import bench_master, check_algorithms, params_of, registered
 
 BASELINES = ("inlist", "inlist-lru")
 SHAPES = ("noperm", "random")
-FLOOR_CONNECTIONS = (1, 2, 4)  # here 4 read in 0.66 s what 2 read in 0.89 s and 1 in 1.36 s (8: no better)
+FLOOR_CONNECTIONS = (1, 2, 4)  # raw fetches of 125,810 keys here: 1.36 s on 1, 0.89 s on 2, 0.70 s on 3, 0.66 s on 4
 FLOOR_IN_KEYS = 1000  # keys an IN query of the floor's reads: the inlist baseline's in_list_max
 
 
@@ -173,38 +172,19 @@ def floor_reads(store, keys: np.ndarray, costs: ReadCosts | None = None) -> list
             + [lambda s, part=by_in[i:i + FLOOR_IN_KEYS]: s.lookup_many(part) for i in range(0, len(by_in), FLOOR_IN_KEYS)])
 
 
-def fetch_floor(config: ColdConfig, table: str, reads: list[Callable], connections: int) -> float:
-    """Seconds to make ``reads`` (:func:`floor_reads`) on ``connections`` stores at once, each
-    taking every ``connections``-th read on a thread of its own (their connections opened before
-    the clock). The reads are the store's own, rows into columns included, as every join's are."""
-    stores = [open_store(config.master, table, "nk") for _ in range(connections)]
-    try:
-        start = threading.Barrier(connections + 1)
-        failed: list[BaseException] = []
-
-        def read(store, share):
-            start.wait()
-            try:
-                for one in share:
-                    one(store)
-            except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
-                failed.append(exc)
-
-        threads = [threading.Thread(target=read, args=(store, reads[i::connections]), daemon=True)
-                   for i, store in enumerate(stores)]
-        for thread in threads:
-            thread.start()
-        start.wait()
+def fetch_floor(store, reads: list[Callable]) -> dict[int, float]:
+    """Seconds to make ``reads`` (:func:`floor_reads`) on each of :data:`FLOOR_CONNECTIONS`
+    sessions at once: ``store``'s reader (:meth:`~..core.stores.base.MasterStore.reader`, widened
+    to that many before the clock) hands them to its sessions in turn, each on its own thread, as
+    HYBRIDJOIN's read-ahead does. The reads are the store's own, rows into columns included."""
+    floors = {}
+    for sessions in FLOOR_CONNECTIONS:
+        reader = store.reader(sessions)
         began = time.perf_counter()
-        for thread in threads:
-            thread.join()
-        took = time.perf_counter() - began
-        if failed:
-            raise failed[0]
-        return took
-    finally:
-        for store in stores:
-            store.close()
+        for future in [reader.submit(read) for read in reads]:
+            future.result()
+        floors[sessions] = time.perf_counter() - began
+    return floors
 
 
 def ceiling_lines(results: list[dict], floors: dict[int, float], distinct: int) -> list[str]:
@@ -241,8 +221,7 @@ def run_cold(config: ColdConfig, out=print) -> dict:
                 shaped.append(r)
             keys = sorted_distinct(tuples["nk"].to_numpy())
             with open_store(config.master, table, "nk") as store:
-                reads = floor_reads(store, keys)
-            floors = {n: fetch_floor(config, table, reads, n) for n in FLOOR_CONNECTIONS}
+                floors = fetch_floor(store, floor_reads(store, keys))
         out("")
         out(f"cold join of {config.stream_rows:,} tuples ({shape}, Zipf {config.zipf}), start-up included, "
             f"R = {config.rows:,} rows, memory {config.memory / 2**20:.4g} MiB; the second run of each "
