@@ -271,11 +271,16 @@ def side_process(airflow_db: str, url: str, keys: dict, total: int) -> None:
 
 
 def start_side_process(home: Path, url: str, before: dict, total: int, console) -> subprocess.Popen:
-    """:func:`side_process` in a new interpreter, writing to ``console``."""
+    """:func:`side_process` in a new interpreter, writing to ``console``. Its arguments go through a
+    file: the dimensions' keys are megabytes at the demo's sizes, and Linux caps one argument of a
+    command at 128 KiB."""
     arguments = {"airflow_db": str(home / "airflow.db"), "url": url, "total": total,
                  "keys": {table: sorted(rows) for table, rows in before.items()}}
-    code = "import json, sys; from airflow_provider_semijoin.demo import side_process; side_process(**json.loads(sys.argv[1]))"
-    return subprocess.Popen([sys.executable, "-c", code, json.dumps(arguments)], stdin=subprocess.PIPE, stdout=console)
+    path = home / "semijoin" / "side-process.json"
+    write_private_json(path, arguments)
+    code = ("import json, pathlib, sys; from airflow_provider_semijoin.demo import side_process; "
+            "side_process(**json.loads(pathlib.Path(sys.argv[1]).read_text()))")
+    return subprocess.Popen([sys.executable, "-c", code, str(path)], stdin=subprocess.PIPE, stdout=console)
 
 
 def _ends_with_this_process():

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -150,21 +150,29 @@ def spark_submit_on_path(monkeypatch):
 
 
 class DemoRun:
-    """``semijoin demo`` at a small size, run once per session in a process of its own."""
+    """The README's first command (``.ci/setup && .venv/bin/semijoin demo``), word for word at its
+    defaults, run once per session in a checkout of its own with no ``.semijoin-home`` yet: this
+    checkout's ``.ci``, ``.venv`` and packaging files (so ``.ci/setup`` finds everything in place),
+    nothing else. Its first line is read from README.md, not written here."""
 
-    SIZES = ("--stream-rows", "4000", "--product-rows", "5000", "--customer-rows", "2000", "--rate", "2000")
-    TIMEOUT_S = 900  # minutes on a machine busy with other work; about one and a half on an idle one
+    TIMEOUT_S = 1500  # minutes on a machine busy with other work; about two and a half on an idle one
+    CHECKOUT = (".ci", ".venv", "setup.cfg", "pyproject.toml", "constraints.txt")
 
-    def __init__(self, home: Path, ui_port: int):
-        self.home = home
-        with self.start(home, *self.SIZES, "--ui-port", str(ui_port), stderr=subprocess.PIPE) as process:
+    def __init__(self, checkout: Path):
+        repo = Path(__file__).resolve().parents[1]
+        checkout.mkdir(parents=True)
+        for name in self.CHECKOUT:
+            (checkout / name).symlink_to(repo / name)
+        self.command = readme_first_command(repo)
+        self.home = checkout / ".semijoin-home"
+        with self.start_in(checkout, self.command) as process:
             try:
                 stdout, stderr = process.communicate(timeout=self.TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 state = self.hung_state(process.pid)  # before the demo's `finally` blocks change it
                 process.terminate()  # the demo stops its side process and API server, then its group goes
                 stdout, stderr = process.communicate(timeout=90)
-                raise AssertionError(f"semijoin demo did not end within {self.TIMEOUT_S} s:\n{stdout[-3000:]}\n"
+                raise AssertionError(f"{self.command} did not end within {self.TIMEOUT_S} s:\n{stdout[-3000:]}\n"
                                      f"{state}") from None
             finally:
                 with contextlib.suppress(ProcessLookupError):
@@ -173,14 +181,18 @@ class DemoRun:
         self.out = stdout
 
     @staticmethod
+    def start_in(checkout: Path, command: str) -> subprocess.Popen:
+        """``command`` by bash in ``checkout``, in a session of its own, without the caller's
+        Airflow settings; stdout and stderr piped apart, as text."""
+        return subprocess.Popen(["bash", "-c", command], cwd=checkout, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=_demo_env(), start_new_session=True)
+
+    @staticmethod
     def start(home: Path, *arguments: str, stderr=subprocess.STDOUT) -> subprocess.Popen:
         """``semijoin demo --dir home *arguments`` in a session of its own, without the caller's
         Airflow settings; its stdout (and ``stderr``) piped, as text."""
-        repo = Path(__file__).resolve().parents[1]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p)
         command = [sys.executable, "-m", "airflow_provider_semijoin.cli", "demo", "--dir", str(home), *arguments]
-        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env,
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=_demo_env(),
                                 start_new_session=True)
 
     @staticmethod
@@ -213,9 +225,21 @@ def demo_run():
 
 
 @pytest.fixture(scope="session")
-def small_demo(tmp_path_factory):
-    """The main job at a small size (4,000 sales), shared by the tests of its summary and of its UI."""
-    with socket.socket() as s:  # a free port for the UI command the demo prints
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return DemoRun(tmp_path_factory.mktemp("demo") / "home", port)
+def readme_demo(tmp_path_factory):
+    """The main job as the README's first command runs it (200,000 sales at its defaults), shared
+    by the tests of its summary and of its UI."""
+    return DemoRun(tmp_path_factory.mktemp("readme") / "checkout")
+
+
+def readme_first_command(repo: Path) -> str:
+    """The first line of the README's first ``sh`` block: the command a new user types first."""
+    text = (repo / "README.md").read_text()
+    return re.search(r"^```sh\n(.*?)\n", text, re.M).group(1).strip()
+
+
+def _demo_env() -> dict:
+    """This environment without the caller's Airflow settings, importing this checkout's package."""
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p)
+    return env

@@ -1,8 +1,8 @@
 """The demo's UI route, as a newcomer takes it: ``semijoin demo``, then the command it prints.
 
-The demo (at a small size, :class:`DemoRun` of tests/conftest.py, shared with the test of its
-summary) ends by printing an ``airflow api-server`` command on its home and where the UI user's
-password is. Here that exact command runs, from a shell whose PATH does not hold the project's
+The demo (the README's first command at its defaults, :class:`DemoRun` of tests/conftest.py,
+shared with the test of its summary) ends by printing an ``airflow api-server`` command on its
+home and where the UI user's password is. Here that exact command runs, from a shell whose PATH does not hold the project's
 virtualenv and with no AIRFLOW_* variable; headless Chromium logs in, opens the Semi-joins page
 and the join task's Semi-join tab, and checks that they show the finished run's figures - the
 ones the demo's summary printed. Then the same command runs behind a base path
@@ -102,10 +102,10 @@ def shots() -> Path:
 
 
 @pytest.fixture(scope="module")
-def demo(small_demo, shots) -> Summary:
-    (shots / "logs" / "demo.out").write_text(small_demo.out)  # the summary the pages are checked against
-    assert small_demo.proc.returncode == 0, small_demo.out[-3000:] + small_demo.proc.stderr[-3000:]
-    return Summary(small_demo.out)
+def demo(readme_demo, shots) -> Summary:
+    (shots / "logs" / "demo.out").write_text(readme_demo.out)  # the summary the pages are checked against
+    assert readme_demo.proc.returncode == 0, readme_demo.out[-3000:] + readme_demo.proc.stderr[-3000:]
+    return Summary(readme_demo.out)
 
 
 def kpi(frame, label: str) -> str:
