@@ -23,6 +23,7 @@ import pytest
 
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.stores import DatabaseURL, MasterStore, store_for, write_table
+from airflow_provider_semijoin.core.stores.capture import CLOCK_SUFFIX
 from airflow_provider_semijoin.core.stores.pagemaps import pages_table
 from airflow_provider_semijoin.core.stores.sql import side_tables
 from airflow_provider_semijoin.core.stores.versions import before_table
@@ -94,7 +95,7 @@ class Backend:
 def with_side_tables(table: str) -> tuple[str, ...]:
     """``table`` and the names of its change tables (if it can have them)."""
     try:
-        return (table, *side_tables(table), before_table(table), pages_table(table))
+        return (table, *side_tables(table), before_table(table), pages_table(table), table + CLOCK_SUFFIX)
     except ConfigError:
         return (table,)
 

@@ -140,6 +140,7 @@ class MasterStore(VersionedReads):
         self._max_rows_per_key: int | None = None
         self._row_bytes: dict[int, float] = {}
         self._has_change_log = False
+        self._captures_writes = False
         self.seen_version = self.version()  # what R's page maps and the caches built on it reflect
 
     # -- catalogue (per dialect) -------------------------------------------------------------

@@ -36,6 +36,7 @@ import pyarrow as pa
 from ..checks import check_positive
 from ..errors import ConfigError, StoreError
 from .base import MasterStore
+from .capture import capture_enabled
 from .opening import store_for
 from .sql import MYSQL, SQLITE, DatabaseURL, dialect_of, refused_value_errors, side_tables, table_exists, write_transaction
 from .versions import create_before_table, save_before_images
@@ -220,12 +221,15 @@ def install_changes(
     """Apply ``changes`` (or the pending changes, oldest first, at most ``max_rows``, deleting
     them from pending) to R and append their keys to the change log under the next version,
     all in ONE transaction: a reader sees all of the batch or none of it (SSIJ sec. IV-E).
+    When R's writes are captured (:mod:`.capture`) its triggers write the log and the
+    before-images, a version a row, and the batch is the versions up to the one returned.
     An empty batch installs nothing and returns the current version."""
     check_positive("max_rows", max_rows, integer=True, optional=True)
     with _connected(conn_or_url) as connection:
         store = _master(connection, table, key)
         given = None if changes is None else _rows_of(store, changes)
         log, pending = _create(store)
+        captured = capture_enabled(store)
         d = store.dialect
         qt, qk = d.quote(table), d.quote(key)
         p = d.param
@@ -249,7 +253,8 @@ def install_changes(
                 version += 1
                 after = _net_rows(rows, store.key_unique, store.key_type.collation)
                 keys = list(after)
-                save_before_images(cursor, store, version, keys)  # R at older versions stays readable
+                if not captured:  # the triggers write the before-images and the log, row by row
+                    save_before_images(cursor, store, version, keys)  # R at older versions stays readable
                 for at in range(0, len(keys), BATCH):
                     part = keys[at : at + BATCH]
                     cursor.execute(f"DELETE FROM {qt} WHERE {qk} IN ({d.placeholders(len(part))})", part)
@@ -259,10 +264,13 @@ def install_changes(
                         f"INSERT INTO {qt} ({', '.join(d.quote(c) for c in columns)}) VALUES ({d.placeholders(len(columns))})",
                         inserted,
                     )
-                cursor.executemany(
-                    f"INSERT INTO {log} (version, {qk}, op) VALUES ({p}, {p}, {p})",
-                    [(version, k, "U" if kept else "D") for k, kept in after.items()],
-                )
+                if captured:
+                    version = int(_execute(cursor, f"SELECT COALESCE(MAX(version), 0) FROM {log}")[0][0])
+                else:
+                    cursor.executemany(
+                        f"INSERT INTO {log} (version, {qk}, op) VALUES ({p}, {p}, {p})",
+                        [(version, k, "U" if kept else "D") for k, kept in after.items()],
+                    )
                 for at in range(0, len(seqs), BATCH):
                     part = seqs[at : at + BATCH]
                     cursor.execute(f"DELETE FROM {pending} WHERE seq IN ({d.placeholders(len(part))})", part)

@@ -47,6 +47,15 @@ class VersionedReads:
             self._qlog = self.dialect.quote(log)
         return self._has_change_log
 
+    def captures_writes(self) -> bool:
+        """Whether every writer's changes to R become versions (:mod:`.capture`'s triggers);
+        checked until they are there, then kept."""
+        if not self._captures_writes and self.has_change_log():
+            from .capture import capture_enabled
+
+            self._captures_writes = capture_enabled(self)
+        return self._captures_writes
+
     def version(self) -> int:
         """The version of R: how many change batches were installed (0 without a change log)."""
         if not self.has_change_log():
@@ -117,7 +126,7 @@ class VersionedReads:
         try:
             newest = self.version()
             version = newest if self.read_version is None else self.read_version
-            self._overlay = overlay(self, version, newest, *self._key_range_sql())
+            self._overlay = overlay(self, version, newest, *self._key_range_sql(), pruned=not self.captures_writes())
             low, high = sorted((self.seen_version, version))
             changed = self.changes_since(low, high)[1]
             if self._overlay is not None:  # keys R has at version but not at newest stay covered

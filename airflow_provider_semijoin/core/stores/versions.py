@@ -98,8 +98,10 @@ class Overlay:
         return sql, [*params, *span, *params, *span]
 
 
-def overlay(store, version: int, newest: int, range_sql: str, range_params: list) -> Overlay | None:
-    """Inside a snapshot at ``newest``: how to read R at ``version`` (None: R itself is it)."""
+def overlay(store, version: int, newest: int, range_sql: str, range_params: list, *, pruned: bool = True) -> Overlay | None:
+    """Inside a snapshot at ``newest``: how to read R at ``version`` (None: R itself is it).
+    ``pruned``: installs prune the before-images older than :data:`KEEP_VERSIONS` versions
+    (captured writes, :mod:`.capture`, are a version a row and keep theirs)."""
     if newest == version:
         return None
     if version > newest:
@@ -107,7 +109,7 @@ def overlay(store, version: int, newest: int, range_sql: str, range_params: list
             f"version: R {store.table!r} is at version {newest} in this snapshot, older than the version "
             f"{version} the micro-batch reads at (does every part read the same database?)"
         )
-    if version < newest - KEEP_VERSIONS:
+    if pruned and version < newest - KEEP_VERSIONS:
         raise StoreError(
             f"version: R {store.table!r} is at version {newest}; version {version} is more than "
             f"{KEEP_VERSIONS} installs old and its before-images are pruned"
