@@ -135,6 +135,26 @@ def cmd_join(args) -> int:
     return 0 if stats["exactly_once"]["ok"] else 1
 
 
+# -- changes ------------------------------------------------------------------------------------
+def cmd_changes(args) -> int:
+    from .core.stores import open_store
+    from .core.stores.capture import capture_enabled, disable_capture, enable_capture
+
+    with open_store(args.master, args.table, args.key) as store:
+        if args.action == "enable":
+            created = enable_capture(store)
+            print(f"changes to {args.table} by any writer are captured (triggers {'created' if created else 'were there'}); "
+                  f"R is at version {store.version()}")
+        elif args.action == "disable":
+            dropped = disable_capture(store)
+            print(f"changes to {args.table} are no longer captured ({'triggers dropped' if dropped else 'there were no triggers'}); "
+                  "its change log stays")
+        else:
+            print(f"{args.table}: changes {'captured' if capture_enabled(store) else 'NOT captured'}, "
+                  f"version {store.version()}")
+    return 0
+
+
 # -- algorithms ---------------------------------------------------------------------------------
 def cmd_algorithms(args) -> int:
     from .core.joins import describe
@@ -307,6 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_generate(sub)
     _add_join(sub)
+    _add_changes(sub)
     _add_algorithms(sub)
     _add_bench(sub)
     _add_reproduce(sub)
@@ -357,6 +378,18 @@ def _add_join(sub) -> None:
     j.add_argument("--db-retry-max-s", default=120.0, metavar="SECONDS",
                    help="how long to reconnect to a lost MySQL server before failing (default 120)")
     j.set_defaults(func=cmd_join)
+
+
+def _add_changes(sub) -> None:
+    """``semijoin changes enable|disable|status``: capture every writer's changes to R."""
+    c = sub.add_parser("changes", help="capture every writer's changes to a master table (triggers), so running "
+                       "joins see them")
+    c.add_argument("action", choices=["enable", "disable", "status"])
+    c.add_argument("--master", required=True, help="sqlite:///path.db or mysql://user@host:port/db "
+                   "(password from SEMIJOIN_DB_PASSWORD)")
+    c.add_argument("--table", required=True)
+    c.add_argument("--key", required=True, help="join key column of the master table")
+    c.set_defaults(func=cmd_changes)
 
 
 def _add_algorithms(sub) -> None:

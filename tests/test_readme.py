@@ -98,6 +98,8 @@ def test_every_semijoin_command_runs_at_a_small_size(tmp_path):
             assert "exactly once: yes" in proc.stdout and (tmp_path / "soak" / "soak.csv").exists(), proc.stdout
         if command.startswith("semijoin reproduce"):
             assert (tmp_path / "report" / "max_scan.png").exists() and "claims" in proc.stdout, proc.stdout
+        if command.startswith("semijoin changes enable"):
+            assert "changes to product by any writer are captured (triggers created)" in proc.stdout, proc.stdout
         if command.startswith("semijoin algorithms"):
             assert "cachejoin-pq" in proc.stdout and "ssij" in proc.stdout
     stats = json.loads((tmp_path / "stats.json").read_text())

@@ -1,4 +1,5 @@
-"""The trigger of the master-data update sensor: it waits in the triggerer for pending changes.
+"""The trigger of the master-data update sensor: it waits in the triggerer for pending changes,
+or for a new version of R (``after_version``: every writer's commit, when R's writes are captured).
 
 Pending changes are rows in R's ``<R>__sj_pending`` table (:mod:`..core.stores.changes`), which
 upstream systems fill and :class:`~..operators.updates.InstallMasterChangesOperator` installs.
@@ -37,6 +38,19 @@ def count_pending(master_conn_id: str | None, table: str, key: str) -> int:
         connection.close()
 
 
+def master_version(master_conn_id: str | None, table: str, key: str) -> int:
+    """R's version: its change log's last one (0 without a log), moved on by installs and, when
+    R's writes are captured (:mod:`..core.stores.capture`), by every writer's commit."""
+    from ..core.stores import store_for
+    from ..hooks.master import MasterDataHook
+
+    connection = MasterDataHook(master_conn_id).get_conn()
+    try:
+        return store_for(connection, table, key).version()
+    finally:
+        connection.close()
+
+
 class MasterDataChangesTrigger(BaseTrigger):
     """Fires once changes to ``table`` are ready to install (see :func:`changes_ready`).
 
@@ -52,8 +66,10 @@ class MasterDataChangesTrigger(BaseTrigger):
         max_delay_s: float | None = None,
         poll_interval: float = 5.0,
         pending_since: float | None = None,
+        after_version: int | None = None,
     ) -> None:
         super().__init__()
+        self.after_version = after_version  # watching R's versions: fire once one is newer than this
         self.master_conn_id = master_conn_id
         self.table = table
         self.key = key
@@ -73,10 +89,15 @@ class MasterDataChangesTrigger(BaseTrigger):
                 "max_delay_s": self.max_delay_s,
                 "poll_interval": self.poll_interval,
                 "pending_since": self.pending_since,
+                "after_version": self.after_version,
             },
         )
 
     async def run(self):
+        if self.after_version is not None:
+            async for event in self._new_version():
+                yield event
+            return
         count = sync_to_async(count_pending)
         since = self.pending_since
         while True:
@@ -89,5 +110,18 @@ class MasterDataChangesTrigger(BaseTrigger):
             since = (since or now) if pending else None
             if changes_ready(pending, since, now, self.min_pending, self.max_delay_s):
                 yield TriggerEvent({"status": "ready", "pending": pending, "waited_s": round(now - since, 3)})
+                return
+            await asyncio.sleep(self.poll_interval)
+
+    async def _new_version(self):
+        read = sync_to_async(master_version)
+        while True:
+            try:
+                version = await read(self.master_conn_id, self.table, self.key)
+            except Exception as exc:  # reported to the sensor, which fails with it
+                yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
+                return
+            if version > self.after_version:
+                yield TriggerEvent({"status": "ready", "version": version})
                 return
             await asyncio.sleep(self.poll_interval)

@@ -18,7 +18,8 @@ import pytest
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_semijoin.core.errors import ConfigError
-from airflow_provider_semijoin.core.stores import DatabaseURL, write_table
+from airflow_provider_semijoin.core.stores import DatabaseURL, store_for, write_table
+from airflow_provider_semijoin.core.stores.capture import enable_capture
 from airflow_provider_semijoin.core.stores.changes import create_change_tables, pending_changes, stage_changes
 from airflow_provider_semijoin.sensors.updates import MasterDataChangesSensor
 from airflow_provider_semijoin.triggers.updates import MasterDataChangesTrigger, changes_ready
@@ -104,6 +105,57 @@ def test_deferrable_sensor_waits_in_the_trigger(dims, make_dag):
     assert pending_changes(backend.connection, table) == 1
 
 
+@pytest.mark.parametrize("deferrable", [True, False])
+def test_a_sensor_watching_versions_fires_on_a_plain_update_by_another_application(dims, make_dag, deferrable):
+    """R's writes captured (triggers): an UPDATE committed by another connection, no staging,
+    moves R to a new version, and the sensor (in the triggerer, or poking) succeeds with it."""
+    backend, table = dims
+    enable_capture(store_for(backend.connection, table, "nk"))
+    dag_id = f"versions_{int(deferrable)}_{table}"
+    dag = make_dag(dag_id, {"wait": (SENSOR, dict(master_conn_id="dims", table=table, key="nk", watch="versions",
+                                                   deferrable=deferrable, poke_interval=0.2, timeout=60))})
+
+    def other_application():  # commits after the sensor's first look
+        time.sleep(1.5)
+        connection = DatabaseURL.parse(backend.url).connect()
+        cursor = connection.cursor()
+        cursor.execute(f"UPDATE {backend.quote(table)} SET sk = sk + 1000 WHERE nk IN (3, 4)")
+        connection.commit()
+        connection.close()
+
+    writer = threading.Thread(target=other_application)
+    writer.start()
+    started = time.monotonic()
+    run = dag.test()
+    writer.join()
+    assert str(run.state) == "success"
+    assert time.monotonic() - started >= 1.5  # it waited for the commit: version 0 did not satisfy it
+    assert xcom(dag_id, "wait") == 2  # a version a captured row
+    assert sk_of(backend, table, [3, 4]) == {3: 1103, 4: 1104}
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_version_trigger_fires_past_its_version_only(dims):
+    backend, table = dims
+    enable_capture(store_for(backend.connection, table, "nk"))
+    backend.execute(f"DELETE FROM {backend.quote(table)} WHERE nk = 9")
+    trigger = MasterDataChangesTrigger("dims", table, "nk", poll_interval=0.1, after_version=0)
+    again = MasterDataChangesTrigger(**trigger.serialize()[1])
+    assert _first_event(trigger) == _first_event(again) == {"status": "ready", "version": 1}
+    late = MasterDataChangesTrigger("dims", table, "nk", poll_interval=0.1, after_version=1)
+
+    async def first_within(seconds):
+        async def first():
+            async for event in late.run():
+                return event.payload
+        try:
+            return await asyncio.wait_for(first(), seconds)
+        except TimeoutError:
+            return None
+
+    assert asyncio.run(first_within(0.5)) is None  # nothing past version 1 yet
+
+
 def _first_event(trigger):
     async def first():
         async for event in trigger.run():
@@ -141,6 +193,9 @@ def test_trigger_reports_an_unreachable_database():
         ({"table": "dim; DROP TABLE x"}, r"^table: 'dim; DROP TABLE x' is not a valid identifier"),
         ({"min_pending": 0}, r"^min_pending: 0 is not a positive integer$"),
         ({"max_delay_s": -5}, r"^max_delay_s: -5 is not a positive number of seconds$"),
+        ({"watch": "binlog"}, r"^watch: 'binlog' is not one of \['pending', 'versions'\]$"),
+        ({"after_version": 3}, r"^after_version: 3 is not a version >= 0 to wait past with watch='versions'$"),
+        ({"watch": "versions", "after_version": -1}, r"^after_version: -1 is not a version >= 0"),
     ],
 )
 def test_sensor_arguments(arguments, message):
