@@ -12,17 +12,44 @@ import pyarrow.parquet as pq
 import pytest
 from spark_jobs import SELECT, generator_job
 
+from airflow_provider_semijoin.core.stores import DatabaseURL, store_for
+from airflow_provider_semijoin.core.stores.capture import enable_capture
 from airflow_provider_semijoin.core.stores.changes import create_change_tables, install_changes
 from airflow_provider_semijoin.spark.runner import run_job
 from airflow_provider_semijoin.spark.spec import JobSpec
 from airflow_provider_semijoin.workloads.master import master_table
 
 
+def plain_sql(backend, table: str, changes: list[dict], columns: list[str]) -> int:
+    """``changes`` as another application writes them: one transaction of DELETEs and REPLACEs
+    on its own connection; R's version after it (R's writes are captured)."""
+    connection = DatabaseURL.parse(backend.url).connect()
+    try:
+        q = backend.quote
+        connection.execute("BEGIN")
+        for change in changes:
+            if change["op"] == "D":
+                connection.execute(f"DELETE FROM {q(table)} WHERE nk = ?", (change["nk"],))
+            else:
+                connection.execute(f"REPLACE INTO {q(table)} ({', '.join(map(q, columns))}) VALUES "
+                                   f"({', '.join('?' * len(columns))})", [change[c] for c in columns])
+        connection.execute("COMMIT")
+        return store_for(connection, table, "nk").version()
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("writes", ["installs", "plain_sql"])
 @pytest.mark.parametrize("algorithm", ["hybridjoin", "cachejoin"])
-def test_each_micro_batch_sees_one_version_of_r_while_updates_install(spark, tmp_path, sqlite_backend, algorithm):
+def test_each_micro_batch_sees_one_version_of_r_while_updates_install(spark, tmp_path, sqlite_backend, algorithm, writes):
+    """R changes while the query runs: batches installed through the provider, or (R's writes
+    captured) plain SQL transactions of another connection; every micro-batch's output equals
+    the join with R at the one version it read, and that version is one a transaction left."""
     initial = master_table(300)
     store = sqlite_backend.make_master(initial, select=SELECT)
     create_change_tables(sqlite_backend.url, store.table, "nk")
+    if writes == "plain_sql":
+        enable_capture(store)
     data = generator_job(tmp_path, sqlite_backend.url, store.table, algorithm=algorithm, total_rows=9000,
                          master_rows=330, missing=0.05).to_dict()
     data["source"]["rows_per_second"] = 1500.0
@@ -31,7 +58,7 @@ def test_each_micro_batch_sees_one_version_of_r_while_updates_install(spark, tmp
     spec = JobSpec.from_dict(data)
 
     rows = {k: r for k, r in zip(initial["nk"].to_pylist(), initial.to_pylist())}
-    versions = [dict(rows)]  # versions[v] = R after v installed batches
+    versions = {0: dict(rows)}  # R at each version a batch or transaction left
     rng = np.random.default_rng(5)
     done = threading.Event()
 
@@ -43,7 +70,7 @@ def test_each_micro_batch_sees_one_version_of_r_while_updates_install(spark, tmp
         while not done.is_set() and i < 300:
             i += 1
             keys = rng.choice(np.arange(1, 661, 2), 4, replace=False).tolist()  # some beyond R: inserts
-            current = dict(versions[-1])
+            current = dict(versions[max(versions)])
             changes = []
             for k in keys:
                 if k in current and rng.random() < 0.2:
@@ -54,9 +81,12 @@ def test_each_micro_batch_sees_one_version_of_r_while_updates_install(spark, tmp
                     row.update(name=f"v{len(versions)}-{k}", category=f"c{i % 7}")
                     changes.append({"op": "U", **row})
                     current[k] = row
-            installed = install_changes(sqlite_backend.url, store.table, "nk", pa.Table.from_pylist(changes))
-            assert installed.version == len(versions)
-            versions.append(current)
+            if writes == "installs":
+                version = install_changes(sqlite_backend.url, store.table, "nk", pa.Table.from_pylist(changes)).version
+                assert version == len(versions)
+            else:
+                version = plain_sql(sqlite_backend, store.table, changes, initial.column_names)
+            versions[version] = current
             done.wait(0.02)
 
     thread = threading.Thread(target=writer)
