@@ -32,6 +32,11 @@ def number_option(name: str) -> float:
     return number
 
 
+def typed_option(name: str):
+    """``[semijoin] name`` as its type says: a positive number for ``float`` / ``integer`` options, else the string."""
+    return number_option(name) if CONFIG_OPTIONS[name][0] in ("float", "integer") else option(name)
+
+
 def airflow_home() -> Path:
     """``$AIRFLOW_HOME`` as Airflow reads it (default ``~/airflow``)."""
     return Path(os.environ.get("AIRFLOW_HOME", "~/airflow")).expanduser()

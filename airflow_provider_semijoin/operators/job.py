@@ -41,6 +41,8 @@ from ..core.progress import (XCOM_HISTORY, XCOM_INFO, XCOM_LATEST, ProgressHisto
 from ..hooks.master import run_time_connections
 from ..hooks.spark import SemiJoinSparkHook
 from ..plugins.urls import task_page_url
+from ..spark.assemble import JOB_OPTIONS
+from .options import declare_options, spec_options, take_options
 
 _TEMPLATE = re.compile(r"{{|{%")
 
@@ -90,14 +92,17 @@ class SemiJoinJobOperator(BaseOperator):
         deadline over the last ``deadline_window_s`` seconds; above this ratio (with at least
         ``deadline_min_tuples`` tuples in the window) it ``fail``\\ s (stops the query and fails
         the task) or ``warn``\\ s (logs once per breach), as ``on_deadline_breach`` says.
-    :param trigger_interval_s: micro-batch trigger interval.
-    :param partitions: operator instances a micro-batch is split over (page-aligned key ranges).
+    :param trigger_interval_s, partitions, arrival_column, db_retry_max_s, work_ahead: the job
+        spec's options (:data:`..spark.assemble.JOB_OPTIONS`, every field of
+        :class:`~..spark.spec.JobSpec` but those above, the source, the steps and the sinks), at
+        the spec's defaults; ``db_retry_max_s`` at ``[semijoin] db_retry_max_s``.
     """
 
     template_fields = ("checkpoint", "stop", "spark_conf")
     operator_extra_links = (SemiJoinMetricsLink(),)
     ui_color = "#e8d7f5"
 
+    @declare_options(JOB_OPTIONS, {})
     def __init__(
         self,
         *,
@@ -111,11 +116,12 @@ class SemiJoinJobOperator(BaseOperator):
         deadline_window_s: float = 60.0,
         deadline_min_tuples: int = 100,
         on_deadline_breach: str = "fail",
-        trigger_interval_s: float = 1.0,
-        partitions: int = 1,
         **kwargs,
     ) -> None:
+        options = take_options(kwargs, JOB_OPTIONS, {})
         super().__init__(**kwargs)
+        for name, value in options.items():
+            setattr(self, name, value)
         self.spark_conn_id = spark_conn_id
         self.spark_conf = spark_conf or {}
         self.checkpoint = checkpoint
@@ -126,8 +132,6 @@ class SemiJoinJobOperator(BaseOperator):
         self.deadline_window_s = deadline_window_s
         self.deadline_min_tuples = deadline_min_tuples
         self.on_deadline_breach = on_deadline_breach
-        self.trigger_interval_s = trigger_interval_s
-        self.partitions = partitions
         if on_deadline_breach not in ("fail", "warn"):
             raise ConfigError(f"on_deadline_breach: {on_deadline_breach!r} is not one of ['fail', 'warn']")
         if deadline_miss_threshold is not None:
@@ -149,8 +153,8 @@ class SemiJoinJobOperator(BaseOperator):
 
         return run_time_connections() if resolve else Connections()
 
-    def assemble(self, *, resolve: bool, source, steps: list[dict], sinks, arrival_column: str | None = None) -> dict:
-        """The job spec as data, with this task's name, checkpoint, stop, deadline and trigger
+    def assemble(self, *, resolve: bool, source, steps: list[dict], sinks) -> dict:
+        """The job spec as data, with this task's name, checkpoint, stop, deadline and options
         (:func:`..spark.assemble.job_dict`, the one place a spec is assembled)."""
         from ..spark.assemble import job_dict, spec_name
 
@@ -162,9 +166,8 @@ class SemiJoinJobOperator(BaseOperator):
             source=source, steps=steps, sinks=sinks,
             output_folder=self.output_folder() if resolve else None,
             checkpoint=self.checkpoint or (str(work_folder() / "checkpoints" / self.dag_id / self.task_id) if resolve else None),
-            stop=dict(self.stop), deadline=deadline, trigger_interval_s=self.trigger_interval_s,
-            partitions=self.partitions, db_retry_max_s=number_option("db_retry_max_s"),
-            connections=self.connections(resolve=resolve), arrival_column=arrival_column,
+            stop=dict(self.stop), deadline=deadline, options=spec_options(self, JOB_OPTIONS, {}),
+            connections=self.connections(resolve=resolve),
         )
 
     def job_dict(self, *, resolve: bool) -> dict:

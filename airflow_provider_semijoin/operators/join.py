@@ -5,18 +5,24 @@ Each is a long-running task that streams ``source`` through one semi-join step w
 table R (``master_table`` in the database of ``master_conn_id``) and writes the matched tuples
 and the dead letters to ``sinks`` (see :class:`~.job.SemiJoinJobOperator` for how it runs and
 reports). Everything that can be checked without a database is checked when the DAG is parsed
-(unless it is templated): algorithm name and parameters, memory, identifiers, on-missing policy,
-source, sinks and stop condition; a bad value is a DAG import error naming the argument.
+(unless it is templated), by the job spec itself: algorithm name and parameters, memory,
+identifiers, on-missing policy, every other step and job option, source, sinks and stop
+condition; a bad value is a DAG import error naming the argument.
+
+The step's options are the fields of :class:`~..spark.spec.StepSpec` (:data:`..spark.assemble.STEP_OPTIONS`),
+each an argument of its own name (``params`` is ``algorithm_params``: BaseOperator has ``params``).
 """
 
 from __future__ import annotations
 
-from ..config import option
 from ..core.errors import SpecError
 from ..core.joins.base import JoinAlgorithm
 from ..core.joins.registry import ALGORITHMS
-from ..spark.assemble import step_dict
+from ..spark.assemble import STEP_OPTIONS, step_dict
 from .job import SemiJoinJobOperator, has_template
+from .options import declare_options, spec_options, take_options
+
+STEP_ARGUMENTS = {"params": "algorithm_params"}  # step options an operator names otherwise
 
 # JobSpec paths -> the operator's argument names, for parse-time errors (first match wins)
 _ARGUMENTS = (
@@ -24,7 +30,7 @@ _ARGUMENTS = (
     ("steps[0].master.table", "master_table"),
     ("steps[0].master.key", "master_key"),
     ("steps[0].master.select", "select"),
-    ("steps[0].params", "algorithm_params"),
+    *((f"steps[0].{field}", argument) for field, argument in STEP_ARGUMENTS.items()),
     ("steps[0].", ""),
     ("deadline.max_latency_s", "deadline_max_latency_s"),
     ("deadline.column", "deadline_column"),
@@ -43,22 +49,25 @@ def argument_error(task_id: str, error: SpecError) -> SpecError:
 class SemiStreamJoinOperator(SemiJoinJobOperator):
     """Join a stream with master data through any algorithm of the registry.
 
-    :param algorithm: a registry name (``semijoin algorithms`` lists them with their papers).
     :param column: the stream's join column (the natural key).
     :param master_table: R, a table with an index on ``master_key``.
     :param master_key: R's join key column.
     :param select: R's columns to add to each matched tuple (default: all but the key).
     :param master_conn_id: the master database (see :class:`~..hooks.master.MasterDataHook`).
-    :param algorithm_params: the algorithm's parameters (e.g. ``{"page_rows": 1000}``).
-    :param memory: the algorithm's memory budget (``"50M"``; default ``[semijoin] memory``).
     :param source: the stream: ``{"kind": "files", "path": ..., "format": "parquet"}``, the
         generator ``{"kind": "generator", ...}`` or any Spark source (see SourceSpec).
     :param sinks: ``{"matched": ..., "dead_letter": ...}``, each Parquet ``{"path": ...}`` or a
         table ``{"conn_id": ..., "table": ...}`` (default: Parquet under the work folder).
+    :param algorithm: a registry name (``semijoin algorithms`` lists them with their papers).
+    :param algorithm_params: the algorithm's parameters (e.g. ``{"page_rows": 1000}``).
+    :param memory: the algorithm's memory budget (``"50M"``; default ``[semijoin] memory``).
     :param on_missing: ``dead_letter``, ``unknown_member`` (with ``unknown_member`` values) or
         ``retry`` (for ``retry_grace_s`` seconds).
     :param rename: R's columns -> output names; ``drop_column`` drops the natural key.
-    :param arrival_column: a stream column with each tuple's arrival time (default: when read).
+    :param max_queue_time_s: the longest a tuple waits inside the join (None: no bound).
+
+    These step options (every field of :class:`~..spark.spec.StepSpec` but ``column`` and
+    ``master``) default to the spec's defaults; the job's are those of :class:`~.job.SemiJoinJobOperator`.
     """
 
     template_fields = (
@@ -68,6 +77,7 @@ class SemiStreamJoinOperator(SemiJoinJobOperator):
     )
     template_fields_renderers = {"source": "json", "sinks": "json", "algorithm_params": "json"}
 
+    @declare_options(STEP_OPTIONS, STEP_ARGUMENTS)
     def __init__(
         self,
         *,
@@ -75,37 +85,22 @@ class SemiStreamJoinOperator(SemiJoinJobOperator):
         master_table: str,
         master_key: str,
         source: dict,
-        algorithm: str = "hybridjoin",
         select: list[str] | None = None,
         master_conn_id: str | None = None,
-        algorithm_params: dict | None = None,
-        memory: str | int | None = None,
         sinks: dict | None = None,
-        on_missing: str = "dead_letter",
-        unknown_member: dict | None = None,
-        retry_grace_s: float | None = None,
-        rename: dict | None = None,
-        drop_column: bool = False,
-        arrival_column: str | None = None,
         **kwargs,
     ) -> None:
+        options = take_options(kwargs, STEP_OPTIONS, STEP_ARGUMENTS)
         super().__init__(**kwargs)
-        self.algorithm = algorithm
         self.column = column
         self.master_table = master_table
         self.master_key = master_key
         self.select = select
         self.master_conn_id = master_conn_id
-        self.algorithm_params = algorithm_params or {}
-        self.memory = memory
         self.source = source
         self.sinks = sinks or {}
-        self.on_missing = on_missing
-        self.unknown_member = unknown_member
-        self.retry_grace_s = retry_grace_s
-        self.rename = rename or {}
-        self.drop_column = drop_column
-        self.arrival_column = arrival_column
+        for name, value in options.items():
+            setattr(self, name, value)
         self._validate_at_parse_time()
 
     def _validate_at_parse_time(self) -> None:
@@ -122,13 +117,10 @@ class SemiStreamJoinOperator(SemiJoinJobOperator):
     def job_dict(self, *, resolve: bool) -> dict:
         step = step_dict(
             column=self.column, master_conn_id=self.master_conn_id, table=self.master_table, key=self.master_key,
-            select=self.select, algorithm=self.algorithm, params=self.algorithm_params,
-            memory=self.memory if self.memory is not None else option("memory"), on_missing=self.on_missing,
-            unknown_member=self.unknown_member, retry_grace_s=self.retry_grace_s, rename=self.rename,
-            drop_column=self.drop_column, connections=self.connections(resolve=resolve),
+            select=self.select, options=spec_options(self, STEP_OPTIONS, STEP_ARGUMENTS),
+            connections=self.connections(resolve=resolve),
         )
-        return self.assemble(resolve=resolve, source=self.source, steps=[step], sinks=self.sinks,
-                             arrival_column=self.arrival_column)
+        return self.assemble(resolve=resolve, source=self.source, steps=[step], sinks=self.sinks)
 
 
 class _OneAlgorithmOperator(SemiStreamJoinOperator):

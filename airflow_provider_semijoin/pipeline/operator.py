@@ -6,6 +6,7 @@ import math
 
 from ..core.units import parse_bytes
 from ..operators.job import SemiJoinJobOperator
+from ..spark.assemble import JOB_OPTIONS
 from .spec import PipelineSpec
 
 
@@ -22,9 +23,9 @@ class SemiJoinPipelineOperator(SemiJoinJobOperator):
         deadline = spec.deadline or {}
         kwargs.setdefault("spark_conn_id", spec.spark_conn_id)
         super().__init__(
-            checkpoint=spec.checkpoint, stop=dict(spec.stop), trigger_interval_s=spec.trigger_interval_s,
-            partitions=spec.partitions, deadline_max_latency_s=deadline.get("max_latency_s"),
-            deadline_column=deadline.get("column"), **kwargs,
+            checkpoint=spec.checkpoint, stop=dict(spec.stop), deadline_max_latency_s=deadline.get("max_latency_s"),
+            deadline_column=deadline.get("column"), **{option.name: getattr(spec, option.name) for option in JOB_OPTIONS},
+            **kwargs,
         )
         self.pipeline = spec.to_dict()
         self.auto_choices: dict = {}
@@ -34,7 +35,7 @@ class SemiJoinPipelineOperator(SemiJoinJobOperator):
         steps = spec.step_dicts(self.connections(resolve=resolve), self._choose if resolve else None)
         return self.assemble(resolve=resolve, source=spec.source, steps=steps, sinks=spec.sinks)
 
-    def _choose(self, step, url: str) -> str:
+    def _choose(self, step, url: str, memory) -> str:
         from ..core.stores import open_store
         from ..spark.joinstate import estimated_row_bytes
         from ..spark.spec import SourceSpec
@@ -45,7 +46,7 @@ class SemiJoinPipelineOperator(SemiJoinJobOperator):
         row_bytes = estimated_row_bytes(SourceSpec(**spec.source), sum(len(s.dimension.select) for s in earlier))
         dimension = step.dimension
         with open_store(url, dimension.table, dimension.natural_key, dimension.select) as store:
-            name, rates = choose_algorithm(store, parse_bytes(step.memory), step.skew, row_bytes)
+            name, rates = choose_algorithm(store, parse_bytes(memory), step.skew, row_bytes)
         # a rate without bound (every tuple served from memory) is shown as such: JSON has no inf
         shown = {k: round(v, 1) if math.isfinite(v) else "unbounded" for k, v in rates.items()}
         self.auto_choices[step.column] = {"algorithm": name, "predicted_tps": shown,

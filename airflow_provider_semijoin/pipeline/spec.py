@@ -14,18 +14,26 @@ of a dimension table, through a semi-stream join::
           natural_key: product_code
           surrogate_key: product_sk
         algorithm: auto                      # or any registry name
-        memory: 64M
+        memory: 64M                          # default: [semijoin] memory
         on_missing: unknown_member           # or dead_letter, or retry (+ retry_grace_s)
         unknown_member: -1
+        max_queue_time_s: 5                  # and any other option of the job spec's step
     sinks:
       matched: {kind: table, conn_id: warehouse, table: fact_sales}
       dead_letter: {path: /warehouse/dead_letters}
 
-Everything is validated when the spec is built (``__post_init__``): the spec's own fields here,
-then source, sinks, stop, deadline and each step's algorithm parameters through
-:class:`~..spark.spec.JobSpec` itself, with placeholders where a connection will be. A bad
-spec raises :class:`SpecError` ``"<file>: <field path>: <what is wrong>"``. Connection ids
-become URLs only in :meth:`PipelineSpec.job_dict` at run time.
+A step takes every field of the job spec's step (:data:`..spark.assemble.STEP_OPTIONS`) under
+its own name, but for four it says in the warehouse's words: the ``dimension`` (master table,
+natural key, surrogate key), ``algorithm`` (also ``auto``), ``unknown_member`` (one surrogate
+key value; ``on_missing`` defaults to it) and ``keep_natural_key`` (the spec's ``drop_column``
+negated). The pipeline takes every job option (``JOB_OPTIONS``: ``work_ahead``, ...) likewise.
+Options left out have the spec's defaults, or the ``[semijoin]`` option of their name.
+
+Everything is validated when the spec is built (``__post_init__``): the warehouse words here,
+everything else (options, source, sinks, stop, deadline) by :class:`~..spark.spec.JobSpec`
+itself, with placeholders where a connection will be. A bad spec raises :class:`SpecError`
+``"<file>: <field path>: <what is wrong>"``. Connection ids become URLs only in
+:meth:`PipelineSpec.job_dict` at run time.
 """
 
 from __future__ import annotations
@@ -40,10 +48,11 @@ from ..core.checks import check_flag, check_number, check_positive
 from ..core.deadline_watch import check_threshold
 from ..core.errors import ConfigError, SpecError, shown, shown_key
 from ..core.stores.sql import check_identifier
-from ..spark.assemble import Connections, job_dict, spec_name, step_dict
+from ..spark.assemble import JOB_OPTIONS, STEP_OPTIONS, Connections, job_dict, spec_name, step_dict, with_options
 
 AUTO = "auto"
-ON_MISSING = ("unknown_member", "dead_letter", "retry")
+# the step options a surrogate-key step says in the warehouse's words (fields of its own)
+WAREHOUSE_WORDS = ("algorithm", "on_missing", "unknown_member", "drop_column")
 _DAG_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}\Z")
 
 
@@ -107,58 +116,48 @@ class Dimension:
 
 
 @dataclass
+@with_options(tuple(option for option in STEP_OPTIONS if option.name not in WAREHOUSE_WORDS))
 class SurrogateKeyStep:
     """Replace the stream's ``column`` by the dimension's surrogate key.
 
     ``on_missing``: ``unknown_member`` (the tuple goes on with the surrogate key
     ``unknown_member``, e.g. -1, the dimension's "unknown" row), ``dead_letter`` (it leaves on
     the dead-letter sink), ``retry`` (it waits ``retry_grace_s`` seconds for a late dimension
-    row, then dead letter). ``algorithm`` ``auto`` lets the cost model choose at run time.
+    row, then dead letter). ``algorithm`` ``auto`` lets the cost model choose at run time,
+    for a Zipf stream of exponent ``skew``. The other fields are the job spec step's options
+    (``params``, ``memory``, ``retry_grace_s``, ``rename``, ``max_queue_time_s``, ...).
     """
 
     column: str
     dimension: Any
     algorithm: str = AUTO
-    params: dict = field(default_factory=dict)
-    memory: Any = "50M"
     on_missing: str = "unknown_member"
     unknown_member: Any = -1
-    retry_grace_s: float | None = None
     keep_natural_key: bool = False
-    rename: dict = field(default_factory=dict)
     skew: float = 1.0
 
     def __post_init__(self):
-        _identifier("column", self.column)
         if not isinstance(self.dimension, Dimension):
             self.dimension = from_mapping(Dimension, self.dimension, "dimension")
-        if not isinstance(self.algorithm, str) or not self.algorithm:
-            raise SpecError(f"algorithm: {shown(self.algorithm)} is not an algorithm name; expected 'auto' or a registry name")
-        _mapping("params", self.params, "algorithm parameters")
         if self.algorithm == AUTO and self.params:
             raise SpecError("params: given with algorithm 'auto'; expected no parameters (name an algorithm to set them)")
-        if self.on_missing not in ON_MISSING:
-            raise SpecError(f"on_missing: {shown(self.on_missing)} is not one of {list(ON_MISSING)}")
         if self.on_missing == "unknown_member" and (self.unknown_member is None or isinstance(self.unknown_member, (dict, list, bool))):
             raise SpecError(f"unknown_member: {shown(self.unknown_member)} is not a surrogate key value; expected e.g. -1")
-        if self.on_missing == "retry" and self.retry_grace_s is None:
-            raise SpecError("retry_grace_s: missing; expected the seconds a tuple waits for its dimension row (on_missing: retry)")
-        check_positive("retry_grace_s", self.retry_grace_s, optional=True, error=SpecError)
         check_flag("keep_natural_key", self.keep_natural_key, error=SpecError)
-        _mapping("rename", self.rename, "dimension columns -> output names")
         check_number("skew", self.skew, "a Zipf exponent >= 0", minimum=0, optional=True, error=SpecError)
 
     def step_dict(self, connections: Connections, algorithm: str) -> dict:
         """The JobSpec step (``algorithm`` resolved; the dimension's connection through ``connections``)."""
         unknown = None
         if self.on_missing == "unknown_member":
-            unknown = {self.rename.get(self.dimension.surrogate_key, self.dimension.surrogate_key): self.unknown_member}
+            rename = self.rename if isinstance(self.rename, dict) else {}
+            unknown = {rename.get(self.dimension.surrogate_key, self.dimension.surrogate_key): self.unknown_member}
+        options = {option.name: getattr(self, option.name) for option in STEP_OPTIONS if option.name not in WAREHOUSE_WORDS}
         return step_dict(
             column=self.column, master_conn_id=self.dimension.conn_id, table=self.dimension.table,
-            key=self.dimension.natural_key, select=self.dimension.select, algorithm=algorithm, params=self.params,
-            memory=self.memory, on_missing=self.on_missing, unknown_member=unknown,
-            retry_grace_s=self.retry_grace_s if self.on_missing == "retry" else None, rename=self.rename,
-            drop_column=not self.keep_natural_key, connections=connections,
+            key=self.dimension.natural_key, select=self.dimension.select, connections=connections,
+            options={**options, "algorithm": algorithm, "on_missing": self.on_missing, "unknown_member": unknown,
+                     "drop_column": not self.keep_natural_key},
         )
 
 
@@ -196,11 +195,13 @@ class UpdateInstall:
 
 
 @dataclass
+@with_options(JOB_OPTIONS)
 class PipelineSpec:
     """A surrogate-key pipeline: ``source`` -> ``steps`` (one Spark query) -> ``sinks``.
 
     ``source``, ``stop`` and ``deadline`` are those of the job spec (:mod:`..spark.spec`);
-    a sink is ``{path: ...}`` (Parquet) or ``{kind: table, conn_id: ..., table: ...}``.
+    a sink is ``{path: ...}`` (Parquet) or ``{kind: table, conn_id: ..., table: ...}``; the job
+    spec's options (``trigger_interval_s``, ``partitions``, ``work_ahead``, ...) are fields too.
     """
 
     dag_id: str
@@ -213,8 +214,6 @@ class PipelineSpec:
     tags: list = field(default_factory=list)
     stop: dict = field(default_factory=dict)
     deadline: dict | None = None
-    trigger_interval_s: float = 1.0
-    partitions: int = 1
     checkpoint: str | None = None
     spark_conn_id: str | None = None
     deadline_monitor: Any = None
@@ -256,13 +255,14 @@ class PipelineSpec:
         return list(seen.values())
 
     def step_dicts(self, connections: Connections, choose=None) -> list[dict]:
-        """The JobSpec steps; ``choose(step, url) -> algorithm`` resolves ``auto`` at run time."""
+        """The JobSpec steps; ``choose(step, url, memory) -> algorithm`` resolves ``auto`` at run time."""
         steps = []
         for step in self.steps:
             algorithm = step.algorithm
-            if algorithm == AUTO:
-                algorithm = choose(step, connections.database_url(step.dimension.conn_id)) if choose else "hybridjoin"
-            steps.append(step.step_dict(connections, algorithm))
+            if algorithm == AUTO and choose is not None:
+                algorithm = choose(step, connections.database_url(step.dimension.conn_id),
+                                   connections.configured("memory", step.memory))
+            steps.append(step.step_dict(connections, "hybridjoin" if algorithm == AUTO else algorithm))
         return steps
 
     def job_dict(self, connections: Connections | None = None, choose=None) -> dict:
@@ -275,8 +275,7 @@ class PipelineSpec:
         data = job_dict(
             name=spec_name(self.dag_id), source=self.source, steps=self.step_dicts(connections, choose),
             sinks=self.sinks, output_folder=None, checkpoint=self.checkpoint, stop=self.stop, deadline=self.deadline,
-            trigger_interval_s=self.trigger_interval_s, partitions=self.partitions, db_retry_max_s=None,
-            connections=connections,
+            options={option.name: getattr(self, option.name) for option in JOB_OPTIONS}, connections=connections,
         )
         JobSpec.from_dict(data)
         return data

@@ -20,6 +20,7 @@ from ..core.errors import ConfigError, SpecError, shown, shown_key
 from ..core.joins.registry import ALGORITHMS, algorithm_class
 from ..core.stores.sql import DatabaseURL, check_identifier, redact
 from ..core.units import parse_bytes
+from ..get_provider_info import CONFIG_OPTIONS
 from ..workloads.zipf import SHAPES
 
 SOURCE_KINDS = ("files", "generator", "spark")
@@ -31,6 +32,10 @@ GENERATOR_COLUMNS = ("tid", "nk", "qty", "amount", "sj_arrival")
 EXTRA_KEY_SETTINGS = ("master_rows", "exponent", "shape", "missing", "seed")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 _SECRET_OPTION = re.compile(r"pass|secret|token|jaas|credential|private|auth|key", re.IGNORECASE)
+# a field named like a [semijoin] option defaults to that option's default here, and to the
+# configured value on the Airflow paths (spark/assemble.py): memory, db_retry_max_s
+DEFAULT_MEMORY = CONFIG_OPTIONS["memory"][1]
+DEFAULT_DB_RETRY_MAX_S = float(CONFIG_OPTIONS["db_retry_max_s"][1])
 
 
 def _one_of(name: str, value, allowed) -> None:
@@ -210,7 +215,7 @@ class StepSpec:
     master: MasterSpec
     algorithm: str = "hybridjoin"
     params: dict = field(default_factory=dict)
-    memory: Any = "50M"
+    memory: Any = DEFAULT_MEMORY
     on_missing: str = "dead_letter"
     unknown_member: dict | None = None
     retry_grace_s: float | None = None
@@ -250,6 +255,9 @@ class StepSpec:
         elif self.unknown_member is not None:
             raise SpecError(f"unknown_member: given, but on_missing is {shown(self.on_missing)} (it needs 'unknown_member')")
         if self.on_missing == "retry":
+            if self.retry_grace_s is None:
+                raise SpecError("retry_grace_s: missing; expected the seconds a tuple waits for a late master row "
+                                "(on_missing 'retry')")
             _positive("retry_grace_s", self.retry_grace_s)
         elif self.retry_grace_s is not None:
             raise SpecError(f"retry_grace_s: given, but on_missing is {shown(self.on_missing)} (it needs 'retry')")
@@ -367,7 +375,7 @@ class JobSpec:
     stop: StopSpec = field(default_factory=StopSpec)
     deadline: DeadlineSpec | None = None
     arrival_column: str | None = None
-    db_retry_max_s: float = 120.0  # how long a lost MySQL session is reopened for (master data, table sinks)
+    db_retry_max_s: float = DEFAULT_DB_RETRY_MAX_S  # how long a lost MySQL session is reopened for (master data, table sinks)
     work_ahead: bool = True  # steps go on joining between micro-batches (:mod:`.ahead`)
 
     def __post_init__(self):

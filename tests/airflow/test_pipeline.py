@@ -63,7 +63,7 @@ def test_yaml_and_dataclasses_give_the_same_spec(tmp_path):
         install_updates={"min_pending": 10},
     )
     assert from_yaml == in_python
-    job = from_yaml.job_dict(Connections(url=lambda conn_id: f"sqlite:////dims/{conn_id}.db"), lambda step, url: "cachejoin")
+    job = from_yaml.job_dict(Connections(url=lambda conn_id: f"sqlite:////dims/{conn_id}.db"), lambda step, url, memory: "cachejoin")
     first, second = job["steps"]
     assert first["master"] == {"url": "sqlite:////dims/dims.db", "table": "dim_product", "key": "product_code",
                                "select": ["product_sk"]}
@@ -80,8 +80,9 @@ IDENTIFIER = "(expected letters, digits and _, starting with a letter or _, at m
 MALFORMED = [
     ({"steps": None}, "steps: None is not a list of steps; expected at least one surrogate-key step"),
     ({"sink": {}}, "sink: not a field of PipelineSpec; expected one of ['dag_id', 'source', 'steps', 'sinks', "
-                   "'schedule', 'start_date', 'description', 'tags', 'stop', 'deadline', 'trigger_interval_s', "
-                   "'partitions', 'checkpoint', 'spark_conn_id', 'deadline_monitor', 'install_updates']"),
+                   "'schedule', 'start_date', 'description', 'tags', 'stop', 'deadline', 'checkpoint', 'spark_conn_id', "
+                   "'deadline_monitor', 'install_updates', 'trigger_interval_s', 'partitions', 'arrival_column', "
+                   "'db_retry_max_s', 'work_ahead']"),
     ({"dag_id": "sales keys"}, "dag_id: 'sales keys' is not a DAG id; expected letters, digits, '_', '.' or '-'"),
     ({"steps": [{"column": "nk"}]}, "steps[0].dimension: missing"),
     ({"steps": [{"column": "nk", "dimension": {"table": "dim product", "natural_key": "nk", "surrogate_key": "sk"}}]},
@@ -89,9 +90,9 @@ MALFORMED = [
     ({"steps": [{"column": "nk", "dimension": {"table": "d", "natural_key": "nk", "surrogate_key": "nk"}}]},
      "steps[0].dimension.surrogate_key: 'nk' is the natural key; expected the dimension's surrogate key column"),
     ({"steps": [{**BASE["steps"][0], "on_missing": "drop"}]},
-     "steps[0].on_missing: 'drop' is not one of ['unknown_member', 'dead_letter', 'retry']"),
+     "steps[0].on_missing: 'drop' is not one of ['dead_letter', 'unknown_member', 'retry']"),
     ({"steps": [{**BASE["steps"][0], "on_missing": "retry"}]},
-     "steps[0].retry_grace_s: missing; expected the seconds a tuple waits for its dimension row (on_missing: retry)"),
+     "steps[0].retry_grace_s: missing; expected the seconds a tuple waits for a late master row (on_missing 'retry')"),
     ({"steps": [{**BASE["steps"][0], "params": {"page_rows": 10}}]},
      "steps[0].params: given with algorithm 'auto'; expected no parameters (name an algorithm to set them)"),
     ({"steps": [{**BASE["steps"][0], "algorithm": "hybrid"}]},
@@ -138,7 +139,7 @@ def test_factory_builds_a_dag_per_file_and_names_every_invalid_one(tmp_path):
     with pytest.raises(SpecError) as caught:
         dags_from_folder(tmp_path, namespace)
     assert str(caught.value).splitlines() == [
-        f"{tmp_path / 'other.yml'}: steps[1].on_missing: 'skip' is not one of ['unknown_member', 'dead_letter', 'retry']",
+        f"{tmp_path / 'other.yml'}: steps[1].on_missing: 'skip' is not one of ['dead_letter', 'unknown_member', 'retry']",
         f"{tmp_path / 'sales.yaml'}: dag_id: 'sales_keys' is already the DAG of copy.yaml; expected a DAG id of its own",
     ]
     dag = namespace["sales_keys"]
