@@ -11,8 +11,9 @@ Everything lives in one folder (default ``./.semijoin-home``), the run's ``AIRFL
 
 The run: an API server (the Execution API the task processes talk to) starts, then
 ``dag.test(use_executor=True)`` runs one DAG run. While the join streams, an "upstream system"
-stages category changes to ``dim_product`` and name changes to ``dim_customer``; the update
-sensors see them and the install tasks apply them (SSIJ semantics) under the running join.
+commits category changes to ``dim_product`` and name changes to ``dim_customer`` with plain SQL
+from another process; the join captures every writer's changes (``change_capture: triggers``),
+so it sees them (SSIJ semantics), and the update sensors fire on the new versions.
 Afterwards the output is checked against an oracle: a plain hash join of the regenerated stream
 with the dimension tables - every sale leaves exactly once (a fact row or a dead letter with its
 reason), with the right surrogate keys, and a category of the version before or after the update.
@@ -39,7 +40,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
@@ -136,19 +136,20 @@ def prepare_home(home: Path, spec: dict) -> None:
 
 
 def prepare_warehouse(url: str, product_rows: int, customer_rows: int) -> dict:
-    """The two dimension tables (reused when they already hold this data set), no pending
-    changes, no facts. Returns the dimensions as they are before the run: {table: {nk: row}}."""
-    from .core.stores.changes import create_change_tables
-    from .core.stores.sql import DatabaseURL
+    """The two dimension tables as generated (the last run's upstream changed them), with no
+    change log yet (the join captures their changes from its start: ``change_capture: triggers``),
+    no facts. Returns the dimensions as they are before the run: {table: {nk: row}}."""
+    from .core.stores.sql import DatabaseURL, side_tables
+    from .core.stores.versions import before_table
     from .workloads.master import generate_master
 
     before = {}
     for table, rows, seed in (("dim_product", product_rows, PRODUCT_SEED), ("dim_customer", customer_rows, CUSTOMER_SEED)):
-        generate_master(url, table, rows, seed=seed, reuse=False)  # the last run's installs changed it
-        create_change_tables(url, table, "nk")
+        generate_master(url, table, rows, seed=seed, reuse=False)
         connection = DatabaseURL.parse(url).connect()
         try:
-            connection.execute(f'DELETE FROM "{table}__sj_pending"')
+            for side in (*side_tables(table), before_table(table)):
+                connection.execute(f'DROP TABLE IF EXISTS "{side}"')
             connection.execute(f'DROP TABLE IF EXISTS "{FACT_TABLE}"')
             connection.commit()
             before[table] = _dimension(connection, table)
@@ -162,11 +163,12 @@ def _dimension(connection, table: str) -> dict:
     return {int(nk): (int(sk), category) for nk, sk, category in cursor.fetchall()}
 
 
-def stage_upstream_changes(url: str, keys: dict, started: threading.Event, seed: int = 11) -> None:
-    """The upstream system: once the first facts are in, change the category of CHANGED_KEYS
-    products and the name of CHANGED_KEYS customers (surrogate keys stay: SCD type 1), drawn from
-    ``keys`` (each dimension's keys, sorted)."""
-    from .core.stores.changes import stage_changes
+def write_upstream_changes(url: str, keys: dict, started: threading.Event, seed: int = 11) -> None:
+    """The upstream system, another application writing the warehouse with plain SQL: once the
+    first facts are in, one transaction changes the category of CHANGED_KEYS products, another
+    the name of CHANGED_KEYS customers (surrogate keys stay: SCD type 1), drawn from ``keys``
+    (each dimension's keys, sorted). Nothing is staged: the running join sees the commits
+    because their triggers capture them."""
     from .core.stores.sql import DatabaseURL
 
     started.wait()
@@ -175,12 +177,10 @@ def stage_upstream_changes(url: str, keys: dict, started: threading.Event, seed:
         connection = DatabaseURL.parse(url).connect()
         try:
             chosen = rng.choice(keys[table], CHANGED_KEYS, replace=False)
-            cursor = connection.execute(f'SELECT * FROM "{table}" WHERE nk IN ({",".join(map(str, chosen))})')
-            names = [d[0] for d in cursor.description]
-            rows = pa.Table.from_pylist([dict(zip(names, r)) for r in cursor.fetchall()])
-            changed = pc.binary_join_element_wise(rows[column], pa.scalar(" (changed)"), "")
-            rows = rows.set_column(names.index(column), column, changed)
-            stage_changes(connection, table, "nk", rows.add_column(0, "op", pa.array(["U"] * rows.num_rows)))
+            connection.execute("BEGIN")
+            connection.execute(f'UPDATE "{table}" SET "{column}" = "{column}" || \' (changed)\' '
+                               f'WHERE nk IN ({",".join(map(str, chosen))})')
+            connection.execute("COMMIT")
         finally:
             connection.close()
 
@@ -257,7 +257,7 @@ def side_process(airflow_db: str, url: str, keys: dict, total: int) -> None:
     allocator lock leaves the forked task deadlocked at its first SQLite call; and opening
     ``airflow.db`` there would drop that process's POSIX locks on it when closed."""
     done, first_batch = threading.Event(), threading.Event()
-    upstream = threading.Thread(target=stage_upstream_changes, args=(url, keys, first_batch), daemon=True)
+    upstream = threading.Thread(target=write_upstream_changes, args=(url, keys, first_batch), daemon=True)
     upstream.start()
 
     def until_stdin_closes() -> None:
@@ -479,8 +479,9 @@ def report(run, home: Path, url: str, spec: dict, before: dict, started_at: floa
     out(f"latency  p99 {last.get('latency_ms_p99')} ms (last micro-batch); deadline {spec['deadline']['max_latency_s']} s: "
         f"{summary.get('deadline_misses', 0):,} of {n_in:,} sales missed it (the stream's clock starts after Spark's "
         "warm-up micro-batch, so every miss is a steady-state one)")
-    out(f"updates  {CHANGED_KEYS} product and {CHANGED_KEYS} customer changes installed while the join ran: "
-        f"install_dim_product {states.get('install_dim_product')}, install_dim_customer {states.get('install_dim_customer')}")
+    out(f"updates  {CHANGED_KEYS} product and {CHANGED_KEYS} customer changes committed with plain SQL by another process "
+        f"while the join ran, captured by triggers: changes_dim_product {states.get('changes_dim_product')}, "
+        f"changes_dim_customer {states.get('changes_dim_customer')}")
     out(f"check    exactly once against the oracle (hash join of the stream with the dimensions): "
         f"{'yes' if check['ok'] else 'NO'} (lost {check['lost']}, duplicated {check['duplicated']}, "
         f"wrong keys {check['wrong']}, dead letters {check['dead_letters']:,} of {check['expected_dead_letters']:,} expected)")

@@ -338,7 +338,8 @@ def job_spec(config: SoakConfig) -> dict:
         "name": "semijoin_soak",
         "source": {"kind": "generator", "rows_per_second": config.rows_per_second, "master_rows": config.master_rows,
                    "missing": 0.02, "seed": config.seed, "bursty": True},
-        "steps": [{"column": "nk", "algorithm": config.algorithm, "memory": config.memory, "params": dict(config.params),
+        "steps": [{"column": "nk", "master_static": True,  # changed only by the soak's installs
+                   "algorithm": config.algorithm, "memory": config.memory, "params": dict(config.params),
                    "master": {"url": config.master, "table": config.table, "key": "nk", "select": ["sk", "name", "price"]}}],
         "sinks": {"matched": {"kind": "parquet", "path": str(out / "matched")},
                   "dead_letter": {"kind": "parquet", "path": str(out / "dead_letter")}},

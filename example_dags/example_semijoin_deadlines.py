@@ -42,6 +42,7 @@ with DAG(
         column="nk",
         master_table="product",
         master_key="nk",
+        change_capture="triggers",  # the join sees every writer's changes to product
         select=["sk"],
         memory="4M",
         source={"kind": "generator", "rows_per_second": 3000, "master_rows": 100_000, "bursty": True},

@@ -41,6 +41,7 @@ JOIN = dict(
     column="nk",
     master_table="product",
     master_key="nk",
+    change_capture="triggers",  # the join sees every writer's changes to product
     select=["sk", "category"],
     memory="8M",
     source={"kind": "generator", "rows_per_second": 2000, "total_rows": 60_000, "master_rows": MASTER_ROWS,

@@ -44,6 +44,7 @@ with DAG(
         column="nk",
         master_table="product",
         master_key="nk",
+        change_capture="triggers",  # the join sees every writer's changes to product
         select=["sk", "price"],
         memory="8M",
         source={"kind": "generator", "rows_per_second": 1000, "master_rows": 100_000},

@@ -47,7 +47,7 @@ from airflow_provider_semijoin.operators.join import SemiStreamJoinOperator
 
 with DAG("wheel_join", schedule=None, start_date=pendulum.datetime(2024, 1, 1, tz="UTC"), catchup=False):
     SemiStreamJoinOperator(
-        task_id="join", algorithm="hybridjoin", column="nk", master_table="product", master_key="nk",
+        task_id="join", algorithm="hybridjoin", column="nk", master_static=True, master_table="product", master_key="nk",
         select=["sk"], memory="1M", partitions=2, trigger_interval_s=0.5, stop={{"end_of_input": True}},
         source={{"kind": "generator", "total_rows": {rows}, "rows_per_second": 2000, "master_rows": {master_rows},
                 "missing": 0.1, "exponent": 1.0, "seed": 11}},

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     table = f"sj_parts_{args.rows}"
     generate_master(args.master, table, args.rows, seed=0)
     step = StepSpec(column="nk", master={"url": args.master, "table": table, "key": "nk"}, algorithm=args.algorithm,
-                    memory=args.memory)
+                    memory=args.memory, master_static=True)  # the bench's R: nothing writes it while it runs
     stream = list(batches(args.rows, args.batch_rows, args.batches, args.zipf, seed=1))
     with tempfile.TemporaryDirectory() as folder, standalone_cluster(Path(folder), workers=2, cores=1) as (url, _):
         spark = get_spark(url, app_name="semijoin-partitions-bench", conf={

@@ -110,7 +110,8 @@ def run_pipeline(spark, config: SparkBenchConfig, table: str, algorithm: str, sh
     between micro-batches (the product's default)."""
     core = config.core
     step = {"column": KEY, "master": {"url": core.master, "table": table, "key": KEY},
-            "algorithm": algorithm, "memory": core.memory, "params": core.params_for(algorithm)}
+            "algorithm": algorithm, "memory": core.memory, "params": core.params_for(algorithm),
+            "master_static": True}  # the bench's R: nothing writes it while it runs
     if rate is None or max_queue_time_s is not None:
         step["max_queue_time_s"] = max_queue_time_s
     spec = JobSpec.from_dict({

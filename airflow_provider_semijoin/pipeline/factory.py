@@ -8,7 +8,8 @@ A DAG file in the DAGs folder needs two lines::
 A pipeline's DAG runs the task ``surrogate_keys`` (every step in one Spark query); with
 ``deadline_monitor`` a :class:`~..sensors.deadline.DeadlineMissSensor` watches it, and with
 ``install_updates`` each dimension table gets an update sensor and an install task that run
-alongside the join (SSIJ update semantics). An invalid file fails the DAG file's import with
+alongside the join (SSIJ update semantics); with ``watch_changes`` each gets a sensor that
+succeeds on a new version of it (any writer's commit, its writes captured). An invalid file fails the DAG file's import with
 ``<file>: <field path>: <what is wrong>`` for every invalid file of the folder, so
 ``airflow dags list-import-errors`` names them all.
 """
@@ -62,6 +63,13 @@ def build_dag(spec: PipelineSpec, source_file: str | None = None):
             wait >> InstallMasterChangesOperator(
                 task_id=f"install_{dimension.table}", master_conn_id=dimension.conn_id, table=dimension.table,
                 key=dimension.natural_key,
+            )
+        watch = spec.watch_changes
+        for dimension in spec.dimensions if watch is not None else []:
+            MasterDataChangesSensor(
+                task_id=f"changes_{dimension.table}", master_conn_id=dimension.conn_id, table=dimension.table,
+                key=dimension.natural_key, watch="versions", deferrable=watch.deferrable,
+                poke_interval=watch.poke_interval,
             )
     return dag
 

@@ -195,6 +195,19 @@ class UpdateInstall:
 
 
 @dataclass
+class ChangeWatch:
+    """For each dimension: a sensor that succeeds once R's version moves on - a commit by any
+    writer, when R's writes are captured (``change_capture: triggers`` on its step)."""
+
+    deferrable: bool = True
+    poke_interval: float = 30.0
+
+    def __post_init__(self):
+        check_positive("poke_interval", self.poke_interval, error=SpecError)
+        check_flag("deferrable", self.deferrable, error=SpecError)
+
+
+@dataclass
 @with_options(JOB_OPTIONS)
 class PipelineSpec:
     """A surrogate-key pipeline: ``source`` -> ``steps`` (one Spark query) -> ``sinks``.
@@ -218,6 +231,7 @@ class PipelineSpec:
     spark_conn_id: str | None = None
     deadline_monitor: Any = None
     install_updates: Any = None
+    watch_changes: Any = None
 
     def __post_init__(self):
         if not isinstance(self.dag_id, str) or not _DAG_ID.match(self.dag_id):
@@ -244,6 +258,11 @@ class PipelineSpec:
                             "(max_latency_s or column)")
         if self.install_updates is not None and not isinstance(self.install_updates, UpdateInstall):
             self.install_updates = from_mapping(UpdateInstall, self.install_updates, "install_updates")
+        if self.watch_changes is not None and not isinstance(self.watch_changes, ChangeWatch):
+            self.watch_changes = from_mapping(ChangeWatch, self.watch_changes, "watch_changes")
+        if self.watch_changes is not None and self.install_updates is not None:
+            raise SpecError("watch_changes: given with install_updates; expected one of them (both name their "
+                            "sensors changes_<table>)")
         self.job_dict()  # everything the job spec checks, with placeholders
 
     @property

@@ -28,6 +28,7 @@ FILE_FORMATS = ("parquet", "csv", "json")
 SINK_KINDS = ("parquet", "table")
 SINK_INDEX_SUFFIX = "_batch"  # a table sink's index on its batch column: <table>_batch
 ON_MISSING = ("dead_letter", "unknown_member", "retry")
+CHANGE_CAPTURES = ("triggers",)
 GENERATOR_COLUMNS = ("tid", "nk", "qty", "amount", "sj_arrival")
 EXTRA_KEY_SETTINGS = ("master_rows", "exponent", "shape", "missing", "seed")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
@@ -209,6 +210,11 @@ class StepSpec:
     ``max_queue_time_s``: the longest a tuple waits inside the join across micro-batches before
     it is forced out (its page loaded); None: no bound (it leaves when its page comes round, or
     when the job drains at a stop or the end of input).
+    ``change_capture``: ``triggers`` puts R's capture triggers in place at start when missing
+    (:mod:`..core.stores.capture`), so the running join sees every writer's commits.
+    ``master_static``: the user's word that nothing but the provider's own installs changes R.
+    Without either, a job on an R whose writes are not captured refuses to start
+    (:func:`..core.stores.capture.changes_seen`): its answers would go stale without a word.
     """
 
     column: str
@@ -222,6 +228,8 @@ class StepSpec:
     rename: dict = field(default_factory=dict)
     drop_column: bool = False
     max_queue_time_s: float | None = 10.0
+    change_capture: str | None = None
+    master_static: bool = False
 
     def __post_init__(self):
         _identifier("column", self.column)
@@ -267,6 +275,9 @@ class StepSpec:
             _identifier(f"rename.{shown_key(old)}", new)
         check_flag("drop_column", self.drop_column, error=SpecError)
         _positive("max_queue_time_s", self.max_queue_time_s, optional=True)
+        if self.change_capture is not None:
+            _one_of("change_capture", self.change_capture, CHANGE_CAPTURES)
+        check_flag("master_static", self.master_static, error=SpecError)
 
     @property
     def memory_bytes(self) -> int:

@@ -23,6 +23,7 @@ from ..core.joins.registry import create
 from ..core.reasons import Unmatched
 from ..core.session import LOG_BYTES_PER_TUPLE, JoinSession, sized_for_rows
 from ..core.stores import SnapshotLost, open_store
+from ..core.stores.capture import changes_seen
 from .ahead import WorkAhead
 from .joinstate import (JOIN_COLUMNS, RETRY_SINCE, SEQ, SPILLED_ROW_BYTES, CarriedRows, StateFiles, due_times,
                         session_from, slice_of)
@@ -63,6 +64,11 @@ class JoinStep:
         self.clock = clock
         self.store = open_store(spec.master.url, spec.master.table, spec.master.key, spec.master.select,
                                 retry_max_s=retry_max_s)
+        try:
+            changes_seen(self.store, spec.change_capture, spec.master_static, f"steps[{index}].master")
+        except BaseException:
+            self.store.close()
+            raise
         self.algorithm = create(spec.algorithm, self.store, spec.memory_bytes, spec.params)
         self.algorithm_memory = spec.memory_bytes  # the structures' share of M (all of it until a row is seen)
         self.sized = False  # the share was set from the width of real rows

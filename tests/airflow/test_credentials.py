@@ -135,7 +135,7 @@ class ProcessWatcher(threading.Thread):
 
 def join_task(s: Sentinel, tmp_path: Path, **more) -> dict:
     return dict(
-        column="nk", master_table=s.table, master_key="nk", select=["sk", "category"], master_conn_id="dims", memory="2M",
+        column="nk", master_static=True, master_table=s.table, master_key="nk", select=["sk", "category"], master_conn_id="dims", memory="2M",
         source={"kind": "generator", "total_rows": 3000, "rows_per_second": 3000, "master_rows": 2000, "missing": 0.1,
                 "seed": 11},
         sinks={"matched": {"kind": "table", "conn_id": "dims", "table": f"{s.table}_facts"},
@@ -249,12 +249,12 @@ def test_a_sink_url_with_a_password_is_refused_when_the_dag_is_parsed(tmp_path):
     sinks = {"matched": {"kind": "table", "url": secret, "table": "facts"}}
     with DAG("sink_password", schedule=None):
         with pytest.raises(SpecError, match=r"^join: sinks\.matched\.url: holds a password, .*; expected conn_id "):
-            HybridJoinOperator(task_id="join", column="nk", master_table="r", master_key="nk",
+            HybridJoinOperator(task_id="join", column="nk", master_static=True, master_table="r", master_key="nk",
                                source={"kind": "generator", "total_rows": 10}, sinks=sinks)
     with pytest.raises(SpecError, match=r"^sinks\.matched\.url: holds a password"):
         PipelineSpec(dag_id="p", source={"kind": "generator", "total_rows": 10}, sinks=sinks,
                      steps=[{"column": "nk", "dimension": {"table": "d", "natural_key": "nk", "surrogate_key": "sk"}}])
     with DAG("sink_no_password", schedule=None):  # a URL without one is taken as it is
-        HybridJoinOperator(task_id="join", column="nk", master_table="r", master_key="nk",
+        HybridJoinOperator(task_id="join", column="nk", master_static=True, master_table="r", master_key="nk",
                            source={"kind": "generator", "total_rows": 10},
                            sinks={"matched": {"kind": "table", "url": f"sqlite:///{tmp_path}/f.db", "table": "facts"}})

@@ -31,7 +31,8 @@ def test_reference_pipeline_dag():
     assert dag.fileloc == str(DAGS / "semijoin_pipelines.py")  # a worker loads the DAG from the DAG file
     assert {t.task_id: type(t).__name__ for t in dag.tasks} == {
         "surrogate_keys": "SemiJoinPipelineOperator", "deadline_monitor": "DeadlineMissSensor",
-        "changes_dim_product": "MasterDataChangesSensor", "install_dim_product": "InstallMasterChangesOperator",
-        "changes_dim_customer": "MasterDataChangesSensor", "install_dim_customer": "InstallMasterChangesOperator"}
+        "changes_dim_product": "MasterDataChangesSensor", "changes_dim_customer": "MasterDataChangesSensor"}
+    assert {dag.get_task(f"changes_{t}").watch for t in ("dim_product", "dim_customer")} == {"versions"}
     steps = dag.get_task("surrogate_keys").pipeline["steps"]
     assert [(s["column"], s["dimension"]["table"]) for s in steps] == [("nk", "dim_product"), ("customer_nk", "dim_customer")]
+    assert [s["change_capture"] for s in steps] == ["triggers", "triggers"]

@@ -67,7 +67,7 @@ def master(tmp_path, connections):
 
 
 def join_args(tmp_path, name: str, max_latency_s: float, **more) -> dict:
-    return dict(column="nk", master_table="product", master_key="nk", select=["sk"], master_conn_id="dims", memory="1M",
+    return dict(column="nk", master_static=True, master_table="product", master_key="nk", select=["sk"], master_conn_id="dims", memory="1M",
                 source={"kind": "generator", "rows_per_second": 400, "master_rows": 1000, "seed": 1},
                 sinks={"matched": {"path": str(tmp_path / name / "m")}, "dead_letter": {"path": str(tmp_path / name / "d")}},
                 checkpoint=str(tmp_path / name / "cp"), trigger_interval_s=0.3, deadline_max_latency_s=max_latency_s, **more)

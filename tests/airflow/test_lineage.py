@@ -44,7 +44,7 @@ def test_task_run_reports_lineage_through_the_openlineage_provider(backend, tmp_
                    landing / "part-0.parquet")
     dag_id = f"lineage_{table}"
     make_dag(dag_id, {"join": (OPERATOR, dict(
-        column="nk", master_table=table, master_key="nk", select=["sk"], master_conn_id="dims", memory="1M",
+        column="nk", master_static=True, master_table=table, master_key="nk", select=["sk"], master_conn_id="dims", memory="1M",
         source={"kind": "files", "path": str(landing), "format": "parquet"},
         sinks={"matched": {"path": str(tmp_path / "matched")},
                "dead_letter": {"conn_id": "deadletters", "table": "dead_letters"}},

@@ -105,7 +105,7 @@ def test_join_operator_matches_the_oracle_and_reports_while_running(master_db, t
     backend, table = master_db
     dag_id = f"join_{backend.name}_{table}"
     dag = make_dag(dag_id, {"join": (HYBRIDJOIN, dict(
-        column="nk", master_table=table, master_key="nk", select=SELECT, master_conn_id="dims",
+        column="nk", master_static=True, master_table=table, master_key="nk", select=SELECT, master_conn_id="dims",
         memory="2M", algorithm_params={"page_rows": 100}, source=generator(3000, 1500), sinks=sinks(tmp_path),
         checkpoint=str(tmp_path / "checkpoint"), stop={"end_of_input": True}, trigger_interval_s=0.3,
     ))})
@@ -151,7 +151,7 @@ def test_on_kill_stops_the_query(backend, master_db, tmp_path, make_dag, spark):
     _, table = master_db
     dag_id = f"kill_{table}"
     dag = make_dag(dag_id, {"join": (INLJ, dict(
-        column="nk", master_table=table, master_key="nk", select=SELECT, master_conn_id="dims",
+        column="nk", master_static=True, master_table=table, master_key="nk", select=SELECT, master_conn_id="dims",
         memory="1M", source=generator(None, 300), sinks=sinks(tmp_path), checkpoint=str(tmp_path / "{{ dag.dag_id }}"),
         trigger_interval_s=0.3,
     ))})
@@ -203,31 +203,31 @@ def test_arguments_are_validated_when_the_dag_is_parsed(arguments, message):
 
 
 def test_templated_arguments_are_validated_when_the_task_runs():
-    op = SemiStreamJoinOperator(task_id="j", column="nk", master_table="{{ params.table }}", master_key="nk",
+    op = SemiStreamJoinOperator(task_id="j", column="nk", master_static=True, master_table="{{ params.table }}", master_key="nk",
                                 memory="lots", source=generator(10, 10))
     assert op.memory == "lots"  # not checked yet: the table is a template
 
 
 def test_deadline_arguments_reach_the_job_spec():
-    op = HybridJoinOperator(task_id="j", column="nk", master_table="d", master_key="nk", source=generator(1, 1),
+    op = HybridJoinOperator(task_id="j", column="nk", master_static=True, master_table="d", master_key="nk", source=generator(1, 1),
                             deadline_column="due_at", stop={"duration_s": 5})
     job = op.job_dict(resolve=False)
     assert job["deadline"] == {"max_latency_s": None, "column": "due_at"}
     assert job["stop"] == {"duration_s": 5}
     with pytest.raises(SpecError, match=r"^j: deadline_column: 'due at' is not a valid identifier"):
-        HybridJoinOperator(task_id="j", column="nk", master_table="d", master_key="nk", source=generator(1, 1),
+        HybridJoinOperator(task_id="j", column="nk", master_static=True, master_table="d", master_key="nk", source=generator(1, 1),
                            deadline_column="due at")
 
 
 def test_named_operators_fix_their_algorithm():
     with pytest.raises(SpecError, match=r"^j: algorithm: INLJOperator always runs 'inlj'; use SemiStreamJoinOperator"):
-        INLJOperator(task_id="j", algorithm="meshjoin", column="nk", master_table="d", master_key="nk", source=generator(1, 1))
-    assert SSIJOperator(task_id="s", column="nk", master_table="d", master_key="nk", source=generator(1, 1)).algorithm == "ssij"
+        INLJOperator(task_id="j", algorithm="meshjoin", column="nk", master_static=True, master_table="d", master_key="nk", source=generator(1, 1))
+    assert SSIJOperator(task_id="s", column="nk", master_static=True, master_table="d", master_key="nk", source=generator(1, 1)).algorithm == "ssij"
 
 
 def test_deadline_threshold_needs_deadlines():
     with pytest.raises(ConfigError, match=r"^deadline_miss_threshold: given, but the tuples have no deadline"):
-        HybridJoinOperator(task_id="j", column="nk", master_table="d", master_key="nk", source=generator(1, 1),
+        HybridJoinOperator(task_id="j", column="nk", master_static=True, master_table="d", master_key="nk", source=generator(1, 1),
                            deadline_miss_threshold=0.1)
 
 
@@ -242,7 +242,7 @@ def test_cluster_connection_runs_the_driver_through_spark_submit(master_db, tmp_
     connections("cluster", url)
     dag_id = f"cluster_{table}"
     dag = make_dag(dag_id, {"join": (f"{OPERATORS}:CacheJoinOperator", dict(
-        column="nk", master_table=table, master_key="nk", select=SELECT, master_conn_id="dims", memory="1M",
+        column="nk", master_static=True, master_table=table, master_key="nk", select=SELECT, master_conn_id="dims", memory="1M",
         source=generator(2000, 2000), sinks=sinks(tmp_path), checkpoint=str(tmp_path / "cp"),
         stop={"end_of_input": True}, trigger_interval_s=0.5, spark_conn_id="cluster",
         spark_conf={"spark.executor.memory": "512m", "spark.executorEnv.PYSPARK_PYTHON": sys.executable},
@@ -288,7 +288,7 @@ class NamedSpec:
 def test_the_summary_comes_from_the_drivers_file_when_a_log_line_cuts_its_line(tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW__SEMIJOIN__WORK_FOLDER", str(tmp_path / "work"))
     summary = {"input_rows": 2000, "settings": {"eviction": "lfu"}}
-    op = HybridJoinOperator(task_id="j", column="nk", master_table="d", master_key="nk", source=generator(1, 1))
+    op = HybridJoinOperator(task_id="j", column="nk", master_static=True, master_table="d", master_key="nk", source=generator(1, 1))
     op._spark_hook = submitted = LoggedSubmit(summary, write_file=True)
     assert op._submit(NamedSpec(), queue.Queue()) == summary
     spec_file, summary_file = submitted.args
@@ -301,7 +301,7 @@ def test_the_summary_comes_from_the_drivers_file_when_a_log_line_cuts_its_line(t
 
 
 def test_db_retry_bound_comes_from_the_airflow_config(monkeypatch):
-    op = HybridJoinOperator(task_id="j", column="nk", master_table="d", master_key="nk", source=generator(1, 1))
+    op = HybridJoinOperator(task_id="j", column="nk", master_static=True, master_table="d", master_key="nk", source=generator(1, 1))
     assert op.job_dict(resolve=False)["db_retry_max_s"] == 120.0
     monkeypatch.setenv("AIRFLOW__SEMIJOIN__DB_RETRY_MAX_S", "7.5")
     assert op.job_dict(resolve=False)["db_retry_max_s"] == 7.5

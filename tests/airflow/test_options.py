@@ -44,6 +44,8 @@ STEP = {
     "memory": "3M",
     "rename": {"sk": "product_sk"},
     "max_queue_time_s": 2.5,
+    "change_capture": "triggers",
+    "master_static": True,
 }
 # every field of JobSpec but the source, the steps and the sinks, given alike on both paths
 JOB = {"trigger_interval_s": 0.25, "partitions": 2, "arrival_column": "arrived_at", "db_retry_max_s": 33.0,

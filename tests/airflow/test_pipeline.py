@@ -81,7 +81,7 @@ MALFORMED = [
     ({"steps": None}, "steps: None is not a list of steps; expected at least one surrogate-key step"),
     ({"sink": {}}, "sink: not a field of PipelineSpec; expected one of ['dag_id', 'source', 'steps', 'sinks', "
                    "'schedule', 'start_date', 'description', 'tags', 'stop', 'deadline', 'checkpoint', 'spark_conn_id', "
-                   "'deadline_monitor', 'install_updates', 'trigger_interval_s', 'partitions', 'arrival_column', "
+                   "'deadline_monitor', 'install_updates', 'watch_changes', 'trigger_interval_s', 'partitions', 'arrival_column', "
                    "'db_retry_max_s', 'work_ahead']"),
     ({"dag_id": "sales keys"}, "dag_id: 'sales keys' is not a DAG id; expected letters, digits, '_', '.' or '-'"),
     ({"steps": [{"column": "nk"}]}, "steps[0].dimension: missing"),
@@ -108,6 +108,12 @@ MALFORMED = [
     ({"deadline": {"max_latency_s": 5}, "deadline_monitor": {"threshold": 2}},
      "deadline_monitor.threshold: 2 is not a ratio in [0, 1)"),
     ({"install_updates": {"min_pending": 0}}, "install_updates.min_pending: 0 is not a positive integer"),
+    ({"watch_changes": {"poke_interval": 0}}, "watch_changes.poke_interval: 0 is not a positive number"),
+    ({"watch_changes": {}, "install_updates": {}},
+     "watch_changes: given with install_updates; expected one of them (both name their sensors changes_<table>)"),
+    ({"steps": [{**BASE["steps"][0], "change_capture": "binlog"}]},
+     "steps[0].change_capture: 'binlog' is not one of ['triggers']"),
+    ({"steps": [{**BASE["steps"][0], "master_static": "yes"}]}, "steps[0].master_static: 'yes' is not true or false"),
     ({"start_date": "someday"}, "start_date: 'someday' is not a date; expected e.g. 2024-01-01"),
 ]
 
@@ -147,6 +153,16 @@ def test_factory_builds_a_dag_per_file_and_names_every_invalid_one(tmp_path):
                                     "install_dim_customer", "install_dim_product", "surrogate_keys"]
     assert dag.get_task("changes_dim_product").downstream_task_ids == {"install_dim_product"}
     assert dag.get_task("surrogate_keys").upstream_task_ids == set()  # the updates run alongside the join
+
+
+def test_watch_changes_gives_each_dimension_a_sensor_of_its_versions(tmp_path):
+    write(tmp_path, VALID.replace("install_updates: {min_pending: 10}", "watch_changes: {poke_interval: 2}"), "sales.yaml")
+    namespace = {}
+    dags_from_folder(tmp_path, namespace)
+    dag = namespace["sales_keys"]
+    assert sorted(dag.task_ids) == ["changes_dim_customer", "changes_dim_product", "deadline_monitor", "surrogate_keys"]
+    sensor = dag.get_task("changes_dim_product")
+    assert (sensor.watch, sensor.deferrable, sensor.poke_interval, sensor.downstream_task_ids) == ("versions", True, 2, set())
 
 
 def test_dagbag_reports_an_invalid_pipeline_as_an_import_error(tmp_path):
@@ -197,10 +213,10 @@ def test_two_step_pipeline_runs_in_one_query(dimensions, tmp_path, make_dag, spa
         "steps": [
             {"column": "product_code", "dimension": {"conn_id": "dims", "table": "dim_product", "natural_key": "product_code",
                                                      "surrogate_key": "product_sk", "columns": ["category"]},
-             "algorithm": "auto", "memory": "512K"},
+             "algorithm": "auto", "memory": "512K", "change_capture": "triggers"},
             {"column": "customer_code", "dimension": {"conn_id": "dims", "table": "dim_customer",
                                                       "natural_key": "customer_code", "surrogate_key": "customer_sk"},
-             "algorithm": "cachejoin", "memory": "512K", "on_missing": "dead_letter"},
+             "algorithm": "cachejoin", "memory": "512K", "on_missing": "dead_letter", "master_static": True},
         ],
         "sinks": {"matched": {"path": str(tmp_path / "facts")}, "dead_letter": {"path": str(tmp_path / "dead")}},
         "stop": {"end_of_input": True},

@@ -41,7 +41,7 @@ def on_cluster(cluster, connections, spark_submit_on_path):
 
 def join_task(table, tmp_path, source, **more) -> tuple:
     return (f"{OPERATORS}:HybridJoinOperator", dict(
-        column="nk", master_table=table, master_key="nk", select=SELECT, master_conn_id="dims", memory="1M",
+        column="nk", master_static=True, master_table=table, master_key="nk", select=SELECT, master_conn_id="dims", memory="1M",
         source=source, sinks=sinks(tmp_path), checkpoint=str(tmp_path / "cp"), trigger_interval_s=0.3,
         spark_conn_id="cluster",
         spark_conf={"spark.executor.memory": "512m", "spark.executorEnv.PYSPARK_PYTHON": sys.executable}, **more))

@@ -250,7 +250,7 @@ def test_installs_while_a_join_runs_every_batch_sees_one_version(backend, connec
     make_dag(updates_dag, chain, edges=list(zip(names, names[1:])))
     join_dag = make_dag(f"joinupd_{table}", {"join": (
         "airflow_provider_semijoin.operators.join:CacheJoinOperator",
-        dict(column="nk", master_table=table, master_key="nk", select=["sk"], master_conn_id="dims", memory="1M",
+        dict(column="nk", master_static=True, master_table=table, master_key="nk", select=["sk"], master_conn_id="dims", memory="1M",
              source={"kind": "generator", "rows_per_second": 400, "master_rows": 2000, "missing": 0.05, "seed": 2},
              sinks={"matched": {"path": str(tmp_path / "matched")}, "dead_letter": {"path": str(tmp_path / "dead")}},
              checkpoint=str(tmp_path / "cp"), stop={"max_batches": 24}, trigger_interval_s=0.5),

@@ -109,7 +109,7 @@ def test_worker_killed_mid_batch_tasks_rerun_output_exact(tmp_path, mariadb, two
     spec = {
         "source": {"kind": "files", "path": str(landing), "format": "parquet", "max_files_per_trigger": 1,
                    "id_column": "tid", "schema": "tid BIGINT, nk BIGINT, qty BIGINT, amount DOUBLE"},
-        "steps": [{"column": "nk", "master": {"url": mariadb.url, "table": master.table, "key": "nk", "select": SELECT},
+        "steps": [{"column": "nk", "master_static": True, "master": {"url": mariadb.url, "table": master.table, "key": "nk", "select": SELECT},
                    "algorithm": "hybridjoin", "memory": "2M"}],
         "sinks": {"matched": {"path": str(tmp_path / "matched")}, "dead_letter": {"path": str(tmp_path / "dead")}},
         "checkpoint": str(tmp_path / "checkpoint"), "stop": {"end_of_input": True},

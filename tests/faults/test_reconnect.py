@@ -143,7 +143,7 @@ def test_the_cli_and_the_job_spec_check_the_bound_before_any_work(tmp_path, caps
                                        "(how long to retry a lost database)\n")
     with pytest.raises(SpecError, match=r"^db_retry_max_s: 0 is not a positive number$"):
         JobSpec.from_dict({"source": {"kind": "generator", "total_rows": 10}, "checkpoint": str(tmp_path),
-                           "steps": [{"column": "nk", "master": {"url": "sqlite:///m.db", "table": "t", "key": "nk"}}],
+                           "steps": [{"column": "nk", "master_static": True, "master": {"url": "sqlite:///m.db", "table": "t", "key": "nk"}}],
                            "sinks": {"matched": {"path": "m"}, "dead_letter": {"path": "d"}}, "db_retry_max_s": 0})
 
 

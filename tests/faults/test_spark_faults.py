@@ -30,7 +30,7 @@ def table_job(tmp_path, master_url: str, table: str, sink_url: str, *, total_row
     return JobSpec.from_dict({
         "source": {"kind": "generator", "total_rows": total_rows, "rows_per_second": 2000.0,
                    "max_rows_per_batch": 1000, "master_rows": MASTER_ROWS + 500, "missing": 0.05, "seed": 3},
-        "steps": [{"column": "nk", "master": {"url": master_url, "table": table, "key": "nk", "select": SELECT},
+        "steps": [{"column": "nk", "master_static": True, "master": {"url": master_url, "table": table, "key": "nk", "select": SELECT},
                    "algorithm": "hybridjoin", "memory": "2M"}],
         "sinks": {"matched": {"kind": "table", "url": sink_url, "table": f"fact_{tag}"},
                   "dead_letter": {"kind": "table", "url": sink_url, "table": f"dead_{tag}"}},

@@ -52,7 +52,7 @@ def landing_job(tmp_path, url: str, table: str, fmt: str, matched: dict | None =
     """The landing folder tmp_path/landing (schema inferred) -> hybridjoin on R -> sinks."""
     return JobSpec.from_dict({
         "source": {"kind": "files", "path": str(tmp_path / "landing"), "format": fmt},
-        "steps": [{"column": "nk", "master": {"url": url, "table": table, "key": "nk", "select": ["name"]},
+        "steps": [{"column": "nk", "master_static": True, "master": {"url": url, "table": table, "key": "nk", "select": ["name"]},
                    "algorithm": "hybridjoin", "memory": "1M"}],
         "sinks": {"matched": matched or {"path": str(tmp_path / "matched")}, "dead_letter": {"path": str(tmp_path / "dead")}},
         "checkpoint": str(tmp_path / "checkpoint"), "stop": {"end_of_input": True}, "trigger_interval_s": 0.2,

@@ -23,7 +23,7 @@ def generator_job(tmp_path, url: str, table: str, *, algorithm="hybridjoin", tot
     data = {
         "source": {"kind": "generator", "total_rows": total_rows, "rows_per_second": 50_000.0,
                    "master_rows": master_rows, "missing": missing, "seed": 1},
-        "steps": [{"column": "nk", "master": {"url": url, "table": table, "key": "nk", "select": SELECT},
+        "steps": [{"column": "nk", "master_static": True, "master": {"url": url, "table": table, "key": "nk", "select": SELECT},
                    "algorithm": algorithm, "memory": memory, "params": params or {}}],
         "sinks": {"matched": {"path": str(tmp_path / "matched")}, "dead_letter": {"path": str(tmp_path / "dead")}},
         "checkpoint": str(tmp_path / "checkpoint"),

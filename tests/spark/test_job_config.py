@@ -8,6 +8,7 @@ from spark_jobs import SELECT, generator_job, write_master
 
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.stores import write_table
+from airflow_provider_semijoin.core.stores.capture import capture_enabled
 from airflow_provider_semijoin.spark.runner import run_job
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from airflow_provider_semijoin.spark.spec import JobSpec
@@ -23,6 +24,25 @@ def test_missing_table_fails_before_the_query(spark, tmp_path, sqlite_backend):
     with pytest.raises(ConfigError, match=r"^steps\[0\]\.master: .*no_such_table"):
         run_job(spec, spark=spark)
     assert no_query_started(spark) and not (tmp_path / "checkpoint").exists()
+
+
+def test_a_master_whose_changes_are_not_captured_fails_before_the_query(spark, tmp_path, sqlite_backend):
+    """No silent staleness: R's writes not captured and master_static not said, the job does
+    not start; change_capture: triggers captures them at start, master_static accepts R as it is."""
+    store = write_master(sqlite_backend, 10)
+    data = generator_job(tmp_path, sqlite_backend.url, store.table, total_rows=20).to_dict()
+    del data["steps"][0]["master_static"]
+    with pytest.raises(ConfigError, match=(
+            rf"^steps\[0\]\.master: changes other writers make to '{store.table}' would not be seen by this running "
+            rf"join; capture them \(`semijoin changes enable --master URL --table {store.table} --key nk`, or "
+            r"change_capture: triggers on the step\), or set master_static: true if nothing but this provider's "
+            r"installs changes it$")):
+        run_job(JobSpec.from_dict(data), spark=spark)
+    assert no_query_started(spark) and not (tmp_path / "checkpoint").exists()
+    assert not capture_enabled(store)
+    data["steps"][0]["change_capture"] = "triggers"
+    assert run_job(JobSpec.from_dict(data), spark=spark)["input_rows"] == 20
+    assert capture_enabled(store)
 
 
 def test_missing_master_column_fails_before_the_query(spark, tmp_path, sqlite_backend):

@@ -179,3 +179,20 @@ def disable_capture(store: MasterStore) -> bool:
     finally:
         cursor.close()
     return bool(existing)
+
+
+def changes_seen(store: MasterStore, change_capture: str | None, master_static: bool, field: str = "master") -> None:
+    """Before a long-running join starts on ``store``: every writer's changes to R will be seen
+    (captured already, or ``change_capture='triggers'`` captures them now), or the user said
+    ``master_static`` (only the provider's installs change R); else one sentence saying what
+    to enable - a join that outlives a plain UPDATE of R would answer with old rows unwarned."""
+    if change_capture == "triggers":
+        enable_capture(store)
+    if master_static or store.captures_writes():
+        return
+    raise ConfigError(
+        f"{field}: changes other writers make to {store.table!r} would not be seen by this running join; "
+        f"capture them (`semijoin changes enable --master URL --table {store.table} --key {store.key}`, or "
+        "change_capture: triggers on the step), or set master_static: true if nothing but this provider's "
+        "installs changes it"
+    )
