@@ -63,6 +63,7 @@ class ProgressRecord:
     total_unmatched: int = 0
     total_deadline_misses: int = 0
     master_versions: list = field(default_factory=list)  # version of R each join step read (one per step)
+    master_staleness_s: list = field(default_factory=list)  # per step: seconds from when that version was R's newest to this record (None: unknown); a commit older than that was seen
     reconnects: int = 0  # database sessions reopened after a lost one (stores and table sinks)
     reconnect_wait_s: float = 0.0  # seconds spent waiting for the database to come back
     total_reconnects: int = 0

@@ -307,6 +307,7 @@ def _slice_stats(session: JoinSession, result: JoinOutput, io_before: dict, star
         "disk_queries": io_after["disk_queries"] - io_before["disk_queries"],
         "disk_rows": io_after["disk_rows"] - io_before["disk_rows"],
         "master_version": algorithm.store.seen_version,
+        "master_read_at": algorithm.store.read_at,
         "invalidated": invalidated,
         "fed": fed,
         "left": len(left),

@@ -236,6 +236,7 @@ class PartitionedJoin:
         self.run_id = uuid.uuid4().hex
         self.calls = 0
         self.rebuild: set[int] = set(range(parts))
+        self.version_read_at: float | None = None  # when the driver chose the version the parts of the batch read
 
     def rebuild_all(self) -> None:
         """The state was read from the checkpoint: every part starts again from it."""
@@ -259,6 +260,7 @@ class PartitionedJoin:
                   for p in range(self.parts)}
         ranges = self.partitioner.key_ranges()
         version = self.partitioner.store.version()  # one version of R for every part of this batch
+        self.version_read_at = self.clock()
         out, stats = [], []
         for _ in range(REBUILD_ATTEMPTS):
             more_out, more = self._call(self._rows(tagged, carried, tokens), ranges, version, call, horizon, until, drain,
@@ -329,6 +331,7 @@ class PartitionedJoin:
             **total,
             "wall_s": self.clock() - started,
             "master_version": max((s.get("master_version", 0) for s in stats), default=0),
+            "master_read_at": self.version_read_at,
             "parts": len(stats),
             "part_stats": [{k: s.get(k) for k in PART_STATS} for s in stats],  # where the time goes
             "balanced": len(stats) == self.parts and all(s["balanced"] for s in stats),

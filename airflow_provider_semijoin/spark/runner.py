@@ -295,6 +295,8 @@ class BatchProcessor:
             total_unmatched=s.unmatched,
             total_deadline_misses=s.deadline_misses,
             master_versions=[st["master_version"] for st in step_stats],
+            master_staleness_s=[None if st.get("master_read_at") is None else round(max(done - st["master_read_at"], 0.0), 3)
+                                for st in step_stats],
             reconnects=reconnects,
             reconnect_wait_s=round(waited, 3),
             total_reconnects=s.reconnects,

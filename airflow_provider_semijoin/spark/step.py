@@ -206,7 +206,7 @@ class JoinStep:
         changes installed since are seen from the next batch on."""
         if self._ahead_done is None or not self.store.has_change_log():
             return contextlib.nullcontext()
-        return self.store.reading_at(self._ahead_done[1]["master_version"])
+        return self.store.reading_at(self._ahead_done[1]["master_version"], self._ahead_done[1]["master_read_at"])
 
     def _rebuild(self, inside: pa.Table | None) -> None:
         """The algorithm anew (caches cold) in a session fed the carried rows ``inside``."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -59,6 +60,7 @@ def test_each_micro_batch_sees_one_version_of_r_while_updates_install(spark, tmp
 
     rows = {k: r for k, r in zip(initial["nk"].to_pylist(), initial.to_pylist())}
     versions = {0: dict(rows)}  # R at each version a batch or transaction left
+    committed = []  # (wall time after the commit, version it left)
     rng = np.random.default_rng(5)
     done = threading.Event()
 
@@ -86,6 +88,7 @@ def test_each_micro_batch_sees_one_version_of_r_while_updates_install(spark, tmp
                 assert version == len(versions)
             else:
                 version = plain_sql(sqlite_backend, store.table, changes, initial.column_names)
+            committed.append((time.time(), version))  # after COMMIT returned: the commit came before
             versions[version] = current
             done.wait(0.02)
 
@@ -110,6 +113,9 @@ def test_each_micro_batch_sees_one_version_of_r_while_updates_install(spark, tmp
         for row in dead:
             assert row["reason"] == "not_in_master" and json.loads(row["row"])["nk"] not in r_version, record["batch_id"]
         assert len(matched) + len(dead) == record["input_rows"]
+        # the record's staleness: every transaction committed before its version's time was seen
+        read_at = record["time"] - record["master_staleness_s"][0]
+        assert all(v <= record["master_versions"][0] for t, v in committed if t < read_at), record["batch_id"]
 
 
 @pytest.mark.parametrize("max_latency_s, all_miss", [(120.0, False), (0.0001, True)])

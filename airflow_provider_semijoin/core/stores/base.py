@@ -140,6 +140,9 @@ class MasterStore(VersionedReads):
         self._max_rows_per_key: int | None = None
         self._row_bytes: dict[int, float] = {}
         self._has_change_log = False
+        self.wall_clock = time.time  # epoch seconds, for read_at
+        self.read_at: float | None = None  # when the version the last snapshot read was R's newest (a bound on staleness)
+        self.pinned_at: float | None = None  # reading_at's ``at``
         self._captures_writes = False
         self.seen_version = self.version()  # what R's page maps and the caches built on it reflect
 

@@ -121,6 +121,7 @@ class VersionedReads:
         if self._in_snapshot:
             yield np.zeros(0, self.key_type.dtype)
             return
+        began_at = self.wall_clock()
         began = self._begin_snapshot()
         self._in_snapshot = True
         try:
@@ -133,6 +134,7 @@ class VersionedReads:
                 self.note_changes(self.changes_since(version, newest)[1])
             self.note_changes(changed)
             self.seen_version = version
+            self.read_at = began_at if self.read_version is None else self.pinned_at
             yield changed
         finally:
             self._in_snapshot = False
@@ -141,14 +143,16 @@ class VersionedReads:
                 self._query("COMMIT")
 
     @contextlib.contextmanager
-    def reading_at(self, version: int):
+    def reading_at(self, version: int, at: float | None = None):
         """Snapshots inside read R at ``version`` (chosen once for all parts of a micro-batch),
-        even when a newer one was installed meanwhile (:mod:`.versions`)."""
-        saved, self.read_version = self.read_version, int(version)
+        even when a newer one was installed meanwhile (:mod:`.versions`); ``at``: when
+        ``version`` was R's newest (:attr:`read_at` of the snapshots inside; None: unknown)."""
+        saved = self.read_version, self.pinned_at
+        self.read_version, self.pinned_at = int(version), at
         try:
             yield self
         finally:
-            self.read_version = saved
+            self.read_version, self.pinned_at = saved
 
     def _begin_snapshot(self) -> bool:
         """Start a read transaction (True) or join one the connection already has (False)."""

@@ -79,7 +79,10 @@
       tile("Unmatched", fmt.count(r.total_unmatched), reasons || null),
       tile("Input", fmt.count(r.total_input_rows), `${fmt.count(r.total_matched)} matched`),
       // the version of the master table each join step read in the batch (updates, SSIJ sec. IV-E)
-      (r.master_versions || []).length ? tile("Master data version", r.master_versions.join(" / "), "read by the last batch") : null,
+      (r.master_versions || []).length ? tile("Master data version", r.master_versions.join(" / "),
+        (r.master_staleness_s || []).some((s) => s !== null)
+          ? `read by the last batch; newest ${r.master_staleness_s.map((s) => (s === null ? "?" : fmt.ms(1000 * s))).join(" / ")} before its end`
+          : "read by the last batch") : null,
     ];
     $("kpis").replaceChildren(...tiles.filter(Boolean));
     $("kpis").hidden = false;
