@@ -236,3 +236,29 @@ def test_any_sequence_of_transactions_reads_back_at_each_version(backend, transa
     for version, content in seen:
         with store.reading_at(version):
             assert read_all(store, touched) == content
+
+
+@pytest.mark.mysql
+def test_a_kept_page_map_follows_plain_sql_from_the_change_log_without_a_full_scan(mysql_backend, monkeypatch):
+    """A page map kept beside R (at its version then) is brought up to date from the captured
+    change log when R is opened again: the pages holding changed keys are counted again, keys
+    inserted beyond R's ends are covered, and R's index is not read whole again."""
+    store = mysql_backend.make_master(master())
+    enable_capture(store)
+    store.page_map(8)  # built and kept
+    assert store.kept_page_rows() == [8]
+    with writer(mysql_backend) as other:
+        t, k = mysql_backend.quote(store.table), mysql_backend.quote("nk")
+        commit(other, f"INSERT INTO {t} ({k}, v) VALUES (1, 1), (11, 11), (5000, 5)", f"DELETE FROM {t} WHERE {k} IN (14, 18)")
+    reopened = store_for(mysql_backend.connection, store.table, "nk")
+
+    def no_full_scan(page_rows):
+        raise AssertionError("the kept map was built again from R's index")
+
+    monkeypatch.setattr(reopened, "_build_page_map", no_full_scan)
+    page_map = reopened.page_map(8)
+    now = sorted(table_now(mysql_backend, store.table))
+    pages = page_map.page_of(np.array(now, dtype=np.int64))
+    assert (pages >= 0).all()  # every key of R, 1 and 5000 included, is on a page
+    assert np.bincount(pages, minlength=page_map.n_pages).tolist() == page_map.sizes.tolist()
+    assert page_map.n_rows == len(now)
