@@ -219,3 +219,16 @@ def small_demo(tmp_path_factory):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return DemoRun(tmp_path_factory.mktemp("demo") / "home", port)
+
+
+@pytest.fixture(scope="session")
+def binlog_server(tmp_path_factory):
+    """A private MariaDB server with the binary log on (:mod:`binlog_server`), for the session;
+    ``binlog_server.url()`` -> a user with the replication grants, ``url(binlog_server.plain_user)``
+    one without them. Fails (never skips) when mariadbd is missing."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from binlog_server import BinlogServer
+
+    server = BinlogServer(tmp_path_factory.mktemp("binlog"))
+    yield server
+    server.stop()

@@ -1,0 +1,597 @@
+"""Change capture from MySQL/MariaDB's binary log: R's changes as versions, no change to how users write R.
+
+SSIJ sec. IV-E: "each stream tuple sees a consistent view of the database: either the relation
+instance before or the relation instance after an update". Here an update is a transaction of
+the database: :class:`BinlogCapture` reads the row events of R from the server's binary log
+(``pymysqlreplication.BinLogStreamReader``, a replica's protocol, no code of ours), groups
+them by transaction (up to its XID event), and writes each transaction that touched R, in ONE
+transaction of its own, as the next version of R into the tables the installs use
+(:mod:`.changes`, :mod:`.versions`): the keys it changed into ``<R>__sj_changes`` (``U``: the
+key has a row after it, ``D``: none), their before-images into ``<R>__sj_before`` (the first
+before-image of each key in the transaction; none for a key it inserted), and into
+``<R>__sj_binlog(version, log_file, log_pos, committed_at, captured_at, read_file, read_pos)``
+the binlog position after the transaction and its commit time (seconds: the binlog's event
+clock). A join sees a version whole or not at all, so each tuple sees R before or after a
+transaction, never a part of one.
+
+* Where it resumes: the last recorded position. A new capturer (a restarted task) starts
+  there; a capturer killed before its write committed left nothing, one killed after left
+  the version and its position together: nothing missed, nothing twice.
+* One capturer per table writes: it holds ``GET_LOCK('sj-binlog:<db>.<table>', 0)`` (a name
+  over 64 characters is hashed); another one captures nothing and says why
+  (:attr:`BinlogCapture.blocked`). Each write also checks that the last recorded position is
+  the one it read from, so a lock lost with a session cannot make two writers.
+* ``read_file, read_pos`` of the newest row: the capture read that far and found nothing of R
+  after its version (updated at most every :data:`REACH_EVERY_S` s while other tables change).
+* Keys as the store sees them (:func:`.opening.store_for`): in a collation that calls
+  ``'abc'`` and ``'ABC '`` equal they are one changed key (its sort key, :mod:`.collation`).
+  An UPDATE that changes the key changes both keys; REPLACE is a delete and an insert or an
+  update, as the server logs it.
+* DDL on R (ALTER, DROP, RENAME, TRUNCATE, CREATE, DROP DATABASE) has no row images: the poll
+  that meets it fails with one sentence and captures nothing past it, every time, until
+  :meth:`BinlogCapture.enable` is called with ``restart=True`` (the joins of R restart too).
+* Reader side (MariaDB): a snapshot's binlog position (:func:`snapshot_position`) names the
+  version R has in it (:func:`wait_captured`).
+
+What the server must have (:func:`check_binlog`): ``log_bin``, ``binlog_format=ROW``,
+``binlog_row_image=FULL``, the grants REPLICATION SLAVE and REPLICATION CLIENT, and a unique
+index on R's key alone - the binary log's before-image of one row is not the whole before-image
+of a key with several rows; such a table is captured with triggers. Limits: rows changed by a
+foreign key's ON DELETE/UPDATE action are not in the binary log (InnoDB does them below it);
+without ``binlog_row_metadata=FULL`` text columns are read as UTF-8 (utf8mb4, utf8mb3, ascii).
+Nothing else may write versions of a captured table (:func:`.changes.install_changes`): the
+write fails with one sentence when the change log has versions the capture did not write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import re
+import time
+import zlib
+from dataclasses import dataclass
+
+from ..errors import ConfigError, StoreError, shown
+from .changes import create_change_tables
+from .opening import store_for
+from .sql import MYSQL, DatabaseURL, dialect_of, side_tables, write_transaction
+from .versions import KEEP_VERSIONS, before_table
+
+BINLOG_SUFFIX = "__sj_binlog"
+LOCK_PREFIX = "sj-binlog:"
+POLL_SLEEP_S = 0.01  # between reads of the binary log while a poll waits for a change
+REACH_EVERY_S = 1.0  # how often the newest row's read position follows other tables' changes
+SCAN_LIMIT = 1000  # events per SHOW BINLOG EVENTS while wait_captured looks past the read position
+REQUIRED_GRANTS = ("REPLICATION SLAVE", "REPLICATION CLIENT")
+_CLIENT_ALIASES = {"REPLICATION CLIENT", "BINLOG MONITOR"}  # MariaDB 10.5+ shows the latter
+_GRANT_ON_ALL = re.compile(r"^GRANT (.+?) ON \*\.\* TO ", re.I | re.S)
+_UNSIGNED_BYTES = {"tinyint": 1, "smallint": 2, "mediumint": 3, "int": 4, "bigint": 8}
+
+
+def _without_metadata_advice(record: logging.LogRecord) -> bool:
+    """The library's advice to set binlog_row_metadata=FULL, logged at every connection: the
+    capture takes columns by position and needs no names (see :meth:`BinlogCapture._row`)."""
+    return "BINLOG_ROW_METADATA = FULL" not in record.getMessage()
+
+
+logging.getLogger("pymysqlreplication").addFilter(_without_metadata_advice)
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """A place in the binary log: the file and the byte offset in it (files sort by name)."""
+
+    file: str
+    pos: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.pos}"
+
+
+def binlog_table(table: str) -> str:
+    """The name of R's capture table (valid whenever R can have change tables)."""
+    side_tables(table)  # validates the name and its length for the longer suffixes
+    return table + BINLOG_SUFFIX
+
+
+@contextlib.contextmanager
+def _connected(connection, url):
+    if connection is not None:
+        yield connection
+        return
+    opened = DatabaseURL.parse(url).connect()
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def _rows(connection, sql: str, params=()) -> list[tuple]:
+    cursor = connection.cursor()
+    try:
+        cursor.execute(sql, tuple(params))
+        return list(cursor.fetchall() or [])
+    finally:
+        cursor.close()
+
+
+def _grant_problem(connection) -> str | None:
+    """The replication grants the session's user lacks, as a phrase (None: it has both)."""
+    privileges: set[str] = set()
+    for (line,) in _rows(connection, "SHOW GRANTS"):
+        found = _GRANT_ON_ALL.match(line)
+        if found:
+            privileges |= {p.strip().upper() for p in found.group(1).split(",")}
+    if "ALL PRIVILEGES" in privileges:
+        return None
+    has = {"REPLICATION SLAVE": "REPLICATION SLAVE" in privileges,
+           "REPLICATION CLIENT": bool(privileges & _CLIENT_ALIASES)}
+    missing = [g for g in REQUIRED_GRANTS if not has[g]]
+    return f"the grant{'s' if len(missing) > 1 else ''} {' and '.join(missing)} ON *.* for its user" if missing else None
+
+
+def binlog_problems(connection, url: str, table: str | None = None, key: str | None = None) -> list[str]:
+    """What the server (and R, when ``table`` and ``key`` are given) lacks for a binlog capture,
+    one phrase each (empty: nothing). ``connection`` None: a new one to ``url`` is opened."""
+    with _connected(connection, url) as conn:
+        if dialect_of(conn) is not MYSQL:
+            return ["a MySQL or MariaDB server (the binary log is theirs; SQLite is captured with triggers)"]
+        names = ("log_bin", "binlog_format", "binlog_row_image")
+        found = {n.lower(): str(v) for n, v in _rows(
+            conn, f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({', '.join(['%s'] * len(names))})", names)}
+        problems = []
+        if found.get("log_bin", "OFF").upper() not in ("ON", "1"):
+            problems.append("log_bin=ON (it is OFF)")
+        for name, wanted in (("binlog_format", "ROW"), ("binlog_row_image", "FULL")):
+            if found.get(name, "").upper() != wanted:
+                problems.append(f"{name}={wanted} (it is {found.get(name) or 'unset'})")
+        grants = _grant_problem(conn)
+        if grants:
+            problems.append(grants)
+        if table is not None:
+            store = store_for(conn, table, key)
+            if not store.key_unique:
+                problems.append(
+                    f"a unique index on {key!r} alone (R {table!r} has none: the binary log's before-image of one "
+                    "row is not the whole before-image of a key with several rows, so capture this table with triggers)"
+                )
+        return problems
+
+
+def check_binlog(connection, url: str, table: str | None = None, key: str | None = None) -> None:
+    """Raise a ConfigError naming, in one sentence, everything :func:`binlog_problems` finds."""
+    problems = binlog_problems(connection, url, table, key)
+    if problems:
+        listed = problems[0] if len(problems) == 1 else f"{', '.join(problems[:-1])} and {problems[-1]}"
+        raise ConfigError(
+            f"binlog capture: the server {DatabaseURL.parse(url).server} needs {listed} for semijoin to read "
+            "the changes of R from its binary log (server settings log_bin, binlog_format=ROW, "
+            "binlog_row_image=FULL; GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO the user)"
+        )
+
+
+def server_position(cursor) -> Position:
+    """The server's current binary log position (SHOW BINLOG STATUS, or its older names)."""
+    import MySQLdb
+
+    for statement in ("SHOW BINLOG STATUS", "SHOW BINARY LOG STATUS", "SHOW MASTER STATUS"):
+        try:
+            cursor.execute(statement)
+        except MySQLdb.ProgrammingError:  # a name this server does not know
+            continue
+        rows = cursor.fetchall()
+        if not rows:
+            raise ConfigError("binlog capture: the server has no binary log position (expected log_bin=ON)")
+        return Position(str(rows[0][0]), int(rows[0][1]))
+    raise StoreError("binlog capture: the server knows none of SHOW BINLOG STATUS, SHOW MASTER STATUS")
+
+
+def snapshot_position(cursor) -> Position:
+    """MariaDB, right after ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` on ``cursor``'s
+    session: the binary log position that snapshot matches (every transaction logged before it
+    is in the snapshot, none after)."""
+    cursor.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+    found = {str(n).lower(): v for n, v in cursor.fetchall()}
+    if "binlog_snapshot_file" not in found or not found["binlog_snapshot_file"]:
+        raise StoreError("snapshot position: the server has no Binlog_snapshot_file status (expected MariaDB with log_bin=ON)")
+    return Position(str(found["binlog_snapshot_file"]), int(found["binlog_snapshot_position"]))
+
+
+def _before_sql(position: Position) -> tuple[str, tuple]:
+    return "(log_file < %s OR (log_file = %s AND log_pos <= %s))", (position.file, position.file, position.pos)
+
+
+def wait_captured(connection, table: str, file: str, pos: int, timeout_s: float) -> int:
+    """The version of R at binary log position ``(file, pos)`` (a snapshot's,
+    :func:`snapshot_position`): the version whose recorded position is the last one at or
+    before it, once the capture has read that far. Read on ``connection`` OUTSIDE that
+    snapshot (it does not see the versions written after it). Past the capture's read
+    position, the server's own SHOW BINLOG EVENTS tells whether anything of R lies before
+    ``(file, pos)``; nothing: the newest version is R's there."""
+    target, q = Position(str(file), int(pos)), MYSQL.quote(binlog_table(table))
+    database = _rows(connection, "SELECT DATABASE()")[0][0]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        newest = _rows(connection, f"SELECT version, read_file, read_pos FROM {q} ORDER BY version DESC LIMIT 1")
+        if not newest:
+            raise StoreError(f"wait captured: the binlog capture of {table!r} is not enabled (no rows in {binlog_table(table)!r})")
+        version, read = int(newest[0][0]), Position(newest[0][1], int(newest[0][2]))
+        if read >= target or not _touched(connection, database, table, read, target):
+            where, params = _before_sql(target)
+            found = _rows(connection, f"SELECT version FROM {q} WHERE {where} ORDER BY version DESC LIMIT 1", params)
+            if not found:
+                raise StoreError(f"wait captured: the binlog capture of {table!r} began after position {target}")
+            return int(found[0][0]) if read >= target else version
+        if time.monotonic() >= deadline:
+            raise StoreError(
+                f"wait captured: the binlog capture of {table!r} did not reach position {target} within "
+                f"{timeout_s} s (it read to {read}; is a capturer polling?)"
+            )
+        time.sleep(POLL_SLEEP_S)
+
+
+def _touched(connection, database: str, table: str, start: Position, end: Position) -> bool:
+    """Whether an event of R (a row event's table map, DDL) starts in ``[start, end)``."""
+    files = [r[0] for r in _rows(connection, "SHOW BINARY LOGS") if start.file <= r[0] <= end.file]
+    mapped = f"({database}.{table})"
+    for name in files:
+        at = start.pos if name == start.file else 4
+        while True:
+            events = _rows(connection, f"SHOW BINLOG EVENTS IN %s FROM %s LIMIT {SCAN_LIMIT}", (name, at))
+            for _, event_pos, kind, _, end_pos, info in events:
+                if name == end.file and int(event_pos) >= end.pos:
+                    return False
+                if (kind == "Table_map" and str(info).endswith(mapped)) or (
+                    kind == "Query" and _ddl_on(str(info), database, database, table)
+                ):
+                    return True
+                at = int(end_pos)
+            if len(events) < SCAN_LIMIT:
+                break
+    return False
+
+
+def _ddl_on(query: str, schema: str, database: str, table: str) -> bool:
+    """Whether a logged statement (``schema``: its session's database) names R or drops its
+    database: DDL, or a change logged as a statement; neither has row images."""
+    query = re.sub(r"^use `[^`]*`; ", "", query)  # SHOW BINLOG EVENTS' prefix
+    if re.match(rf"^\s*DROP\s+(DATABASE|SCHEMA)\s+(IF\s+EXISTS\s+)?`?{re.escape(database)}`?\s*$", query, re.I):
+        return True
+    name = re.compile(
+        r"(?:(?:`(?P<quoted>[^`]+)`|(?P<plain>[\w$]+))\s*\.\s*)?(?<![\w$])(?:`" + re.escape(table) + "`|"
+        + re.escape(table) + r"(?![\w$]))"
+    )
+    for found in name.finditer(query):
+        qualifier = found.group("quoted") or found.group("plain")
+        if (qualifier or schema) == database:
+            return True
+    return False
+
+
+@dataclass
+class _Transaction:
+    """One transaction of the binary log, as far as R is concerned."""
+
+    changes: list  # (before row or None, after row or None) of R, in log order
+    own: bool = False  # it wrote the capture's table: a capture's own write
+    end: Position | None = None
+    committed_at: float = 0.0
+
+
+class BinlogCapture:
+    """Reads R's row events from the binary log and writes them as versions (see the module).
+
+    ``url``: ``mysql://user:password@host:port/db`` of R's database (a user with the grants of
+    :func:`check_binlog`); ``server_id``: the replica id this reader registers with, unique
+    among the server's replicas (default: derived from the database and table, above 2**30).
+    :meth:`enable` once (idempotent), then :meth:`poll` as often as changes should be seen.
+    """
+
+    def __init__(self, url: str, table: str, key: str, *, server_id: int | None = None):
+        self.url = DatabaseURL.parse(url)
+        self._url = url  # for check_binlog, which names the server only (never credentials)
+        if self.url.dialect is not MYSQL:
+            raise ConfigError(f"binlog capture: {self.url.server} is not a MySQL or MariaDB database (SQLite is captured with triggers)")
+        self.table, self.key = table, key
+        self._qbin = MYSQL.quote(binlog_table(table))
+        self._qlog = MYSQL.quote(side_tables(table)[0])
+        self._qbefore = MYSQL.quote(before_table(table))
+        ident = f"{self.url.database}.{table}"
+        self.server_id = server_id if server_id is not None else (1 << 30) + zlib.crc32(ident.encode()) % (1 << 30)
+        name = LOCK_PREFIX + ident
+        self.lock_name = name if len(name) <= 64 else LOCK_PREFIX + hashlib.sha1(ident.encode()).hexdigest()
+        self.connection = self.url.connect()
+        self.store = store_for(self.connection, table, key)
+        self.owner = False  # holds the lock: the one capturer of R that writes
+        self.blocked: str | None = None  # why the last poll captured nothing it could have
+        self.rows_read = 0  # row changes of R read from the binary log
+        self._last: tuple[int, Position] | None = None  # the newest version written and its position
+        self._reach_written = 0.0
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def __enter__(self) -> "BinlogCapture":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- starting ------------------------------------------------------------------------------
+    def enable(self, restart: bool = False) -> Position:
+        """Check the server (:func:`check_binlog`), create R's change tables and the capture's
+        table, and record the server's current position as where capture starts (nothing
+        happens when it is recorded already). ``restart``: after DDL on R (or a purged binary
+        log), move the newest version's position to the current one: the changes in between
+        are not captured, so the joins of R must restart. Returns the recorded position."""
+        check_binlog(self.connection, self._url, self.table, self.key)
+        create_change_tables(self.connection, self.table, self.key)
+        cursor = self.connection.cursor()
+        try:
+            cursor.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._qbin} (version BIGINT NOT NULL PRIMARY KEY, "
+                "log_file VARCHAR(255) NOT NULL, log_pos BIGINT NOT NULL, committed_at DOUBLE, "
+                "captured_at DOUBLE NOT NULL, read_file VARCHAR(255) NOT NULL, read_pos BIGINT NOT NULL) ENGINE=InnoDB"
+            )
+            with write_transaction(self.connection, cursor):
+                cursor.execute(f"SELECT version, log_file, log_pos FROM {self._qbin} ORDER BY version DESC LIMIT 1 FOR UPDATE")
+                newest = cursor.fetchall()
+                if newest and not restart:
+                    return Position(newest[0][1], int(newest[0][2]))
+                at = server_position(cursor)
+                now = time.time()
+                if newest:
+                    cursor.execute(
+                        f"UPDATE {self._qbin} SET log_file = %s, log_pos = %s, read_file = %s, read_pos = %s, "
+                        "captured_at = %s WHERE version = %s",
+                        (at.file, at.pos, at.file, at.pos, now, newest[0][0]),
+                    )
+                else:
+                    cursor.execute(f"SELECT COALESCE(MAX(version), 0) FROM {self._qlog}")
+                    cursor.execute(
+                        f"INSERT INTO {self._qbin} VALUES (%s, %s, %s, NULL, %s, %s, %s)",
+                        (int(cursor.fetchall()[0][0]), at.file, at.pos, now, at.file, at.pos),
+                    )
+                self._last = None
+                return at
+        finally:
+            cursor.close()
+
+    # -- polling -------------------------------------------------------------------------------
+    def poll(self, max_wait_s: float = 1.0) -> int:
+        """Capture the transactions logged since the recorded position, waiting up to
+        ``max_wait_s`` seconds for one that touches R; returns the versions written (0: none,
+        or another capturer holds R's lock, :attr:`blocked` says so)."""
+        if not self._acquire():
+            return 0
+        deadline = time.monotonic() + max_wait_s
+        while True:
+            written = self._read()
+            if written or time.monotonic() >= deadline:
+                return written
+            time.sleep(POLL_SLEEP_S)
+
+    def _acquire(self) -> bool:
+        """Hold R's capture lock (again, after a lost session); False: another capturer has it."""
+        if _rows(self.connection, "SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", (self.lock_name,))[0][0] == 1:
+            return True
+        self.owner = _rows(self.connection, "SELECT GET_LOCK(%s, 0)", (self.lock_name,))[0][0] == 1
+        self._last = None  # where to resume: read again from the table
+        if self.owner:
+            self.blocked = None
+            return True
+        holder = _rows(self.connection, "SELECT IS_USED_LOCK(%s)", (self.lock_name,))[0][0]
+        self.blocked = (
+            f"another capturer of {self.url.database}.{self.table} holds the lock {self.lock_name!r} "
+            f"(connection {holder}), so this one captures nothing"
+        )
+        return False
+
+    def _resume(self) -> tuple[int, Position]:
+        """The newest version written and the position to read from (its read position)."""
+        if self._last is None:
+            rows = _rows(self.connection, f"SELECT version, log_file, log_pos, read_file, read_pos FROM {self._qbin} "
+                                          "ORDER BY version DESC LIMIT 1")
+            if not rows:
+                raise StoreError(f"binlog capture: capture of {self.table!r} is not enabled (call enable() first)")
+            version, file, pos, read_file, read_pos = rows[0]
+            self._last = (int(version), Position(file, int(pos)))
+            self._at = Position(read_file, int(read_pos))
+        return self._last[0], self._at
+
+    def _read(self) -> int:
+        """Read the binary log from where the capture stands to its end; each whole transaction
+        that touched R becomes a version. Returns the versions written."""
+        import pymysql
+        from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
+        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+        _, start = self._resume()
+        reader = self._reader(start)
+        written, others, txn = 0, False, None
+        try:
+            for event in reader:
+                if isinstance(event, (MariadbGtidEvent, GtidEvent)):
+                    txn = _Transaction([])
+                    continue
+                if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+                    if txn is None:  # rows outside a transaction we saw begin: cannot be (resume is at a boundary)
+                        raise StoreError(f"binlog capture: row events of {event.table!r} at {reader.log_file}:{reader.log_pos} without a transaction start")
+                    if event.table == self.table:
+                        txn.changes.extend(self._row_changes(event))
+                    else:
+                        txn.own = True
+                    continue
+                if isinstance(event, QueryEvent):
+                    statement = event.query.strip()
+                    if statement.upper() == "BEGIN":
+                        txn = _Transaction([])
+                        continue
+                    self._refuse_statement(statement, event, reader)
+                elif not isinstance(event, XidEvent):
+                    continue
+                end = Position(reader.log_file, reader.log_pos)  # the transaction ends here (XID, COMMIT, a DDL)
+                if txn is not None and txn.changes:
+                    self._write(txn.changes, end, float(event.timestamp))
+                    written += 1
+                elif not (txn is not None and txn.own):
+                    others = True
+                self._at, txn = end, None
+        except pymysql.MySQLError as exc:
+            raise self._read_error(exc, start) from None
+        finally:
+            reader.close()
+        if others and time.monotonic() - self._reach_written >= REACH_EVERY_S:
+            self._write_reach()
+        return written
+
+    def _reader(self, start: Position):
+        from pymysqlreplication import BinLogStreamReader
+        from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
+        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+        u = self.url
+        settings = {"host": u.host, "port": u.port, "user": u.user, "password": u.password, "charset": "utf8mb4",
+                    "connect_timeout": 10}
+        return BinLogStreamReader(
+            connection_settings=settings, server_id=self.server_id, resume_stream=True, blocking=False,
+            log_file=start.file, log_pos=start.pos, only_schemas=[u.database],
+            only_tables=[self.table, binlog_table(self.table)], enable_logging=False,
+            only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, RotateEvent,
+                         WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+        )
+
+    def _read_error(self, exc, start: Position) -> StoreError:
+        code = exc.args[0] if exc.args else None
+        if code == 1236:  # the dump could not start or go on: a purged or missing binary log file
+            return StoreError(
+                f"binlog capture: the server cannot send its binary log from {start}, where the capture of "
+                f"{self.table!r} stands ({exc.args[-1]}); call enable(restart=True) and restart the joins of R"
+            )
+        return StoreError(f"binlog capture: reading the binary log of {self.url.server} from {start} failed ({exc.args[-1]})")
+
+    def _refuse_statement(self, statement: str, event, reader) -> None:
+        """A logged statement on R has no row images: stop before it (see the module)."""
+        schema = event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) else str(event.schema)
+        if statement.upper() != "COMMIT" and _ddl_on(statement, schema, self.url.database, self.table):
+            raise StoreError(
+                f"binlog capture: the binary log has the statement {shown(statement)} on {self.table!r} at "
+                f"{reader.log_file}:{reader.log_pos}, with no row images, so the capture stops before it; call "
+                "enable(restart=True) and restart the joins of R"
+            )
+
+    def _row_changes(self, event) -> list[tuple]:
+        """A row event of R -> ``(before row, after row)`` pairs, rows as tuples in R's column order."""
+        from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
+
+        columns = self.store.columns
+        if event.number_of_columns != len(columns):
+            raise StoreError(
+                f"binlog capture: a row event of {self.table!r} has {event.number_of_columns} columns where R has "
+                f"{len(columns)} (R was altered); call enable(restart=True) and restart the joins of R"
+            )
+        self.rows_read += len(event.rows)
+        if isinstance(event, UpdateRowsEvent):
+            return [(self._row(r["before_values"]), self._row(r["after_values"])) for r in event.rows]
+        if isinstance(event, WriteRowsEvent):
+            return [(None, self._row(r["values"])) for r in event.rows]
+        return [(self._row(r["values"]), None) for r in event.rows]
+
+    def _row(self, values: dict) -> tuple:
+        """The values of a row image by position (column names are in the binary log only with
+        binlog_row_metadata=FULL); unsigned integers the log gave as signed ones made unsigned."""
+        row = list(values.values())
+        for at, bits in self._unsigned:
+            if row[at] is not None and row[at] < 0:
+                row[at] += 1 << bits
+        return tuple(row)
+
+    @property
+    def _unsigned(self) -> list[tuple[int, int]]:
+        if not hasattr(self, "_unsigned_columns"):
+            found = []
+            for at, column in enumerate(self.store.columns):
+                base = column.sql_type.lower().split("(")[0].split()[0]
+                if "unsigned" in column.sql_type.lower() and base in _UNSIGNED_BYTES:
+                    found.append((at, 8 * _UNSIGNED_BYTES[base]))
+            self._unsigned_columns = found
+        return self._unsigned_columns
+
+    def _net(self, changes: list[tuple]) -> tuple[list[tuple], list[tuple]]:
+        """A transaction's row changes -> its changed keys ``(key, op)`` and the before-images of
+        the keys it did not insert (each key's first one). Keys the store calls equal (a
+        collation's sort key) are one key, spelled as last seen."""
+        at = next(i for i, c in enumerate(self.store.columns) if c.name == self.key)
+        keys = [row[at] for pair in changes for row in pair if row is not None]
+        collation = self.store.key_type.collation
+        classes = iter(keys if collation is None else collation.sort_keys(keys))
+        state: dict = {}
+        before: dict = {}
+        for pair in changes:
+            for row, exists in zip(pair, (False, True)):
+                if row is None:
+                    continue
+                cls = next(classes)
+                if cls not in state and not exists:  # first seen as a row it had: its before-image
+                    before[cls] = row
+                state[cls] = (row[at], exists)
+        return [(key, "U" if exists else "D") for key, exists in state.values()], list(before.values())
+
+    def _write(self, changes: list[tuple], end: Position, committed_at: float) -> None:
+        """One transaction of R -> the next version, in ONE transaction (see the module)."""
+        keys, before = self._net(changes)
+        version, _ = self._resume()
+        new = version + 1
+        q = MYSQL.quote
+        columns = ", ".join(q(c.name) for c in self.store.columns)
+        cursor = self.connection.cursor()
+        try:
+            with write_transaction(self.connection, cursor):
+                self._check_newest(cursor)
+                cursor.execute(f"SELECT COALESCE(MAX(version), 0) FROM {self._qlog}")
+                logged = int(cursor.fetchall()[0][0])
+                if logged != version:
+                    raise StoreError(
+                        f"binlog capture: the change log of {self.table!r} is at version {logged}, not at the capture's "
+                        f"{version}; nothing but the capture may write versions of a captured table (install_changes?)"
+                    )
+                cursor.executemany(f"INSERT INTO {self._qlog} (version, {q(self.key)}, op) VALUES (%s, %s, %s)",
+                                   [(new, key, op) for key, op in keys])
+                if before:
+                    cursor.executemany(
+                        f"INSERT INTO {self._qbefore} (version, {columns}) VALUES ({MYSQL.placeholders(len(before[0]) + 1)})",
+                        [(new, *row) for row in before],
+                    )
+                cursor.execute(f"DELETE FROM {self._qbefore} WHERE version <= %s", (new - KEEP_VERSIONS,))
+                cursor.execute(f"INSERT INTO {self._qbin} VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                               (new, end.file, end.pos, committed_at, time.time(), end.file, end.pos))
+        finally:
+            cursor.close()
+        self._last = (new, end)
+
+    def _check_newest(self, cursor) -> None:
+        """Inside a write: the newest recorded version is still the one this capturer resumed
+        from (else another writer moved it: the lock was lost with a session)."""
+        cursor.execute(f"SELECT version, log_file, log_pos FROM {self._qbin} ORDER BY version DESC LIMIT 1 FOR UPDATE")
+        version, file, pos = cursor.fetchall()[0]
+        if (int(version), Position(file, int(pos))) != self._last:
+            expected = self._last
+            self._last = None
+            raise StoreError(
+                f"binlog capture: version {version} of {self.table!r} at {file}:{pos} was recorded by another writer "
+                f"while this capturer stood at version {expected[0]} ({expected[1]}); poll again to resume after it"
+            )
+
+    def _write_reach(self) -> None:
+        """Only other tables' transactions since the newest version: record how far R is known."""
+        cursor = self.connection.cursor()
+        try:
+            with write_transaction(self.connection, cursor):
+                self._check_newest(cursor)
+                cursor.execute(f"UPDATE {self._qbin} SET read_file = %s, read_pos = %s WHERE version = %s",
+                               (self._at.file, self._at.pos, self._last[0]))
+        finally:
+            cursor.close()
+        self._reach_written = time.monotonic()
