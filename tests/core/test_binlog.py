@@ -144,6 +144,19 @@ def test_non_unique_key_is_refused_with_the_reason_and_the_way(db, capture):
     assert not db.sql(f"SHOW TABLES LIKE '{table}__sj_binlog'")
 
 
+def test_foreign_key_actions_on_r_are_refused_they_are_not_in_the_binary_log(db, capture):
+    parent = db.table("id BIGINT PRIMARY KEY")
+    r = db.table(f"nk BIGINT PRIMARY KEY, pid BIGINT, CONSTRAINT fk_{parent} FOREIGN KEY (pid) REFERENCES {parent} (id) "
+                 "ON DELETE CASCADE")
+    db.tables.reverse()  # R is dropped before its parent
+    with pytest.raises(ConfigError, match=rf"needs no foreign key of R with an ON DELETE or ON UPDATE action \(R '{r}' has "
+                       rf"'fk_{parent}': the server does not log the rows such an action changes\) for semijoin"):
+        capture(r).enable()
+    plain = db.table(f"nk BIGINT PRIMARY KEY, pid BIGINT, FOREIGN KEY (pid) REFERENCES {parent} (id)")
+    db.tables.insert(0, db.tables.pop())
+    assert binlog_problems(db.connection, db.url, plain, "nk") == []  # RESTRICT: R's rows change only by statements
+
+
 # ------------------------------------------------------------------------------- capture
 
 
@@ -213,6 +226,27 @@ def test_a_restarted_capture_resumes_where_the_last_one_wrote(db, capture):
     assert second.poll(1.0) == 2
     assert db.log(r) == [(1, 1, "U"), (2, 1, "U"), (3, 2, "U")]
     assert [row[:3] for row in db.before(r)] == [(1, 1, "a"), (2, 1, "b")]
+
+
+def test_the_capture_follows_the_binary_log_into_its_next_file(db, capture, binlog_server):
+    r = db.table(rows="(1, 'a', 1)")
+    c = capture(r)
+    c.enable()
+    db.sql(f"UPDATE {r} SET v = 'b' WHERE nk = 1")
+    binlog_server.admin("FLUSH BINARY LOGS")
+    db.sql(f"UPDATE {r} SET v = 'c' WHERE nk = 1")
+    assert c.poll(1.0) == 2
+    files = [f for (f,) in db.sql(f"SELECT log_file FROM {r}__sj_binlog ORDER BY version")]
+    assert files[0] == files[1] < files[2]
+    db.sql(f"INSERT INTO {db.table()} VALUES (1, 'x', 1)")  # another table only: R is known unchanged past it
+    c.poll(0.3)
+    (log_pos, read_pos), = db.sql(f"SELECT log_pos, read_pos FROM {r}__sj_binlog WHERE version = 2")
+    assert read_pos > log_pos
+    c.close()
+    binlog_server.admin("FLUSH BINARY LOGS")
+    db.sql(f"DELETE FROM {r} WHERE nk = 1")
+    assert capture(r).poll(1.0) == 1  # a new capturer, from the position recorded in the file before
+    assert db.log(r) == [(1, 1, "U"), (2, 1, "U"), (3, 1, "D")]
 
 
 def test_a_second_capturer_of_the_table_captures_nothing_and_says_so(db, capture):

@@ -36,8 +36,8 @@ transaction, never a part of one.
 What the server must have (:func:`check_binlog`): ``log_bin``, ``binlog_format=ROW``,
 ``binlog_row_image=FULL``, the grants REPLICATION SLAVE and REPLICATION CLIENT, and a unique
 index on R's key alone - the binary log's before-image of one row is not the whole before-image
-of a key with several rows; such a table is captured with triggers. Limits: rows changed by a
-foreign key's ON DELETE/UPDATE action are not in the binary log (InnoDB does them below it);
+of a key with several rows; such a table is captured with triggers - and no foreign key of R
+with an ON DELETE/UPDATE action (InnoDB changes those rows below the binary log). Limits:
 without ``binlog_row_metadata=FULL`` text columns are read as UTF-8 (utf8mb4, utf8mb3, ascii).
 Nothing else may write versions of a captured table (:func:`.changes.install_changes`): the
 write fails with one sentence when the change log has versions the capture did not write.
@@ -61,7 +61,8 @@ from .versions import KEEP_VERSIONS, before_table
 
 BINLOG_SUFFIX = "__sj_binlog"
 LOCK_PREFIX = "sj-binlog:"
-POLL_SLEEP_S = 0.01  # between reads of the binary log while a poll waits for a change
+POLL_SLEEP_S = 0.01  # between looks at the capture's table while wait_captured waits
+HEARTBEAT_S = 0.05  # the server says "nothing new" after this long idle: a poll is caught up
 REACH_EVERY_S = 1.0  # how often the newest row's read position follows other tables' changes
 SCAN_LIMIT = 1000  # events per SHOW BINLOG EVENTS while wait_captured looks past the read position
 REQUIRED_GRANTS = ("REPLICATION SLAVE", "REPLICATION CLIENT")
@@ -157,7 +158,26 @@ def binlog_problems(connection, url: str, table: str | None = None, key: str | N
                     f"a unique index on {key!r} alone (R {table!r} has none: the binary log's before-image of one "
                     "row is not the whole before-image of a key with several rows, so capture this table with triggers)"
                 )
+            problems += _foreign_key_problems(conn, table)
         return problems
+
+
+def _foreign_key_problems(connection, table: str) -> list[str]:
+    """R's foreign keys whose ON DELETE / ON UPDATE action changes R: InnoDB does it below the
+    binary log, which has no rows of it (tested: a cascaded delete leaves no event)."""
+    acting = _rows(
+        connection,
+        "SELECT CONSTRAINT_NAME FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = DATABASE() "
+        "AND TABLE_NAME = %s AND (DELETE_RULE NOT IN ('RESTRICT', 'NO ACTION') OR UPDATE_RULE NOT IN ('RESTRICT', 'NO ACTION')) "
+        "ORDER BY CONSTRAINT_NAME",
+        (table,),
+    )
+    if not acting:
+        return []
+    return [
+        f"no foreign key of R with an ON DELETE or ON UPDATE action (R {table!r} has {', '.join(repr(n) for (n,) in acting)}: "
+        "the server does not log the rows such an action changes)"
+    ]
 
 
 def check_binlog(connection, url: str, table: str | None = None, key: str | None = None) -> None:
@@ -308,9 +328,14 @@ class BinlogCapture:
         self.blocked: str | None = None  # why the last poll captured nothing it could have
         self.rows_read = 0  # row changes of R read from the binary log
         self._last: tuple[int, Position] | None = None  # the newest version written and its position
+        self._at: Position | None = None  # the end of the last transaction taken: where a new stream starts
+        self._stream = None  # the open BinLogStreamReader
+        self._txn: _Transaction | None = None  # the transaction being read
+        self._others = False  # transactions of other tables only since the read position was recorded
         self._reach_written = 0.0
 
     def close(self) -> None:
+        self._close_stream()
         self.connection.close()
 
     def __enter__(self) -> "BinlogCapture":
@@ -355,23 +380,53 @@ class BinlogCapture:
                         (int(cursor.fetchall()[0][0]), at.file, at.pos, now, at.file, at.pos),
                     )
                 self._last = None
+                self._close_stream()
                 return at
         finally:
             cursor.close()
 
     # -- polling -------------------------------------------------------------------------------
     def poll(self, max_wait_s: float = 1.0) -> int:
-        """Capture the transactions logged since the recorded position, waiting up to
-        ``max_wait_s`` seconds for one that touches R; returns the versions written (0: none,
-        or another capturer holds R's lock, :attr:`blocked` says so)."""
+        """Capture the transactions logged since the capture's position: returns once it is
+        caught up (the server had nothing more for :data:`HEARTBEAT_S`) with versions written,
+        or after ``max_wait_s`` seconds (give or take a heartbeat). Returns the versions written
+        (0: none, or another capturer holds R's lock, :attr:`blocked` says so). The binary log
+        stream stays open between polls; a failed poll reopens it at the last transaction's end."""
+        import pymysql
+        from pymysqlreplication.event import HeartbeatLogEvent
+
         if not self._acquire():
             return 0
         deadline = time.monotonic() + max_wait_s
-        while True:
-            written = self._read()
-            if written or time.monotonic() >= deadline:
-                return written
-            time.sleep(POLL_SLEEP_S)
+        written = 0
+        try:
+            while True:
+                if self._stream is None:
+                    self._stream = self._reader(self._resume()[1])
+                event = self._stream.fetchone()
+                if event is None or isinstance(event, HeartbeatLogEvent):  # caught up
+                    if event is None:
+                        self._close_stream()
+                    self._note_reach()
+                    if written:
+                        return written
+                else:
+                    written += self._take(event)
+                if time.monotonic() >= deadline:
+                    return written
+        except pymysql.MySQLError as exc:
+            self._close_stream()
+            raise self._read_error(exc, self._at) from None
+        except BaseException:
+            self._close_stream()
+            raise
+
+    def _close_stream(self) -> None:
+        """Forget the open stream and a transaction half read: the next read starts at the end
+        of the last transaction taken (:attr:`_at`)."""
+        if self._stream is not None:
+            self._stream.close()
+        self._stream = self._txn = None
 
     def _acquire(self) -> bool:
         """Hold R's capture lock (again, after a lost session); False: another capturer has it."""
@@ -379,6 +434,7 @@ class BinlogCapture:
             return True
         self.owner = _rows(self.connection, "SELECT GET_LOCK(%s, 0)", (self.lock_name,))[0][0] == 1
         self._last = None  # where to resume: read again from the table
+        self._close_stream()
         if self.owner:
             self.blocked = None
             return True
@@ -397,69 +453,66 @@ class BinlogCapture:
             if not rows:
                 raise StoreError(f"binlog capture: capture of {self.table!r} is not enabled (call enable() first)")
             version, file, pos, read_file, read_pos = rows[0]
+            self._close_stream()
             self._last = (int(version), Position(file, int(pos)))
             self._at = Position(read_file, int(read_pos))
         return self._last[0], self._at
 
-    def _read(self) -> int:
-        """Read the binary log from where the capture stands to its end; each whole transaction
-        that touched R becomes a version. Returns the versions written."""
-        import pymysql
+    def _take(self, event) -> int:
+        """One event of the stream: a transaction's start, rows, end. At the end of one that
+        touched R its version is written (returns 1); else 0."""
         from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-        _, start = self._resume()
-        reader = self._reader(start)
-        written, others, txn = 0, False, None
-        try:
-            for event in reader:
-                if isinstance(event, (MariadbGtidEvent, GtidEvent)):
-                    txn = _Transaction([])
-                    continue
-                if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                    if txn is None:  # rows outside a transaction we saw begin: cannot be (resume is at a boundary)
-                        raise StoreError(f"binlog capture: row events of {event.table!r} at {reader.log_file}:{reader.log_pos} without a transaction start")
-                    if event.table == self.table:
-                        txn.changes.extend(self._row_changes(event))
-                    else:
-                        txn.own = True
-                    continue
-                if isinstance(event, QueryEvent):
-                    statement = event.query.strip()
-                    if statement.upper() == "BEGIN":
-                        txn = _Transaction([])
-                        continue
-                    self._refuse_statement(statement, event, reader)
-                elif not isinstance(event, XidEvent):
-                    continue
-                end = Position(reader.log_file, reader.log_pos)  # the transaction ends here (XID, COMMIT, a DDL)
-                if txn is not None and txn.changes:
-                    self._write(txn.changes, end, float(event.timestamp))
-                    written += 1
-                elif not (txn is not None and txn.own):
-                    others = True
-                self._at, txn = end, None
-        except pymysql.MySQLError as exc:
-            raise self._read_error(exc, start) from None
-        finally:
-            reader.close()
-        if others and time.monotonic() - self._reach_written >= REACH_EVERY_S:
-            self._write_reach()
+        stream = self._stream
+        if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+            if self._txn is None:  # the stream starts at a transaction's end: its start comes first
+                raise StoreError(f"binlog capture: row events of {event.table!r} at {stream.log_file}:{stream.log_pos} "
+                                 "outside a transaction")
+            if event.table == self.table:
+                self._txn.changes.extend(self._row_changes(event))
+            else:
+                self._txn.own = True
+            return 0
+        if isinstance(event, QueryEvent):
+            statement = event.query.strip()
+            if statement.upper() == "BEGIN":
+                self._txn = _Transaction([])
+                return 0
+            self._refuse_statement(statement, event, stream)  # else a COMMIT, or a statement: its own transaction
+        elif isinstance(event, (MariadbGtidEvent, GtidEvent)):  # a transaction begins
+            self._txn = _Transaction([])
+            return 0
+        elif not isinstance(event, XidEvent):  # a rotation to the next file: the stream's position follows it
+            return 0
+        end, txn = Position(stream.log_file, stream.log_pos), self._txn  # the transaction ends here
+        written = 0
+        if txn is not None and txn.changes:
+            self._write(txn.changes, end, float(event.timestamp))
+            written = 1
+        elif not (txn is not None and txn.own):
+            self._others = True
+        self._at, self._txn = end, None
         return written
+
+    def _note_reach(self) -> None:
+        if self._others and time.monotonic() - self._reach_written >= REACH_EVERY_S:
+            self._write_reach()
+            self._others = False
 
     def _reader(self, start: Position):
         from pymysqlreplication import BinLogStreamReader
-        from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
+        from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
         u = self.url
         settings = {"host": u.host, "port": u.port, "user": u.user, "password": u.password, "charset": "utf8mb4",
                     "connect_timeout": 10}
         return BinLogStreamReader(
-            connection_settings=settings, server_id=self.server_id, resume_stream=True, blocking=False,
-            log_file=start.file, log_pos=start.pos, only_schemas=[u.database],
+            connection_settings=settings, server_id=self.server_id, resume_stream=True, blocking=True,
+            slave_heartbeat=HEARTBEAT_S, log_file=start.file, log_pos=start.pos, only_schemas=[u.database],
             only_tables=[self.table, binlog_table(self.table)], enable_logging=False,
-            only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, RotateEvent,
+            only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, RotateEvent, HeartbeatLogEvent,
                          WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
         )
 
