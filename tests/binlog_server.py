@@ -11,6 +11,7 @@ CLIENT, ``plain_user`` without them. :meth:`BinlogServer.stop` ends the server b
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -125,12 +126,11 @@ class BinlogServer:
 
     def stop(self) -> None:
         """End the server by its pid and remove its files."""
-        if self.process is not None and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=30)
+        for sig, wait_s in ((signal.SIGTERM, 60), (signal.SIGKILL, 30)):  # a clean shutdown, else a kill
+            if self.process is None or self.process.poll() is not None:
+                break
+            os.kill(self.process.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=wait_s)
         self.process = None
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -14,19 +14,17 @@ the binlog position after the transaction and its commit time (seconds: the binl
 clock). A join sees a version whole or not at all, so each tuple sees R before or after a
 transaction, never a part of one.
 
-* Where it resumes: the last recorded position. A new capturer (a restarted task) starts
-  there; a capturer killed before its write committed left nothing, one killed after left
-  the version and its position together: nothing missed, nothing twice.
+* Where it resumes: the last recorded position; a capturer killed before its write committed
+  left nothing, one killed after left the version and its position: nothing missed or twice.
 * One capturer per table writes: it holds ``GET_LOCK('sj-binlog:<db>.<table>', 0)`` (a name
   over 64 characters is hashed); another one captures nothing and says why
   (:attr:`BinlogCapture.blocked`). Each write also checks that the last recorded position is
   the one it read from, so a lock lost with a session cannot make two writers.
 * ``read_file, read_pos`` of the newest row: the capture read that far and found nothing of R
   after its version (updated at most every :data:`REACH_EVERY_S` s while other tables change).
-* Keys as the store sees them (:func:`.opening.store_for`): in a collation that calls
-  ``'abc'`` and ``'ABC '`` equal they are one changed key (its sort key, :mod:`.collation`).
-  An UPDATE that changes the key changes both keys; REPLACE is a delete and an insert or an
-  update, as the server logs it.
+* Keys as the store sees them (:func:`.opening.store_for`): ``'abc'`` and ``'ABC '`` are one
+  changed key in a collation that calls them equal (:mod:`.collation`). An UPDATE of the key
+  changes both keys; REPLACE is a delete and an insert, or an update, as the server logs it.
 * DDL on R (ALTER, DROP, RENAME, TRUNCATE, CREATE, DROP DATABASE) has no row images: the poll
   that meets it fails with one sentence and captures nothing past it, every time, until
   :meth:`BinlogCapture.enable` is called with ``restart=True`` (the joins of R restart too).
@@ -45,7 +43,6 @@ write fails with one sentence when the change log has versions the capture did n
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import re
@@ -54,7 +51,7 @@ import zlib
 from dataclasses import dataclass
 
 from ..errors import ConfigError, StoreError, shown
-from .changes import create_change_tables
+from .changes import _connected, create_change_tables
 from .opening import store_for
 from .sql import MYSQL, DatabaseURL, dialect_of, side_tables, write_transaction
 from .versions import KEEP_VERSIONS, before_table
@@ -97,18 +94,6 @@ def binlog_table(table: str) -> str:
     return table + BINLOG_SUFFIX
 
 
-@contextlib.contextmanager
-def _connected(connection, url):
-    if connection is not None:
-        yield connection
-        return
-    opened = DatabaseURL.parse(url).connect()
-    try:
-        yield opened
-    finally:
-        opened.close()
-
-
 def _rows(connection, sql: str, params=()) -> list[tuple]:
     cursor = connection.cursor()
     try:
@@ -136,7 +121,7 @@ def _grant_problem(connection) -> str | None:
 def binlog_problems(connection, url: str, table: str | None = None, key: str | None = None) -> list[str]:
     """What the server (and R, when ``table`` and ``key`` are given) lacks for a binlog capture,
     one phrase each (empty: nothing). ``connection`` None: a new one to ``url`` is opened."""
-    with _connected(connection, url) as conn:
+    with _connected(url if connection is None else connection) as conn:
         if dialect_of(conn) is not MYSQL:
             return ["a MySQL or MariaDB server (the binary log is theirs; SQLite is captured with triggers)"]
         names = ("log_bin", "binlog_format", "binlog_row_image")
@@ -172,12 +157,8 @@ def _foreign_key_problems(connection, table: str) -> list[str]:
         "ORDER BY CONSTRAINT_NAME",
         (table,),
     )
-    if not acting:
-        return []
-    return [
-        f"no foreign key of R with an ON DELETE or ON UPDATE action (R {table!r} has {', '.join(repr(n) for (n,) in acting)}: "
-        "the server does not log the rows such an action changes)"
-    ]
+    return [f"no foreign key of R with an ON DELETE or ON UPDATE action (R {table!r} has {', '.join(repr(n) for (n,) in acting)}: "
+            "the server does not log the rows such an action changes)"] if acting else []
 
 
 def check_binlog(connection, url: str, table: str | None = None, key: str | None = None) -> None:
@@ -264,7 +245,7 @@ def _touched(connection, database: str, table: str, start: Position, end: Positi
                 if name == end.file and int(event_pos) >= end.pos:
                     return False
                 if (kind == "Table_map" and str(info).endswith(mapped)) or (
-                    kind == "Query" and _ddl_on(str(info), database, database, table)
+                    kind == "Query" and _ddl_on(str(info), "", database, table)
                 ):
                     return True
                 at = int(end_pos)
@@ -276,7 +257,9 @@ def _touched(connection, database: str, table: str, start: Position, end: Positi
 def _ddl_on(query: str, schema: str, database: str, table: str) -> bool:
     """Whether a logged statement (``schema``: its session's database) names R or drops its
     database: DDL, or a change logged as a statement; neither has row images."""
-    query = re.sub(r"^use `[^`]*`; ", "", query)  # SHOW BINLOG EVENTS' prefix
+    used = re.match(r"^use `([^`]*)`; ", query)  # SHOW BINLOG EVENTS' prefix: the session's database
+    if used:
+        schema, query = used.group(1), query[used.end():]
     if re.match(rf"^\s*DROP\s+(DATABASE|SCHEMA)\s+(IF\s+EXISTS\s+)?`?{re.escape(database)}`?\s*$", query, re.I):
         return True
     name = re.compile(
@@ -296,8 +279,6 @@ class _Transaction:
 
     changes: list  # (before row or None, after row or None) of R, in log order
     own: bool = False  # it wrote the capture's table: a capture's own write
-    end: Position | None = None
-    committed_at: float = 0.0
 
 
 class BinlogCapture:
@@ -310,8 +291,7 @@ class BinlogCapture:
     """
 
     def __init__(self, url: str, table: str, key: str, *, server_id: int | None = None):
-        self.url = DatabaseURL.parse(url)
-        self._url = url  # for check_binlog, which names the server only (never credentials)
+        self.url, self._url = DatabaseURL.parse(url), url  # check_binlog names the server only, never credentials
         if self.url.dialect is not MYSQL:
             raise ConfigError(f"binlog capture: {self.url.server} is not a MySQL or MariaDB database (SQLite is captured with triggers)")
         self.table, self.key = table, key
@@ -324,6 +304,9 @@ class BinlogCapture:
         self.lock_name = name if len(name) <= 64 else LOCK_PREFIX + hashlib.sha1(ident.encode()).hexdigest()
         self.connection = self.url.connect()
         self.store = store_for(self.connection, table, key)
+        kinds = [(at, c.sql_type.lower(), c.sql_type.lower().split("(")[0].split()[0]) for at, c in enumerate(self.store.columns)]
+        self._unsigned = [(at, 8 * _UNSIGNED_BYTES[base]) for at, kind, base in kinds  # unsigned integers: (position, bits)
+                          if "unsigned" in kind and base in _UNSIGNED_BYTES]
         self.owner = False  # holds the lock: the one capturer of R that writes
         self.blocked: str | None = None  # why the last poll captured nothing it could have
         self.rows_read = 0  # row changes of R read from the binary log
@@ -439,10 +422,8 @@ class BinlogCapture:
             self.blocked = None
             return True
         holder = _rows(self.connection, "SELECT IS_USED_LOCK(%s)", (self.lock_name,))[0][0]
-        self.blocked = (
-            f"another capturer of {self.url.database}.{self.table} holds the lock {self.lock_name!r} "
-            f"(connection {holder}), so this one captures nothing"
-        )
+        self.blocked = (f"another capturer of {self.url.database}.{self.table} holds the lock {self.lock_name!r} "
+                        f"(connection {holder}), so this one captures nothing")
         return False
 
     def _resume(self) -> tuple[int, Position]:
@@ -560,17 +541,6 @@ class BinlogCapture:
             if row[at] is not None and row[at] < 0:
                 row[at] += 1 << bits
         return tuple(row)
-
-    @property
-    def _unsigned(self) -> list[tuple[int, int]]:
-        if not hasattr(self, "_unsigned_columns"):
-            found = []
-            for at, column in enumerate(self.store.columns):
-                base = column.sql_type.lower().split("(")[0].split()[0]
-                if "unsigned" in column.sql_type.lower() and base in _UNSIGNED_BYTES:
-                    found.append((at, 8 * _UNSIGNED_BYTES[base]))
-            self._unsigned_columns = found
-        return self._unsigned_columns
 
     def _net(self, changes: list[tuple]) -> tuple[list[tuple], list[tuple]]:
         """A transaction's row changes -> its changed keys ``(key, op)`` and the before-images of
