@@ -111,7 +111,8 @@ def r_at(url: str, table: str, version: int) -> list[tuple]:
 def test_shared_server_without_binlog_is_refused_in_one_sentence(mysql_url):
     with pytest.raises(ConfigError, match=r"^binlog capture: the server 127\.0\.0\.1:3306/\S+ needs log_bin=ON \(it is OFF\), "
                        r"binlog_format=ROW \(it is MIXED\) and the grants REPLICATION SLAVE and REPLICATION CLIENT ON "
-                       r"\*\.\* for its user for semijoin to read the changes of R from its binary log \(server settings log_bin, binlog_format=ROW, binlog_row_image=FULL; GRANT REPLICATION SLAVE, "
+                       r"\*\.\* for its user for semijoin to read the changes of R from its binary log \(server settings log_bin, "
+                       r"binlog_format=ROW, binlog_row_image=FULL; GRANT REPLICATION SLAVE, "
                        r"REPLICATION CLIENT ON \*\.\* TO the user\)$") as e:
         check_binlog(None, mysql_url)
     assert "semijoin:" not in str(e.value) and "@" not in str(e.value)  # no credentials
@@ -262,6 +263,23 @@ def test_a_second_capturer_of_the_table_captures_nothing_and_says_so(db, capture
     assert db.log(r) == [(1, 1, "U")]
     first.close()  # its session ends: the lock is free
     assert second.poll(5.0) == 1 and second.owner and second.blocked is None
+    assert db.log(r) == [(1, 1, "U"), (2, 1, "U")]
+
+
+def test_a_capturer_whose_session_was_killed_takes_its_lock_again_and_goes_on(db, capture, binlog_server):
+    r = db.table(rows="(1, 'a', 1)")
+    c = capture(r)
+    c.enable()
+    db.sql(f"UPDATE {r} SET v = 'b' WHERE nk = 1")
+    assert c.poll(5.0) == 1
+    cursor = c.connection.cursor()
+    cursor.execute("SELECT CONNECTION_ID()")
+    (session,), = cursor.fetchall()
+    cursor.close()
+    binlog_server.admin(f"KILL CONNECTION {session}")  # the lock goes with the session
+    db.sql(f"UPDATE {r} SET v = 'c' WHERE nk = 1")
+    assert c.poll(5.0) == 1 and c.owner  # a new session, the lock taken again
+    assert capture(r).poll(0.05) == 0  # and held: a second capturer is kept out
     assert db.log(r) == [(1, 1, "U"), (2, 1, "U")]
 
 

@@ -1,18 +1,15 @@
 """Change capture from MySQL/MariaDB's binary log: R's changes as versions, no change to how users write R.
 
 SSIJ sec. IV-E: "each stream tuple sees a consistent view of the database: either the relation
-instance before or the relation instance after an update". Here an update is a transaction of
-the database: :class:`BinlogCapture` reads the row events of R from the server's binary log
-(``pymysqlreplication.BinLogStreamReader``, a replica's protocol, no code of ours), groups
-them by transaction (up to its XID event), and writes each transaction that touched R, in ONE
-transaction of its own, as the next version of R into the tables the installs use
-(:mod:`.changes`, :mod:`.versions`): the keys it changed into ``<R>__sj_changes`` (``U``: the
-key has a row after it, ``D``: none), their before-images into ``<R>__sj_before`` (the first
-before-image of each key in the transaction; none for a key it inserted), and into
+instance before or the relation instance after an update". Here an update is a transaction:
+:class:`BinlogCapture` reads R's row events from the binary log (``pymysqlreplication``'s
+``BinLogStreamReader``, a replica's protocol), groups them by transaction (up to its XID), and
+writes each transaction that touched R, in ONE transaction, as R's next version into the
+tables the installs use: its keys into ``<R>__sj_changes`` (:mod:`.changes`), each key's first
+before-image into ``<R>__sj_before`` (:mod:`.versions`; none for a key it inserted), and into
 ``<R>__sj_binlog(version, log_file, log_pos, committed_at, captured_at, read_file, read_pos)``
-the binlog position after the transaction and its commit time (seconds: the binlog's event
-clock). A join sees a version whole or not at all, so each tuple sees R before or after a
-transaction, never a part of one.
+the position after it and its commit time (whole seconds: the binlog's clock). A join sees a
+version whole or not at all: each tuple sees R before or after a transaction, never between.
 
 * Where it resumes: the last recorded position; a capturer killed before its write committed
   left nothing, one killed after left the version and its position: nothing missed or twice.
@@ -25,9 +22,9 @@ transaction, never a part of one.
 * Keys as the store sees them (:func:`.opening.store_for`): ``'abc'`` and ``'ABC '`` are one
   changed key in a collation that calls them equal (:mod:`.collation`). An UPDATE of the key
   changes both keys; REPLACE is a delete and an insert, or an update, as the server logs it.
-* DDL on R (ALTER, DROP, RENAME, TRUNCATE, CREATE, DROP DATABASE) has no row images: the poll
-  that meets it fails with one sentence and captures nothing past it, every time, until
-  :meth:`BinlogCapture.enable` is called with ``restart=True`` (the joins of R restart too).
+* DDL on R (ALTER, DROP, RENAME, TRUNCATE, CREATE, DROP DATABASE), or a change of R logged as
+  a statement, has no row images: the poll that meets it fails with one sentence, every time,
+  until ``enable(restart=True)`` (the joins of R restart too).
 * Reader side (MariaDB): a snapshot's binlog position (:func:`snapshot_position`) names the
   version R has in it (:func:`wait_captured`).
 
@@ -153,11 +150,13 @@ def _foreign_key_problems(connection, table: str) -> list[str]:
     acting = _rows(
         connection,
         "SELECT CONSTRAINT_NAME FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = DATABASE() "
-        "AND TABLE_NAME = %s AND (DELETE_RULE NOT IN ('RESTRICT', 'NO ACTION') OR UPDATE_RULE NOT IN ('RESTRICT', 'NO ACTION')) "
+        "AND TABLE_NAME = %s AND (DELETE_RULE NOT IN ('RESTRICT', 'NO ACTION') "
+        "OR UPDATE_RULE NOT IN ('RESTRICT', 'NO ACTION')) "
         "ORDER BY CONSTRAINT_NAME",
         (table,),
     )
-    return [f"no foreign key of R with an ON DELETE or ON UPDATE action (R {table!r} has {', '.join(repr(n) for (n,) in acting)}: "
+    names = ", ".join(repr(n) for (n,) in acting)
+    return [f"no foreign key of R with an ON DELETE or ON UPDATE action (R {table!r} has {names}: "
             "the server does not log the rows such an action changes)"] if acting else []
 
 
@@ -196,7 +195,8 @@ def snapshot_position(cursor) -> Position:
     cursor.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
     found = {str(n).lower(): v for n, v in cursor.fetchall()}
     if "binlog_snapshot_file" not in found or not found["binlog_snapshot_file"]:
-        raise StoreError("snapshot position: the server has no Binlog_snapshot_file status (expected MariaDB with log_bin=ON)")
+        raise StoreError("snapshot position: the server has no Binlog_snapshot_file status "
+                         "(expected MariaDB with log_bin=ON)")
     return Position(str(found["binlog_snapshot_file"]), int(found["binlog_snapshot_position"]))
 
 
@@ -217,7 +217,8 @@ def wait_captured(connection, table: str, file: str, pos: int, timeout_s: float)
     while True:
         newest = _rows(connection, f"SELECT version, read_file, read_pos FROM {q} ORDER BY version DESC LIMIT 1")
         if not newest:
-            raise StoreError(f"wait captured: the binlog capture of {table!r} is not enabled (no rows in {binlog_table(table)!r})")
+            raise StoreError(f"wait captured: the binlog capture of {table!r} is not enabled "
+                             f"(no rows in {binlog_table(table)!r})")
         version, read = int(newest[0][0]), Position(newest[0][1], int(newest[0][2]))
         if read >= target or not _touched(connection, database, table, read, target):
             where, params = _before_sql(target)
@@ -278,7 +279,7 @@ class _Transaction:
     """One transaction of the binary log, as far as R is concerned."""
 
     changes: list  # (before row or None, after row or None) of R, in log order
-    own: bool = False  # it wrote the capture's table: a capture's own write
+    own: bool = False  # it wrote the capture's table: the capture's own write
 
 
 class BinlogCapture:
@@ -293,7 +294,8 @@ class BinlogCapture:
     def __init__(self, url: str, table: str, key: str, *, server_id: int | None = None):
         self.url, self._url = DatabaseURL.parse(url), url  # check_binlog names the server only, never credentials
         if self.url.dialect is not MYSQL:
-            raise ConfigError(f"binlog capture: {self.url.server} is not a MySQL or MariaDB database (SQLite is captured with triggers)")
+            raise ConfigError(f"binlog capture: {self.url.server} is not a MySQL or MariaDB database "
+                              "(SQLite is captured with triggers)")
         self.table, self.key = table, key
         self._qbin = MYSQL.quote(binlog_table(table))
         self._qlog = MYSQL.quote(side_tables(table)[0])
@@ -304,7 +306,8 @@ class BinlogCapture:
         self.lock_name = name if len(name) <= 64 else LOCK_PREFIX + hashlib.sha1(ident.encode()).hexdigest()
         self.connection = self.url.connect()
         self.store = store_for(self.connection, table, key)
-        kinds = [(at, c.sql_type.lower(), c.sql_type.lower().split("(")[0].split()[0]) for at, c in enumerate(self.store.columns)]
+        kinds = [(at, c.sql_type.lower(), c.sql_type.lower().split("(")[0].split()[0])
+                 for at, c in enumerate(self.store.columns)]
         self._unsigned = [(at, 8 * _UNSIGNED_BYTES[base]) for at, kind, base in kinds  # unsigned integers: (position, bits)
                           if "unsigned" in kind and base in _UNSIGNED_BYTES]
         self.owner = False  # holds the lock: the one capturer of R that writes
@@ -344,24 +347,17 @@ class BinlogCapture:
                 "captured_at DOUBLE NOT NULL, read_file VARCHAR(255) NOT NULL, read_pos BIGINT NOT NULL) ENGINE=InnoDB"
             )
             with write_transaction(self.connection, cursor):
-                cursor.execute(f"SELECT version, log_file, log_pos FROM {self._qbin} ORDER BY version DESC LIMIT 1 FOR UPDATE")
+                cursor.execute(f"SELECT version, log_file, log_pos FROM {self._qbin} "
+                               "ORDER BY version DESC LIMIT 1 FOR UPDATE")
                 newest = cursor.fetchall()
                 if newest and not restart:
                     return Position(newest[0][1], int(newest[0][2]))
                 at = server_position(cursor)
-                now = time.time()
-                if newest:
-                    cursor.execute(
-                        f"UPDATE {self._qbin} SET log_file = %s, log_pos = %s, read_file = %s, read_pos = %s, "
-                        "captured_at = %s WHERE version = %s",
-                        (at.file, at.pos, at.file, at.pos, now, newest[0][0]),
-                    )
-                else:
+                if not newest:  # the capture starts at R's version now (0, or the last install's)
                     cursor.execute(f"SELECT COALESCE(MAX(version), 0) FROM {self._qlog}")
-                    cursor.execute(
-                        f"INSERT INTO {self._qbin} VALUES (%s, %s, %s, NULL, %s, %s, %s)",
-                        (int(cursor.fetchall()[0][0]), at.file, at.pos, now, at.file, at.pos),
-                    )
+                version = int((newest or cursor.fetchall())[0][0])
+                cursor.execute(f"REPLACE INTO {self._qbin} VALUES (%s, %s, %s, NULL, %s, %s, %s)",
+                               (version, at.file, at.pos, time.time(), at.file, at.pos))
                 self._last = None
                 self._close_stream()
                 return at
@@ -483,7 +479,8 @@ class BinlogCapture:
 
     def _reader(self, start: Position):
         from pymysqlreplication import BinLogStreamReader
-        from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
+        from pymysqlreplication.event import (GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent,
+                                              XidEvent)
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
         u = self.url
@@ -504,7 +501,8 @@ class BinlogCapture:
                 f"binlog capture: the server cannot send its binary log from {start}, where the capture of "
                 f"{self.table!r} stands ({exc.args[-1]}); call enable(restart=True) and restart the joins of R"
             )
-        return StoreError(f"binlog capture: reading the binary log of {self.url.server} from {start} failed ({exc.args[-1]})")
+        return StoreError(f"binlog capture: reading the binary log of {self.url.server} from {start} failed "
+                          f"({exc.args[-1]})")
 
     def _refuse_statement(self, statement: str, event, reader) -> None:
         """A logged statement on R has no row images: stop before it (see the module)."""
@@ -584,7 +582,8 @@ class BinlogCapture:
                                    [(new, key, op) for key, op in keys])
                 if before:
                     cursor.executemany(
-                        f"INSERT INTO {self._qbefore} (version, {columns}) VALUES ({MYSQL.placeholders(len(before[0]) + 1)})",
+                        f"INSERT INTO {self._qbefore} (version, {columns}) "
+                        f"VALUES ({MYSQL.placeholders(len(before[0]) + 1)})",
                         [(new, *row) for row in before],
                     )
                 cursor.execute(f"DELETE FROM {self._qbefore} WHERE version <= %s", (new - KEEP_VERSIONS,))
