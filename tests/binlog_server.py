@@ -73,6 +73,7 @@ class BinlogServer:
             [MARIADBD, "--no-defaults", f"--datadir={self.datadir}", "--user=root", f"--socket={self.socket}",
              f"--port={self.port}", "--bind-address=127.0.0.1", f"--pid-file={self.dir / 'mysqld.pid'}",
              f"--log-bin={self.dir / 'binlog'}", "--binlog-format=ROW", "--binlog-row-image=FULL", "--server-id=1",
+             "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci",  # Debian's defaults
              "--skip-name-resolve", "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=48M",
              "--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0", f"--log-error={self.dir / 'error.log'}"],
             stdout=log, stderr=subprocess.STDOUT,

@@ -158,6 +158,30 @@ def test_foreign_key_actions_on_r_are_refused_they_are_not_in_the_binary_log(db,
     assert binlog_problems(db.connection, db.url, plain, "nk") == []  # RESTRICT: R's rows change only by statements
 
 
+TYPED = ("nk BIGINT PRIMARY KEY, d DATETIME(3), dec_ DECIMAL(10, 2), js JSON, tm TIME, yr YEAR, bt BIT(8), "
+         "ub BIGINT UNSIGNED, en ENUM('x', 'y'), st SET('p', 'q'), vb VARBINARY(10), bl BLOB, "
+         "l1 VARCHAR(10) CHARACTER SET latin1, tx TEXT")
+TYPED_ROW = ("(1, '2024-01-02 03:04:05.678', 12.34, '{\"a\": 1}', '10:11:12', 2024, b'101', 18446744073709551615, "
+             "'y', 'p,q', x'00ff', x'00ff10', 'é', 'héllo')")
+
+
+def test_columns_read_only_with_metadata_need_binlog_row_metadata_full(db, capture, binlog_server):
+    r = db.table(TYPED, TYPED_ROW)
+    with pytest.raises(ConfigError, match=rf"needs binlog_row_metadata=FULL \(it is NO_LOG; without it the binary log has "
+                       rf"no charset or value names for 'en', 'st', 'vb', 'bl', 'l1' of R '{r}'\) for semijoin"):
+        capture(r).enable()
+    binlog_server.admin("SET GLOBAL binlog_row_metadata = FULL")
+    try:
+        c = capture(r)
+        c.enable()
+        original = db.sql(f"SELECT * FROM {r}")
+        db.sql(f"UPDATE {r} SET nk = 2 WHERE nk = 1")  # every value's before-image goes through the binary log
+        assert c.poll(5.0) == 1
+        assert db.sql(f"SELECT * FROM {r}__sj_before")[0][1:] == original[0]
+    finally:
+        binlog_server.admin("SET GLOBAL binlog_row_metadata = NO_LOG")
+
+
 # ------------------------------------------------------------------------------- capture
 
 

@@ -32,8 +32,9 @@ What the server must have (:func:`check_binlog`): ``log_bin``, ``binlog_format=R
 ``binlog_row_image=FULL``, the grants REPLICATION SLAVE and REPLICATION CLIENT, and a unique
 index on R's key alone - the binary log's before-image of one row is not the whole before-image
 of a key with several rows; such a table is captured with triggers - and no foreign key of R
-with an ON DELETE/UPDATE action (InnoDB changes those rows below the binary log). Limits:
-without ``binlog_row_metadata=FULL`` text columns are read as UTF-8 (utf8mb4, utf8mb3, ascii).
+with an ON DELETE/UPDATE action (InnoDB changes those rows below the binary log) - and, when R
+has ENUM, SET, binary or non-UTF-8 text columns, ``binlog_row_metadata=FULL`` (the log names
+their values and charsets only then; every other column is read by position).
 Nothing else may write versions of a captured table (:func:`.changes.install_changes`): the
 write fails with one sentence when the change log has versions the capture did not write.
 """
@@ -62,6 +63,8 @@ SCAN_LIMIT = 1000  # events per SHOW BINLOG EVENTS while wait_captured looks pas
 REQUIRED_GRANTS = ("REPLICATION SLAVE", "REPLICATION CLIENT")
 _CLIENT_ALIASES = {"REPLICATION CLIENT", "BINLOG MONITOR"}  # MariaDB 10.5+ shows the latter
 _GRANT_ON_ALL = re.compile(r"^GRANT (.+?) ON \*\.\* TO ", re.I | re.S)
+_NEED_METADATA = {"enum", "set", "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+_UTF8_CHARSETS = {"utf8mb4", "utf8mb3", "utf8", "ascii"}
 _UNSIGNED_BYTES = {"tinyint": 1, "smallint": 2, "mediumint": 3, "int": 4, "bigint": 8}
 
 
@@ -121,7 +124,7 @@ def binlog_problems(connection, url: str, table: str | None = None, key: str | N
     with _connected(url if connection is None else connection) as conn:
         if dialect_of(conn) is not MYSQL:
             return ["a MySQL or MariaDB server (the binary log is theirs; SQLite is captured with triggers)"]
-        names = ("log_bin", "binlog_format", "binlog_row_image")
+        names = ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata")
         found = {n.lower(): str(v) for n, v in _rows(
             conn, f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({', '.join(['%s'] * len(names))})", names)}
         problems = []
@@ -141,7 +144,21 @@ def binlog_problems(connection, url: str, table: str | None = None, key: str | N
                     "row is not the whole before-image of a key with several rows, so capture this table with triggers)"
                 )
             problems += _foreign_key_problems(conn, table)
+            needing = [repr(c.name) for c in store.columns if _needs_metadata(c)]
+            if needing and found.get("binlog_row_metadata", "").upper() != "FULL":
+                problems.append(
+                    f"binlog_row_metadata=FULL (it is {found.get('binlog_row_metadata') or 'unset'}; without it the "
+                    f"binary log has no charset or value names for {', '.join(needing)} of R {table!r})"
+                )
         return problems
+
+
+def _needs_metadata(column) -> bool:
+    """Whether the binary log's values of ``column`` can be read only with its metadata: ENUM and
+    SET (their names), binary strings and text not in UTF-8 (their charset; else read as UTF-8)."""
+    base = column.sql_type.lower().split("(")[0].split()[0]
+    charset = re.search(r"CHARACTER SET (\w+)", column.declaration or "")
+    return base in _NEED_METADATA or bool(charset and charset.group(1).lower() not in _UTF8_CHARSETS)
 
 
 def _foreign_key_problems(connection, table: str) -> list[str]:
@@ -310,6 +327,7 @@ class BinlogCapture:
                  for at, c in enumerate(self.store.columns)]
         self._unsigned = [(at, 8 * _UNSIGNED_BYTES[base]) for at, kind, base in kinds  # unsigned integers: (position, bits)
                           if "unsigned" in kind and base in _UNSIGNED_BYTES]
+        self._bits = [at for at, _, base in kinds if base == "bit"]  # BIT: the library gives '0'/'1' text
         self.owner = False  # holds the lock: the one capturer of R that writes
         self.blocked: str | None = None  # why the last poll captured nothing it could have
         self.rows_read = 0  # row changes of R read from the binary log
@@ -533,11 +551,15 @@ class BinlogCapture:
 
     def _row(self, values: dict) -> tuple:
         """The values of a row image by position (column names are in the binary log only with
-        binlog_row_metadata=FULL); unsigned integers the log gave as signed ones made unsigned."""
+        binlog_row_metadata=FULL); unsigned integers the log gave as signed ones made unsigned, BIT
+        values numbers again."""
         row = list(values.values())
         for at, bits in self._unsigned:
             if row[at] is not None and row[at] < 0:
                 row[at] += 1 << bits
+        for at in self._bits:
+            if isinstance(row[at], str):
+                row[at] = int(row[at], 2)
         return tuple(row)
 
     def _net(self, changes: list[tuple]) -> tuple[list[tuple], list[tuple]]:
