@@ -28,13 +28,8 @@ version whole or not at all: each tuple sees R before or after a transaction, ne
 * Reader side (MariaDB): a snapshot's binlog position (:func:`snapshot_position`) names the
   version R has in it (:func:`wait_captured`).
 
-What the server must have (:func:`check_binlog`): ``log_bin``, ``binlog_format=ROW``,
-``binlog_row_image=FULL``, the grants REPLICATION SLAVE and REPLICATION CLIENT, and a unique
-index on R's key alone - the binary log's before-image of one row is not the whole before-image
-of a key with several rows; such a table is captured with triggers - and no foreign key of R
-with an ON DELETE/UPDATE action (InnoDB changes those rows below the binary log) - and, when R
-has ENUM, SET, binary or non-UTF-8 text columns, ``binlog_row_metadata=FULL`` (the log names
-their values and charsets only then; every other column is read by position).
+What the server and R must have is named in one sentence by :func:`check_binlog`
+(:mod:`.binlog_checks`); a key with several rows is captured with triggers instead.
 Nothing else may write versions of a captured table (:func:`.changes.install_changes`): the
 write fails with one sentence when the change log has versions the capture did not write.
 """
@@ -49,9 +44,10 @@ import zlib
 from dataclasses import dataclass
 
 from ..errors import ConfigError, StoreError, shown
-from .changes import _connected, create_change_tables
+from .binlog_checks import binlog_problems, check_binlog, query_rows  # noqa: F401 (binlog_problems: this API too)
+from .changes import create_change_tables
 from .opening import store_for
-from .sql import MYSQL, DatabaseURL, dialect_of, side_tables, write_transaction
+from .sql import MYSQL, DatabaseURL, side_tables, write_transaction
 from .versions import KEEP_VERSIONS, before_table
 
 BINLOG_SUFFIX = "__sj_binlog"
@@ -60,11 +56,6 @@ POLL_SLEEP_S = 0.01  # between looks at the capture's table while wait_captured 
 HEARTBEAT_S = 0.05  # the server says "nothing new" after this long idle: a poll is caught up
 REACH_EVERY_S = 1.0  # how often the newest row's read position follows other tables' changes
 SCAN_LIMIT = 1000  # events per SHOW BINLOG EVENTS while wait_captured looks past the read position
-REQUIRED_GRANTS = ("REPLICATION SLAVE", "REPLICATION CLIENT")
-_CLIENT_ALIASES = {"REPLICATION CLIENT", "BINLOG MONITOR"}  # MariaDB 10.5+ shows the latter
-_GRANT_ON_ALL = re.compile(r"^GRANT (.+?) ON \*\.\* TO ", re.I | re.S)
-_NEED_METADATA = {"enum", "set", "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
-_UTF8_CHARSETS = {"utf8mb4", "utf8mb3", "utf8", "ascii"}
 _UNSIGNED_BYTES = {"tinyint": 1, "smallint": 2, "mediumint": 3, "int": 4, "bigint": 8}
 
 
@@ -92,101 +83,6 @@ def binlog_table(table: str) -> str:
     """The name of R's capture table (valid whenever R can have change tables)."""
     side_tables(table)  # validates the name and its length for the longer suffixes
     return table + BINLOG_SUFFIX
-
-
-def _rows(connection, sql: str, params=()) -> list[tuple]:
-    cursor = connection.cursor()
-    try:
-        cursor.execute(sql, tuple(params))
-        return list(cursor.fetchall() or [])
-    finally:
-        cursor.close()
-
-
-def _grant_problem(connection) -> str | None:
-    """The replication grants the session's user lacks, as a phrase (None: it has both)."""
-    privileges: set[str] = set()
-    for (line,) in _rows(connection, "SHOW GRANTS"):
-        found = _GRANT_ON_ALL.match(line)
-        if found:
-            privileges |= {p.strip().upper() for p in found.group(1).split(",")}
-    if "ALL PRIVILEGES" in privileges:
-        return None
-    has = {"REPLICATION SLAVE": "REPLICATION SLAVE" in privileges,
-           "REPLICATION CLIENT": bool(privileges & _CLIENT_ALIASES)}
-    missing = [g for g in REQUIRED_GRANTS if not has[g]]
-    return f"the grant{'s' if len(missing) > 1 else ''} {' and '.join(missing)} ON *.* for its user" if missing else None
-
-
-def binlog_problems(connection, url: str, table: str | None = None, key: str | None = None) -> list[str]:
-    """What the server (and R, when ``table`` and ``key`` are given) lacks for a binlog capture,
-    one phrase each (empty: nothing). ``connection`` None: a new one to ``url`` is opened."""
-    with _connected(url if connection is None else connection) as conn:
-        if dialect_of(conn) is not MYSQL:
-            return ["a MySQL or MariaDB server (the binary log is theirs; SQLite is captured with triggers)"]
-        names = ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata")
-        found = {n.lower(): str(v) for n, v in _rows(
-            conn, f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({', '.join(['%s'] * len(names))})", names)}
-        problems = []
-        if found.get("log_bin", "OFF").upper() not in ("ON", "1"):
-            problems.append("log_bin=ON (it is OFF)")
-        for name, wanted in (("binlog_format", "ROW"), ("binlog_row_image", "FULL")):
-            if found.get(name, "").upper() != wanted:
-                problems.append(f"{name}={wanted} (it is {found.get(name) or 'unset'})")
-        grants = _grant_problem(conn)
-        if grants:
-            problems.append(grants)
-        if table is not None:
-            store = store_for(conn, table, key)
-            if not store.key_unique:
-                problems.append(
-                    f"a unique index on {key!r} alone (R {table!r} has none: the binary log's before-image of one "
-                    "row is not the whole before-image of a key with several rows, so capture this table with triggers)"
-                )
-            problems += _foreign_key_problems(conn, table)
-            needing = [repr(c.name) for c in store.columns if _needs_metadata(c)]
-            if needing and found.get("binlog_row_metadata", "").upper() != "FULL":
-                problems.append(
-                    f"binlog_row_metadata=FULL (it is {found.get('binlog_row_metadata') or 'unset'}; without it the "
-                    f"binary log has no charset or value names for {', '.join(needing)} of R {table!r})"
-                )
-        return problems
-
-
-def _needs_metadata(column) -> bool:
-    """Whether the binary log's values of ``column`` can be read only with its metadata: ENUM and
-    SET (their names), binary strings and text not in UTF-8 (their charset; else read as UTF-8)."""
-    base = column.sql_type.lower().split("(")[0].split()[0]
-    charset = re.search(r"CHARACTER SET (\w+)", column.declaration or "")
-    return base in _NEED_METADATA or bool(charset and charset.group(1).lower() not in _UTF8_CHARSETS)
-
-
-def _foreign_key_problems(connection, table: str) -> list[str]:
-    """R's foreign keys whose ON DELETE / ON UPDATE action changes R: InnoDB does it below the
-    binary log, which has no rows of it (tested: a cascaded delete leaves no event)."""
-    acting = _rows(
-        connection,
-        "SELECT CONSTRAINT_NAME FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = DATABASE() "
-        "AND TABLE_NAME = %s AND (DELETE_RULE NOT IN ('RESTRICT', 'NO ACTION') "
-        "OR UPDATE_RULE NOT IN ('RESTRICT', 'NO ACTION')) "
-        "ORDER BY CONSTRAINT_NAME",
-        (table,),
-    )
-    names = ", ".join(repr(n) for (n,) in acting)
-    return [f"no foreign key of R with an ON DELETE or ON UPDATE action (R {table!r} has {names}: "
-            "the server does not log the rows such an action changes)"] if acting else []
-
-
-def check_binlog(connection, url: str, table: str | None = None, key: str | None = None) -> None:
-    """Raise a ConfigError naming, in one sentence, everything :func:`binlog_problems` finds."""
-    problems = binlog_problems(connection, url, table, key)
-    if problems:
-        listed = problems[0] if len(problems) == 1 else f"{', '.join(problems[:-1])} and {problems[-1]}"
-        raise ConfigError(
-            f"binlog capture: the server {DatabaseURL.parse(url).server} needs {listed} for semijoin to read "
-            "the changes of R from its binary log (server settings log_bin, binlog_format=ROW, "
-            "binlog_row_image=FULL; GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO the user)"
-        )
 
 
 def server_position(cursor) -> Position:
@@ -229,17 +125,17 @@ def wait_captured(connection, table: str, file: str, pos: int, timeout_s: float)
     position, the server's own SHOW BINLOG EVENTS tells whether anything of R lies before
     ``(file, pos)``; nothing: the newest version is R's there."""
     target, q = Position(str(file), int(pos)), MYSQL.quote(binlog_table(table))
-    database = _rows(connection, "SELECT DATABASE()")[0][0]
+    database = query_rows(connection, "SELECT DATABASE()")[0][0]
     deadline = time.monotonic() + timeout_s
     while True:
-        newest = _rows(connection, f"SELECT version, read_file, read_pos FROM {q} ORDER BY version DESC LIMIT 1")
+        newest = query_rows(connection, f"SELECT version, read_file, read_pos FROM {q} ORDER BY version DESC LIMIT 1")
         if not newest:
             raise StoreError(f"wait captured: the binlog capture of {table!r} is not enabled "
                              f"(no rows in {binlog_table(table)!r})")
         version, read = int(newest[0][0]), Position(newest[0][1], int(newest[0][2]))
         if read >= target or not _touched(connection, database, table, read, target):
             where, params = _before_sql(target)
-            found = _rows(connection, f"SELECT version FROM {q} WHERE {where} ORDER BY version DESC LIMIT 1", params)
+            found = query_rows(connection, f"SELECT version FROM {q} WHERE {where} ORDER BY version DESC LIMIT 1", params)
             if not found:
                 raise StoreError(f"wait captured: the binlog capture of {table!r} began after position {target}")
             return int(found[0][0]) if read >= target else version
@@ -253,12 +149,12 @@ def wait_captured(connection, table: str, file: str, pos: int, timeout_s: float)
 
 def _touched(connection, database: str, table: str, start: Position, end: Position) -> bool:
     """Whether an event of R (a row event's table map, DDL) starts in ``[start, end)``."""
-    files = [r[0] for r in _rows(connection, "SHOW BINARY LOGS") if start.file <= r[0] <= end.file]
+    files = [r[0] for r in query_rows(connection, "SHOW BINARY LOGS") if start.file <= r[0] <= end.file]
     mapped = f"({database}.{table})"
     for name in files:
         at = start.pos if name == start.file else 4
         while True:
-            events = _rows(connection, f"SHOW BINLOG EVENTS IN %s FROM %s LIMIT {SCAN_LIMIT}", (name, at))
+            events = query_rows(connection, f"SHOW BINLOG EVENTS IN %s FROM %s LIMIT {SCAN_LIMIT}", (name, at))
             for _, event_pos, kind, _, end_pos, info in events:
                 if name == end.file and int(event_pos) >= end.pos:
                     return False
@@ -427,15 +323,15 @@ class BinlogCapture:
 
     def _acquire(self) -> bool:
         """Hold R's capture lock (again, after a lost session); False: another capturer has it."""
-        if _rows(self.connection, "SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", (self.lock_name,))[0][0] == 1:
+        if query_rows(self.connection, "SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", (self.lock_name,))[0][0] == 1:
             return True
-        self.owner = _rows(self.connection, "SELECT GET_LOCK(%s, 0)", (self.lock_name,))[0][0] == 1
+        self.owner = query_rows(self.connection, "SELECT GET_LOCK(%s, 0)", (self.lock_name,))[0][0] == 1
         self._last = None  # where to resume: read again from the table
         self._close_stream()
         if self.owner:
             self.blocked = None
             return True
-        holder = _rows(self.connection, "SELECT IS_USED_LOCK(%s)", (self.lock_name,))[0][0]
+        holder = query_rows(self.connection, "SELECT IS_USED_LOCK(%s)", (self.lock_name,))[0][0]
         self.blocked = (f"another capturer of {self.url.database}.{self.table} holds the lock {self.lock_name!r} "
                         f"(connection {holder}), so this one captures nothing")
         return False
@@ -443,7 +339,7 @@ class BinlogCapture:
     def _resume(self) -> tuple[int, Position]:
         """The newest version written and the position to read from (its read position)."""
         if self._last is None:
-            rows = _rows(self.connection, f"SELECT version, log_file, log_pos, read_file, read_pos FROM {self._qbin} "
+            rows = query_rows(self.connection, f"SELECT version, log_file, log_pos, read_file, read_pos FROM {self._qbin} "
                                           "ORDER BY version DESC LIMIT 1")
             if not rows:
                 raise StoreError(f"binlog capture: capture of {self.table!r} is not enabled (call enable() first)")
