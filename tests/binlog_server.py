@@ -50,6 +50,8 @@ class BinlogServer:
         self.dir = Path(tempfile.mkdtemp(prefix="sj-binlog-", dir=root))
         self.datadir = self.dir / "data"
         self.socket = str(self.dir / "mysqld.sock")
+        if len(self.socket) > 100:  # a Unix socket's path has at most 107 bytes
+            self.socket = str(Path(tempfile.mkdtemp(prefix="sjb-")) / "mysqld.sock")
         self.port = _free_port()
         self.password = secrets.token_hex(12)  # one for root and the two users: a private server
         self.database = DATABASE
@@ -135,3 +137,4 @@ class BinlogServer:
                 self.process.wait(timeout=wait_s)
         self.process = None
         shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(Path(self.socket).parent, ignore_errors=True)

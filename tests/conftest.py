@@ -226,8 +226,7 @@ def binlog_server(tmp_path_factory):
     """A private MariaDB server with the binary log on (:mod:`binlog_server`), for the session;
     ``binlog_server.url()`` -> a user with the replication grants, ``url(binlog_server.plain_user)``
     one without them. Fails (never skips) when mariadbd is missing."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from binlog_server import BinlogServer
+    from binlog_server import BinlogServer  # tests/ is on sys.path: pytest put it there for this file
 
     server = BinlogServer(tmp_path_factory.mktemp("binlog"))
     yield server

@@ -108,6 +108,15 @@ def r_at(url: str, table: str, version: int) -> list[tuple]:
 # ------------------------------------------------------------------------------- the server's side
 
 
+def test_the_private_server_says_what_is_missing_without_mariadbd(monkeypatch, tmp_path):
+    import binlog_server
+
+    monkeypatch.setattr(binlog_server, "MARIADBD", str(tmp_path / "no-mariadbd"))
+    with pytest.raises(RuntimeError, match=r"^binlog test server: \S+/no-mariadbd and mysql_install_db are needed to "
+                       r"start a MariaDB server with its binary log on \(install the Debian package mariadb-server"):
+        binlog_server.BinlogServer(tmp_path)
+
+
 def test_shared_server_without_binlog_is_refused_in_one_sentence(mysql_url):
     with pytest.raises(ConfigError, match=r"^binlog capture: the server 127\.0\.0\.1:3306/\S+ needs log_bin=ON \(it is OFF\), "
                        r"binlog_format=ROW \(it is MIXED\) and the grants REPLICATION SLAVE and REPLICATION CLIENT ON "
