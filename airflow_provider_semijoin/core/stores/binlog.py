@@ -123,7 +123,10 @@ def wait_captured(connection, table: str, file: str, pos: int, timeout_s: float)
     before it, once the capture has read that far. Read on ``connection`` OUTSIDE that
     snapshot (it does not see the versions written after it). Past the capture's read
     position, the server's own SHOW BINLOG EVENTS tells whether anything of R lies before
-    ``(file, pos)``; nothing: the newest version is R's there."""
+    ``(file, pos)``; nothing: the newest version is R's there (that needs REPLICATION CLIENT).
+    Inside the snapshot, the change log and before-images of versions written after it began
+    are not visible (InnoDB's consistent read); a locking read (``LOCK IN SHARE MODE``) or
+    another session sees them."""
     target, q = Position(str(file), int(pos)), MYSQL.quote(binlog_table(table))
     database = query_rows(connection, "SELECT DATABASE()")[0][0]
     deadline = time.monotonic() + timeout_s
