@@ -14,10 +14,11 @@ import time
 import uuid
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from airflow_provider_semijoin.core.errors import ConfigError, StoreError
-from airflow_provider_semijoin.core.stores import DatabaseURL, store_for
+from airflow_provider_semijoin.core.stores import DatabaseURL, install_changes, store_for
 from airflow_provider_semijoin.core.stores.binlog import (
     BinlogCapture,
     Position,
@@ -343,6 +344,28 @@ def test_altered_r_is_refused_by_the_capture_that_knew_its_columns(db, capture):
     db.sql(f"ALTER TABLE `sj_binlog`.`{other}` ADD COLUMN w INT")  # another table: no matter
     db.sql(f"ALTER TABLE `sj_binlog`.`{r}` ADD COLUMN w INT")
     with pytest.raises(StoreError, match=rf"statement 'ALTER TABLE `sj_binlog`.`{r}` ADD COLUMN w INT' on '{r}'"):
+        c.poll(2.0)
+
+
+def test_an_xa_transaction_on_r_is_refused_not_taken_before_its_commit(db, capture):
+    r = db.table(rows="(1, 'a', 1)")
+    c = capture(r)
+    c.enable()
+    db.sql("XA START 'sjx'", f"UPDATE {r} SET v = 'b' WHERE nk = 1", "XA END 'sjx'", "XA PREPARE 'sjx'")
+    db.sql("XA COMMIT 'sjx'")
+    with pytest.raises(StoreError, match=rf"^binlog capture: an XA transaction changed '{r}' at binlog\.\d+:\d+; the "
+                       r"capture takes plain transactions only \(XA ones are not supported\)$"):
+        c.poll(2.0)
+    assert db.log(r) == []
+
+
+def test_versions_installed_into_a_captured_table_stop_the_capture(db, capture):
+    r = db.table(rows="(1, 'a', 1)")
+    c = capture(r)
+    c.enable()
+    install_changes(db.connection, r, "nk", pa.table({"op": ["U"], "nk": [2], "v": ["b"], "n": [2]}))  # version 1
+    with pytest.raises(StoreError, match=rf"^binlog capture: the change log of '{r}' is at version 1, not at the "
+                       r"capture's 0; nothing but the capture may write versions of a captured table \(install_changes\?\)$"):
         c.poll(2.0)
 
 

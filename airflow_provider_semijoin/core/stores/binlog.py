@@ -47,7 +47,7 @@ from ..errors import ConfigError, StoreError, shown
 from .binlog_checks import binlog_problems, check_binlog, query_rows  # noqa: F401 (binlog_problems: this API too)
 from .changes import create_change_tables
 from .opening import store_for
-from .sql import MYSQL, DatabaseURL, side_tables, write_transaction
+from .sql import MYSQL, DatabaseURL, refused_value_errors, side_tables, write_transaction
 from .versions import KEEP_VERSIONS, before_table
 
 BINLOG_SUFFIX = "__sj_binlog"
@@ -424,6 +424,9 @@ class BinlogCapture:
     def _refuse_statement(self, statement: str, event, reader) -> None:
         """A logged statement on R has no row images: stop before it (see the module)."""
         schema = event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) else str(event.schema)
+        if statement.upper().startswith("XA ") and self._txn is not None and self._txn.changes:
+            raise StoreError(f"binlog capture: an XA transaction changed {self.table!r} at {reader.log_file}:"
+                             f"{reader.log_pos}; the capture takes plain transactions only (XA ones are not supported)")
         if statement.upper() != "COMMIT" and _ddl_on(statement, schema, self.url.database, self.table):
             raise StoreError(
                 f"binlog capture: the binary log has the statement {shown(statement)} on {self.table!r} at "
@@ -485,34 +488,40 @@ class BinlogCapture:
         """One transaction of R -> the next version, in ONE transaction (see the module)."""
         keys, before = self._net(changes)
         version, _ = self._resume()
-        new = version + 1
-        q = MYSQL.quote
-        columns = ", ".join(q(c.name) for c in self.store.columns)
         cursor = self.connection.cursor()
         try:
             with write_transaction(self.connection, cursor):
                 self._check_newest(cursor)
-                cursor.execute(f"SELECT COALESCE(MAX(version), 0) FROM {self._qlog}")
-                logged = int(cursor.fetchall()[0][0])
-                if logged != version:
-                    raise StoreError(
-                        f"binlog capture: the change log of {self.table!r} is at version {logged}, not at the capture's "
-                        f"{version}; nothing but the capture may write versions of a captured table (install_changes?)"
-                    )
-                cursor.executemany(f"INSERT INTO {self._qlog} (version, {q(self.key)}, op) VALUES (%s, %s, %s)",
-                                   [(new, key, op) for key, op in keys])
-                if before:
-                    cursor.executemany(
-                        f"INSERT INTO {self._qbefore} (version, {columns}) "
-                        f"VALUES ({MYSQL.placeholders(len(before[0]) + 1)})",
-                        [(new, *row) for row in before],
-                    )
-                cursor.execute(f"DELETE FROM {self._qbefore} WHERE version <= %s", (new - KEEP_VERSIONS,))
-                cursor.execute(f"INSERT INTO {self._qbin} VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                               (new, end.file, end.pos, committed_at, time.time(), end.file, end.pos))
+                self._insert(cursor, version, keys, before, end, committed_at)
+        except refused_value_errors() as exc:  # a value the before-images' copy of R's columns refuses
+            raise StoreError(f"binlog capture: the database refused version {version + 1} of {self.table!r} "
+                             f"({exc.args[-1]})") from None
         finally:
             cursor.close()
-        self._last = (new, end)
+        self._last = (version + 1, end)
+
+    def _insert(self, cursor, version: int, keys: list, before: list, end: Position, committed_at: float) -> None:
+        """The rows of version ``version + 1`` (inside :meth:`_write`'s transaction)."""
+        new, q = version + 1, MYSQL.quote
+        columns = ", ".join(q(c.name) for c in self.store.columns)
+        cursor.execute(f"SELECT COALESCE(MAX(version), 0) FROM {self._qlog}")
+        logged = int(cursor.fetchall()[0][0])
+        if logged != version:
+            raise StoreError(
+                f"binlog capture: the change log of {self.table!r} is at version {logged}, not at the capture's "
+                f"{version}; nothing but the capture may write versions of a captured table (install_changes?)"
+            )
+        cursor.executemany(f"INSERT INTO {self._qlog} (version, {q(self.key)}, op) VALUES (%s, %s, %s)",
+                           [(new, key, op) for key, op in keys])
+        if before:
+            cursor.executemany(
+                f"INSERT INTO {self._qbefore} (version, {columns}) "
+                f"VALUES ({MYSQL.placeholders(len(before[0]) + 1)})",
+                [(new, *row) for row in before],
+            )
+        cursor.execute(f"DELETE FROM {self._qbefore} WHERE version <= %s", (new - KEEP_VERSIONS,))
+        cursor.execute(f"INSERT INTO {self._qbin} VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                       (new, end.file, end.pos, committed_at, time.time(), end.file, end.pos))
 
     def _check_newest(self, cursor) -> None:
         """Inside a write: the newest recorded version is still the one this capturer resumed
