@@ -23,6 +23,7 @@ import pytest
 
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.stores import DatabaseURL, MasterStore, store_for, write_table
+from airflow_provider_semijoin.core.stores.binlog import binlog_table
 from airflow_provider_semijoin.core.stores.capture import CLOCK_SUFFIX
 from airflow_provider_semijoin.core.stores.pagemaps import pages_table
 from airflow_provider_semijoin.core.stores.sql import side_tables
@@ -95,7 +96,8 @@ class Backend:
 def with_side_tables(table: str) -> tuple[str, ...]:
     """``table`` and the names of its change tables (if it can have them)."""
     try:
-        return (table, *side_tables(table), before_table(table), pages_table(table), table + CLOCK_SUFFIX)
+        return (table, *side_tables(table), before_table(table), pages_table(table), table + CLOCK_SUFFIX,
+                binlog_table(table))
     except ConfigError:
         return (table,)
 
@@ -244,3 +246,15 @@ def _demo_env() -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p)
     return env
+
+
+@pytest.fixture(scope="session")
+def binlog_server(tmp_path_factory):
+    """A private MariaDB server with the binary log on (:mod:`binlog_server`), for the session;
+    ``binlog_server.url()`` -> a user with the replication grants, ``url(binlog_server.plain_user)``
+    one without them. Fails (never skips) when mariadbd is missing."""
+    from binlog_server import BinlogServer  # tests/ is on sys.path: pytest put it there for this file
+
+    server = BinlogServer(tmp_path_factory.mktemp("binlog"))
+    yield server
+    server.stop()
