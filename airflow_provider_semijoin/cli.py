@@ -138,8 +138,16 @@ def cmd_join(args) -> int:
 # -- changes ------------------------------------------------------------------------------------
 def cmd_changes(args) -> int:
     from .core.stores import open_store
-    from .core.stores.capture import capture_enabled, disable_capture, enable_capture
+    from .core.stores.capture import disable_capture, enable_capture
 
+    if args.action == "enable" and args.via == "binlog":
+        from .core.stores.binlog import BinlogCapture
+
+        with BinlogCapture(args.master, args.table, args.key) as capture:
+            position = capture.enable()
+        print(f"changes to {args.table} by any writer are captured from the binary log from {position} on "
+              "(a running join reads it: change_capture: binlog)")
+        return 0
     with open_store(args.master, args.table, args.key) as store:
         if args.action == "enable":
             created = enable_capture(store)
@@ -150,7 +158,8 @@ def cmd_changes(args) -> int:
             print(f"changes to {args.table} are no longer captured ({'triggers dropped' if dropped else 'there were no triggers'}); "
                   "its change log stays")
         else:
-            print(f"{args.table}: changes {'captured' if capture_enabled(store) else 'NOT captured'}, "
+            how = "from the binary log" if store.has_change_log() and store._binlog else "by triggers"
+            print(f"{args.table}: changes {'captured ' + how if store.captures_writes() else 'NOT captured'}, "
                   f"version {store.version()}")
     return 0
 
@@ -389,6 +398,9 @@ def _add_changes(sub) -> None:
                    "(password from SEMIJOIN_DB_PASSWORD)")
     c.add_argument("--table", required=True)
     c.add_argument("--key", required=True, help="join key column of the master table")
+    c.add_argument("--via", choices=["triggers", "binlog"], default="triggers",
+                   help="enable: triggers on R (SQLite, MySQL/MariaDB; default), or MySQL/MariaDB's binary log "
+                        "(log_bin, binlog_format=ROW, binlog_row_image=FULL, REPLICATION SLAVE/CLIENT; a unique key)")
     c.set_defaults(func=cmd_changes)
 
 

@@ -258,3 +258,11 @@ def binlog_server(tmp_path_factory):
     server = BinlogServer(tmp_path_factory.mktemp("binlog"))
     yield server
     server.stop()
+
+
+@pytest.fixture
+def binlog_backend(binlog_server):
+    """A :class:`Backend` on the private MariaDB whose binary log is on (mark the test ``mysql``)."""
+    db = Backend("mysql", binlog_server.url())
+    yield db
+    db.close()

@@ -28,7 +28,7 @@ FILE_FORMATS = ("parquet", "csv", "json")
 SINK_KINDS = ("parquet", "table")
 SINK_INDEX_SUFFIX = "_batch"  # a table sink's index on its batch column: <table>_batch
 ON_MISSING = ("dead_letter", "unknown_member", "retry")
-CHANGE_CAPTURES = ("triggers",)
+CHANGE_CAPTURES = ("triggers", "binlog")
 GENERATOR_COLUMNS = ("tid", "nk", "qty", "amount", "sj_arrival")
 EXTRA_KEY_SETTINGS = ("master_rows", "exponent", "shape", "missing", "seed")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
@@ -211,7 +211,8 @@ class StepSpec:
     it is forced out (its page loaded); None: no bound (it leaves when its page comes round, or
     when the job drains at a stop or the end of input).
     ``change_capture``: ``triggers`` puts R's capture triggers in place at start when missing
-    (:mod:`..core.stores.capture`), so the running join sees every writer's commits.
+    (:mod:`..core.stores.capture`), ``binlog`` reads R's changes from MySQL/MariaDB's binary
+    log (:mod:`..core.stores.binlog`), so the running join sees every writer's commits.
     ``master_static``: the user's word that nothing but the provider's own installs changes R.
     Without either, a job on an R whose writes are not captured refuses to start
     (:func:`..core.stores.capture.changes_seen`): its answers would go stale without a word.

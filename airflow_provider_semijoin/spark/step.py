@@ -65,7 +65,8 @@ class JoinStep:
         self.store = open_store(spec.master.url, spec.master.table, spec.master.key, spec.master.select,
                                 retry_max_s=retry_max_s)
         try:
-            changes_seen(self.store, spec.change_capture, spec.master_static, f"steps[{index}].master")
+            self.follower = changes_seen(self.store, spec.change_capture, spec.master_static, spec.master.url,
+                                         f"steps[{index}].master")
         except BaseException:
             self.store.close()
             raise
@@ -320,4 +321,6 @@ class JoinStep:
 
     def close(self) -> None:
         self.ahead.stop()
+        if self.follower is not None:
+            self.follower.stop()
         self.store.close()

@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import ALGORITHMS, create
 from airflow_provider_semijoin.core.runner import run_join
-from airflow_provider_semijoin.core.stores import DatabaseURL, install_changes, store_for
+from airflow_provider_semijoin.core.stores import DatabaseURL, install_changes, open_store, store_for
+from airflow_provider_semijoin.core.stores.binlog import BinlogCapture
+from airflow_provider_semijoin.core.stores.binlog_reads import BinlogFollower
 from airflow_provider_semijoin.core.stores.capture import capture_enabled, disable_capture, enable_capture
 
 KEYS = list(range(10, 410, 4))  # 100 keys with gaps: room for inserts between, below and above
@@ -188,10 +190,9 @@ def joined(algorithm, stream: pa.Table) -> tuple[Counter, set]:
             set(run.unmatched["tid"].to_pylist()))
 
 
-@pytest.mark.parametrize("name", list(ALGORITHMS))
-def test_every_algorithm_warm_from_a_batch_before_joins_the_batch_after_plain_sql_as_the_new_table(backend, name):
-    store = backend.make_master(master(), select=["v"])
-    enable_capture(store)
+def joins_follow_plain_sql(backend, store, name: str) -> None:
+    """``name`` on ``store``, warm from two batches, joins the batch after each transaction of
+    :func:`plain_sql` as a hash join of R after it."""
     algorithm = create(name, store, 1 << 20, params_for(name))
     stream = stream_for(KEYS)
     for _ in range(2):  # warm: caches learn the hot keys, page maps are built
@@ -200,6 +201,31 @@ def test_every_algorithm_warm_from_a_batch_before_joins_the_batch_after_plain_sq
         for transaction in plain_sql(backend, store.table):
             commit(other, *transaction)
             assert joined(algorithm, stream) == oracle(stream, table_now(backend, store.table)), transaction
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_every_algorithm_warm_from_a_batch_before_joins_the_batch_after_plain_sql_as_the_new_table(backend, name):
+    store = backend.make_master(master(), select=["v"])
+    enable_capture(store)
+    joins_follow_plain_sql(backend, store, name)
+
+
+@pytest.mark.mysql
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_every_algorithm_follows_plain_sql_captured_from_the_binary_log(binlog_backend, name):
+    """The same, R's changes read from the binary log by a follower thread (the capture of a
+    running job) instead of triggers: each snapshot waits for the capture to reach its own
+    binlog position and reads the change log on a second session."""
+    table = binlog_backend.make_master(master()).table
+    BinlogCapture(binlog_backend.url, table, "nk").enable()
+    follower = BinlogFollower(binlog_backend.url, table, "nk").start()
+    try:
+        with open_store(binlog_backend.url, table, "nk", ["v"]) as store:
+            assert store.captures_writes() and not capture_enabled(store)
+            joins_follow_plain_sql(binlog_backend, store, name)
+    finally:
+        follower.stop()
+    assert follower.error is None
 
 
 # ------------------------------------------------------------------ any sequence of transactions
@@ -262,3 +288,22 @@ def test_a_kept_page_map_follows_plain_sql_from_the_change_log_without_a_full_sc
     assert (pages >= 0).all()  # every key of R, 1 and 5000 included, is on a page
     assert np.bincount(pages, minlength=page_map.n_pages).tolist() == page_map.sizes.tolist()
     assert page_map.n_rows == len(now)
+
+
+@pytest.mark.mysql
+def test_the_command_enables_each_way_and_says_what_a_server_lacks(binlog_backend, mysql_backend, capsys):
+    from airflow_provider_semijoin.cli import main
+
+    table = binlog_backend.make_master(master()).table
+    argv = ["changes", "enable", "--master", binlog_backend.url, "--table", table, "--key", "nk"]
+    assert main([*argv, "--via", "binlog"]) == 0
+    assert f"changes to {table} by any writer are captured from the binary log from " in capsys.readouterr().out
+    assert main(["changes", "status", *argv[2:]]) == 0
+    assert capsys.readouterr().out.startswith(f"{table}: changes captured from the binary log, version 0")
+    assert main(["changes", "disable", *argv[2:]]) == 0
+    assert main(["changes", "status", *argv[2:]]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"{table}: changes NOT captured, version 0"
+    shared = mysql_backend.make_master(master()).table  # the shared test server: log_bin OFF
+    assert main(["changes", "enable", "--master", mysql_backend.url, "--table", shared, "--key", "nk", "--via", "binlog"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("semijoin: error: ") and "log_bin" in error and "semijoin:semijoin@" not in error

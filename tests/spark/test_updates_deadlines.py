@@ -14,7 +14,7 @@ import pytest
 from spark_jobs import SELECT, generator_job
 
 from airflow_provider_semijoin.core.stores import DatabaseURL, store_for
-from airflow_provider_semijoin.core.stores.capture import enable_capture
+from airflow_provider_semijoin.core.stores.binlog import server_position, wait_captured
 from airflow_provider_semijoin.core.stores.changes import create_change_tables, install_changes
 from airflow_provider_semijoin.spark.runner import run_job
 from airflow_provider_semijoin.spark.spec import JobSpec
@@ -23,20 +23,27 @@ from airflow_provider_semijoin.workloads.master import master_table
 
 def plain_sql(backend, table: str, changes: list[dict], columns: list[str]) -> int:
     """``changes`` as another application writes them: one transaction of DELETEs and REPLACEs
-    on its own connection; R's version after it (R's writes are captured)."""
+    on its own connection; R's version after it (R's writes are captured: by triggers, or from
+    the binary log once the capture has read past the commit)."""
     connection = DatabaseURL.parse(backend.url).connect()
+    cursor = connection.cursor()
     try:
-        q = backend.quote
-        connection.execute("BEGIN")
+        q, p = backend.quote, "%s" if backend.name == "mysql" else "?"
+        cursor.execute("BEGIN")
         for change in changes:
             if change["op"] == "D":
-                connection.execute(f"DELETE FROM {q(table)} WHERE nk = ?", (change["nk"],))
+                cursor.execute(f"DELETE FROM {q(table)} WHERE nk = {p}", (change["nk"],))
             else:
-                connection.execute(f"REPLACE INTO {q(table)} ({', '.join(map(q, columns))}) VALUES "
-                                   f"({', '.join('?' * len(columns))})", [change[c] for c in columns])
-        connection.execute("COMMIT")
-        return store_for(connection, table, "nk").version()
+                cursor.execute(f"REPLACE INTO {q(table)} ({', '.join(map(q, columns))}) VALUES "
+                               f"({', '.join([p] * len(columns))})", [change[c] for c in columns])
+        cursor.execute("COMMIT")
+        store = store_for(connection, table, "nk")
+        if not store.has_change_log() or not store._binlog:
+            return store.version()
+        at = server_position(cursor)
+        return wait_captured(connection, table, at.file, at.pos, 30)
     finally:
+        cursor.close()
         connection.close()
 
 
@@ -46,13 +53,25 @@ def test_each_micro_batch_sees_one_version_of_r_while_updates_install(spark, tmp
     """R changes while the query runs: batches installed through the provider, or (R's writes
     captured) plain SQL transactions of another connection; every micro-batch's output equals
     the join with R at the one version it read, and that version is one a transaction left."""
+    one_version_per_batch(spark, tmp_path, sqlite_backend, algorithm, writes, "triggers" if writes == "plain_sql" else None)
+
+
+@pytest.mark.mysql
+@pytest.mark.parametrize("algorithm", ["hybridjoin", "cachejoin"])
+def test_each_micro_batch_sees_one_version_of_r_captured_from_the_binary_log(spark, tmp_path, binlog_backend, algorithm):
+    """The same on MariaDB with its binary log on, R's changes captured from it by the job
+    (change_capture: binlog: a follower thread in the driver)."""
+    one_version_per_batch(spark, tmp_path, binlog_backend, algorithm, "plain_sql", "binlog")
+
+
+def one_version_per_batch(spark, tmp_path, backend, algorithm: str, writes: str, capture: str | None) -> None:
     initial = master_table(300)
-    store = sqlite_backend.make_master(initial, select=SELECT)
-    create_change_tables(sqlite_backend.url, store.table, "nk")
-    if writes == "plain_sql":
-        enable_capture(store)
-    data = generator_job(tmp_path, sqlite_backend.url, store.table, algorithm=algorithm, total_rows=9000,
+    store = backend.make_master(initial, select=SELECT)
+    if capture != "binlog":
+        create_change_tables(backend.url, store.table, "nk")
+    data = generator_job(tmp_path, backend.url, store.table, algorithm=algorithm, total_rows=9000,
                          master_rows=330, missing=0.05).to_dict()
+    data["steps"][0]["change_capture"] = capture
     data["source"]["rows_per_second"] = 1500.0
     data["source"]["max_rows_per_batch"] = 600  # many micro-batches, however slow the first one is
     data["trigger_interval_s"] = 0.2
@@ -84,10 +103,10 @@ def test_each_micro_batch_sees_one_version_of_r_while_updates_install(spark, tmp
                     changes.append({"op": "U", **row})
                     current[k] = row
             if writes == "installs":
-                version = install_changes(sqlite_backend.url, store.table, "nk", pa.Table.from_pylist(changes)).version
+                version = install_changes(backend.url, store.table, "nk", pa.Table.from_pylist(changes)).version
                 assert version == len(versions)
             else:
-                version = plain_sql(sqlite_backend, store.table, changes, initial.column_names)
+                version = plain_sql(backend, store.table, changes, initial.column_names)
             committed.append((time.time(), version))  # after COMMIT returned: the commit came before
             versions[version] = current
             done.wait(0.02)
@@ -114,14 +133,15 @@ def test_each_micro_batch_sees_one_version_of_r_while_updates_install(spark, tmp
             assert row["reason"] == "not_in_master" and json.loads(row["row"])["nk"] not in r_version, record["batch_id"]
         assert len(matched) + len(dead) == record["input_rows"]
         # the record's staleness: every transaction committed before its version's time was seen
-        read_at = record["time"] - record["master_staleness_s"][0]
-        assert all(v <= record["master_versions"][0] for t, v in committed if t < read_at), record["batch_id"]
+        read_at = record["time"] - record["master_staleness_s"][0] - 0.001  # the record rounds it to ms
+        unseen = [(round(read_at - t, 4), v) for t, v in committed if t < read_at and v > record["master_versions"][0]]
+        assert not unseen, (record["batch_id"], record["master_versions"], record["master_staleness_s"], record["ahead_s"], unseen)
 
 
 @pytest.mark.parametrize("max_latency_s, all_miss", [(120.0, False), (0.0001, True)])
 def test_deadline_misses_are_counted_end_to_end(spark, tmp_path, sqlite_backend, max_latency_s, all_miss):
     store = sqlite_backend.make_master(master_table(200), select=SELECT)
-    spec = generator_job(tmp_path, sqlite_backend.url, store.table, algorithm="hybridjoin", total_rows=2000,
+    spec = generator_job(tmp_path, backend.url, store.table, algorithm="hybridjoin", total_rows=2000,
                          master_rows=200, deadline={"max_latency_s": max_latency_s})
     summary = run_job(spec, spark=spark)
     assert summary["deadline_misses"] == (2000 if all_miss else 0)

@@ -34,6 +34,7 @@ from . import pagemaps
 from .pagemaps import PageMap
 from .sql import Dialect
 from .versioned import VersionedReads
+from .binlog_reads import BinlogOverlay, SideSession
 from .versions import Overlay
 
 DEFAULT_PAGE_ROWS = 500
@@ -144,6 +145,8 @@ class MasterStore(VersionedReads):
         self.read_at: float | None = None  # when the version the last snapshot read was R's newest (a bound on staleness)
         self.pinned_at: float | None = None  # reading_at's ``at``
         self._captures_writes = False
+        self._binlog = False  # R's changes are captured from the binary log (:mod:`.binlog_reads`)
+        self.side = SideSession(self)  # its second session, for the change log of such an R
         self.seen_version = self.version()  # what R's page maps and the caches built on it reflect
 
     # -- catalogue (per dialect) -------------------------------------------------------------
@@ -210,6 +213,8 @@ class MasterStore(VersionedReads):
 
     def _page(self, where: str, params=(), suffix: str = "") -> MasterPage:
         where, params = self._within(where, params)
+        if isinstance(self._overlay, BinlogOverlay):  # R at an older version, with the side session's log
+            return self._to_page(self._overlay.rows(self, where, params, suffix))
         if self._overlay is not None:  # R at an older version than this snapshot's
             sql, params = self._overlay.query(self, self._cols_sql, where, params, suffix)
             return self._to_page(self._execute(sql, params, raw=True))
@@ -577,6 +582,7 @@ class MasterStore(VersionedReads):
     def close(self) -> None:
         if self._reader:
             self._reader.close()
+        self.side.close()
         self.connection.close()
 
     def __enter__(self):

@@ -48,7 +48,7 @@ from .binlog_checks import binlog_problems, check_binlog, query_rows  # noqa: F4
 from .changes import create_change_tables
 from .opening import store_for
 from .sql import MYSQL, DatabaseURL, refused_value_errors, side_tables, write_transaction
-from .versions import KEEP_VERSIONS, before_table
+from .versions import KEEP_CAPTURED_VERSIONS, before_table
 
 BINLOG_SUFFIX = "__sj_binlog"
 LOCK_PREFIX = "sj-binlog:"
@@ -519,7 +519,7 @@ class BinlogCapture:
                 f"VALUES ({MYSQL.placeholders(len(before[0]) + 1)})",
                 [(new, *row) for row in before],
             )
-        cursor.execute(f"DELETE FROM {self._qbefore} WHERE version <= %s", (new - KEEP_VERSIONS,))
+        cursor.execute(f"DELETE FROM {self._qbefore} WHERE version <= %s", (new - KEEP_CAPTURED_VERSIONS,))
         cursor.execute(f"INSERT INTO {self._qbin} VALUES (%s, %s, %s, %s, %s, %s, %s)",
                        (new, end.file, end.pos, committed_at, time.time(), end.file, end.pos))
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from .base import MasterStore
-from .sql import MYSQL, SQLITE, side_tables
+from .sql import MYSQL, SQLITE, side_tables, table_exists
 from .versions import before_table
 
 TRIGGERS = {"INSERT": "__sj_bi", "UPDATE": "__sj_bu", "DELETE": "__sj_bd"}  # R's triggers, by the event they follow
@@ -166,33 +166,50 @@ def enable_capture(store: MasterStore) -> bool:
 
 
 def disable_capture(store: MasterStore) -> bool:
-    """Drop R's capture triggers (and clock); the change log and before-images stay. True when
-    there was something to drop."""
+    """Stop capturing R's changes: drop its triggers (and clock), or its binary log capture's
+    position table; the change log and before-images stay. True when there was something to stop."""
+    from .binlog import binlog_table
+
     existing = _existing_triggers(store)
+    binlog = store.dialect is MYSQL and table_exists(store.connection, binlog_table(store.table))
     cursor = store.connection.cursor()
     try:
         for name in sorted(existing):
             cursor.execute(f"DROP TRIGGER IF EXISTS {store.dialect.quote(name)}")
         if store.dialect is MYSQL:
             cursor.execute(f"DROP TABLE IF EXISTS {store.dialect.quote(store.table + CLOCK_SUFFIX)}")
+            cursor.execute(f"DROP TABLE IF EXISTS {store.dialect.quote(binlog_table(store.table))}")
         store.connection.commit()
     finally:
         cursor.close()
-    return bool(existing)
+    return bool(existing) or binlog
 
 
-def changes_seen(store: MasterStore, change_capture: str | None, master_static: bool, field: str = "master") -> None:
-    """Before a long-running join starts on ``store``: every writer's changes to R will be seen
-    (captured already, or ``change_capture='triggers'`` captures them now), or the user said
-    ``master_static`` (only the provider's installs change R); else one sentence saying what
-    to enable - a join that outlives a plain UPDATE of R would answer with old rows unwarned."""
+def changes_seen(store: MasterStore, change_capture: str | None, master_static: bool, url: str,
+                 field: str = "master"):
+    """Before a long-running join starts on ``store`` (opened from ``url``): every writer's
+    changes to R will be seen - captured already, or ``change_capture`` (``triggers``,
+    ``binlog``) captures them from now - or the user said ``master_static`` (only the
+    provider's installs change R); else one sentence saying what to enable: a join that
+    outlives a plain UPDATE of R would answer with old rows unwarned. Returns the
+    :class:`.binlog_reads.BinlogFollower` this job runs for an R captured from the binary log
+    (someone must read it while joins wait for its versions), else None; stop it at the end."""
+    from .binlog import BinlogCapture
+    from .binlog_reads import BinlogFollower
+
     if change_capture == "triggers":
         enable_capture(store)
-    if master_static or store.captures_writes():
-        return
+    elif change_capture == "binlog":
+        with BinlogCapture(url, store.table, store.key) as capture:
+            capture.enable()
+        store._has_change_log = store._captures_writes = False  # look again: R has its change tables now
+    if store.captures_writes():
+        return BinlogFollower(url, store.table, store.key).start() if store._binlog else None
+    if master_static:
+        return None
     raise ConfigError(
         f"{field}: changes other writers make to {store.table!r} would not be seen by this running join; "
         f"capture them (`semijoin changes enable --master URL --table {store.table} --key {store.key}`, or "
-        "change_capture: triggers on the step), or set master_static: true if nothing but this provider's "
-        "installs changes it"
+        "change_capture: triggers or binlog on the step), or set master_static: true if nothing but this "
+        "provider's installs changes it"
     )

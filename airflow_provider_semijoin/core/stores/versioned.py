@@ -15,8 +15,9 @@ import numpy as np
 
 from ..errors import ConfigError, StoreError
 from ..keys import sorted_distinct
-from .sql import side_tables, table_exists
-from .versions import overlay
+from .binlog_reads import binlog_overlay, snapshot_version
+from .sql import MYSQL, side_tables, table_exists
+from .versions import KEEP_CAPTURED_VERSIONS, overlay
 
 
 class SnapshotLost(StoreError):
@@ -26,6 +27,11 @@ class SnapshotLost(StoreError):
 class VersionedReads:
     """The change log and snapshots of a SQL store. Mixed into :class:`.base.MasterStore`, whose
     connection, dialect, key type, key range and page maps (``_page_maps``) it uses."""
+
+    def _log_query(self, sql: str, params=()) -> list[tuple]:
+        """A query of R's change log: on the side session when the binary log's capture writes
+        it (inside a snapshot it may lack versions R already shows, :mod:`.binlog_reads`)."""
+        return self.side.query(sql, params) if self._binlog else self._query(sql, params)
 
     def _query(self, sql: str, params=()) -> list[tuple]:
         """A bookkeeping query (change log, transactions): not counted as I/O on R."""
@@ -45,6 +51,10 @@ class VersionedReads:
                 return False
             self._has_change_log = table_exists(self.connection, log)
             self._qlog = self.dialect.quote(log)
+            if self._has_change_log and self.dialect is MYSQL:
+                from .binlog import binlog_table  # (it imports the stores: not at the top)
+
+                self._binlog = table_exists(self.connection, binlog_table(self.table))
         return self._has_change_log
 
     def captures_writes(self) -> bool:
@@ -53,14 +63,14 @@ class VersionedReads:
         if not self._captures_writes and self.has_change_log():
             from .capture import capture_enabled
 
-            self._captures_writes = capture_enabled(self)
+            self._captures_writes = self._binlog or capture_enabled(self)
         return self._captures_writes
 
     def version(self) -> int:
         """The version of R: how many change batches were installed (0 without a change log)."""
         if not self.has_change_log():
             return 0
-        return int(self._query(f"SELECT COALESCE(MAX(version), 0) FROM {self._qlog}")[0][0])
+        return int(self._log_query(f"SELECT COALESCE(MAX(version), 0) FROM {self._qlog}")[0][0])
 
     def changes_since(self, version: int, upto: int | None = None) -> tuple[int, np.ndarray]:
         """``(new version, distinct keys changed after version)``, the keys in R's key dtype;
@@ -72,7 +82,7 @@ class VersionedReads:
         p = self.dialect.param
         in_range, range_params = self._key_range_sql()
         texts = "" if self._key_sql() == self._qk else f", {self._qk}"  # sort keys: their text too
-        rows = self._query(
+        rows = self._log_query(
             f"SELECT DISTINCT {self._key_sql()}, op{texts} FROM {self._qlog} WHERE version > {p} AND version <= {p}"
             f"{' AND ' + in_range if in_range else ''}",
             (int(version), new, *range_params),
@@ -125,9 +135,12 @@ class VersionedReads:
         began = self._begin_snapshot()
         self._in_snapshot = True
         try:
-            newest = self.version()
+            newest = snapshot_version(self) if self._binlog else self.version()
             version = newest if self.read_version is None else self.read_version
-            self._overlay = overlay(self, version, newest, *self._key_range_sql(), pruned=not self.captures_writes())
+            if self._binlog:
+                self._overlay = binlog_overlay(self, version, newest, KEEP_CAPTURED_VERSIONS)
+            else:
+                self._overlay = overlay(self, version, newest, *self._key_range_sql(), pruned=not self.captures_writes())
             low, high = sorted((self.seen_version, version))
             changed = self.changes_since(low, high)[1]
             if self._overlay is not None:  # keys R has at version but not at newest stay covered

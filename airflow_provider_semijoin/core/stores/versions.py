@@ -29,6 +29,7 @@ from .sql import SQLITE
 
 BEFORE_SUFFIX = "__sj_before"
 KEEP_VERSIONS = 100  # installs whose before-images are kept: a micro-batch's parts read within them
+KEEP_CAPTURED_VERSIONS = 10_000  # binlog-captured transactions whose before-images are kept (one each: more of them)
 BATCH = 500  # keys per INSERT ... SELECT
 
 
