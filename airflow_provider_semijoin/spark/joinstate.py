@@ -31,6 +31,7 @@ expected end of the next micro-batch.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -351,6 +352,23 @@ class StateFiles:
         for old in self._batches(step):
             if old <= batch_id - self.retain or old > batch_id:  # a later file is from an attempt never committed
                 self._path(step, old).unlink(missing_ok=True)
+
+    def write_versions(self, batch_id: int, versions: list) -> None:
+        """The version of R each step of ``batch_id`` read, and when it was R's newest, written
+        before its sinks: a replay of the batch reads them again (:meth:`read_versions`)."""
+        from ..core.files import write_private_json
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write_private_json(self.folder / f"versions-batch{batch_id}.json", versions)
+        for path in self.folder.glob("versions-batch*.json"):
+            old = int(path.stem.rsplit("batch", 1)[1])
+            if old <= batch_id - self.retain or old > batch_id:
+                path.unlink(missing_ok=True)
+
+    def read_versions(self, batch_id: int) -> list | None:
+        """What :meth:`write_versions` wrote for ``batch_id`` (None: its first attempt)."""
+        path = self.folder / f"versions-batch{batch_id}.json"
+        return json.loads(path.read_text()) if path.exists() else None
 
     def read(self, step: int, before: int) -> tuple[int, pa.Table] | None:
         """The newest state of ``step`` written for a batch before ``before`` (None: none)."""

@@ -246,9 +246,10 @@ class PartitionedJoin:
         return self.partitioner.assign(keys)
 
     def run(self, tagged: pa.Table, carried: CarriedRows, horizon: float, until: float,
-            drain: bool, max_pending: int | None = None) -> tuple[JoinOutput, dict]:
+            drain: bool, max_pending: int | None = None, replayed: list | None = None) -> tuple[JoinOutput, dict]:
         """One slice over every part: ``tagged`` are the new tuples (already in ``carried``);
-        ``max_pending``: the most the parts may hold together after it (each its share)."""
+        ``max_pending``: the most the parts may hold together after it (each its share);
+        ``replayed``: the version (and its time) the first attempt of this batch read."""
         started = self.clock()
         if self.partitioner.moved:  # the tuples inside follow the new cut points; every part is rebuilt from them
             if carried.rows is not None:
@@ -259,8 +260,11 @@ class PartitionedJoin:
         tokens = {p: "" if p in self.rebuild else state_token(before, self._held_before(carried, tagged, p))
                   for p in range(self.parts)}
         ranges = self.partitioner.key_ranges()
-        version = self.partitioner.store.version()  # one version of R for every part of this batch
-        self.version_read_at = self.clock()
+        if replayed is None:
+            version = self.partitioner.store.version()  # one version of R for every part of this batch
+            self.version_read_at = self.clock()
+        else:
+            version, self.version_read_at = replayed
         out, stats = [], []
         for _ in range(REBUILD_ATTEMPTS):
             more_out, more = self._call(self._rows(tagged, carried, tokens), ranges, version, call, horizon, until, drain,

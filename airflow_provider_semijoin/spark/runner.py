@@ -172,9 +172,11 @@ class BatchProcessor:
         horizon, until = started + DUE_SAFETY * self._gap, started + share
         rows, step_stats = batch, []
         join_seconds = 0.0
-        for step in self.steps:
+        replayed = self.files.read_versions(batch_id)  # a replay reads the versions its first attempt read
+        for i, step in enumerate(self.steps):
             step.restore(self.files, batch_id)
-            result = step.run(rows, batch_id, started, horizon, until, drain is not None)
+            result = step.run(rows, batch_id, started, horizon, until, drain is not None,
+                              None if replayed is None else replayed[i])
             until += share
             dead.append(result.dead)
             step_stats.append(result.stats)
@@ -185,6 +187,8 @@ class BatchProcessor:
             for step in self.steps:
                 step.start_ahead()
         dead_rows = pa.concat_tables(dead, promote_options="default")
+        if replayed is None:
+            self.files.write_versions(batch_id, [[st["master_version"], st.get("master_read_at")] for st in step_stats])
         self.matched_sink.write(batch_id, rows)
         self.dead_sink.write(batch_id, dead_rows)
         _kill_point("sinks", batch_id)

@@ -150,9 +150,11 @@ class JoinStep:
         self.after_batch = batch_id - 1
 
     # -- the join ------------------------------------------------------------------------------
-    def run(self, rows: pa.Table, batch_id: int, now: float, horizon: float, until: float, drain: bool) -> StepResult:
+    def run(self, rows: pa.Table, batch_id: int, now: float, horizon: float, until: float, drain: bool,
+            replayed: list | None = None) -> StepResult:
         """Feed ``rows`` and step for one slice (``drain``: until nothing waits); what completed
-        goes on: matched, or through the on-missing policy."""
+        goes on: matched, or through the on-missing policy. ``replayed``: the version of R (and
+        when it was the newest) the first attempt of this batch read; a replay reads it again."""
         retried = self.held.num_rows if self.held is not None else 0
         if self.spec.on_missing == "retry":
             rows = rows.append_column(RETRY_SINCE, pa.array(np.full(rows.num_rows, now)))
@@ -166,9 +168,9 @@ class JoinStep:
             self.session = JoinSession(self.algorithm, self.clock) if self.partitioned is None else None
         max_pending = self._max_pending(tagged)
         if self.partitioned is not None:
-            result, stats = self.partitioned.run(tagged, self.carried, horizon, until, drain, max_pending)
+            result, stats = self.partitioned.run(tagged, self.carried, horizon, until, drain, max_pending, replayed)
         else:
-            with self._version_worked_ahead():
+            with self._version_worked_ahead() if replayed is None else self.store.reading_at(*replayed):
                 result, stats = self._with_ahead(*self._slice(tagged, horizon, until, drain, max_pending))
         matched, unmatched = self.carried.take(result, self.algorithm.schema)
         if not stats["balanced"] or self.carried.count != before + rows.num_rows - stats["left"]:
