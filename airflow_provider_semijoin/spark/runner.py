@@ -183,9 +183,11 @@ class BatchProcessor:
             join_seconds += result.stats["wall_s"]
             rows = result.passed
         caches = self._cache_figures()
-        if drain is None and self.spec.work_ahead:  # the cut: the state after this batch is fixed
+        if drain is None:  # the cut: the state after this batch is fixed
             for step in self.steps:
-                step.start_ahead()
+                step.refresh_if_due()
+                if self.spec.work_ahead:
+                    step.start_ahead()
         dead_rows = pa.concat_tables(dead, promote_options="default")
         if replayed is None:
             self.files.write_versions(batch_id, [[st["master_version"], st.get("master_read_at")] for st in step_stats])

@@ -214,7 +214,10 @@ class StepSpec:
     (:mod:`..core.stores.capture`), ``binlog`` reads R's changes from MySQL/MariaDB's binary
     log (:mod:`..core.stores.binlog`), so the running join sees every writer's commits.
     ``master_static``: the user's word that nothing but the provider's own installs changes R.
-    Without either, a job on an R whose writes are not captured refuses to start
+    ``refresh: {every_s: N}``: where nothing can be captured, every N seconds (at a batch's end)
+    the step drops what it cached of R - caches, page maps - and reads it anew (Flink's lookup
+    cache TTL); a change is then seen within N s and a micro-batch.
+    Without any of them, a job on an R whose writes are not captured refuses to start
     (:func:`..core.stores.capture.changes_seen`): its answers would go stale without a word.
     """
 
@@ -231,6 +234,7 @@ class StepSpec:
     max_queue_time_s: float | None = 10.0
     change_capture: str | None = None
     master_static: bool = False
+    refresh: dict | None = None
 
     def __post_init__(self):
         _identifier("column", self.column)
@@ -279,6 +283,10 @@ class StepSpec:
         if self.change_capture is not None:
             _one_of("change_capture", self.change_capture, CHANGE_CAPTURES)
         check_flag("master_static", self.master_static, error=SpecError)
+        if self.refresh is not None:
+            if not isinstance(self.refresh, dict) or set(self.refresh) != {"every_s"}:
+                raise SpecError(f"refresh: {shown(self.refresh)} is not a mapping {{every_s: seconds}}")
+            _positive("refresh.every_s", self.refresh["every_s"])
 
     @property
     def memory_bytes(self) -> int:

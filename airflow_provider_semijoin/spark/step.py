@@ -66,11 +66,12 @@ class JoinStep:
                                 retry_max_s=retry_max_s)
         try:
             self.follower = changes_seen(self.store, spec.change_capture, spec.master_static, spec.master.url,
-                                         f"steps[{index}].master")
+                                         f"steps[{index}].master", refresh=spec.refresh is not None)
         except BaseException:
             self.store.close()
             raise
         self.algorithm = create(spec.algorithm, self.store, spec.memory_bytes, spec.params)
+        self.refreshed_at, self.refreshes = clock(), 0  # refresh: {every_s}: the last time R was read anew
         self.algorithm_memory = spec.memory_bytes  # the structures' share of M (all of it until a row is seen)
         self.sized = False  # the share was set from the width of real rows
         self._queue_peak = 0
@@ -172,6 +173,8 @@ class JoinStep:
         else:
             with self._version_worked_ahead() if replayed is None else self.store.reading_at(*replayed):
                 result, stats = self._with_ahead(*self._slice(tagged, horizon, until, drain, max_pending))
+        if stats.get("master_read_at") is None and self.spec.refresh is not None:
+            stats["master_read_at"] = self.refreshed_at  # nothing cached is older than the last refresh
         matched, unmatched = self.carried.take(result, self.algorithm.schema)
         if not stats["balanced"] or self.carried.count != before + rows.num_rows - stats["left"]:
             raise RuntimeError(f"steps[{self.index}] ({self.algorithm.name}) broke exactly-once: {stats}")
@@ -187,6 +190,20 @@ class JoinStep:
         return StepResult(passed, dead, stats)
 
     # -- working ahead between micro-batches (:mod:`.ahead`) ----------------------------------------
+    def refresh_if_due(self) -> None:
+        """``refresh: {every_s}``: at a batch's end (the cut), once every_s seconds passed since the
+        last, drop what the step cached of R - the algorithm's caches and the store's page maps -
+        so R is read anew (where its changes cannot be captured); ``refreshes`` counts them."""
+        if self.spec.refresh is None or self.clock() - self.refreshed_at < self.spec.refresh["every_s"]:
+            return
+        self.store.forget_page_maps()
+        if self.partitioned is not None:
+            self.partitioned.rebuild_all()
+        else:
+            self._rebuild(self.carried.carried())
+        self.refreshed_at = self.clock()
+        self.refreshes += 1
+
     def start_ahead(self) -> None:
         """Step the session on a thread until the next micro-batch (driver-side steps with tuples
         inside; called once the batch's slice is over and its output taken: the cut)."""

@@ -46,6 +46,7 @@ STEP = {
     "max_queue_time_s": 2.5,
     "change_capture": "triggers",
     "master_static": True,
+    "refresh": {"every_s": 30.0},
 }
 # every field of JobSpec but the source, the steps and the sinks, given alike on both paths
 JOB = {"trigger_interval_s": 0.25, "partitions": 2, "arrival_column": "arrived_at", "db_retry_max_s": 33.0,

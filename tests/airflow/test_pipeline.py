@@ -111,9 +111,11 @@ MALFORMED = [
     ({"watch_changes": {"poke_interval": 0}}, "watch_changes.poke_interval: 0 is not a positive number"),
     ({"watch_changes": {}, "install_updates": {}},
      "watch_changes: given with install_updates; expected one of them (both name their sensors changes_<table>)"),
-    ({"steps": [{**BASE["steps"][0], "change_capture": "binlog"}]},
-     "steps[0].change_capture: 'binlog' is not one of ['triggers']"),
+    ({"steps": [{**BASE["steps"][0], "change_capture": "wal"}]},
+     "steps[0].change_capture: 'wal' is not one of ['triggers', 'binlog']"),
     ({"steps": [{**BASE["steps"][0], "master_static": "yes"}]}, "steps[0].master_static: 'yes' is not true or false"),
+    ({"steps": [{**BASE["steps"][0], "refresh": {"every": 5}}]}, "steps[0].refresh: {'every': 5} is not a mapping {every_s: seconds}"),
+    ({"steps": [{**BASE["steps"][0], "refresh": {"every_s": 0}}]}, "steps[0].refresh.every_s: 0 is not a positive number"),
     ({"start_date": "someday"}, "start_date: 'someday' is not a date; expected e.g. 2024-01-01"),
 ]
 

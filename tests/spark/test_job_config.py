@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from spark_jobs import SELECT, generator_job, write_master
 
 from airflow_provider_semijoin.core.errors import ConfigError
-from airflow_provider_semijoin.core.stores import write_table
+from airflow_provider_semijoin.core.stores import DatabaseURL, write_table
 from airflow_provider_semijoin.core.stores.capture import capture_enabled
 from airflow_provider_semijoin.spark.runner import run_job
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
@@ -35,14 +38,50 @@ def test_a_master_whose_changes_are_not_captured_fails_before_the_query(spark, t
     with pytest.raises(ConfigError, match=(
             rf"^steps\[0\]\.master: changes other writers make to '{store.table}' would not be seen by this running "
             rf"join; capture them \(`semijoin changes enable --master URL --table {store.table} --key nk`, or "
-            r"change_capture: triggers on the step\), or set master_static: true if nothing but this provider's "
-            r"installs changes it$")):
+            r"change_capture: triggers or binlog on the step\), set refresh: \{every_s: N\} to read it anew every N s, "
+            r"or set master_static: true if nothing but this provider's installs changes it$")):
         run_job(JobSpec.from_dict(data), spark=spark)
     assert no_query_started(spark) and not (tmp_path / "checkpoint").exists()
     assert not capture_enabled(store)
     data["steps"][0]["change_capture"] = "triggers"
     assert run_job(JobSpec.from_dict(data), spark=spark)["input_rows"] == 20
     assert capture_enabled(store)
+
+
+def test_refresh_reads_r_anew_so_a_change_nobody_captures_is_seen_within_its_period(spark, tmp_path, sqlite_backend):
+    """refresh: {every_s}, where R's changes are not captured: a plain UPDATE of every name is
+    seen by every micro-batch whose cached rows are all younger than it (its record's
+    master_staleness_s: the time since the last refresh), and by the last batches."""
+    store = write_master(sqlite_backend, 50)
+    data = generator_job(tmp_path, sqlite_backend.url, store.table, algorithm="cachejoin", total_rows=4000,
+                         master_rows=50, missing=0.0).to_dict()
+    del data["steps"][0]["master_static"]
+    data["steps"][0]["refresh"] = {"every_s": 0.5}
+    data["source"]["rows_per_second"] = 800.0
+    records, committed = [], []
+
+    def on_progress(record):
+        records.append(record)
+        if len(records) == 3:  # the cache holds every key by now
+            connection = DatabaseURL.parse(sqlite_backend.url).connect()
+            connection.execute(f'UPDATE "{store.table}" SET name = name || \' (renamed)\'')
+            connection.close()
+            committed.append(time.time())
+
+    spec = JobSpec.from_dict(data)
+    run_job(spec, spark=spark, on_progress=on_progress)
+    assert not capture_enabled(store) and committed
+    seen_after = []
+    for record in records:
+        read_at = record["time"] - record["master_staleness_s"][0] - 0.001  # the record rounds it to ms
+        table = pq.read_table(f"{spec.sinks.matched.path}/batch={record['batch_id']}/part-0.parquet")
+        renamed = [n.endswith(" (renamed)") for n in table["name"].to_pylist()]
+        if read_at > committed[0]:
+            assert all(renamed), record["batch_id"]
+            seen_after.append(record["batch_id"])
+        elif record["batch_id"] < 3:
+            assert not any(renamed), record["batch_id"]
+    assert seen_after and seen_after[-1] == records[-1]["batch_id"]
 
 
 def test_missing_master_column_fails_before_the_query(spark, tmp_path, sqlite_backend):

@@ -325,6 +325,11 @@ class MasterStore(VersionedReads):
             self._page_maps[page_rows] = page_map
         return self._page_maps[page_rows]
 
+    def forget_page_maps(self) -> None:
+        """Drop the page maps built so far: the next ones are read from R (or its kept copy,
+        :mod:`.pagemaps`, when that is still current) anew."""
+        self._page_maps.clear()
+
     def kept_page_rows(self) -> list[int]:
         """The page sizes whose maps are kept beside R (:mod:`.pagemaps`; none for a key range)."""
         return pagemaps.kept_page_rows(self) if self.key_range == (None, None) else []

@@ -186,11 +186,12 @@ def disable_capture(store: MasterStore) -> bool:
 
 
 def changes_seen(store: MasterStore, change_capture: str | None, master_static: bool, url: str,
-                 field: str = "master"):
+                 field: str = "master", refresh: bool = False):
     """Before a long-running join starts on ``store`` (opened from ``url``): every writer's
     changes to R will be seen - captured already, or ``change_capture`` (``triggers``,
     ``binlog``) captures them from now - or the user said ``master_static`` (only the
-    provider's installs change R); else one sentence saying what to enable: a join that
+    provider's installs change R) or asked for a ``refresh`` of what it caches; else one
+    sentence saying what to enable: a join that
     outlives a plain UPDATE of R would answer with old rows unwarned. Returns the
     :class:`.binlog_reads.BinlogFollower` this job runs for an R captured from the binary log
     (someone must read it while joins wait for its versions), else None; stop it at the end."""
@@ -205,11 +206,11 @@ def changes_seen(store: MasterStore, change_capture: str | None, master_static: 
         store._has_change_log = store._captures_writes = False  # look again: R has its change tables now
     if store.captures_writes():
         return BinlogFollower(url, store.table, store.key).start() if store._binlog else None
-    if master_static:
+    if master_static or refresh:
         return None
     raise ConfigError(
         f"{field}: changes other writers make to {store.table!r} would not be seen by this running join; "
         f"capture them (`semijoin changes enable --master URL --table {store.table} --key {store.key}`, or "
-        "change_capture: triggers or binlog on the step), or set master_static: true if nothing but this "
-        "provider's installs changes it"
+        "change_capture: triggers or binlog on the step), set refresh: {every_s: N} to read it anew every N s, "
+        "or set master_static: true if nothing but this provider's installs changes it"
     )
