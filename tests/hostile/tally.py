@@ -28,7 +28,9 @@ def tally_markdown(table: dict) -> str:
     """``tally.json``'s table as Markdown: inputs per surface with a total row, then each surface's
     distinct errors (values blanked, see ``error_kind``) with how many inputs ended in each."""
     def cell(text: str, code: bool = False) -> str:
-        text = text.replace("|", "\\|").replace("\n", " ")
+        # what does not print (control characters, private-use code points) as Python's escapes
+        text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text.replace("\n", " "))
+        text = text.replace("|", "\\|")
         return "`" + text.replace("`", "'") + "`" if code else text
 
     lines = ["| surface | inputs | accepted | rejected | distinct errors |", "|---|---:|---:|---:|---:|"]
