@@ -1,6 +1,6 @@
 """Real faults for the fault tests: a private MariaDB server the tests may kill, a killer of
 database sessions, an installer of master-data changes, the oracle per version of R and the
-fault table (tests/artifacts/faults.json and faults.md).
+fault table (faults.json and faults.md in ``$SEMIJOIN_ARTIFACTS``, default tests/artifacts).
 
 Nothing here touches the shared server on 3306: every fault test starts its own ``mariadbd``
 (own datadir, port and socket, as root) and kills it at teardown. The fixtures live here, not
@@ -32,7 +32,7 @@ from airflow_provider_semijoin.core.stores import create_change_tables, install_
 from airflow_provider_semijoin.workloads.master import master_table
 
 SELECT = ["name", "category"]
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+ARTIFACTS = Path(os.environ.get("SEMIJOIN_ARTIFACTS", Path(__file__).resolve().parents[1] / "artifacts"))
 
 
 def free_port() -> int:

@@ -1,6 +1,7 @@
 """Hostile input (issue 13): a tally of the fuzzed inputs per surface and the distinct errors they
 produced, written to ``$SEMIJOIN_ARTIFACTS/hostile/tally.json`` (default ``tests/artifacts``) and
-printed at the end of the session (the closing note's table)."""
+printed at the end of the session (the closing note's table); ``tally.md`` is the same as Markdown
+tables (docs/reliability/)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 
-from .tally import TALLY
+from .tally import TALLY, tally_markdown
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -23,6 +24,7 @@ def pytest_terminal_summary(terminalreporter):
                        "errors": dict(sorted(t["errors"].items(), key=lambda kv: -kv[1]))}
              for surface, t in sorted(TALLY.items())}
     (folder / "tally.json").write_text(json.dumps(table, indent=2) + "\n")
+    (folder / "tally.md").write_text(tally_markdown(table))
     terminalreporter.write_sep("-", "hostile input: fuzzed inputs per surface")
     for surface, t in table.items():
         terminalreporter.write_line(

@@ -10,6 +10,9 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
+from collections import Counter
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -18,7 +21,9 @@ from spark_jobs import SELECT, assert_sinks_equal_oracle, driver_summary, genera
 from airflow_provider_semijoin.core.progress import parse_line
 from airflow_provider_semijoin.spark.joinstate import StateFiles
 from airflow_provider_semijoin.spark.runner import KILL_ENV
+from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from airflow_provider_semijoin.spark.spec import JobSpec
+from airflow_provider_semijoin.workloads.zipf import zipf_rows
 
 
 def start_driver(spec_file) -> subprocess.Popen:
@@ -77,6 +82,34 @@ KILL_POINTS = ("batch", "sinks", "state")  # during a batch; between sinks and s
 KILLS = int(os.environ.get("SEMIJOIN_TEST_KILLS", "3"))  # 10 for the acceptance run (about 15 min on 2 cores)
 
 
+def record_kills(algorithm: str, run: dict) -> None:
+    """What a run of the SIGKILL test did (its kills, the sinks' exactly-once count, the verdict),
+    into ``$SEMIJOIN_ARTIFACTS/recovery/sigkill.json`` (default tests/artifacts; one entry per
+    algorithm, replaced by a later run) and as Markdown tables in ``sigkill.md``. Written only:
+    the test's assertions decide."""
+    folder = Path(os.environ.get("SEMIJOIN_ARTIFACTS", Path(__file__).parents[1] / "artifacts")) / "recovery"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "sigkill.json"
+    runs = json.loads(path.read_text()) if path.exists() else {}
+    runs[algorithm] = {**run, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    path.write_text(json.dumps(runs, indent=1, sort_keys=True) + "\n")
+    lines = []
+    for name, r in sorted(runs.items()):
+        lines += [f"### {name}: {r['kills_planned']} kills in {r['batches']} micro-batches of {r['batch_rows']} tuples "
+                  f"({r['at']})", "", "| # | kill point | batch id | state kept of batch | tuples inside the join, kept in the state | exit |",
+                  "|---:|---|---:|---:|---:|---|"]
+        lines += [f"| {i} | {k['point']} | {k['batch_id']} | {k['state_batch']} | {k['tuples_inside']} | {k['exit']} |"
+                  for i, k in enumerate(r["kills"], 1)]
+        final = r.get("final")
+        if final:
+            lines += ["", "| input tuples | fact rows | dead letters | out (distinct) | duplicates | lost | stopped by | verdict |",
+                      "|---:|---:|---:|---:|---:|---:|---|---|",
+                      f"| {final['input_tuples']} | {final['fact_rows']} | {final['dead_letters']} | {final['distinct_out']} "
+                      f"| {final['duplicates']} | {final['lost']} | {final['stopped_by']} | {r['verdict']} |"]
+        lines.append("")
+    (folder / "sigkill.md").write_text("\n".join(lines))
+
+
 def run_until_killed(spec_file, point: str, batch_id: int) -> subprocess.Popen:
     driver = subprocess.Popen(
         [sys.executable, "-m", "airflow_provider_semijoin.spark.driver", "--spec", str(spec_file), "--master", "local[2]"],
@@ -124,10 +157,16 @@ def test_sigkill_at_random_points_of_a_carried_run_is_exactly_once(tmp_path, sql
     kills = list(zip(points, sorted(rng.sample(range(3, batches - 2), KILLS))))
     state = StateFiles(tmp_path / "checkpoint" / "sj_state", 10)
     inside = []
+    run = {"kills_planned": KILLS, "batches": batches, "batch_rows": data["source"]["max_rows_per_batch"], "seed": 11, "kills": [],
+           "verdict": "incomplete (the test stopped before its end)"}
     for point, batch_id in kills:
         driver = run_until_killed(spec_file, point, batch_id)
-        assert driver.returncode == -signal.SIGKILL, (point, batch_id, driver.returncode)
         kept = state.read(0, batch_id + 1)
+        run["kills"].append({"point": point, "batch_id": batch_id, "exit": driver.returncode,
+                             "state_batch": None if kept is None else kept[0],
+                             "tuples_inside": None if kept is None else kept[1].num_rows})
+        record_kills(algorithm, run)
+        assert driver.returncode == -signal.SIGKILL, (point, batch_id, driver.returncode)
         assert kept is not None and kept[0] == (batch_id if point == "state" else batch_id - 1), (point, batch_id)
         inside.append(kept[1].num_rows)
     assert min(inside) > 0  # every kill left tuples inside the join: they survive in the state
@@ -140,8 +179,19 @@ def test_sigkill_at_random_points_of_a_carried_run_is_exactly_once(tmp_path, sql
             os.killpg(second.pid, signal.SIGKILL)
     assert second.returncode == 0, out[-2000:]
     summary = driver_summary(out)
-    assert (summary["stopped_by"], summary["drained"], summary["queue_tuples"]) == ("end_of_input", "end_of_input", 0)
     rows = sqlite3.connect(tmp_path / "facts.db").execute(f"SELECT sj_id, tid, nk, {', '.join(SELECT)} FROM fact").fetchall()
     matched = pa.table({name: [r[i] for r in rows] for i, name in enumerate(["sj_id", "tid", "nk", *SELECT])})
+    dead = read_parquet_sink(spec.sinks.dead_letter.path)
+    left = Counter([int(t) for t in matched["tid"].to_pylist()] + [int(i) for i in dead["sj_id"].to_pylist()])
+    tids = zipf_rows(0, spec.source.total_rows, spec.source.master_rows, missing=spec.source.missing,
+                      seed=spec.source.seed)["tid"].to_pylist()
+    run["final"] = {"input_tuples": len(tids), "fact_rows": matched.num_rows, "dead_letters": dead.num_rows,
+                    "distinct_out": len(left), "duplicates": sum(1 for n in left.values() if n > 1),
+                    "lost": sum(1 for t in tids if left[t] == 0), "stopped_by": summary["stopped_by"]}
+    run["verdict"] = "the oracle's assertions failed"
+    record_kills(algorithm, run)
+    assert (summary["stopped_by"], summary["drained"], summary["queue_tuples"]) == ("end_of_input", "end_of_input", 0)
     assert len(set(matched["sj_id"].to_pylist())) == matched.num_rows  # no tuple twice
     assert_sinks_equal_oracle(store, spec, matched=matched)
+    run["verdict"] = "exactly once: the sinks equal the oracle"
+    record_kills(algorithm, run)
