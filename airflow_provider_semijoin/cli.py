@@ -86,7 +86,10 @@ def cmd_generate_stream(args) -> int:
 
     from .core.files import write_table
     from .workloads import bursty_arrivals, zipf_stream
+    from .workloads.zipf import check_in_memory
 
+    check_in_memory(args.rows, "--rows", "tuples of one table")
+    check_in_memory(args.master_rows, "--master-rows", "keys of R")
     stream = zipf_stream(
         args.rows, args.master_rows, exponent=args.zipf, shape=args.shape, missing=args.missing,
         key_type=args.key_type, seed=args.seed,

@@ -154,3 +154,15 @@ def test_generate_master_and_stream(tmp_path, capsys):
     assert stream.num_rows == 300 and stream["nk"][0].as_py().startswith("P-")
     arrivals = stream["arrival_s"].to_pylist()
     assert arrivals == sorted(arrivals) and 0.2 < 300 / arrivals[-1] / 1000 < 5
+
+
+@pytest.mark.parametrize("flag, value", [("--rows", "3000000000"), ("--master-rows", "3000000000")])
+def test_a_stream_too_large_to_hold_is_one_sentence_before_any_allocation(tmp_path, capsys, flag, value):
+    """(Found by the hostile-input run: --rows 3000000000 allocated 22 GiB and was killed.)"""
+    sizes = {"--rows": "10", "--master-rows": "10", flag: value}
+    argv = ["generate", "stream", "--out", str(tmp_path / "s.parquet"), *[x for kv in sizes.items() for x in kv]]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (f"semijoin: error: {flag}: {value} is more than the 200,000,000 "
+                                       f"{'tuples of one table' if flag == '--rows' else 'keys of R'} the generator "
+                                       "holds in memory (8 bytes each); expected at most 200000000\n")
+    assert not (tmp_path / "s.parquet").exists()

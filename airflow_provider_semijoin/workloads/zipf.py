@@ -81,6 +81,18 @@ def zipf_ranks(n: int, n_keys: int, exponent: float, rng: np.random.Generator) -
     return np.minimum(ranks, n_keys - 1).astype(np.int64, copy=False)
 
 
+MAX_IN_MEMORY = 200_000_000  # keys of R (their CDF, a permutation) or tuples of one table the generator holds: 1.6 GB a column
+
+
+def check_in_memory(value: int, what: str, held: str) -> int:
+    """``value`` when at most :data:`MAX_IN_MEMORY` (keys or tuples the generator holds at once),
+    else one sentence naming ``what``."""
+    if value > MAX_IN_MEMORY:
+        raise ConfigError(f"{what}: {value} is more than the {MAX_IN_MEMORY:,} {held} the generator holds in memory "
+                          f"(8 bytes each); expected at most {MAX_IN_MEMORY}")
+    return value
+
+
 def _check_options(master_rows, exponent, shape, missing, key_type, seed, first_tid) -> dict:
     key_type = check_key_type(key_type)
     if shape not in SHAPES:
@@ -89,6 +101,7 @@ def _check_options(master_rows, exponent, shape, missing, key_type, seed, first_
     master_rows = _check_rows(master_rows, key_type, "master_rows")
     if master_rows < 1:
         raise ConfigError(f"master_rows: {master_rows} must be >= 1")
+    check_in_memory(master_rows, "master_rows", "keys of R")
     return {
         "master_rows": master_rows,
         "exponent": _check_exponent(exponent),
@@ -153,7 +166,7 @@ def zipf_stream(
     :func:`zipf_stream_chunks` with ``chunk_rows=n_tuples``.
     """
     options = _check_options(master_rows, exponent, shape, missing, key_type, seed, first_tid)
-    n_tuples = check_int(n_tuples, "n_tuples", minimum=0)
+    n_tuples = check_in_memory(check_int(n_tuples, "n_tuples", minimum=0), "n_tuples", "tuples of one table")
     return _stream(n_tuples, _rng(options["seed"], 0), **options)
 
 
@@ -181,7 +194,7 @@ def zipf_stream_chunks(chunk_rows: int, master_rows: int, **options) -> Iterator
     checked at the call, not at the first chunk.
     """
     options = _merged_options(master_rows, options)
-    chunk_rows = check_int(chunk_rows, "chunk_rows", minimum=1)
+    chunk_rows = check_in_memory(check_int(chunk_rows, "chunk_rows", minimum=1), "chunk_rows", "tuples of one table")
 
     def chunks() -> Iterator[pa.Table]:
         index = 0
