@@ -95,33 +95,35 @@ class MasterDataChangesTrigger(BaseTrigger):
 
     async def run(self):
         if self.after_version is not None:
-            async for event in self._new_version():
-                yield event
-            return
-        count = sync_to_async(count_pending)
-        since = self.pending_since
+            read, ready = master_version, self._version_ready
+        else:
+            read, ready = count_pending, self._pending_ready()
+        read = sync_to_async(read)
         while True:
             try:
-                pending = await count(self.master_conn_id, self.table, self.key)
+                value = await read(self.master_conn_id, self.table, self.key)
             except Exception as exc:  # reported to the sensor, which fails with it
                 yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
                 return
-            now = time.time()
-            since = (since or now) if pending else None
-            if changes_ready(pending, since, now, self.min_pending, self.max_delay_s):
-                yield TriggerEvent({"status": "ready", "pending": pending, "waited_s": round(now - since, 3)})
+            event = ready(value)
+            if event is not None:
+                yield TriggerEvent(event)
                 return
             await asyncio.sleep(self.poll_interval)
 
-    async def _new_version(self):
-        read = sync_to_async(master_version)
-        while True:
-            try:
-                version = await read(self.master_conn_id, self.table, self.key)
-            except Exception as exc:  # reported to the sensor, which fails with it
-                yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
-                return
-            if version > self.after_version:
-                yield TriggerEvent({"status": "ready", "version": version})
-                return
-            await asyncio.sleep(self.poll_interval)
+    def _version_ready(self, version: int) -> dict | None:
+        return {"status": "ready", "version": version} if version > self.after_version else None
+
+    def _pending_ready(self):
+        """A check of the pending count that keeps when pending changes were first seen."""
+        since = self.pending_since
+
+        def ready(pending: int) -> dict | None:
+            nonlocal since
+            now = time.time()
+            since = (since or now) if pending else None
+            if changes_ready(pending, since, now, self.min_pending, self.max_delay_s):
+                return {"status": "ready", "pending": pending, "waited_s": round(now - since, 3)}
+            return None
+
+        return ready

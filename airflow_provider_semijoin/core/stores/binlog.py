@@ -44,10 +44,10 @@ import zlib
 from dataclasses import dataclass
 
 from ..errors import ConfigError, StoreError, shown
-from .binlog_checks import binlog_problems, check_binlog, query_rows  # noqa: F401 (binlog_problems: this API too)
+from .binlog_checks import binlog_problems, check_binlog  # noqa: F401 (binlog_problems: this API too)
 from .changes import create_change_tables
 from .opening import store_for
-from .sql import MYSQL, DatabaseURL, refused_value_errors, side_tables, write_transaction
+from .sql import MYSQL, DatabaseURL, query_rows, refused_value_errors, side_tables, write_transaction
 from .versions import KEEP_CAPTURED_VERSIONS, before_table
 
 BINLOG_SUFFIX = "__sj_binlog"

@@ -16,23 +16,13 @@ import re
 from ..errors import ConfigError
 from .changes import _connected
 from .opening import store_for
-from .sql import MYSQL, DatabaseURL, dialect_of
+from .sql import MYSQL, DatabaseURL, dialect_of, query_rows
 
 REQUIRED_GRANTS = ("REPLICATION SLAVE", "REPLICATION CLIENT")
 _CLIENT_ALIASES = {"REPLICATION CLIENT", "BINLOG MONITOR"}  # MariaDB 10.5+ shows the latter
 _GRANT_ON_ALL = re.compile(r"^GRANT (.+?) ON \*\.\* TO ", re.I | re.S)
 _NEED_METADATA = {"enum", "set", "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 _UTF8_CHARSETS = {"utf8mb4", "utf8mb3", "utf8", "ascii"}
-
-
-def query_rows(connection, sql: str, params=()) -> list[tuple]:
-    """The rows of one statement on a cursor of its own."""
-    cursor = connection.cursor()
-    try:
-        cursor.execute(sql, tuple(params))
-        return list(cursor.fetchall() or [])
-    finally:
-        cursor.close()
 
 
 def _grant_problem(connection) -> str | None:

@@ -25,6 +25,7 @@ import threading
 from dataclasses import dataclass
 
 from ..errors import StoreError
+from .sql import query_rows
 from .versions import before_table
 
 WAIT_CAPTURED_S = 30.0  # how long a snapshot waits for the capture to reach its position
@@ -57,12 +58,7 @@ class SideSession:
         if raw and isinstance(converter, dict):  # bytes, as the store's own raw reads (:meth:`.mysql.MySqlStore._raw_values`)
             connection.converter = {}
         try:
-            cursor = connection.cursor()
-            try:
-                cursor.execute(sql, tuple(params))
-                return list(cursor.fetchall() or [])
-            finally:
-                cursor.close()
+            return query_rows(connection, sql, params)
         finally:
             if raw and isinstance(converter, dict):
                 connection.converter = converter

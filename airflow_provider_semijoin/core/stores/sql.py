@@ -60,6 +60,16 @@ def refused_value_errors() -> tuple[type[Exception], ...]:
     return (*errors, MySQLdb.DataError, MySQLdb.IntegrityError)
 
 
+def query_rows(connection, sql: str, params=()) -> list[tuple]:
+    """The rows of one statement on a cursor of its own."""
+    cursor = connection.cursor()
+    try:
+        cursor.execute(sql, tuple(params))
+        return list(cursor.fetchall() or [])
+    finally:
+        cursor.close()
+
+
 def table_exists(connection, name: str) -> bool:
     """Whether the table ``name`` exists in the connection's (current) database."""
     if dialect_of(connection) is SQLITE:
