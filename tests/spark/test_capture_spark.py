@@ -1,0 +1,403 @@
+"""Issue 52 through the real Spark path: a join running while another connection commits plain SQL
+to R (its writes captured by triggers: ``change_capture: triggers``), on SQLite and MariaDB, at
+partitions 1 and 2, with every algorithm of the registry.
+
+One job per (backend, partitions), its driver a plain process (as ``test_recovery``): a landing
+folder of Parquet files -> one step per algorithm of :data:`ALGORITHMS`, each joining the
+stream's ``nk`` with the same R and adding R's ``v`` under a name of its own (``rename``;
+``on_missing: unknown_member``, so every tuple goes through every step) -> Parquet sinks. The
+test writes a file, waits for the micro-batch that takes it, commits a transaction on its own
+connection - INSERT inside, below and above R's key range; UPDATE of hot keys; DELETE; an UPDATE
+that moves a key; a multi-row transaction; REPLACE - waits for the bound and writes the next file.
+Every other file's tuples arrived long ago (the job's ``arrival_column``), so every step forces
+them out in the micro-batch that takes them; the others may wait inside the steps across
+micro-batches and commits.
+
+The bound: a micro-batch reads R, at every step, as of every commit that ended before it started
+- where the steps work ahead between micro-batches in the driver (partitions 1, ``work_ahead``),
+before the micro-batch before it started: a step's slice reads the version its work-ahead read,
+begun at the end of the batch before (:mod:`...spark.ahead`), so the first micro-batch that
+starts after a commit may still read the old version there; the next one cannot. Each part
+(partitions 2) reads the version the driver chose when the micro-batch called it.
+
+What holds (:func:`check_batches`, :func:`check_tuples`):
+
+* every version a step reads in a micro-batch (the record's ``master_versions``) is one a whole
+  transaction left, no older than the bound allows and none newer than the commits begun before
+  the micro-batch ended (tuples that left before a commit joined with the table before it);
+* each value a tuple carries is R at the version its step read in the micro-batch the tuple left
+  that step in: it leaves step i in batch b_i, the batch that took its file <= b_0 <= b_1 <= ...
+  <= the batch of its sink row;
+* a file written after a commit and its bound joins with the new table: its tuples that left
+  before the next commit equal the hash join with the new table at every step (every tuple of
+  the files forced out at once among them);
+* exactly once: every input tuple is in the matched sink once (unknown members included), none
+  in the dead letter;
+* the driver is killed (SIGKILL, its whole process group) right after the DELETE's commit, with
+  tuples inside the steps (at partitions 1 worked ahead on the old version) and restarted on the
+  same checkpoint: all of the above holds over both drivers' micro-batches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_provider_semijoin.core.joins import ALGORITHMS
+from airflow_provider_semijoin.core.progress import parse_line
+from airflow_provider_semijoin.core.stores import DatabaseURL, store_for
+from airflow_provider_semijoin.spark.sinks import read_parquet_batch
+from airflow_provider_semijoin.spark.spec import JobSpec
+from spark_jobs import driver_summary
+
+KEYS = list(range(10, 410, 4))  # R's keys at the start: gaps for inserts between, below and above
+HOT = [10, 14, 18, 22, 26, 34, 38]  # repeated in every file: the caches hold them when they change
+EXTRA = [2, 11, 12, 43, 47, 999, 1001, 5000]  # inserted (below, inside, above R's range), moved to, never there
+UNKNOWN = -7  # the unknown member's v (no version of R has it)
+# the longest a tuple waits inside a step (MESHJOIN's would wait for its cycle), by partitions: a
+# tuple due within two batch gaps leaves now, and at partitions 2 a batch (13 Spark jobs) takes seconds
+MAX_QUEUE_S = {1: 2.0, 2: 30.0}
+KILL_AFTER = 3  # the driver is killed right after this commit (the DELETE), a carried file's tuples inside
+WAIT_S = 240.0  # the longest a batch is waited for (a loaded 2-core machine)
+
+
+def out_column(name: str) -> str:
+    return "v_" + name.replace("-", "_")
+
+
+def params_for(name: str) -> dict:
+    """Small pages, so R of 100 rows is many pages and a tuple may wait inside across batches."""
+    params = ALGORITHMS[name].params
+    chosen = {"page_rows": 4} if "page_rows" in params else {}
+    if "partition_pages" in params:
+        chosen["partition_pages"] = 2
+    return chosen
+
+
+def job(tmp_path: Path, url: str, table: str, partitions: int) -> JobSpec:
+    steps = [{"column": "nk", "master": {"url": url, "table": table, "key": "nk", "select": ["v"]}, "algorithm": name,
+              "memory": "1M", "params": params_for(name), "on_missing": "unknown_member",
+              "unknown_member": {out_column(name): UNKNOWN}, "rename": {"v": out_column(name)},
+              "max_queue_time_s": MAX_QUEUE_S[partitions], "change_capture": "triggers"} for name in ALGORITHMS]
+    (tmp_path / "landing").mkdir()
+    return JobSpec.from_dict({
+        "source": {"kind": "files", "path": str(tmp_path / "landing"), "format": "parquet",
+                   "schema": "tid BIGINT, nk BIGINT, arrived DOUBLE", "max_files_per_trigger": 1},
+        "arrival_column": "arrived",
+        "steps": steps,
+        "sinks": {"matched": {"path": str(tmp_path / "matched")}, "dead_letter": {"path": str(tmp_path / "dead")}},
+        "checkpoint": str(tmp_path / "checkpoint"),
+        "stop": {"stop_file": str(tmp_path / "stop")},
+        "partitions": partitions,
+        "trigger_interval_s": 0.2,
+    })
+
+
+def transactions(backend, table: str) -> list[list[str]]:
+    """What another application commits, one transaction each."""
+    t, k = backend.quote(table), backend.quote("nk")
+    return [
+        [f"INSERT INTO {t} ({k}, v) VALUES (12, 120000), (2, 20000), (999, 9990000)"],
+        [f"UPDATE {t} SET v = v + 1 WHERE {k} IN ({', '.join(map(str, HOT[:4]))})"],
+        [f"DELETE FROM {t} WHERE {k} IN (26, 30, 2)"],
+        [f"UPDATE {t} SET {k} = 1001 WHERE {k} = 34"],
+        [f"UPDATE {t} SET v = -1 WHERE {k} = 38", f"DELETE FROM {t} WHERE {k} = 42",
+         f"INSERT INTO {t} ({k}, v) VALUES (43, 430)", f"UPDATE {t} SET v = -2 WHERE {k} = 38",
+         f"UPDATE {t} SET v = v + 5 WHERE {k} IN ({', '.join(map(str, HOT[:3]))})"],
+        [f"REPLACE INTO {t} ({k}, v) VALUES (46, 4646), (47, 4747), (10, 1010)"],
+    ]
+
+
+class Writer:
+    """Another connection to R's database, committing transactions; R after each (the test is
+    R's only writer, so what it reads after its commit is R at the version the commit left)."""
+
+    def __init__(self, backend, table: str):
+        self.backend, self.table = backend, table
+        self.connection = DatabaseURL.parse(backend.url).connect()
+        self.store = store_for(self.connection, table, "nk")
+        self.versions = {0: self.table_now()}  # version a commit left -> R then (key -> v)
+        self.commits: list[tuple[float, float, int]] = []  # (began, ended, version it left)
+
+    def table_now(self) -> dict:
+        q = self.backend.quote
+        cursor = self.connection.cursor()
+        try:
+            cursor.execute(f"SELECT {q('nk')}, {q('v')} FROM {q(self.table)}")
+            return dict(cursor.fetchall())
+        finally:
+            cursor.close()
+
+    def commit(self, statements: list[str]) -> int:
+        began = time.time()
+        cursor = self.connection.cursor()
+        try:
+            cursor.execute("BEGIN")
+            for sql in statements:
+                cursor.execute(sql)
+            cursor.execute("COMMIT")
+        finally:
+            cursor.close()
+        ended = time.time()
+        version = self.store.version()
+        assert version > max(self.versions), statements
+        self.versions[version] = self.table_now()
+        self.commits.append((began, ended, version))
+        return version
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+class Batches:
+    """The progress records of the job, as they come (a replayed batch's record replaces the
+    first attempt's); waits on them."""
+
+    def __init__(self):
+        self.records: dict[int, dict] = {}
+        self.changed = threading.Condition()
+        self.ended = False  # the driver's output ended (it exited, or was killed)
+
+    def end(self) -> None:
+        with self.changed:
+            self.ended = True
+            self.changed.notify_all()
+
+    def add(self, record: dict) -> None:
+        with self.changed:
+            self.records[record["batch_id"]] = record
+            self.changed.notify_all()
+
+    def wait(self, found, what: str) -> dict:
+        """The first record (by batch id) for which ``found(record)`` holds, once there is one."""
+        with self.changed:
+            self.changed.wait_for(lambda: self._first(found) is not None or self.ended, WAIT_S)
+            first = self._first(found)
+            assert first is not None, f"no micro-batch {what}" + (" (the driver ended)" if self.ended else "")
+            return first
+
+    def _first(self, found):
+        return next((r for _, r in sorted(self.records.items()) if found(r)), None)
+
+    def started_after(self, moment: float, what: str) -> dict:
+        """The first micro-batch that started after ``moment``."""
+        return self.wait(lambda r: started(r) > moment, what)
+
+
+class Landing:
+    """The landing folder: each file whole (renamed into place), one per micro-batch. A file's
+    tuples carry their arrival time (the job's ``arrival_column``): now, so they may wait inside
+    the steps across batches and commits, or long past, so every step forces them out in the
+    micro-batch that takes them (due: arrival + ``max_queue_time_s``)."""
+
+    def __init__(self, folder: str):
+        self.folder = Path(folder)
+        self.files: list[tuple[str, pa.Table]] = []
+
+    def write(self, carried: bool) -> pa.Table:
+        keys = HOT * 10 + KEYS + EXTRA
+        first = sum(t.num_rows for _, t in self.files)
+        arrived = time.time() - (0 if carried else 3600)
+        rows = pa.table({"tid": pa.array(range(first, first + len(keys)), pa.int64()), "nk": pa.array(keys, pa.int64()),
+                         "arrived": pa.array([arrived] * len(keys), pa.float64())})
+        name = f"f{len(self.files):03d}.parquet"
+        pq.write_table(rows, self.folder / f"_{name}")  # (a name starting with _ is not read)
+        os.replace(self.folder / f"_{name}", self.folder / name)
+        self.files.append((name, rows))
+        return rows
+
+
+class Driver:
+    """The job's driver as a plain process in a process group of its own (as ``test_recovery``);
+    its progress lines go to ``batches`` as they come."""
+
+    def __init__(self, spec_file: Path, batches: Batches):
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "airflow_provider_semijoin.spark.driver", "--spec", str(spec_file), "--master", "local[2]"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+        self.lines: list[str] = []
+        self.batches = batches
+        self.reader = threading.Thread(target=self._read, args=(batches,), daemon=True)
+        self.reader.start()
+
+    def _read(self, batches: Batches) -> None:
+        for line in self.process.stdout:
+            self.lines.append(line)
+            record = parse_line(line)
+            if record is not None:
+                batches.add(record)
+        batches.end()
+
+    def kill(self) -> None:
+        """SIGKILL, the whole process group (the driver and its JVM)."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=60)
+        self.reader.join(timeout=60)
+        assert self.process.returncode == -signal.SIGKILL
+        self.batches.ended = False
+
+    def end(self, timeout: float) -> int:
+        """Wait for the driver to exit (killing its group if it does not); its exit code."""
+        try:
+            self.process.wait(timeout=timeout)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.reader.join(timeout=60)
+        return self.process.returncode
+
+
+def lag(spec: JobSpec) -> int:
+    """The bound, in micro-batches: 1 where steps work ahead between micro-batches in the driver
+    (partitions 1, ``work_ahead``: a step's slice reads the version its work-ahead read, begun at
+    the end of the batch before), else 0 (each part reads the version the driver chose when the
+    batch called it)."""
+    return int(spec.work_ahead and spec.partitions == 1)
+
+
+def scenario(spec: JobSpec, landing: Landing, batches: Batches, writer: Writer, statements: list[list[str]],
+             after_commit) -> None:
+    """A file, its micro-batch, a commit, the bound (where it is one micro-batch: one that
+    started after the commit), the next file, ...; ``after_commit(j)`` runs right after commit
+    ``j`` (the kill)."""
+    batches.wait(lambda r: True, "ran")  # the query runs (a heartbeat's micro-batch)
+    for j, transaction in enumerate([None, *statements]):
+        if transaction is not None:
+            writer.commit(transaction)
+            after_commit(j)
+            if lag(spec):
+                batches.started_after(writer.commits[-1][1], f"started after commit {j}")
+        after = max(batches.records, default=-1)
+        rows = landing.write(carried=j % 2 == 0)
+        batches.wait(lambda r: r["batch_id"] > after and r["input_rows"] == rows.num_rows, f"took file {j}")
+
+
+def started(record: dict) -> float:
+    return record["time"] - record["batch_duration_s"]
+
+
+def sink_rows(spec: JobSpec, records: dict) -> tuple[list[dict], list[dict]]:
+    """The sinks' rows, each with the micro-batch that wrote it (``sj_batch``)."""
+    matched, dead = [], []
+    for rows, path in ((matched, spec.sinks.matched.path), (dead, spec.sinks.dead_letter.path)):
+        for folder in Path(path).glob("batch=*"):
+            batch_id = int(folder.name.split("=")[1])
+            assert batch_id in records, folder
+            rows += [{**row, "sj_batch": batch_id} for row in read_parquet_batch(folder).to_pylist()]
+    return matched, dead
+
+
+def file_batches(landing: Landing, records: dict) -> dict[str, int]:
+    """The micro-batch that took each file (one a batch, in the order written)."""
+    taking = [b for b, r in sorted(records.items()) if r["input_rows"]]
+    assert [records[b]["input_rows"] for b in taking] == [rows.num_rows for _, rows in landing.files]
+    return {name: b for (name, _), b in zip(landing.files, taking)}
+
+
+def check_batches(records: dict, writer: Writer, lag: int) -> None:
+    """Each micro-batch read, at every step, a version a whole transaction left: none newer than
+    the commits begun before it ended, none older than those ended before it started (``lag``
+    0) or before the batch before it started (``lag`` 1): the bound."""
+    assert sorted(records) == list(range(len(records)))  # every batch reported (a replay's record replaces the first)
+    for b, r in records.items():
+        read = r["master_versions"]
+        assert len(read) == len(ALGORITHMS) and set(read) <= set(writer.versions), (b, read, sorted(writer.versions))
+        assert max(read) <= max([0] + [v for began, _, v in writer.commits if began < r["time"]]), (b, read)
+        if b >= lag:
+            bound = [v for _, ended, v in writer.commits if ended < started(records[b - lag])]
+            assert min(read) >= max(bound, default=0), (b, read, bound)
+
+
+def check_tuples(spec: JobSpec, records: dict, writer: Writer, landing: Landing) -> dict:
+    """Exactly once, and each value a tuple carries is R at the version its step read in the
+    micro-batch it left that step in: b_0 <= b_1 <= ... <= its sink's batch, none before the
+    batch that took its file. Tuples of a file written after commit j that left before commit
+    j + 1 began equal the hash join with R after commit j at every step. What was seen."""
+    matched, dead = sink_rows(spec, records)
+    assert dead == [], dead[:3]  # unknown members go on: every tuple is in the matched sink
+    ids = Counter(row["sj_id"] for row in matched)
+    assert [i for i, n in ids.items() if n > 1] == []  # no tuple twice
+    assert set(ids) == {f"{name}#{i}" for name, rows in landing.files for i in range(rows.num_rows)}  # none lost
+    taken, versions = file_batches(landing, records), writer.versions
+    names = [name for name, _ in landing.files]
+    after = [0] + [v for _, _, v in writer.commits]  # the version file j was written after
+    seen = Counter()
+    for row in matched:
+        name = row["sj_id"].split("#")[0]
+        first, last, key = taken[name], row["sj_batch"], row["nk"]
+        b = first
+        for i, step in enumerate(ALGORITHMS):
+            while b <= last and row[out_column(step)] != versions[records[b]["master_versions"][i]].get(key, UNKNOWN):
+                b += 1
+            assert b <= last, (row, step, [records[x]["master_versions"][i] for x in range(first, last + 1)])
+        j = names.index(name)
+        next_commit = writer.commits[j][0] if j < len(writer.commits) else float("inf")
+        if records[last]["time"] < next_commit:
+            expected = versions[after[j]].get(key, UNKNOWN)
+            assert [row[out_column(s)] for s in ALGORITHMS] == [expected] * len(ALGORITHMS), (row, after[j])
+            seen["oracle"] += 1
+        else:
+            seen["left_after_the_next_commit"] += 1
+        seen["left_later"] += last > first
+        seen["forced_at_once"] += row["arrived"] < records[first]["time"] - 600 and last == first
+    return seen
+
+
+def master() -> pa.Table:
+    return pa.table({"nk": pa.array(KEYS, pa.int64()), "v": pa.array([10 * k for k in KEYS], pa.int64())})
+
+
+BACKENDS = ["sqlite", pytest.param("mysql", marks=pytest.mark.mysql)]
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("partitions", [1, 2])
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_every_algorithm_joins_each_commit_of_another_connection_from_the_bound_on(tmp_path, request, backend_name,
+                                                                                   partitions):
+    backend = request.getfixturevalue(f"{backend_name}_backend")
+    store = backend.make_master(master())
+    spec = job(tmp_path, backend.url, store.table, partitions)
+    spec_file = tmp_path / "job.json"
+    spec_file.write_text(json.dumps(spec.to_dict()))
+    writer, batches, landing = Writer(backend, store.table), Batches(), Landing(spec.source.path)
+    drivers = [Driver(spec_file, batches)]
+    inside = []
+
+    def kill_and_restart(j: int) -> None:
+        if j == KILL_AFTER:
+            inside.append(batches.records[max(batches.records)]["queue_tuples"])
+            drivers[-1].kill()
+            drivers.append(Driver(spec_file, batches))
+
+    try:
+        scenario(spec, landing, batches, writer, transactions(backend, store.table), kill_and_restart)
+        Path(spec.stop.stop_file).touch()
+        code = drivers[-1].end(WAIT_S)
+    finally:
+        for driver in drivers:
+            driver.end(0)
+        writer.close()
+    out = "".join(drivers[-1].lines)
+    assert code == 0, out[-2000:]
+    summary = driver_summary(out)
+    assert (summary["drained"], summary["queue_tuples"]) == ("stop_file", 0)
+    check_batches(batches.records, writer, lag(spec))
+    seen = check_tuples(spec, batches.records, writer, landing)
+    assert inside[0] > 0  # the kill found tuples inside the steps (worked on at the old version)
+    forced = [rows.num_rows for name, rows in landing.files[1::2]]
+    assert seen["forced_at_once"] == sum(forced)  # due at once: every step forced them out in their batch
+    assert seen["oracle"] >= sum(forced) and seen["left_after_the_next_commit"] > 0
