@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -55,9 +56,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_semijoin.core.joins import ALGORITHMS
+from airflow_provider_semijoin.core.joins import ALGORITHMS, create
 from airflow_provider_semijoin.core.progress import parse_line
-from airflow_provider_semijoin.core.stores import DatabaseURL, store_for
+from airflow_provider_semijoin.core.reasons import Unmatched, labels
+from airflow_provider_semijoin.core.stores import DatabaseURL, open_store, store_for
+from airflow_provider_semijoin.spark.joinstate import DUE, PART, SEQ, session_from, slice_of
 from airflow_provider_semijoin.spark.sinks import read_parquet_batch
 from airflow_provider_semijoin.spark.spec import JobSpec
 from spark_jobs import driver_summary
@@ -65,11 +68,11 @@ from spark_jobs import driver_summary
 KEYS = list(range(10, 410, 4))  # R's keys at the start: gaps for inserts between, below and above
 HOT = [10, 14, 18, 22, 26, 34, 38]  # repeated in every file: the caches hold them when they change
 EXTRA = [2, 11, 12, 43, 47, 999, 1001, 5000]  # inserted (below, inside, above R's range), moved to, never there
+NOT_IN_MASTER = Unmatched.NOT_IN_MASTER.label
 UNKNOWN = -7  # the unknown member's v (no version of R has it)
 # the longest a tuple waits inside a step (MESHJOIN's would wait for its cycle), by partitions: a
 # tuple due within two batch gaps leaves now, and at partitions 2 a batch (13 Spark jobs) takes seconds
-MAX_QUEUE_S = {1: 2.0, 2: 30.0}
-KILL_AFTER = 3  # the driver is killed right after this commit (the DELETE), a carried file's tuples inside
+MAX_QUEUE_S = {1: 5.0, 2: 30.0}
 WAIT_S = 240.0  # the longest a batch is waited for (a loaded 2-core machine)
 
 
@@ -77,18 +80,12 @@ def out_column(name: str) -> str:
     return "v_" + name.replace("-", "_")
 
 
-def params_for(name: str) -> dict:
-    """Small pages, so R of 100 rows is many pages and a tuple may wait inside across batches."""
-    params = ALGORITHMS[name].params
-    chosen = {"page_rows": 4} if "page_rows" in params else {}
-    if "partition_pages" in params:
-        chosen["partition_pages"] = 2
-    return chosen
+SMALL = {"page_rows": 4, "partition_pages": 2}  # small pages: R of 100 rows is many, a tuple may wait inside
 
 
 def job(tmp_path: Path, url: str, table: str, partitions: int) -> JobSpec:
     steps = [{"column": "nk", "master": {"url": url, "table": table, "key": "nk", "select": ["v"]}, "algorithm": name,
-              "memory": "1M", "params": params_for(name), "on_missing": "unknown_member",
+              "memory": "1M", "params": {p: v for p, v in SMALL.items() if p in ALGORITHMS[name].params}, "on_missing": "unknown_member",
               "unknown_member": {out_column(name): UNKNOWN}, "rename": {"v": out_column(name)},
               "max_queue_time_s": MAX_QUEUE_S[partitions], "change_capture": "triggers"} for name in ALGORITHMS]
     (tmp_path / "landing").mkdir()
@@ -105,19 +102,23 @@ def job(tmp_path: Path, url: str, table: str, partitions: int) -> JobSpec:
     })
 
 
-def transactions(backend, table: str) -> list[list[str]]:
-    """What another application commits, one transaction each."""
+# what another application commits, a transaction each, by what it does ({t}: R, {k}: its key)
+TRANSACTIONS = {
+    "insert inside, below and above R's range": ["INSERT INTO {t} ({k}, v) VALUES (12, 120000), (2, 20000), (999, 9990000)"],
+    "update hot keys": ["UPDATE {t} SET v = v + 1 WHERE {k} IN (10, 14, 18, 22)"],
+    "delete": ["DELETE FROM {t} WHERE {k} IN (26, 30, 2)"],
+    "move a key": ["UPDATE {t} SET {k} = 1001 WHERE {k} = 34"],
+    "multi-row": ["UPDATE {t} SET v = -1 WHERE {k} = 38", "DELETE FROM {t} WHERE {k} = 42",
+                  "INSERT INTO {t} ({k}, v) VALUES (43, 430)", "UPDATE {t} SET v = -2 WHERE {k} = 38",
+                  "UPDATE {t} SET v = v + 5 WHERE {k} IN (10, 14, 18)"],
+    "replace": ["REPLACE INTO {t} ({k}, v) VALUES (46, 4646), (47, 4747), (10, 1010)"],
+}
+KILL_AFTER = "delete"  # the driver is killed right after this commit, a carried file's tuples inside
+
+
+def transactions(backend, table: str) -> dict[str, list[str]]:
     t, k = backend.quote(table), backend.quote("nk")
-    return [
-        [f"INSERT INTO {t} ({k}, v) VALUES (12, 120000), (2, 20000), (999, 9990000)"],
-        [f"UPDATE {t} SET v = v + 1 WHERE {k} IN ({', '.join(map(str, HOT[:4]))})"],
-        [f"DELETE FROM {t} WHERE {k} IN (26, 30, 2)"],
-        [f"UPDATE {t} SET {k} = 1001 WHERE {k} = 34"],
-        [f"UPDATE {t} SET v = -1 WHERE {k} = 38", f"DELETE FROM {t} WHERE {k} = 42",
-         f"INSERT INTO {t} ({k}, v) VALUES (43, 430)", f"UPDATE {t} SET v = -2 WHERE {k} = 38",
-         f"UPDATE {t} SET v = v + 5 WHERE {k} IN ({', '.join(map(str, HOT[:3]))})"],
-        [f"REPLACE INTO {t} ({k}, v) VALUES (46, 4646), (47, 4747), (10, 1010)"],
-    ]
+    return {what: [sql.format(t=t, k=k) for sql in statements] for what, statements in TRANSACTIONS.items()}
 
 
 class Writer:
@@ -250,14 +251,17 @@ class Driver:
         self.batches.ended = False
 
     def end(self, timeout: float) -> int:
-        """Wait for the driver to exit (killing its group if it does not); its exit code."""
-        try:
-            self.process.wait(timeout=timeout)
-        finally:
+        """Wait for the driver to exit; its exit code."""
+        self.process.wait(timeout=timeout)
+        self.reader.join(timeout=60)
+        return self.process.returncode
+
+    def close(self) -> None:
+        """Never leave a driver (and its JVM) behind."""
+        if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
-            self.reader.join(timeout=60)
-        return self.process.returncode
+            self.process.wait(timeout=60)
 
 
 def lag(spec: JobSpec) -> int:
@@ -268,18 +272,18 @@ def lag(spec: JobSpec) -> int:
     return int(spec.work_ahead and spec.partitions == 1)
 
 
-def scenario(spec: JobSpec, landing: Landing, batches: Batches, writer: Writer, statements: list[list[str]],
+def scenario(spec: JobSpec, landing: Landing, batches: Batches, writer: Writer, statements: dict[str, list[str]],
              after_commit) -> None:
     """A file, its micro-batch, a commit, the bound (where it is one micro-batch: one that
-    started after the commit), the next file, ...; ``after_commit(j)`` runs right after commit
-    ``j`` (the kill)."""
+    started after the commit), the next file, ...; ``after_commit(what)`` runs right after the
+    commit of ``what`` (the kill)."""
     batches.wait(lambda r: True, "ran")  # the query runs (a heartbeat's micro-batch)
-    for j, transaction in enumerate([None, *statements]):
-        if transaction is not None:
-            writer.commit(transaction)
-            after_commit(j)
+    for j, what in enumerate([None, *statements]):
+        if what is not None:
+            writer.commit(statements[what])
+            after_commit(what)
             if lag(spec):
-                batches.started_after(writer.commits[-1][1], f"started after commit {j}")
+                batches.started_after(writer.commits[-1][1], f"started after the commit of {what}")
         after = max(batches.records, default=-1)
         rows = landing.write(carried=j % 2 == 0)
         batches.wait(lambda r: r["batch_id"] > after and r["input_rows"] == rows.num_rows, f"took file {j}")
@@ -307,11 +311,13 @@ def file_batches(landing: Landing, records: dict) -> dict[str, int]:
     return {name: b for (name, _), b in zip(landing.files, taking)}
 
 
-def check_batches(records: dict, writer: Writer, lag: int) -> None:
+def check_batches(records: dict, writer: Writer, lag: int) -> int:
     """Each micro-batch read, at every step, a version a whole transaction left: none newer than
     the commits begun before it ended, none older than those ended before it started (``lag``
-    0) or before the batch before it started (``lag`` 1): the bound."""
+    0) or before the batch before it started (``lag`` 1): the bound. How many batches read, at
+    some step, a version older than a commit ended before they started."""
     assert sorted(records) == list(range(len(records)))  # every batch reported (a replay's record replaces the first)
+    lagged = 0
     for b, r in records.items():
         read = r["master_versions"]
         assert len(read) == len(ALGORITHMS) and set(read) <= set(writer.versions), (b, read, sorted(writer.versions))
@@ -319,6 +325,8 @@ def check_batches(records: dict, writer: Writer, lag: int) -> None:
         if b >= lag:
             bound = [v for _, ended, v in writer.commits if ended < started(records[b - lag])]
             assert min(read) >= max(bound, default=0), (b, read, bound)
+        lagged += min(read) < max([0] + [v for _, ended, v in writer.commits if ended < started(r)])
+    return lagged
 
 
 def check_tuples(spec: JobSpec, records: dict, writer: Writer, landing: Landing) -> dict:
@@ -377,10 +385,18 @@ def test_every_algorithm_joins_each_commit_of_another_connection_from_the_bound_
     drivers = [Driver(spec_file, batches)]
     inside = []
 
-    def kill_and_restart(j: int) -> None:
-        if j == KILL_AFTER:
-            inside.append(batches.records[max(batches.records)]["queue_tuples"])
+    def kill_and_restart(what: str) -> None:
+        """Right after the commit, once Spark has committed the micro-batch before it (its state
+        file is what the restart reads): SIGKILL, and a new driver on the same checkpoint."""
+        if what == KILL_AFTER:
+            last = max(batches.records)
+            inside.append(batches.records[last]["queue_tuples"])
+            committed = Path(spec.checkpoint) / "commits" / str(last)
+            deadline = time.time() + WAIT_S
+            while not committed.exists() and time.time() < deadline:  # a poll: Spark writes it once the batch returns
+                time.sleep(0.01)
             drivers[-1].kill()
+            assert committed.exists()
             drivers.append(Driver(spec_file, batches))
 
     try:
@@ -389,15 +405,38 @@ def test_every_algorithm_joins_each_commit_of_another_connection_from_the_bound_
         code = drivers[-1].end(WAIT_S)
     finally:
         for driver in drivers:
-            driver.end(0)
+            driver.close()
         writer.close()
     out = "".join(drivers[-1].lines)
     assert code == 0, out[-2000:]
     summary = driver_summary(out)
     assert (summary["drained"], summary["queue_tuples"]) == ("stop_file", 0)
-    check_batches(batches.records, writer, lag(spec))
+    lagged = check_batches(batches.records, writer, lag(spec))
+    assert (lagged > 0) == bool(lag(spec))  # at partitions 1 a step worked ahead across a commit: the bound is needed
     seen = check_tuples(spec, batches.records, writer, landing)
     assert inside[0] > 0  # the kill found tuples inside the steps (worked on at the old version)
     forced = [rows.num_rows for name, rows in landing.files[1::2]]
     assert seen["forced_at_once"] == sum(forced)  # due at once: every step forced them out in their batch
     assert seen["oracle"] >= sum(forced) and seen["left_after_the_next_commit"] > 0
+
+
+def test_a_carried_tuple_whose_key_r_deleted_leaves_unmatched_from_a_rebuilt_session(sqlite_backend):
+    """Issue 54: a store opened anew - a restarted driver's step, a part rebuilt in another Spark
+    worker - holds string keys at the width of R's longest key now. A tuple carried since R had a
+    longer key, deleted meanwhile, cannot be in R any more: it leaves unmatched with the next
+    slice, as a new tuple with that key would (the rebuild raised, and every restart from that
+    checkpoint failed again)."""
+    keys = [f"k{i:03d}" for i in range(40)] + ["zzzzzzzzzz"]  # the last key is R's longest
+    store = sqlite_backend.make_master(pa.table({"nk": keys, "v": pa.array(range(len(keys)), pa.int64())}))
+    carried = pa.table({"nk": ["zzzzzzzzzz", "k001"], SEQ: pa.array([0, 1], pa.int64()), DUE: [math.inf] * 2,
+                        PART: pa.array([0, 0], pa.int32())})
+    assert session_from(create("hybridjoin", store, 1 << 20), "nk", carried).pending == 2  # they entered
+    sqlite_backend.execute(f"DELETE FROM {sqlite_backend.quote(store.table)} WHERE nk = 'zzzzzzzzzz'")
+    sqlite_backend.connection.commit()
+    with open_store(sqlite_backend.url, store.table, "nk", ["v"]) as reopened:
+        session = session_from(create("hybridjoin", reopened, 1 << 20), "nk", carried)
+        assert session.pending == 1
+        out, stats = slice_of(session, "nk", carried.slice(0, 0), math.inf, 0.0, False)
+    assert stats["balanced"] and (stats["left"], stats["pending"]) == (2, 0)
+    assert out.matched_ids.tolist() == [1] and out.master["v"].to_pylist() == [1]
+    assert out.unmatched_ids.tolist() == [0] and labels(out.unmatched_reason).tolist() == [NOT_IN_MASTER]
