@@ -33,9 +33,13 @@ What holds (:func:`check_batches`, :func:`check_tuples`):
   the files forced out at once among them);
 * exactly once: every input tuple is in the matched sink once (unknown members included), none
   in the dead letter;
-* the driver is killed (SIGKILL, its whole process group) right after the DELETE's commit, with
-  tuples inside the steps (at partitions 1 worked ahead on the old version) and restarted on the
-  same checkpoint: all of the above holds over both drivers' micro-batches.
+* the driver is killed (SIGKILL, its whole process group) right after the DELETE's commit, once
+  Spark has committed the micro-batch before it, with tuples inside the steps (at partitions 1
+  worked ahead on the old version), and restarted on the same checkpoint: all of the above holds
+  over both drivers' micro-batches.
+
+Also issue 54: a carried tuple whose string key R can no longer hold leaves a rebuilt session
+unmatched (:func:`test_a_carried_tuple_whose_key_r_deleted_leaves_unmatched_from_a_rebuilt_session`).
 """
 
 from __future__ import annotations
@@ -85,8 +89,8 @@ SMALL = {"page_rows": 4, "partition_pages": 2}  # small pages: R of 100 rows is 
 
 def job(tmp_path: Path, url: str, table: str, partitions: int) -> JobSpec:
     steps = [{"column": "nk", "master": {"url": url, "table": table, "key": "nk", "select": ["v"]}, "algorithm": name,
-              "memory": "1M", "params": {p: v for p, v in SMALL.items() if p in ALGORITHMS[name].params}, "on_missing": "unknown_member",
-              "unknown_member": {out_column(name): UNKNOWN}, "rename": {"v": out_column(name)},
+              "memory": "1M", "params": {p: v for p, v in SMALL.items() if p in ALGORITHMS[name].params},
+              "on_missing": "unknown_member", "unknown_member": {out_column(name): UNKNOWN}, "rename": {"v": out_column(name)},
               "max_queue_time_s": MAX_QUEUE_S[partitions], "change_capture": "triggers"} for name in ALGORITHMS]
     (tmp_path / "landing").mkdir()
     return JobSpec.from_dict({
@@ -359,7 +363,6 @@ def check_tuples(spec: JobSpec, records: dict, writer: Writer, landing: Landing)
             seen["oracle"] += 1
         else:
             seen["left_after_the_next_commit"] += 1
-        seen["left_later"] += last > first
         seen["forced_at_once"] += row["arrived"] < records[first]["time"] - 600 and last == first
     return seen
 
