@@ -257,11 +257,13 @@ def in_seq_order(rows: pa.Table) -> pa.Table:
 def session_from(algorithm: JoinAlgorithm, column: str, rows: pa.Table | None, clock=time.time) -> JoinSession:
     """A session over a fresh ``algorithm`` fed with carried ``rows`` (in any order).
 
-    A carried tuple's key could be in R when it entered; a store opened since (a restart, a part
-    rebuilt in another worker) holds string keys at the width of R's longest key now, and where
-    R's longest keys were deleted meanwhile a carried key may be longer than every key R has:
-    it cannot be in R any more, and leaves unmatched with the next slice, as a new tuple with
-    that key would (:attr:`..core.session.JoinSession.settled`)."""
+    A tuple whose key cannot be in R leaves unmatched with the next slice, with its reason, as
+    in :func:`slice_of` (:attr:`..core.session.JoinSession.settled`): a call that rebuilds a part
+    (:mod:`.partitioned`: every part's first call, one after the cut points moved, one on another
+    worker) sends this batch's new tuples with the carried ones, a null key among them; and a
+    store opened anew (a restart, a rebuilt part) holds string keys at the width of R's longest
+    key now, so a carried key longer than every key R has since its longest were deleted cannot
+    be in R any more."""
     session = JoinSession(algorithm, clock)
     if rows is not None and rows.num_rows:
         rows = in_seq_order(rows)

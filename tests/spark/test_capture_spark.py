@@ -38,13 +38,17 @@ What holds (:func:`check_batches`, :func:`check_tuples`):
   worked ahead on the old version), and restarted on the same checkpoint: all of the above holds
   over both drivers' micro-batches.
 
-Also issue 54: a carried tuple whose string key R can no longer hold leaves a rebuilt session
-unmatched (:func:`test_a_carried_tuple_whose_key_r_deleted_leaves_unmatched_from_a_rebuilt_session`).
+Issue 54: a tuple whose key cannot be in R, fed to a rebuilt session - a part's rebuilding call
+(every part's first) sends this batch's new tuples too; a restarted store holds string keys at
+R's longest key's width now - leaves it unmatched instead of failing the micro-batch (the files
+hold a null key: at partitions 2 a micro-batch failed where its part was rebuilt; and the two
+tests at the end of this module).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -57,6 +61,7 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -65,13 +70,14 @@ from airflow_provider_semijoin.core.progress import parse_line
 from airflow_provider_semijoin.core.reasons import Unmatched, labels
 from airflow_provider_semijoin.core.stores import DatabaseURL, open_store, store_for
 from airflow_provider_semijoin.spark.joinstate import DUE, PART, SEQ, session_from, slice_of
+from airflow_provider_semijoin.spark.partitioned import REASON_CODE, STATS_COLUMN, TOKEN_COLUMN, join_part
 from airflow_provider_semijoin.spark.sinks import read_parquet_batch
-from airflow_provider_semijoin.spark.spec import JobSpec
+from airflow_provider_semijoin.spark.spec import JobSpec, StepSpec
 from spark_jobs import driver_summary
 
 KEYS = list(range(10, 410, 4))  # R's keys at the start: gaps for inserts between, below and above
 HOT = [10, 14, 18, 22, 26, 34, 38]  # repeated in every file: the caches hold them when they change
-EXTRA = [2, 11, 12, 43, 47, 999, 1001, 5000]  # inserted (below, inside, above R's range), moved to, never there
+EXTRA = [2, 11, 12, 43, 47, 999, 1001, 5000, None]  # inserted (below, inside, above R's range), moved to, never, null
 NOT_IN_MASTER = Unmatched.NOT_IN_MASTER.label
 UNKNOWN = -7  # the unknown member's v (no version of R has it)
 # the longest a tuple waits inside a step (MESHJOIN's would wait for its cycle), by partitions: a
@@ -443,3 +449,23 @@ def test_a_carried_tuple_whose_key_r_deleted_leaves_unmatched_from_a_rebuilt_ses
     assert stats["balanced"] and (stats["left"], stats["pending"]) == (2, 0)
     assert out.matched_ids.tolist() == [1] and out.master["v"].to_pylist() == [1]
     assert out.unmatched_ids.tolist() == [0] and labels(out.unmatched_reason).tolist() == [NOT_IN_MASTER]
+
+
+def test_a_part_rebuilt_with_new_tuples_whose_key_cannot_be_in_r_lets_them_leave_unmatched(sqlite_backend):
+    """Issue 54 at partitions N: a call that rebuilds a part (every part's first, one after the cut
+    points moved, one on a worker that does not hold the part) sends it all its tuples, this
+    batch's new ones among them; a null key among those raised 'carried tuples have keys that
+    cannot be in R' and failed the micro-batch, at every replay."""
+    store = sqlite_backend.make_master(master())
+    step = StepSpec(column="nk", master={"url": sqlite_backend.url, "table": store.table, "key": "nk", "select": ["v"]},
+                    master_static=True)
+    schema = pa.schema([pa.field(SEQ, pa.int64()), pa.field(REASON_CODE, pa.int8()), *store.schema,
+                        pa.field(STATS_COLUMN, pa.string())])
+    rows = pa.table({SEQ: pa.array([None, 0, 1], pa.int64()), "nk": pa.array([None, 14, None], pa.int64()),
+                     DUE: [None, math.inf, math.inf], PART: pa.array([0, 0, 0], pa.int32()),
+                     TOKEN_COLUMN: pa.array(["", None, None], pa.string())})  # the control row: rebuild
+    out = join_part(json.dumps(dataclasses.asdict(step)), 0, 1 << 20, rows, schema, (None, None), 0, math.inf, 0.0,
+                    True, "call:0")
+    left = out.filter(pc.is_valid(out[SEQ]))
+    assert dict(zip(left[SEQ].to_pylist(), left[REASON_CODE].to_pylist())) == {0: None, 1: int(Unmatched.NULL_KEY)}
+    assert left.filter(pc.is_null(left[REASON_CODE]))["v"].to_pylist() == [140]
