@@ -57,6 +57,9 @@ class JoinSession:
         self.fed = 0
         self.completed = 0
         self.forced_steps = 0
+        # tuples that left before any step (fed to a rebuilt session with a key that cannot be in
+        # R: :func:`...spark.joinstate.session_from`), handed out by the next slice
+        self.settled: JoinOutput | None = None
 
     # -- what waits --------------------------------------------------------------------------
     @property

@@ -256,14 +256,27 @@ def in_seq_order(rows: pa.Table) -> pa.Table:
 
 
 def session_from(algorithm: JoinAlgorithm, column: str, rows: pa.Table | None, clock=time.time) -> JoinSession:
-    """A session over a fresh ``algorithm`` fed with carried ``rows`` (in any order)."""
+    """A session over a fresh ``algorithm`` fed with carried ``rows`` (in any order).
+
+    A tuple whose key cannot be in R leaves unmatched with the next slice, with its reason, as
+    in :func:`slice_of` (:attr:`..core.session.JoinSession.settled`): a call that rebuilds a part
+    (:mod:`.partitioned`: every part's first call, one after the cut points moved, one on another
+    worker) sends this batch's new tuples with the carried ones, a null key among them; and a
+    store opened anew (a restart, a rebuilt part) holds string keys at the width of R's longest
+    key now, so a carried key longer than every key R has since its longest were deleted cannot
+    be in R any more."""
     session = JoinSession(algorithm, clock)
     if rows is not None and rows.num_rows:
         rows = in_seq_order(rows)
         invalid, _ = feed_keys(algorithm, rows[column], rows[SEQ].to_numpy(), rows[DUE].to_numpy(), clock, session)
-        if len(invalid):  # carried rows were valid when they entered
-            raise RuntimeError(f"{len(invalid)} carried tuples have keys that cannot be in R")
+        session.settled = invalid if len(invalid) else None
     return session
+
+
+def _settled(session: JoinSession) -> list[JoinOutput]:
+    """What left ``session`` before any step (handed out once)."""
+    settled, session.settled = session.settled, None
+    return [settled] if settled is not None else []
 
 
 def slice_of(session: JoinSession, column: str, rows: pa.Table, horizon: float, until: float, drain: bool,
@@ -276,13 +289,14 @@ def slice_of(session: JoinSession, column: str, rows: pa.Table, horizon: float, 
     algorithm = session.algorithm
     io_before = algorithm.store.counters.as_dict()
     started = clock()
-    pending_before = session.pending
+    settled = _settled(session)
+    pending_before = session.pending + sum(len(s) for s in settled)
     rows = in_seq_order(rows)
     with one_version_of_r(algorithm) as invalidated:
         invalid, _ = feed_keys(algorithm, rows[column], rows[SEQ].to_numpy(), rows[DUE].to_numpy(), clock, session)
         out = session.drain() if drain else session.advance(horizon, until, max_pending)
     session.compact()  # between batches the log holds the waiting tuples only
-    result = JoinOutput.concat([invalid, out], algorithm.schema)
+    result = JoinOutput.concat([*settled, invalid, out], algorithm.schema)
     return result, _slice_stats(session, result, io_before, started, pending_before, rows.num_rows, invalidated, clock)
 
 
@@ -291,9 +305,10 @@ def ahead_of(session: JoinSession, keep_going, clock=time.time) -> tuple[JoinOut
     (:meth:`..core.session.JoinSession.work_ahead`), inside one version of R; what completed
     and the figures, as :func:`slice_of`'s."""
     io_before = session.algorithm.store.counters.as_dict()
-    started, pending_before = clock(), session.pending
+    settled = _settled(session)
+    started, pending_before = clock(), session.pending + sum(len(s) for s in settled)
     with one_version_of_r(session.algorithm) as invalidated:
-        result = session.work_ahead(keep_going)
+        result = JoinOutput.concat([*settled, session.work_ahead(keep_going)], session.algorithm.schema)
     session.compact()
     return result, _slice_stats(session, result, io_before, started, pending_before, 0, invalidated, clock)
 
