@@ -1,5 +1,6 @@
 """Issue 52 through the real Spark path: a join running while another connection commits plain SQL
-to R (its writes captured by triggers: ``change_capture: triggers``), on SQLite and MariaDB, at
+to R (its writes captured by triggers, ``change_capture: triggers``, on SQLite and MariaDB; or
+from MariaDB's binary log, ``change_capture: binlog``, on a private server with it on), at
 partitions 1 and 2, with every algorithm of the registry.
 
 One job per (backend, partitions), its driver a plain process (as ``test_recovery``): a landing
@@ -65,6 +66,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_semijoin.core.stores.binlog import server_position, wait_captured
 from airflow_provider_semijoin.core.joins import ALGORITHMS, create
 from airflow_provider_semijoin.core.progress import parse_line
 from airflow_provider_semijoin.core.reasons import Unmatched, labels
@@ -93,11 +95,11 @@ def out_column(name: str) -> str:
 SMALL = {"page_rows": 4, "partition_pages": 2}  # small pages: R of 100 rows is many, a tuple may wait inside
 
 
-def job(tmp_path: Path, url: str, table: str, partitions: int) -> JobSpec:
+def job(tmp_path: Path, url: str, table: str, partitions: int, capture: str = "triggers") -> JobSpec:
     steps = [{"column": "nk", "master": {"url": url, "table": table, "key": "nk", "select": ["v"]}, "algorithm": name,
               "memory": "1M", "params": {p: v for p, v in SMALL.items() if p in ALGORITHMS[name].params},
               "on_missing": "unknown_member", "unknown_member": {out_column(name): UNKNOWN}, "rename": {"v": out_column(name)},
-              "max_queue_time_s": MAX_QUEUE_S[partitions], "change_capture": "triggers"} for name in ALGORITHMS]
+              "max_queue_time_s": MAX_QUEUE_S[partitions], "change_capture": capture} for name in ALGORITHMS]
     (tmp_path / "landing").mkdir()
     return JobSpec.from_dict({
         "source": {"kind": "files", "path": str(tmp_path / "landing"), "format": "parquet",
@@ -162,11 +164,22 @@ class Writer:
         finally:
             cursor.close()
         ended = time.time()
-        version = self.store.version()
+        version = self.version_now()
         assert version > max(self.versions), statements
         self.versions[version] = self.table_now()
         self.commits.append((began, ended, version))
         return version
+
+    def version_now(self) -> int:
+        """R's version after this writer's last commit (from the binary log: once captured)."""
+        if not (self.store.has_change_log() and self.store._binlog):
+            return self.store.version()
+        cursor = self.connection.cursor()
+        try:
+            at = server_position(cursor)
+        finally:
+            cursor.close()
+        return wait_captured(self.connection, self.table, at.file, at.pos, WAIT_S)
 
     def close(self) -> None:
         self.connection.close()
@@ -377,7 +390,7 @@ def master() -> pa.Table:
     return pa.table({"nk": pa.array(KEYS, pa.int64()), "v": pa.array([10 * k for k in KEYS], pa.int64())})
 
 
-BACKENDS = ["sqlite", pytest.param("mysql", marks=pytest.mark.mysql)]
+BACKENDS = ["sqlite", pytest.param("mysql", marks=pytest.mark.mysql), pytest.param("binlog", marks=pytest.mark.mysql)]
 
 
 @pytest.mark.timeout(900)
@@ -385,9 +398,9 @@ BACKENDS = ["sqlite", pytest.param("mysql", marks=pytest.mark.mysql)]
 @pytest.mark.parametrize("backend_name", BACKENDS)
 def test_every_algorithm_joins_each_commit_of_another_connection_from_the_bound_on(tmp_path, request, backend_name,
                                                                                    partitions):
-    backend = request.getfixturevalue(f"{backend_name}_backend")
+    backend = request.getfixturevalue(f"{backend_name}_backend")  # binlog: MariaDB with its binary log on
     store = backend.make_master(master())
-    spec = job(tmp_path, backend.url, store.table, partitions)
+    spec = job(tmp_path, backend.url, store.table, partitions, "binlog" if backend_name == "binlog" else "triggers")
     spec_file = tmp_path / "job.json"
     spec_file.write_text(json.dumps(spec.to_dict()))
     writer, batches, landing = Writer(backend, store.table), Batches(), Landing(spec.source.path)
