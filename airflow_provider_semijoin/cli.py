@@ -270,7 +270,7 @@ def cmd_bench_changes(args) -> int:
                                      shapes=_columns(args.shapes) or ["noperm"], warmup_s=args.warmup,
                                      window_s=args.window, params=_params(args.set), seed=args.seed),
                          algorithms=_columns(args.algorithms), batch_rows=args.spark_batch_rows),
-        rates=rates, txn_rows=args.change_txn_rows,
+        rates=rates, txn_rows=args.change_txn_rows, work_ahead=not args.change_no_work_ahead,
     )
     report = run_changes_bench(config, out=functools.partial(print, flush=True))
     _write_report(report, args.out)
@@ -500,6 +500,8 @@ def _add_bench(sub) -> None:
                             "throughput, staleness, exactly once")
     b.add_argument("--change-rates", default="0,100,1000", help="with --changes: changed rows/s, comma separated")
     b.add_argument("--change-txn-rows", type=int, default=10, help="with --changes: rows a writer transaction changes")
+    b.add_argument("--change-no-work-ahead", action="store_true",
+                   help="with --changes: the join idle between micro-batches (work_ahead: false)")
     b.set_defaults(func=cmd_bench)
 
 

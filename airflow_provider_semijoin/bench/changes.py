@@ -20,6 +20,7 @@ and visibility (commit to the end of the first micro-batch that read a version h
 how many changes committed in the window were seen, and why the others were not; whether each
 tuple left exactly once; and whether every output row of a changed key carries the value R had
 at the version its micro-batch read (``master_versions``), from the triggers' before-images.
+Each run starts with capture enabled afresh on the bench's table (:func:`fresh_capture`).
 
 Spark's JVM is warmed first by the same query with no join (:data:`.spark_paths.NO_JOIN`), as
 ``--spark`` does. Measure ratios within one run: the machine is shared.
@@ -43,7 +44,9 @@ from .spark_window import BatchWindow
 from ..core.checks import check_number, check_positive
 from ..core.errors import ConfigError
 from ..core.stores import DatabaseURL, open_store, redact
-from ..core.stores.capture import enable_capture
+from ..core.stores.capture import disable_capture, enable_capture
+from ..core.stores.sql import side_tables
+from ..core.stores.versions import before_table
 from ..workloads.master import generate_master
 from ..workloads.zipf import zipf_rows
 
@@ -59,11 +62,13 @@ CAPTURED = {"master_static": False, "change_capture": "triggers"}
 class ChangesBenchConfig:
     """The Spark bench's settings (``spark``: master, rows, memory, zipf, shape, warm-up,
     window, batch_rows, Spark master), the change ``rates`` (rows/s) and ``txn_rows`` (rows a
-    writer transaction changes)."""
+    writer transaction changes); ``work_ahead`` False: the join idle between micro-batches (each
+    slice then reads R's newest version, never an older one through the before-images)."""
 
     spark: SparkBenchConfig
     rates: list[float] = dataclasses.field(default_factory=lambda: list(DEFAULT_RATES))
     txn_rows: int = 10
+    work_ahead: bool = True
 
     def __post_init__(self) -> None:
         self.spark.algorithms = list(self.spark.algorithms or DEFAULT_ALGORITHMS)
@@ -84,18 +89,19 @@ class ChangeWriter(threading.Thread):
     ``txn_rows`` distinct keys every ``txn_rows / rate`` seconds on its own autocommit connection
     (each statement its own transaction), each row a new marker value, until ``stop`` is set;
     records each row's key, value and commit time (the wall clock once the commit returned).
-    It writes for warm-up + twice the window at most: a join that falls behind (its micro-batches
-    longer than the window) ends its run instead of being changed without end."""
+    It stops at ``until()`` too (the window's opening + twice its length): a join that falls
+    behind (its micro-batches longer than the window) ends its run instead of being changed
+    without end."""
 
     def __init__(self, url: str, table: str, config: ChangesBenchConfig, rate: float, marker_base: int,
-                 stop: threading.Event, clock=time.time):
+                 stop: threading.Event, until, clock=time.time):
         super().__init__(name="semijoin-change-writer", daemon=True)
         core = config.spark.core
         self.url, self.table, self.rate, self.txn_rows = url, table, rate, config.txn_rows
         self.draw = lambda start: zipf_rows(start, start + KEY_BLOCK, core.rows, exponent=core.zipf,
                                             shape=core.shapes[0], seed=core.seed + 1)[KEY].to_numpy()
         self.marker_base, self.stop, self.clock = marker_base, stop, clock
-        self.write_s = core.warmup_s + 2 * core.window_s
+        self.until = until
         self.stopped_early = False
         self.keys: list[int] = []
         self.values: list[float] = []
@@ -118,11 +124,10 @@ class ChangeWriter(threading.Thread):
         connection = db.connect()
         pool, drawn, period = np.zeros(0, np.int64), 0, self.txn_rows / self.rate
         due = self.clock()
-        until = due + self.write_s
         try:
             cursor = connection.cursor()
             while not self.stop.wait(max(0.0, due - self.clock())):
-                if self.clock() > until:
+                if self.clock() > self.until():
                     self.stopped_early = True
                     break
                 if len(pool) < 4 * self.txn_rows:
@@ -140,6 +145,12 @@ class ChangeWriter(threading.Thread):
             cursor.close()
         finally:
             connection.close()
+
+    @staticmethod
+    def nothing() -> dict:
+        """The :meth:`result` of a run with no writer (rate 0)."""
+        return {"keys": np.zeros(0, np.int64), "values": np.zeros(0), "commit_times": np.zeros(0), "rows_per_s": 0.0,
+                "statement_ms_p50": None, "stopped_before_window_closed": False}
 
     def result(self) -> dict:
         if self.error is not None:
@@ -180,26 +191,49 @@ def run_rate(spark, config: ChangesBenchConfig, table: str, algorithm: str, rate
     """The pipeline of ``algorithm`` while R is changed at ``rate`` rows/s; its row of the table."""
     core = config.spark.core
     with open_store(core.master, table, KEY) as store:
-        enable_capture(store)  # the step's change_capture finds them: the versions before the run are known
+        fresh_capture(store)
         v0 = store.version()
     window = StartingWindow(core.warmup_s, core.window_s, lambda: writer.start() if writer else None)
-    writer = ChangeWriter(core.master, table, config, rate, marker_base, window.stop) if rate else None
+    writer = None
+    if rate:
+        writer = ChangeWriter(core.master, table, config, rate, marker_base, window.stop, lambda: writes_until(window))
     try:  # the window's close stops the writer and the query
         result = run_pipeline(spark, config.spark, table, algorithm, core.shapes[0], out, None,
-                              step_options=CAPTURED, window=window)
+                              work_ahead=config.work_ahead, step_options=CAPTURED, window=window)
     finally:
         window.stop.set()
         if writer is not None and writer.is_alive():
             writer.join()
-    writes = writer.result() if writer else {"keys": np.zeros(0, np.int64), "values": np.zeros(0),
-                                               "commit_times": np.zeros(0), "rows_per_s": 0.0, "statement_ms_p50": None,
-                                               "stopped_before_window_closed": False}
+    writes = writer.result() if writer else ChangeWriter.nothing()
     history = History.read(core.master, table, KEY, COLUMN, v0)
     rows = emitted_rows(out, window, history.keys_now, KEY, COLUMN)
     result.update(rate=rate, written_rows_per_s=writes["rows_per_s"], statement_ms_p50=writes["statement_ms_p50"],
                   writer_stopped_early=writes["stopped_before_window_closed"],
                   versions=version_check(history, rows), changes=staleness(history, writes, rows, window))
     return result
+
+
+def writes_until(window: BatchWindow) -> float:
+    """When the writer stops at the latest: twice the window's length after it opened (not
+    before it opened: the warm-up's micro-batches may be slow)."""
+    return window.opened_at + 2 * window.window_s if window.opened is not None else float("inf")
+
+
+def fresh_capture(store) -> None:
+    """R's capture as just enabled: the bench's own table loses the triggers, change log and
+    before-images of earlier runs, so each run starts from the same state (reads of R at an
+    older version scan every before-image: a log left from earlier runs would slow the later
+    ones), then gets them anew (the step's ``change_capture`` then finds them in place)."""
+    disable_capture(store)
+    q = store.dialect.quote
+    cursor = store.connection.cursor()
+    try:
+        for name in (*side_tables(store.table), before_table(store.table)):
+            cursor.execute(f"DROP TABLE IF EXISTS {q(name)}")
+        store.connection.commit()
+    finally:
+        cursor.close()
+    enable_capture(store)
 
 
 # -- the whole run ---------------------------------------------------------------------------------
@@ -286,7 +320,8 @@ def format_table(report: dict, config: ChangesBenchConfig) -> list[str]:
         f"Change bench: R = {core.rows:,} rows ({report['table']}, writes captured by triggers), shape "
         f"{core.shapes[0]}, Zipf {core.zipf:g}, memory {core.memory / 2**20:.4g} MiB, backlog of "
         f"{config.spark.batch_rows:,} tuples a micro-batch, window {core.window_s:g} s after {core.warmup_s:g} s "
-        f"warm-up, Spark {config.spark.spark_master}; writer: UPDATEs of {config.txn_rows} rows a transaction, "
+        f"warm-up, Spark {config.spark.spark_master}, work ahead {'on' if config.work_ahead else 'off'}; writer: "
+        f"UPDATEs of {config.txn_rows} rows a transaction, "
         "keys from the stream's distribution",
         "rows/s: asked, committed; staleness: commit -> first output row carrying it; visible: commit -> end of "
         "the first micro-batch reading a version with it (ms, p50 p99); seen: changes committed in the window",
@@ -302,14 +337,16 @@ def format_table(report: dict, config: ChangesBenchConfig) -> list[str]:
                 f"after the commit) + {c['older_reads']} (its tuples after the commit read an older version); "
                 f"uncaptured {c['uncaptured']}; rows of changed keys {c['changed_key_rows'] or 0:.0%} of the output; "
                 f"{v['rows_checked']:,} rows checked against the version read, {v['wrong']} wrong"
-                + ("; the writer stopped after warm-up + 2 windows, before the window closed" if r["writer_stopped_early"] else "")
+                + ("; the writer stopped 2 window lengths after the window opened, before it closed"
+                   if r["writer_stopped_early"] else "")
                 + (f" (older {v['older']}, newer {v['newer']}, unknown {v['unknown']}; first {v['first_wrong']})"
                    if v["wrong"] else ""))
     return lines
 
 
 def describe_changes(config: ChangesBenchConfig) -> dict:
-    return {"spark": describe(config.spark), "rates": config.rates, "txn_rows": config.txn_rows}
+    return {"spark": describe(config.spark), "rates": config.rates, "txn_rows": config.txn_rows,
+            "work_ahead": config.work_ahead}
 
 
 def command(config: ChangesBenchConfig) -> str:
@@ -320,6 +357,8 @@ def command(config: ChangesBenchConfig) -> str:
              f"--algorithms {','.join(s.algorithms)}", f"--change-rates {','.join(f'{r:g}' for r in config.rates)}",
              f"--change-txn-rows {config.txn_rows}", f"--warmup {core.warmup_s:g}", f"--window {core.window_s:g}",
              f"--seed {core.seed}", f"--spark-batch-rows {s.batch_rows}"]
+    if not config.work_ahead:
+        parts.append("--change-no-work-ahead")
     parts += [f"--set {k}={v}" for k, v in core.params.items()]
     return " ".join(parts)
 
