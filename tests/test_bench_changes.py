@@ -16,12 +16,6 @@ from airflow_provider_semijoin.bench.spark_paths import SparkBenchConfig
 from airflow_provider_semijoin.bench.steady import BenchConfig
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
-from airflow_provider_semijoin.core.stores import DatabaseURL
-from airflow_provider_semijoin.core.stores.capture import CLOCK_SUFFIX
-from airflow_provider_semijoin.core.stores.pagemaps import pages_table
-from airflow_provider_semijoin.core.stores.sql import side_tables
-from airflow_provider_semijoin.core.stores.versions import before_table
-from airflow_provider_semijoin.workloads.master import DATASETS_TABLE
 
 ROWS = 3000
 
@@ -36,17 +30,11 @@ def spark():
 
 
 @pytest.fixture
-def changes_table(mysql_url):
+def changes_table(mysql_backend):
     """The bench's table of its own (``bench_r<rows>_changes``), dropped with its side tables after."""
     table = f"bench_r{ROWS}_changes"
-    yield table
-    connection = DatabaseURL.parse(mysql_url).connect()
-    cursor = connection.cursor()
-    for name in (table, *side_tables(table), before_table(table), pages_table(table), table + CLOCK_SUFFIX):
-        cursor.execute(f"DROP TABLE IF EXISTS `{name}`")
-    cursor.execute(f"DELETE FROM `{DATASETS_TABLE}` WHERE table_name = %s", (table,))
-    cursor.close()
-    connection.close()
+    mysql_backend.tables.append(table)
+    return table
 
 
 @pytest.mark.mysql
