@@ -176,7 +176,7 @@ def staleness(history: History, writes: dict, rows: Emitted, window: BatchWindow
                           rows.keys[good], rows.times[good])
     later = _last_emitted(keys, rows.keys, rows.times)
     seen = np.isfinite(seen_at)
-    visible_at = _first_visible(versions, window)
+    visible_at, late = _visible(versions, committed, window)
     w = inside & (versions >= 0)
     return {
         "committed": int(len(keys)),
@@ -187,6 +187,8 @@ def staleness(history: History, writes: dict, rows: Emitted, window: BatchWindow
         "older_reads": int((w & ~seen & (later > committed)).sum()),
         "staleness_ms": latency_ms(seen_at[w & seen] - committed[w & seen]),
         "visibility_ms": latency_ms((visible_at - committed)[w & np.isfinite(visible_at)]),
+        "visible_batches_late_max": int(late[w & np.isfinite(visible_at)].max(initial=0)),
+        "read_versions_monotone": _monotone(window),
         "changed_key_rows": _share(len(rows.keys), sum(r["matched"] for r in window.records)),
     }
 
@@ -220,15 +222,34 @@ def _last_emitted(keys, row_keys, row_times) -> np.ndarray:
     return last.reindex(keys).fillna(-np.inf).to_numpy()
 
 
-def _first_visible(versions, window: BatchWindow) -> np.ndarray:
-    """The first end of a micro-batch that read a version >= each change's (inf: none did)."""
-    records = [r for r in window.records if r.get("master_versions")]
-    if not records:
-        return np.full(len(versions), np.inf)
-    read = np.maximum.accumulate(np.array([r["master_versions"][0] for r in records], np.int64))
-    times = np.array([r["time"] for r in records])
-    at = np.searchsorted(read, versions, side="left")
-    return np.where((at < len(read)) & (versions >= 0), times[at.clip(0, len(read) - 1)], np.inf)
+def _read_versions(window: BatchWindow) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each micro-batch's read version (-1: none), start and end."""
+    records = window.records
+    read = np.array([(r.get("master_versions") or [-1])[0] for r in records], np.int64)
+    ends = np.array([r["time"] for r in records])
+    starts = ends - np.array([r.get("batch_duration_s") or 0.0 for r in records])
+    return read, starts, ends
+
+
+def _visible(versions, committed, window: BatchWindow) -> tuple[np.ndarray, np.ndarray]:
+    """For each change: the first end of a micro-batch that read a version >= its own (inf:
+    none did), and how many micro-batches after the first one that started after its commit
+    that one was (0: the first to start after the commit already read it; the README promises
+    the next micro-batch, or the one after when the join worked ahead)."""
+    read, starts, ends = _read_versions(window)
+    if not len(read):
+        return np.full(len(versions), np.inf), np.zeros(len(versions), np.int64)
+    at = np.searchsorted(np.maximum.accumulate(read), versions, side="left")
+    found = (at < len(read)) & (versions >= 0)
+    late = at - np.searchsorted(starts, committed, side="right")
+    return np.where(found, ends[at.clip(0, len(read) - 1)], np.inf), late
+
+
+def _monotone(window: BatchWindow) -> bool:
+    """Whether no micro-batch read an older version of R than one before it."""
+    read = _read_versions(window)[0]
+    read = read[read >= 0]
+    return bool(np.all(np.diff(read) >= 0))
 
 
 def _share(part: int, whole: int) -> float | None:

@@ -335,7 +335,10 @@ def format_table(report: dict, config: ChangesBenchConfig) -> list[str]:
             lines.append(
                 f"{r['algorithm']} at {r['rate']:,.0f} rows/s: not seen {c['unprobed']} (no tuple of the key left "
                 f"after the commit) + {c['older_reads']} (its tuples after the commit read an older version); "
-                f"uncaptured {c['uncaptured']}; rows of changed keys {c['changed_key_rows'] or 0:.0%} of the output; "
+                f"uncaptured {c['uncaptured']}; visible at the latest {c['visible_batches_late_max']} micro-batch(es) "
+                f"after the first that started after the commit; versions read never went back: "
+                f"{'yes' if c['read_versions_monotone'] else 'NO'}; rows of changed keys {c['changed_key_rows'] or 0:.0%} "
+                "of the output; "
                 f"{v['rows_checked']:,} rows checked against the version read, {v['wrong']} wrong"
                 + ("; the writer stopped 2 window lengths after the window opened, before it closed"
                    if r["writer_stopped_early"] else "")
