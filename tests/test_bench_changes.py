@@ -61,6 +61,8 @@ def test_tiny_change_bench_sees_the_changes_exactly_once(spark, mysql_url, chang
     assert c["seen"] + c["unprobed"] + c["older_reads"] == c["committed_in_window"]
     assert c["seen"] > 0 and 0 <= c["staleness_ms"]["p50"] <= c["staleness_ms"]["p99"]
     assert 0 <= c["visibility_ms"]["p50"] <= c["visibility_ms"]["p99"]
+    # the README's promise: seen from the next micro-batch that starts after the commit, or the one after
+    assert c["visible_batches_late_max"] <= 1 and c["read_versions_monotone"]
     assert changed["versions"]["rows_checked"] > 0  # the hot keys were changed: their rows were checked
     printed = capsys.readouterr().out.splitlines()
     header = next(i for i, line in enumerate(printed) if line.startswith("algorithm "))
