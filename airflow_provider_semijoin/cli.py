@@ -189,6 +189,8 @@ def cmd_bench(args) -> int:
 
     if args.spark:
         return cmd_bench_spark(args)
+    if args.changes:
+        return cmd_bench_changes(args)
     if args.cold:
         return cmd_bench_cold(args)
     modes = {"--micro": (args.micro, cmd_bench_micro), "--access": (args.access, cmd_bench_access)}
@@ -267,6 +269,31 @@ def cmd_bench_spark(args) -> int:
     report = run_spark_bench(config, out=functools.partial(print, flush=True))
     _write_report(report, args.out)
     return 0 if all(r["exactly_once"]["ok"] for shape in report["shapes"] for r in shape["rows"]) else 1
+
+
+def cmd_bench_changes(args) -> int:
+    from .bench.changes import ChangesBenchConfig, healthy, run_changes_bench
+    from .bench.spark_paths import SparkBenchConfig
+    from .bench.steady import BenchConfig
+
+    rates = [_number(text, "--change-rates") for text in _columns(args.change_rates) or []]
+    config = ChangesBenchConfig(
+        SparkBenchConfig(BenchConfig(master=args.master, rows=args.rows, memory=parse_bytes(args.memory), zipf=args.zipf,
+                                     shapes=_columns(args.shapes) or ["noperm"], warmup_s=args.warmup,
+                                     window_s=args.window, params=_params(args.set), seed=args.seed),
+                         algorithms=_columns(args.algorithms), batch_rows=args.spark_batch_rows),
+        rates=rates, txn_rows=args.change_txn_rows, work_ahead=not args.change_no_work_ahead,
+    )
+    report = run_changes_bench(config, out=functools.partial(print, flush=True))
+    _write_report(report, args.out)
+    return 0 if healthy(report) else 1
+
+
+def _number(text: str, option: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{option}: {text!r} is not a number") from None
 
 
 def cmd_reproduce(args) -> int:
@@ -482,6 +509,14 @@ def _add_bench(sub) -> None:
     b.add_argument("--spark-max-queue-time", type=float, default=None,
                    help="with --spark: the steps' max_queue_time_s in the latency runs, the longest a tuple waits "
                         "inside the join (default: the step's default)")
+    modes.add_argument("--changes", action="store_true",
+                       help="measure the Spark pipeline (hybridjoin, cachejoin-pq, ssij, or --algorithms) on an R that "
+                            "another connection changes by plain SQL at --change-rates rows/s, its writes captured: "
+                            "throughput, staleness, exactly once")
+    b.add_argument("--change-rates", default="0,100,1000", help="with --changes: changed rows/s, comma separated")
+    b.add_argument("--change-txn-rows", type=int, default=10, help="with --changes: rows a writer transaction changes")
+    b.add_argument("--change-no-work-ahead", action="store_true",
+                   help="with --changes: the join idle between micro-batches (work_ahead: false)")
     b.set_defaults(func=cmd_bench)
 
 

@@ -103,15 +103,17 @@ def stream_rows(config: BenchConfig, shape: str, start: int, end: int) -> pa.Tab
 # -- the Spark pipeline ----------------------------------------------------------------------------
 def run_pipeline(spark, config: SparkBenchConfig, table: str, algorithm: str, shape: str, out: Path,
                  rate: float | None, trigger_s: float | None = None, max_queue_time_s: float | None = None,
-                 work_ahead: bool = True) -> dict:
+                 work_ahead: bool = True, step_options: dict | None = None, window: BatchWindow | None = None) -> dict:
     """The product's streaming query for ``algorithm``: a backlog (``rate`` None: every tuple
     has arrived, so no tuple is forced out by its wait) or ``rate`` with each tuple forced out
     after ``max_queue_time_s`` (None: the step's default); ``work_ahead``: the join goes on
-    between micro-batches (the product's default)."""
+    between micro-batches (the product's default). ``step_options`` go on the step (e.g.
+    ``change_capture``); ``window``: the caller's (it sees the records and the stop)."""
     core = config.core
     step = {"column": KEY, "master": {"url": core.master, "table": table, "key": KEY},
             "algorithm": algorithm, "memory": core.memory, "params": core.params_for(algorithm),
-            "master_static": True}  # the bench's R: nothing writes it while it runs
+            "master_static": True,  # the bench's R: nothing writes it while it runs (unless step_options say)
+            **(step_options or {})}
     if rate is None or max_queue_time_s is not None:
         step["max_queue_time_s"] = max_queue_time_s
     spec = JobSpec.from_dict({
@@ -124,7 +126,7 @@ def run_pipeline(spark, config: SparkBenchConfig, table: str, algorithm: str, sh
         "stop": {"duration_s": core.warmup_s + core.window_s + STOP_GRACE_S},
         "work_ahead": work_ahead,
     })
-    window = BatchWindow(core.warmup_s, core.window_s)
+    window = window or BatchWindow(core.warmup_s, core.window_s)
     run_job(spec, spark=spark, on_progress=window, stop_event=window.stop)
     path = PIPELINE if work_ahead else PIPELINE_RESTING
     return {**spark_result(algorithm, path, window, out, rate), "max_queue_time_s": spec.steps[0].max_queue_time_s}
