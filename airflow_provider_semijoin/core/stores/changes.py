@@ -39,7 +39,7 @@ from .base import MasterStore
 from .capture import capture_enabled
 from .opening import store_for
 from .sql import MYSQL, SQLITE, DatabaseURL, dialect_of, refused_value_errors, side_tables, table_exists, write_transaction
-from .versions import create_before_table, save_before_images
+from .versions import create_before_table, key_version_index, save_before_images
 
 OPS = ("U", "D")
 BATCH = 500  # keys per DELETE ... IN (...) statement
@@ -104,6 +104,7 @@ def _create(store: MasterStore) -> tuple[str, str]:
             f"CREATE TABLE IF NOT EXISTS {d.quote(log)} (version BIGINT NOT NULL, {qk} NOT NULL, "
             f"op CHAR(1) NOT NULL, PRIMARY KEY (version, {d.quote(key.name)})){engine}"
         )
+        key_version_index(cursor, store, log)
         columns = "".join(f", {d.quote(c.name)} {c.declaration or c.sql_type}" for c in others)
         cursor.execute(
             f"CREATE TABLE IF NOT EXISTS {d.quote(pending)} ({seq}, op CHAR(1) NOT NULL, {qk} NOT NULL{columns}){engine}"

@@ -22,6 +22,7 @@ version that old fails with one sentence.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from ..errors import StoreError
@@ -36,6 +37,23 @@ BATCH = 500  # keys per INSERT ... SELECT
 def before_table(table: str) -> str:
     """The name of R's before-images table (valid whenever R can have change tables)."""
     return table + BEFORE_SUFFIX
+
+
+def key_version_index(cursor, store, table: str) -> None:
+    """An index ``(<key>, version)`` on R's side table ``table`` if missing: a read of R at an
+    older version looks up, for each row it reads, that key's changes after the version
+    (:class:`Overlay`), and reads the before-images of a page's key range; ordered by version
+    alone, each is a scan of every version since (measured: 16 pages of R read 10,000 captured
+    versions back took 0.9-9.3 s, growing with every before-image kept)."""
+    d = store.dialect
+    name = f"ix_kv_{table}" if len(table) <= 58 else f"ix_kv_{hashlib.sha1(table.encode()).hexdigest()[:20]}"
+    if d is SQLITE:
+        cursor.execute(f"CREATE INDEX IF NOT EXISTS {d.quote(name)} ON {d.quote(table)} ({d.quote(store.key)}, version)")
+        return
+    cursor.execute("SELECT 1 FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s "
+                   "AND INDEX_NAME = %s", (table, name))
+    if not cursor.fetchall():
+        cursor.execute(f"CREATE INDEX {d.quote(name)} ON {d.quote(table)} ({d.quote(store.key)}, version)")
 
 
 def create_before_table(cursor, store) -> str:
@@ -53,6 +71,7 @@ def create_before_table(cursor, store) -> str:
             f"CREATE TABLE IF NOT EXISTS {name} (version BIGINT NOT NULL, {columns}, "
             f"KEY (version, {d.quote(store.key)})){engine}"
         )
+    key_version_index(cursor, store, before_table(store.table))
     return name
 
 
