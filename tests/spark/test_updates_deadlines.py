@@ -143,7 +143,7 @@ def one_version_per_batch(spark, tmp_path, backend, algorithm: str, writes: str,
 @pytest.mark.parametrize("max_latency_s, all_miss", [(120.0, False), (0.0001, True)])
 def test_deadline_misses_are_counted_end_to_end(spark, tmp_path, sqlite_backend, max_latency_s, all_miss):
     store = sqlite_backend.make_master(master_table(200), select=SELECT)
-    spec = generator_job(tmp_path, backend.url, store.table, algorithm="hybridjoin", total_rows=2000,
+    spec = generator_job(tmp_path, sqlite_backend.url, store.table, algorithm="hybridjoin", total_rows=2000,
                          master_rows=200, deadline={"max_latency_s": max_latency_s})
     summary = run_job(spec, spark=spark)
     assert summary["deadline_misses"] == (2000 if all_miss else 0)
