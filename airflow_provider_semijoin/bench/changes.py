@@ -365,10 +365,3 @@ def command(config: ChangesBenchConfig) -> str:
     parts += [f"--set {k}={v}" for k, v in core.params.items()]
     return " ".join(parts)
 
-
-if __name__ == "__main__":
-    import sys
-
-    from ..cli import main
-
-    sys.exit(main(["bench", "--changes", *sys.argv[1:]]))

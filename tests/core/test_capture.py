@@ -21,7 +21,7 @@ from airflow_provider_semijoin.core.joins import ALGORITHMS, create
 from airflow_provider_semijoin.core.runner import run_join
 from airflow_provider_semijoin.core.stores import DatabaseURL, install_changes, open_store, store_for
 from airflow_provider_semijoin.core.stores.binlog import BinlogCapture
-from airflow_provider_semijoin.core.stores.binlog_reads import BinlogFollower
+from airflow_provider_semijoin.core.stores.binlog import BinlogFollower
 from airflow_provider_semijoin.core.stores.capture import capture_enabled, disable_capture, enable_capture
 
 KEYS = list(range(10, 410, 4))  # 100 keys with gaps: room for inserts between, below and above

@@ -38,24 +38,31 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
+import threading
 import time
 import zlib
 from dataclasses import dataclass
 
 from ..errors import ConfigError, StoreError, shown
 from .binlog_checks import binlog_problems, check_binlog  # noqa: F401 (binlog_problems: this API too)
+from .binlog_positions import (  # noqa: F401 (snapshot_position, wait_captured: this API too)
+    Position,
+    _ddl_on,
+    binlog_table,
+    server_position,
+    snapshot_position,
+    wait_captured,
+)
 from .changes import create_change_tables
 from .opening import store_for
 from .sql import MYSQL, DatabaseURL, query_rows, refused_value_errors, side_tables, write_transaction
 from .versions import KEEP_CAPTURED_VERSIONS, before_table
 
-BINLOG_SUFFIX = "__sj_binlog"
 LOCK_PREFIX = "sj-binlog:"
-POLL_SLEEP_S = 0.01  # between looks at the capture's table while wait_captured waits
 HEARTBEAT_S = 0.05  # the server says "nothing new" after this long idle: a poll is caught up
 REACH_EVERY_S = 1.0  # how often the newest row's read position follows other tables' changes
-SCAN_LIMIT = 1000  # events per SHOW BINLOG EVENTS while wait_captured looks past the read position
+FOLLOW_POLL_S = 0.2  # one poll of a follower (it returns as soon as it is caught up)
+BLOCKED_RETRY_S = 1.0  # a follower whose table another process captures looks again after this
 _UNSIGNED_BYTES = {"tinyint": 1, "smallint": 2, "mediumint": 3, "int": 4, "bigint": 8}
 
 
@@ -66,128 +73,6 @@ def _without_metadata_advice(record: logging.LogRecord) -> bool:
 
 
 logging.getLogger("pymysqlreplication").addFilter(_without_metadata_advice)
-
-
-@dataclass(frozen=True, order=True)
-class Position:
-    """A place in the binary log: the file and the byte offset in it (files sort by name)."""
-
-    file: str
-    pos: int
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.pos}"
-
-
-def binlog_table(table: str) -> str:
-    """The name of R's capture table (valid whenever R can have change tables)."""
-    side_tables(table)  # validates the name and its length for the longer suffixes
-    return table + BINLOG_SUFFIX
-
-
-def server_position(cursor) -> Position:
-    """The server's current binary log position (SHOW BINLOG STATUS, or its older names)."""
-    import MySQLdb
-
-    for statement in ("SHOW BINLOG STATUS", "SHOW BINARY LOG STATUS", "SHOW MASTER STATUS"):
-        try:
-            cursor.execute(statement)
-        except MySQLdb.ProgrammingError:  # a name this server does not know
-            continue
-        rows = cursor.fetchall()
-        if not rows:
-            raise ConfigError("binlog capture: the server has no binary log position (expected log_bin=ON)")
-        return Position(str(rows[0][0]), int(rows[0][1]))
-    raise StoreError("binlog capture: the server knows none of SHOW BINLOG STATUS, SHOW MASTER STATUS")
-
-
-def snapshot_position(cursor) -> Position:
-    """MariaDB, right after ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` on ``cursor``'s
-    session: the binary log position that snapshot matches (every transaction logged before it
-    is in the snapshot, none after)."""
-    cursor.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
-    found = {str(n).lower(): v for n, v in cursor.fetchall()}
-    if "binlog_snapshot_file" not in found or not found["binlog_snapshot_file"]:
-        raise StoreError("snapshot position: the server has no Binlog_snapshot_file status "
-                         "(expected MariaDB with log_bin=ON)")
-    return Position(str(found["binlog_snapshot_file"]), int(found["binlog_snapshot_position"]))
-
-
-def _before_sql(position: Position) -> tuple[str, tuple]:
-    return "(log_file < %s OR (log_file = %s AND log_pos <= %s))", (position.file, position.file, position.pos)
-
-
-def wait_captured(connection, table: str, file: str, pos: int, timeout_s: float) -> int:
-    """The version of R at binary log position ``(file, pos)`` (a snapshot's,
-    :func:`snapshot_position`): the version whose recorded position is the last one at or
-    before it, once the capture has read that far. Read on ``connection`` OUTSIDE that
-    snapshot (it does not see the versions written after it). Past the capture's read
-    position, the server's own SHOW BINLOG EVENTS tells whether anything of R lies before
-    ``(file, pos)``; nothing: the newest version is R's there (that needs REPLICATION CLIENT).
-    Inside the snapshot, the change log and before-images of versions written after it began
-    are not visible (InnoDB's consistent read); a locking read (``LOCK IN SHARE MODE``) or
-    another session sees them."""
-    target, q = Position(str(file), int(pos)), MYSQL.quote(binlog_table(table))
-    database = query_rows(connection, "SELECT DATABASE()")[0][0]
-    deadline = time.monotonic() + timeout_s
-    while True:
-        newest = query_rows(connection, f"SELECT version, read_file, read_pos FROM {q} ORDER BY version DESC LIMIT 1")
-        if not newest:
-            raise StoreError(f"wait captured: the binlog capture of {table!r} is not enabled "
-                             f"(no rows in {binlog_table(table)!r})")
-        version, read = int(newest[0][0]), Position(newest[0][1], int(newest[0][2]))
-        if read >= target or not _touched(connection, database, table, read, target):
-            where, params = _before_sql(target)
-            found = query_rows(connection, f"SELECT version FROM {q} WHERE {where} ORDER BY version DESC LIMIT 1", params)
-            if not found:
-                raise StoreError(f"wait captured: the binlog capture of {table!r} began after position {target}")
-            return int(found[0][0]) if read >= target else version
-        if time.monotonic() >= deadline:
-            raise StoreError(
-                f"wait captured: the binlog capture of {table!r} did not reach position {target} within "
-                f"{timeout_s} s (it read to {read}; is a capturer polling?)"
-            )
-        time.sleep(POLL_SLEEP_S)
-
-
-def _touched(connection, database: str, table: str, start: Position, end: Position) -> bool:
-    """Whether an event of R (a row event's table map, DDL) starts in ``[start, end)``."""
-    files = [r[0] for r in query_rows(connection, "SHOW BINARY LOGS") if start.file <= r[0] <= end.file]
-    mapped = f"({database}.{table})"
-    for name in files:
-        at = start.pos if name == start.file else 4
-        while True:
-            events = query_rows(connection, f"SHOW BINLOG EVENTS IN %s FROM %s LIMIT {SCAN_LIMIT}", (name, at))
-            for _, event_pos, kind, _, end_pos, info in events:
-                if name == end.file and int(event_pos) >= end.pos:
-                    return False
-                if (kind == "Table_map" and str(info).endswith(mapped)) or (
-                    kind == "Query" and _ddl_on(str(info), "", database, table)
-                ):
-                    return True
-                at = int(end_pos)
-            if len(events) < SCAN_LIMIT:
-                break
-    return False
-
-
-def _ddl_on(query: str, schema: str, database: str, table: str) -> bool:
-    """Whether a logged statement (``schema``: its session's database) names R or drops its
-    database: DDL, or a change logged as a statement; neither has row images."""
-    used = re.match(r"^use `([^`]*)`; ", query)  # SHOW BINLOG EVENTS' prefix: the session's database
-    if used:
-        schema, query = used.group(1), query[used.end():]
-    if re.match(rf"^\s*DROP\s+(DATABASE|SCHEMA)\s+(IF\s+EXISTS\s+)?`?{re.escape(database)}`?\s*$", query, re.I):
-        return True
-    name = re.compile(
-        r"(?:(?:`(?P<quoted>[^`]+)`|(?P<plain>[\w$]+))\s*\.\s*)?(?<![\w$])(?:`" + re.escape(table) + "`|"
-        + re.escape(table) + r"(?![\w$]))"
-    )
-    for found in name.finditer(query):
-        qualifier = found.group("quoted") or found.group("plain")
-        if (qualifier or schema) == database:
-            return True
-    return False
 
 
 @dataclass
@@ -547,3 +432,35 @@ class BinlogCapture:
         finally:
             cursor.close()
         self._reach_written = time.monotonic()
+
+
+class BinlogFollower:
+    """Keeps R's binlog capture going while a job runs: a daemon thread polling
+    :class:`.binlog.BinlogCapture` (``url``, ``table``, ``key``). When another process holds the
+    table's capture, it looks again every :data:`BLOCKED_RETRY_S` s; when the capture fails
+    (DDL on R, a lost server past its retries), :attr:`error` says why and the thread ends, and
+    snapshots that wait for it say so (:func:`.binlog.wait_captured`'s time-out)."""
+
+    def __init__(self, url: str, table: str, key: str):
+        self.url, self.table, self.key = url, table, key
+        self.error: Exception | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"binlog-{table}", daemon=True)
+
+    def start(self) -> "BinlogFollower":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            with BinlogCapture(self.url, self.table, self.key) as capture:
+                while not self._stop.is_set():
+                    capture.poll(FOLLOW_POLL_S)
+                    if capture.blocked:
+                        self._stop.wait(BLOCKED_RETRY_S)
+        except Exception as exc:  # noqa: BLE001 - kept for the job to report
+            self.error = exc
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)

@@ -13,24 +13,21 @@ R at an older version (the parts of a micro-batch, a slice after the stepping ah
 changed since replaced by their before-images, merged in Python (:class:`BinlogOverlay`): the
 SQL overlay of :mod:`.versions` reads the log inside the snapshot, where it may be incomplete.
 
-:class:`BinlogFollower` is the capturer of a running job: a thread polling
-:class:`.binlog.BinlogCapture`; where another process holds the table's capture it waits and
-tries again, so some process always captures while joins wait for versions.
+The capture itself, a writer of R's change tables, is :mod:`.binlog` (and its
+:class:`.binlog.BinlogFollower`, the capturer thread of a running job).
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 from dataclasses import dataclass
 
 from ..errors import StoreError
+from .binlog_positions import snapshot_position, wait_captured
 from .sql import query_rows
 from .versions import before_table
 
 WAIT_CAPTURED_S = 30.0  # how long a snapshot waits for the capture to reach its position
-FOLLOW_POLL_S = 0.2  # one poll of the follower (it returns as soon as it is caught up)
-BLOCKED_RETRY_S = 1.0  # a follower whose table another process captures looks again after this
 
 
 class SideSession:
@@ -72,8 +69,6 @@ class SideSession:
 
 def snapshot_version(store) -> int:
     """Inside a consistent snapshot just begun on ``store``'s session: the version of R in it."""
-    from .binlog import snapshot_position, wait_captured  # (it imports the stores: not at the top)
-
     cursor = store.connection.cursor()
     try:
         position = snapshot_position(cursor)
@@ -133,37 +128,3 @@ def binlog_overlay(store, version: int, newest: int, keep: int) -> BinlogOverlay
         raise StoreError(f"version: R {store.table!r} is at version {newest}; version {version} is more than "
                          f"{keep} captured transactions old and its before-images are pruned")
     return BinlogOverlay(version, newest)
-
-
-class BinlogFollower:
-    """Keeps R's binlog capture going while a job runs: a daemon thread polling
-    :class:`.binlog.BinlogCapture` (``url``, ``table``, ``key``). When another process holds the
-    table's capture, it looks again every :data:`BLOCKED_RETRY_S` s; when the capture fails
-    (DDL on R, a lost server past its retries), :attr:`error` says why and the thread ends, and
-    snapshots that wait for it say so (:func:`.binlog.wait_captured`'s time-out)."""
-
-    def __init__(self, url: str, table: str, key: str):
-        self.url, self.table, self.key = url, table, key
-        self.error: Exception | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"binlog-{table}", daemon=True)
-
-    def start(self) -> "BinlogFollower":
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        from .binlog import BinlogCapture
-
-        try:
-            with BinlogCapture(self.url, self.table, self.key) as capture:
-                while not self._stop.is_set():
-                    capture.poll(FOLLOW_POLL_S)
-                    if capture.blocked:
-                        self._stop.wait(BLOCKED_RETRY_S)
-        except Exception as exc:  # noqa: BLE001 - kept for the job to report
-            self.error = exc
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)

@@ -32,48 +32,17 @@ Rows that the triggers write are never pruned by them; installs through the prov
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import MasterStore
-from .sql import MYSQL, SQLITE, side_tables, table_exists
+from .binlog import BinlogCapture, BinlogFollower, binlog_table
+from .changes import create_change_tables
+from .sql import MYSQL, side_tables, table_exists
+from .triggers import CLOCK_SUFFIX, TRIGGERS, capture_enabled, existing_triggers, trigger_names  # noqa: F401 (this API too)
 from .versions import before_table
-
-TRIGGERS = {"INSERT": "__sj_bi", "UPDATE": "__sj_bu", "DELETE": "__sj_bd"}  # R's triggers, by the event they follow
-CLOCK_SUFFIX = "__sj_clock"  # MySQL: the one row every trigger moves on (versions in commit order)
-
-
-def trigger_names(table: str) -> dict[str, str]:
-    """R's capture triggers by event (valid names whenever R can have change tables)."""
-    side_tables(table)  # the longest suffix fits
-    return {event: table + suffix for event, suffix in TRIGGERS.items()}
-
-
-def _existing_triggers(store: MasterStore) -> set[str]:
-    names = list(trigger_names(store.table).values())
-    if store.dialect is SQLITE:
-        sql = f"SELECT name FROM sqlite_master WHERE type = 'trigger' AND name IN ({store.dialect.placeholders(len(names))})"
-    else:
-        sql = (f"SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE() "
-               f"AND TRIGGER_NAME IN ({store.dialect.placeholders(len(names))})")
-    cursor = store.connection.cursor()
-    try:
-        cursor.execute(sql, tuple(names))
-        return {row[0] for row in cursor.fetchall()}
-    finally:
-        cursor.close()
-
-
-def capture_enabled(store: MasterStore) -> bool:
-    """Whether every write to R is captured: all three triggers are there."""
-    try:
-        return len(_existing_triggers(store)) == len(TRIGGERS)
-    except ConfigError:  # a name too long for change tables: R cannot have them
-        return False
-
 
 class _Bodies:
     """The statements of the triggers, in ``store``'s dialect: the version a trigger writes under,
     and what it writes for a key."""
 
-    def __init__(self, store: MasterStore):
+    def __init__(self, store):
         d = self.d = store.dialect
         self.qt, self.qk = d.quote(store.table), d.quote(store.key)
         self.qlog = d.quote(side_tables(store.table)[0])
@@ -128,14 +97,12 @@ class _Bodies:
                 + " ".join(body) + " END")
 
 
-def enable_capture(store: MasterStore) -> bool:
+def enable_capture(store) -> bool:
     """Create R's change tables and capture triggers (and on MySQL its clock, at the log's last
     version) if missing, in one go; True when they were created now, False when they were there.
     A MySQL user without the TRIGGER privilege gets one sentence naming it."""
-    from .changes import create_change_tables
-
     names = trigger_names(store.table)
-    existing = _existing_triggers(store)
+    existing = existing_triggers(store)
     if len(existing) == len(names):
         return False
     create_change_tables(store.connection, store.table, store.key)
@@ -165,12 +132,10 @@ def enable_capture(store: MasterStore) -> bool:
     return True
 
 
-def disable_capture(store: MasterStore) -> bool:
+def disable_capture(store) -> bool:
     """Stop capturing R's changes: drop its triggers (and clock), or its binary log capture's
     position table; the change log and before-images stay. True when there was something to stop."""
-    from .binlog import binlog_table
-
-    existing = _existing_triggers(store)
+    existing = existing_triggers(store)
     binlog = store.dialect is MYSQL and table_exists(store.connection, binlog_table(store.table))
     cursor = store.connection.cursor()
     try:
@@ -185,7 +150,7 @@ def disable_capture(store: MasterStore) -> bool:
     return bool(existing) or binlog
 
 
-def changes_seen(store: MasterStore, change_capture: str | None, master_static: bool, url: str,
+def changes_seen(store, change_capture: str | None, master_static: bool, url: str,
                  field: str = "master", refresh: bool = False):
     """Before a long-running join starts on ``store`` (opened from ``url``): every writer's
     changes to R will be seen - captured already, or ``change_capture`` (``triggers``,
@@ -195,9 +160,6 @@ def changes_seen(store: MasterStore, change_capture: str | None, master_static: 
     outlives a plain UPDATE of R would answer with old rows unwarned. Returns the
     :class:`.binlog_reads.BinlogFollower` this job runs for an R captured from the binary log
     (someone must read it while joins wait for its versions), else None; stop it at the end."""
-    from .binlog import BinlogCapture
-    from .binlog_reads import BinlogFollower
-
     if change_capture == "triggers":
         enable_capture(store)
     elif change_capture == "binlog":

@@ -36,7 +36,7 @@ import pyarrow as pa
 from ..checks import check_positive
 from ..errors import ConfigError, StoreError
 from .base import MasterStore
-from .capture import capture_enabled
+from .triggers import capture_enabled
 from .opening import store_for
 from .sql import MYSQL, SQLITE, DatabaseURL, dialect_of, refused_value_errors, side_tables, table_exists, write_transaction
 from .versions import create_before_table, key_version_index, save_before_images

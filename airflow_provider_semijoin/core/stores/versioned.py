@@ -15,8 +15,10 @@ import numpy as np
 
 from ..errors import ConfigError, StoreError
 from ..keys import sorted_distinct
+from .binlog_positions import binlog_table
 from .binlog_reads import binlog_overlay, snapshot_version
 from .sql import MYSQL, side_tables, table_exists
+from .triggers import capture_enabled
 from .versions import KEEP_CAPTURED_VERSIONS, overlay
 
 
@@ -52,8 +54,6 @@ class VersionedReads:
             self._has_change_log = table_exists(self.connection, log)
             self._qlog = self.dialect.quote(log)
             if self._has_change_log and self.dialect is MYSQL:
-                from .binlog import binlog_table  # (it imports the stores: not at the top)
-
                 self._binlog = table_exists(self.connection, binlog_table(self.table))
         return self._has_change_log
 
@@ -61,8 +61,6 @@ class VersionedReads:
         """Whether every writer's changes to R become versions (:mod:`.capture`'s triggers);
         checked until they are there, then kept."""
         if not self._captures_writes and self.has_change_log():
-            from .capture import capture_enabled
-
             self._captures_writes = self._binlog or capture_enabled(self)
         return self._captures_writes
 
