@@ -96,6 +96,7 @@ class MasterStore(VersionedReads):
     """
 
     dialect: Dialect
+    wall_clock = staticmethod(time.time)  # epoch seconds, for read_at (a store may be given its own)
 
     def __init__(self, connection, table: str, key: str, select: list[str] | None = None):
         self.connection = connection
@@ -141,7 +142,6 @@ class MasterStore(VersionedReads):
         self._max_rows_per_key: int | None = None
         self._row_bytes: dict[int, float] = {}
         self._has_change_log = False
-        self.wall_clock = time.time  # epoch seconds, for read_at
         self.read_at: float | None = None  # when the version the last snapshot read was R's newest (a bound on staleness)
         self.pinned_at: float | None = None  # reading_at's ``at``
         self._captures_writes = False
