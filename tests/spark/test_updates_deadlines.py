@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from spark_jobs import SELECT, generator_job
 
+from airflow_provider_semijoin.core.errors import StoreError
 from airflow_provider_semijoin.core.stores import DatabaseURL, store_for
 from airflow_provider_semijoin.core.stores.binlog import server_position, wait_captured
 from airflow_provider_semijoin.core.stores.changes import create_change_tables, install_changes
@@ -21,10 +22,11 @@ from airflow_provider_semijoin.spark.spec import JobSpec
 from airflow_provider_semijoin.workloads.master import master_table
 
 
-def plain_sql(backend, table: str, changes: list[dict], columns: list[str]) -> int:
+def plain_sql(backend, table: str, changes: list[dict], columns: list[str], job_ended: threading.Event) -> int | None:
     """``changes`` as another application writes them: one transaction of DELETEs and REPLACEs
     on its own connection; R's version after it (R's writes are captured: by triggers, or from
-    the binary log once the capture has read past the commit)."""
+    the binary log once the capture has read past the commit). None: the job ended (and its
+    binlog follower with it) before the capture read the commit."""
     connection = DatabaseURL.parse(backend.url).connect()
     cursor = connection.cursor()
     try:
@@ -41,7 +43,13 @@ def plain_sql(backend, table: str, changes: list[dict], columns: list[str]) -> i
         if not store.has_change_log() or not store._binlog:
             return store.version()
         at = server_position(cursor)
-        return wait_captured(connection, table, at.file, at.pos, 30)
+        for _ in range(30):
+            try:
+                return wait_captured(connection, table, at.file, at.pos, 1)
+            except StoreError:
+                if job_ended.is_set():
+                    return None
+        return wait_captured(connection, table, at.file, at.pos, 1)
     finally:
         cursor.close()
         connection.close()
@@ -85,7 +93,16 @@ def one_version_per_batch(spark, tmp_path, backend, algorithm: str, writes: str,
 
     first_batch = threading.Event()
 
+    writer_failed = []
+
     def writer():
+        try:
+            write_versions()
+        except BaseException as exc:  # the test fails with it (a thread's exception is only a warning)
+            writer_failed.append(exc)
+            raise
+
+    def write_versions():
         first_batch.wait(120)
         i = 0
         while not done.is_set() and i < 300:
@@ -106,7 +123,9 @@ def one_version_per_batch(spark, tmp_path, backend, algorithm: str, writes: str,
                 version = install_changes(backend.url, store.table, "nk", pa.Table.from_pylist(changes)).version
                 assert version == len(versions)
             else:
-                version = plain_sql(backend, store.table, changes, initial.column_names)
+                version = plain_sql(backend, store.table, changes, initial.column_names, done)
+                if version is None:  # committed after the job's last micro-batch read R: in no batch
+                    break
             committed.append((time.time(), version))  # after COMMIT returned: the commit came before
             versions[version] = current
             done.wait(0.02)
@@ -119,6 +138,7 @@ def one_version_per_batch(spark, tmp_path, backend, algorithm: str, writes: str,
     finally:
         done.set()
         thread.join()
+    assert not writer_failed
     seen_versions = {r["master_versions"][0] for r in records}
     assert len(versions) > 20 and len(seen_versions) > 3  # updates landed between many micro-batches
     left = []  # every tuple that left, over all batches (HYBRIDJOIN carries some to a later batch)

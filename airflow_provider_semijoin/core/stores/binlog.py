@@ -171,14 +171,15 @@ class BinlogCapture:
         """Capture the transactions logged since the capture's position: returns once it is
         caught up (the server had nothing more for :data:`HEARTBEAT_S`) with versions written,
         or after ``max_wait_s`` seconds (give or take a heartbeat). Returns the versions written
-        (0: none, or another capturer holds R's lock, :attr:`blocked` says so). The binary log
+        (0: none, or another capturer held R's lock all that time, :attr:`blocked` says so: a
+        lock freed by a session that just ended is taken within the wait). The binary log
         stream stays open between polls; a failed poll reopens it at the last transaction's end."""
         import pymysql
         from pymysqlreplication.event import HeartbeatLogEvent
 
-        if not self._acquire():
-            return 0
         deadline = time.monotonic() + max_wait_s
+        if not self._acquire(max_wait_s):
+            return 0
         written = 0
         try:
             while True:
@@ -209,11 +210,12 @@ class BinlogCapture:
             self._stream.close()
         self._stream = self._txn = None
 
-    def _acquire(self) -> bool:
-        """Hold R's capture lock (again, after a lost session); False: another capturer has it."""
+    def _acquire(self, wait_s: float) -> bool:
+        """Hold R's capture lock (again, after a lost session), waiting up to ``wait_s`` s for it
+        (MariaDB takes fractions of a second); False: another capturer has it."""
         if query_rows(self.connection, "SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", (self.lock_name,))[0][0] == 1:
             return True
-        self.owner = query_rows(self.connection, "SELECT GET_LOCK(%s, 0)", (self.lock_name,))[0][0] == 1
+        self.owner = query_rows(self.connection, "SELECT GET_LOCK(%s, %s)", (self.lock_name, max(0.0, wait_s)))[0][0] == 1
         self._last = None  # where to resume: read again from the table
         self._close_stream()
         if self.owner:
