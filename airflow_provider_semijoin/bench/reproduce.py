@@ -47,7 +47,7 @@ from .server import dbms_index_join
 from .steady import CALIBRATION_RUNS, BenchConfig, measure
 from .claims import CLAIMS, judge
 from ..core.calibration import calibrate
-from ..core.errors import ConfigError
+from ..core.errors import BudgetError, ConfigError
 from ..core.stores import DatabaseURL, open_store, redact
 from ..core.stores.sql import MYSQL
 from ..core.unitcosts import ComponentCosts
@@ -196,9 +196,7 @@ class Reproduction:
             cell.costs = costs.as_dict()
             try:
                 r = measure(config, self.table, algorithm, shape, costs=costs, params=params)
-            except ConfigError as exc:
-                if not str(exc).startswith("memory:"):
-                    raise
+            except BudgetError as exc:
                 cell.refused = str(exc)
                 break
             cell.rates.append(r["service_rate_tps"])

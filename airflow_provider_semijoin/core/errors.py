@@ -27,6 +27,13 @@ class ConfigError(SemiJoinError, ValueError):
     """Bad configuration, detected before any work starts."""
 
 
+class BudgetError(ConfigError):
+    """A memory budget too small for what it must hold (an algorithm's smallest structures, the
+    rows of the tuples a step carries, any candidate of ``auto``); the message starts with
+    ``memory:`` and says how much would do. A caller that searches for the smallest budget
+    catches this, not the message."""
+
+
 class StoreError(SemiJoinError):
     """The master-data store is missing something the join needs (table, column, index)."""
 

@@ -27,9 +27,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .errors import ConfigError
+from .errors import BudgetError
 from .idrank import MAX_BYTES_PER_ID, RankIndex
 from .joins.base import JoinAlgorithm, JoinOutput, StreamBuffer
+from .joins.plan import Plan, Planner
 from .keys import sorted_distinct
 from .reasons import labels
 
@@ -231,51 +232,50 @@ class JoinSession:
             self._head = 0
 
 
-def sized_for_rows(make, memory: int, row_bytes: float) -> tuple[JoinAlgorithm, int]:
+def sized_for_rows(planner: Planner, memory: int, row_bytes: float) -> tuple[JoinAlgorithm, int]:
     """For a caller that keeps each waiting tuple's full row (``row_bytes``, plus its log entry)
     next to the algorithm - a Spark step's carried rows (:mod:`...spark.joinstate`) - within one
-    budget of ``memory`` bytes: the algorithm ``make(m)`` with m, its structures' share, as
-    large as m + capacity_tuples(m) * (row + log bytes) <= memory allows (capacity grows with m,
-    so a smaller m than the first guess holds fewer rows). Returns the algorithm and m. Where
-    even the smallest m the algorithm accepts leaves rows for fewer tuples than it could hold,
-    the session's ``max_pending`` keeps the rest out (:meth:`JoinSession.advance`)."""
+    budget of ``memory`` bytes: the algorithm with m, its structures' share, as large as
+    m + capacity_tuples(m) * (row + log bytes) <= memory allows (capacity grows with m, so a
+    smaller m than the first guess holds fewer rows). Returns the algorithm and m. Where even the
+    smallest m the algorithm accepts leaves rows for fewer tuples than it could hold, the
+    session's ``max_pending`` keeps the rest out (:meth:`JoinSession.advance`).
+
+    ``planner``: a :class:`.joins.plan.Planner`; the shares are compared on its plans (no I/O,
+    no construction) and the algorithm is built once from the one chosen."""
     per_tuple = float(row_bytes) + LOG_BYTES_PER_TUPLE
-    whole = make(memory)  # (refuses a budget too small for the structures alone, in the algorithm's words)
+    whole = planner.plan(memory)  # (refuses a budget too small for the structures alone, in the algorithm's words)
     share = int(memory * memory / (memory + whole.capacity_tuples * per_tuple))  # capacity about linear in m
-    algorithm = _smallest_accepted(make, share, memory, whole)
-    share = max(share, algorithm.memory)
+    plan = _smallest_accepted(planner.plan, share, memory, whole)
+    share = max(share, plan.memory)
     rows_room = memory - share
-    if algorithm.capacity_tuples * per_tuple > rows_room:
-        tighter = memory - int(algorithm.capacity_tuples * per_tuple)
+    if plan.capacity_tuples * per_tuple > rows_room:
+        tighter = memory - int(plan.capacity_tuples * per_tuple)
         if tighter >= 1:
             try:
-                algorithm, share = make(tighter), tighter
-            except ConfigError as exc:
-                if not str(exc).startswith("memory:"):
-                    raise
+                plan, share = planner.plan(tighter), tighter
+            except BudgetError:
+                pass
     if memory - share < per_tuple:
-        raise ConfigError(
-            f"memory: {memory} bytes leaves no room for the rows of the tuples {algorithm.name} holds "
+        raise BudgetError(
+            f"memory: {memory} bytes leaves no room for the rows of the tuples {whole.name} holds "
             f"({per_tuple:.0f} bytes each) next to its structures ({share} bytes); give at least {2 * (share + int(per_tuple) * 64)} bytes")
-    return algorithm, share
+    return planner.build(plan), share
 
 
-def _smallest_accepted(make, wanted: int, memory: int, whole: JoinAlgorithm) -> JoinAlgorithm:
-    """``make(wanted)``, or when the algorithm refuses that budget, ``make`` of about the
-    smallest budget between ``wanted`` and ``memory`` it accepts (``whole``: ``make(memory)``)."""
+def _smallest_accepted(plan_at, wanted: int, memory: int, whole: Plan) -> Plan:
+    """``plan_at(wanted)``, or when the algorithm refuses that budget, ``plan_at`` of about the
+    smallest budget between ``wanted`` and ``memory`` it accepts (``whole``: ``plan_at(memory)``)."""
     try:
-        return make(max(wanted, 1))
-    except ConfigError as exc:
-        if not str(exc).startswith("memory:"):
-            raise
+        return plan_at(max(wanted, 1))
+    except BudgetError:
+        pass
     lo, hi, best = max(wanted, 1), memory, whole
     while hi - lo > max(hi // 64, 1):
         mid = (lo + hi) // 2
         try:
-            best, hi = make(mid), mid
-        except ConfigError as exc:
-            if not str(exc).startswith("memory:"):
-                raise
+            best, hi = plan_at(mid), mid
+        except BudgetError:
             lo = mid
     return best
 

@@ -265,13 +265,12 @@ class SemiJoinJobOperator(BaseOperator):
         """How the step divides its budget, as the job will (:func:`..core.session.sized_for_rows`):
         the algorithm's structures, sized on R at its share, and the rows of the tuples it holds
         (``carried_rows_bytes``: the rest, for rows of about ``row_bytes``)."""
-        from ..core.joins.registry import create
+        from ..core.joins.registry import planner
         from ..core.session import sized_for_rows
         from ..core.stores import open_store
 
         with open_store(step.master.url, step.master.table, step.master.key, step.master.select) as store:
-            algorithm, share = sized_for_rows(lambda m: create(step.algorithm, store, m, step.params),
-                                              step.memory_bytes, row_bytes)
+            algorithm, share = sized_for_rows(planner(step.algorithm, store, step.params), step.memory_bytes, row_bytes)
             return {**algorithm.memory_split(), "carried_rows_bytes": step.memory_bytes - share}
 
     def _run(self, spec, records: queue.Queue, outcome: dict) -> None:

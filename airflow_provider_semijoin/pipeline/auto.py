@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 
-from ..core.errors import ConfigError
-from ..core.joins.registry import ALGORITHMS, AUTO_CANDIDATES, create
+from ..core.errors import BudgetError, ConfigError
+from ..core.joins.registry import ALGORITHMS, AUTO_CANDIDATES, planner
 from ..core.prediction import predict
 from ..core.session import sized_for_rows
 from ..core.stores import MasterStore
@@ -40,9 +40,9 @@ def predictions(store: MasterStore, memory: int, skew: float = 1.0, candidates=A
     for name in candidates:
         if name not in ALGORITHMS:
             continue
-        make = lambda m, name=name: create(name, store, m)  # noqa: E731
         try:
-            algorithm = make(memory) if row_bytes is None else sized_for_rows(make, memory, row_bytes)[0]
+            plans = planner(name, store)
+            algorithm = plans.build(plans.plan(memory)) if row_bytes is None else sized_for_rows(plans, memory, row_bytes)[0]
         except ConfigError:  # the budget is too small for this one
             continue
         rate = predict(name, algorithm, costs, n_keys, skew)
@@ -56,5 +56,5 @@ def choose_algorithm(store: MasterStore, memory: int, skew: float = 1.0,
     """The candidate with the highest predicted service rate, and every prediction."""
     rates = predictions(store, memory, skew, row_bytes=row_bytes)
     if not rates:
-        raise ConfigError(f"memory: {memory} bytes are too few for any algorithm on {store.table!r}")
+        raise BudgetError(f"memory: {memory} bytes are too few for any algorithm on {store.table!r}")
     return max(rates, key=rates.get), rates

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core.joins.base import JoinOutput
-from ..core.joins.registry import create
+from ..core.joins.registry import create, planner
 from ..core.reasons import Unmatched
 from ..core.session import LOG_BYTES_PER_TUPLE, JoinSession, sized_for_rows
 from ..core.stores import SnapshotLost, open_store
@@ -249,7 +249,7 @@ class JoinStep:
     def _size(self, row_bytes: float) -> None:
         """Size the algorithm anew (fresh) for rows of ``row_bytes`` each (state columns included)."""
         algorithm, share = sized_for_rows(
-            lambda m: create(self.spec.algorithm, self.store, m, self.spec.params), self.spec.memory_bytes, row_bytes)
+            planner(self.spec.algorithm, self.store, self.spec.params), self.spec.memory_bytes, row_bytes)
         self.algorithm, self.algorithm_memory, self.sized = algorithm, share, True
         if self.partitioned is not None:
             self.partitioned.memory = max(share // self.partitioned.parts, 1)

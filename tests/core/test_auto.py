@@ -7,7 +7,7 @@ import pytest
 
 from airflow_provider_semijoin.core.calibration import calibrate
 from airflow_provider_semijoin.core.errors import ConfigError
-from airflow_provider_semijoin.core.joins.registry import create
+from airflow_provider_semijoin.core.joins.registry import create, planner
 from airflow_provider_semijoin.core.session import sized_for_rows
 from airflow_provider_semijoin.pipeline.auto import choose_algorithm, predictions
 from airflow_provider_semijoin.spark.joinstate import JOIN_COLUMN_BYTES, STRING_BYTES, ddl_row_bytes, estimated_row_bytes
@@ -35,7 +35,7 @@ def test_the_carried_rows_cost_the_candidates_that_hold_many_tuples(store):
 
 def test_each_candidate_is_predicted_as_the_step_will_size_it(store):
     """The algorithm auto prices is the one a Spark step builds (:func:`sized_for_rows`)."""
-    algorithm, share = sized_for_rows(lambda m: create("hybridjoin", store, m), MEMORY, 100.0)
+    algorithm, share = sized_for_rows(planner("hybridjoin", store), MEMORY, 100.0)
     assert share < MEMORY and algorithm.memory_split() != create("hybridjoin", store, MEMORY).memory_split()
     name, rates = choose_algorithm(store, MEMORY, 1.0, row_bytes=100.0)
     assert name == max(rates, key=rates.get)

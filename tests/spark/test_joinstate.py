@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_semijoin.core.errors import ConfigError
-from airflow_provider_semijoin.core.joins import create
+from airflow_provider_semijoin.core.joins.registry import planner
 from airflow_provider_semijoin.core.session import sized_for_rows
 from airflow_provider_semijoin.spark.ahead import KEEP_INSIDE
 from airflow_provider_semijoin.spark.joinstate import StateFiles
@@ -179,7 +179,7 @@ def test_a_budget_without_room_for_a_row_is_refused_in_one_sentence(tmp_path, sq
     store, spec = job(tmp_path, sqlite_backend, 100, algorithm="hybridjoin")
     processor = BatchProcessor(spec, None, False, Clock())
     with pytest.raises(ConfigError, match=r"^memory: \d+ bytes leaves no room for the rows of the tuples hybridjoin holds"):
-        sized_for_rows(lambda m: create("hybridjoin", processor.steps[0].store, m, {"page_rows": 16}),
+        sized_for_rows(planner("hybridjoin", processor.steps[0].store, {"page_rows": 16}),
                        processor.steps[0].algorithm.memory, 10**9)
 
 

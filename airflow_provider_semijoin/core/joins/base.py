@@ -22,11 +22,12 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from ..errors import ConfigError, shown
+from ..errors import BudgetError, ConfigError, shown
 from ..keys import KeyType, sorted_distinct
 from ..reasons import Unmatched
 from ..stores.base import MasterPage
 from ..stores.protocol import JoinStore
+from .plan import Plan, Planner, RStats, smallest_planned
 
 Clock = Callable[[], float]
 RIDER_KEYS = 4096  # keys of one IN query that serves several sparse pages at once (the end of a stream: HYBRIDJOIN's
@@ -381,30 +382,60 @@ class JoinAlgorithm:
     auto_candidate: ClassVar[bool] = False  # among those ``algorithm: auto`` chooses from (its cost model predicts it)
     cost_model: ClassVar[str | None] = None  # the family of :func:`...costmodel.model` that predicts it (None: none)
 
-    def __init__(self, store: JoinStore, memory: int, *, clock: Clock = time.perf_counter, **params):
+    def __init__(self, store: JoinStore, memory: int, *, clock: Clock = time.perf_counter, plan: Plan | None = None,
+                 **params):
         self.store = store
         self.memory = int(memory)
         self.clock = clock
-        unknown = sorted(set(params) - set(self.params))
-        if unknown:
-            raise ConfigError(
-                f"{self.name}.{unknown[0]}: not a parameter of {self.name} "
-                f"(parameters: {sorted(self.params)})"
-            )
-        self.settings = {
-            name: spec.coerce(self.name, name, params[name]) if name in params else spec.default
-            for name, spec in self.params.items()
-        }
+        self.settings = self.settings_of(params)
         self.counters = Counters()
         self.schema = store.schema
         self._arguments = dict(params)
+        # built once from its plan (:mod:`.plan`): given (a caller chose among plans), or made here
+        self.plan_used = plan if plan is not None else Planner(type(self), store, params).plan(self.memory)
+
+    @classmethod
+    def settings_of(cls, params: dict) -> dict:
+        """Every parameter's value: ``params`` checked and coerced, the defaults for the rest."""
+        unknown = sorted(set(params) - set(cls.params))
+        if unknown:
+            raise ConfigError(
+                f"{cls.name}.{unknown[0]}: not a parameter of {cls.name} "
+                f"(parameters: {sorted(cls.params)})"
+            )
+        return {name: spec.coerce(cls.name, name, params[name]) if name in params else spec.default
+                for name, spec in cls.params.items()}
+
+    # -- the plan (:mod:`.plan`): R's statistics read once, then the split of M without I/O ------
+    @classmethod
+    def statistics(cls, store: JoinStore, settings: dict) -> RStats:
+        """What :meth:`plan` needs of R, read from ``store`` (the one I/O of sizing)."""
+        return RStats.of(store, per_key=True)
+
+    @classmethod
+    def plan(cls, stats: RStats, memory: int, settings: dict) -> Plan:
+        """The split of ``memory`` bytes between the structures, from ``stats`` alone (no I/O);
+        raises :class:`..errors.BudgetError` when the smallest structures do not fit."""
+        raise NotImplementedError
+
+    @classmethod
+    def pinned(cls, stats: RStats, memory: int, settings: dict) -> dict:
+        """``settings`` with what the budget ``memory`` chooses fixed, for a front stage whose
+        search for this algorithm's smallest budget must not choose again at each budget it
+        tries (HYBRIDJOIN's page size); by default nothing is chosen so."""
+        return settings
+
+    @classmethod
+    def min_memory(cls, stats: RStats, settings: dict) -> int:
+        """About the smallest budget :meth:`plan` accepts (:func:`.plan.smallest_planned`), found without I/O."""
+        return smallest_planned(lambda m: cls.plan(stats, m, settings))
 
     def restart(self) -> None:
         """Forget every tuple held and everything cached of R: the same algorithm anew, on the
         same store, its counters carrying on. :func:`..runner.run_join` does it when a lost
         session ended R's snapshot mid-run and R moved meanwhile (:class:`..stores.SnapshotLost`)."""
         counters = self.counters
-        type(self).__init__(self, self.store, self.memory, clock=self.clock, **self._arguments)
+        type(self).__init__(self, self.store, self.memory, clock=self.clock, **self._arguments)  # planned anew: R moved
         self.counters = counters
 
     # -- contract ---------------------------------------------------------------------------
@@ -513,8 +544,13 @@ class JoinAlgorithm:
         self.counters.tuples_in += len(chunk)
         return chunk
 
-    def _budget_error(self, needed: int, what: str) -> ConfigError:
-        return ConfigError(
-            f"memory: {self.memory} bytes is too small for {self.name}: {what} alone needs "
+    def _budget_error(self, needed: int, what: str) -> BudgetError:
+        return self.budget_error(self.memory, needed, what)
+
+    @classmethod
+    def budget_error(cls, memory: int, needed: int, what: str) -> BudgetError:
+        """``memory`` is too small: ``what`` alone needs ``needed`` bytes."""
+        return BudgetError(
+            f"memory: {memory} bytes is too small for {cls.name}: {what} alone needs "
             f"{needed} bytes (give --memory at least {needed * 2} bytes)"
         )

@@ -39,17 +39,18 @@ Everything is columnar: H_R (:mod:`.master_cache`) is a sorted key array probed 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
 import numpy as np
 
 from ..costmodel import PROBE_LOOK_MARGIN, best_cache_size
-from ..errors import ConfigError
 from ..stores.base import MasterStore
 from .base import Clock, JoinAlgorithm, JoinOutput, Param, StreamBuffer, StreamChunk, ranges, runs_of
 from .hybridjoin import HybridJoin, HybridJoinL, HybridJoinPQ
 from .master_cache import POLICIES, MasterCache, hit_ratio_of
+from .plan import Plan, RStats
 from .meshjoin import MeshJoin
 
 DECAY_PER_KEY = 32  # default halving period: 32 probed tuples per cached key
@@ -80,26 +81,16 @@ class FrontStage(JoinAlgorithm):
         super().__init_subclass__(**kwargs)
         cls.params = {**FrontStage.params, **cls.inner.params}  # the cache's and the wrapped algorithm's
 
-    def __init__(self, store: MasterStore, memory: int, *, clock: Clock = time.perf_counter, **params):
-        super().__init__(store, memory, clock=clock, **params)  # validates own and inner parameters
-        inner_params = self._sized_pages({k: v for k, v in params.items() if k in self.inner.params}, store, memory)
-        s = self.settings
-        inner_floor = self._inner_floor(store, inner_params)
-        # the wrapped algorithm's page map (already built) tells R's distinct keys and v_R
-        page_map = getattr(self.inner(store, inner_floor, **inner_params), "page_map", None) or store.page_map()
-        k = store.max_rows_per_key
-        per_key = MasterCache.bytes_per_key(store.key_type.itemsize, k, store.row_bytes(page_map))
-        fixed = store.result_bytes(page_map, 0)  # the row log's per-column overhead
-        cache_keys = s["cache_keys"] or best_cache_size(
-            self.memory, page_map.n_keys, per_key, s["skew"], reserve=inner_floor + fixed + 1
-        )
-        cache_keys = min(cache_keys, page_map.n_keys)
-        cache_bytes = int(math.ceil(cache_keys * per_key)) + fixed
-        if self.memory - cache_bytes < inner_floor:
-            raise self._budget_error(cache_bytes + inner_floor, f"H_R of {cache_keys} keys and the smallest {self.inner.name}")
-        self.cache = MasterCache(cache_keys, k, store.key_type.dtype, self.schema, s["eviction"], s["seed"])
-        self._cache_budget = cache_bytes
-        self.algorithm = self.inner(store, self.memory - cache_bytes, clock=clock, **inner_params)
+    def __init__(self, store: MasterStore, memory: int, *, clock: Clock = time.perf_counter, plan: Plan | None = None,
+                 **params):
+        super().__init__(store, memory, clock=clock, plan=plan, **params)  # validates own and inner parameters
+        sizes, s = self.plan_used.sizes, self.settings
+        self.cache = MasterCache(sizes["cache_keys"], store.max_rows_per_key, store.key_type.dtype, self.schema,
+                                 s["eviction"], s["seed"])
+        self._cache_budget = sizes["cache_bytes"]
+        inner_params = {**{k: v for k, v in params.items() if k in self.inner.params}, **sizes["inner_pinned"]}
+        inner_plan = sizes["inner_plan"]
+        self.algorithm = self.inner(store, inner_plan.memory, clock=clock, plan=inner_plan, **inner_params)
         self._misses = StreamBuffer(store.key_type, self.clock)
         self.threshold = s["threshold"]
         self._decay_every = s["decay_every"] or DECAY_PER_KEY * max(self.cache.capacity, 1)
@@ -109,48 +100,40 @@ class FrontStage(JoinAlgorithm):
         self._evictions_at_adapt = 0
         self.counters.extra.update(cache_hits=0, cache_probes=0, cache_admissions=0, cache_rounds=0)
 
+    # -- the plan: the split of M between H_R and the wrapped algorithm (CMESHJOIN eq. 1-4) -------
     @classmethod
-    def _sized_pages(cls, inner_params: dict, store: MasterStore, memory: int) -> dict:
-        """``inner_params`` with the page size pinned that the wrapped algorithm takes at the whole
-        budget ``memory``, where it sizes its pages from its budget (HYBRIDJOIN's ``page_rows`` 0):
-        the search for its smallest budget would otherwise size pages from each budget it tries and
-        build a page map of each size (64, 256 and 1,024 rows, 4.2 s at R = 2M rows, and three maps
-        kept beside R) on the first join of a table, where the join reads the one map."""
-        auto = cls.inner.params.get("page_rows")
-        if auto is None or auto.default != 0 or inner_params.get("page_rows"):
-            return inner_params
-        try:
-            whole = cls.inner(store, memory, **inner_params)
-        except ConfigError as exc:
-            if not str(exc).startswith("memory:"):
-                raise
-            return inner_params  # too small to choose: the smallest budget is searched as it is
-        return {**inner_params, "page_rows": whole.page_map.page_rows}
+    def statistics(cls, store: MasterStore, settings: dict) -> RStats:
+        """The wrapped algorithm's, with K (H_R caches a key with all its rows)."""
+        inner_stats = cls.inner.statistics(store, cls._inner_settings(settings))
+        return dataclasses.replace(inner_stats, max_rows_per_key=store.max_rows_per_key)
 
     @classmethod
-    def _inner_floor(cls, store: MasterStore, inner_params: dict) -> int:
-        """The smallest budget the wrapped algorithm accepts (found by halving: construction is
-        cheap once its page map is built, :meth:`_sized_pages`)."""
-        hi = 1 << 16
-        while True:
-            try:
-                cls.inner(store, hi, **inner_params)
-                break
-            except ConfigError as exc:
-                if not str(exc).startswith("memory:") or hi > 1 << 40:
-                    raise
-                hi *= 4
-        lo = hi // 4
-        while hi - lo > max(1024, hi // 64):
-            mid = (lo + hi) // 2
-            try:
-                cls.inner(store, mid, **inner_params)
-                hi = mid
-            except ConfigError as exc:
-                if not str(exc).startswith("memory:"):
-                    raise
-                lo = mid
-        return hi
+    def plan(cls, stats: RStats, memory: int, settings: dict) -> Plan:
+        """H_R of ``cache_keys`` keys, or of CMESHJOIN eq. 4's best number
+        (:func:`..costmodel.best_cache_size`) given R's distinct keys and v_R (the page map of the
+        wrapped algorithm at its smallest budget, with the page size it takes at the whole budget
+        pinned: :meth:`~.base.JoinAlgorithm.pinned`), leaving that smallest budget for the
+        wrapped algorithm; the rest of M is the wrapped algorithm's plan (``inner_plan``)."""
+        inner_settings = cls.inner.pinned(stats, memory, cls._inner_settings(settings))
+        inner_floor = cls.inner.min_memory(stats, inner_settings)
+        pages = stats.page(cls.inner.plan(stats, inner_floor, inner_settings).sizes["page_rows"])
+        per_key = MasterCache.bytes_per_key(stats.key_itemsize, stats.max_rows_per_key, pages.row_bytes)
+        fixed = stats.result_overhead  # the row log's per-column overhead
+        cache_keys = settings["cache_keys"] or best_cache_size(
+            memory, pages.n_keys, per_key, settings["skew"], reserve=inner_floor + fixed + 1
+        )
+        cache_keys = min(cache_keys, pages.n_keys)
+        cache_bytes = int(math.ceil(cache_keys * per_key)) + fixed
+        if memory - cache_bytes < inner_floor:
+            raise cls.budget_error(memory, cache_bytes + inner_floor, f"H_R of {cache_keys} keys and the smallest {cls.inner.name}")
+        inner = cls.inner.plan(stats, memory - cache_bytes, inner_settings)
+        pinned = {k: v for k, v in inner_settings.items() if k == "page_rows" and v != cls.inner.params[k].default}
+        return Plan(cls.name, memory, inner.capacity_with_waiting,
+                    {"cache_keys": cache_keys, "cache_bytes": cache_bytes, "inner_plan": inner, "inner_pinned": pinned})
+
+    @classmethod
+    def _inner_settings(cls, settings: dict) -> dict:
+        return {k: v for k, v in settings.items() if k in cls.inner.params}
 
     # -- one outer iteration -----------------------------------------------------------------
     def _step(self, buffer: StreamBuffer) -> JoinOutput:

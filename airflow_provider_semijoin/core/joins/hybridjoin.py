@@ -60,9 +60,11 @@ from typing import Callable
 
 import numpy as np
 
+from ..errors import BudgetError
 from ..keys import distinct_keys
 from ..stores.base import MasterPage
 from .base import RIDER_KEYS, JoinOutput, Param, ReadCosts, StreamBuffer
+from .plan import PageStats, Plan, RStats
 from .stream_table import MAX_CHUNK, PagedJoin, StreamTable
 
 PAGE_ROWS_RANGE = (64, 8192)
@@ -127,54 +129,105 @@ class HybridJoin(PagedJoin):
 
     def __init__(self, store, memory, **kwargs):
         super().__init__(store, memory, **kwargs)
-        self._read_costs = costs = ReadCosts.of(store)  # T per row
-        self.page_map, row_bytes = self._page_map_for(store, costs.query_s, costs.unit_s)
-        rider_rows = int(self.memory * RIDER_BUFFER_SHARE / row_bytes)
-        self._buffer_rows = max(self.page_map.max_page_rows, min(RIDER_KEYS * store.max_rows_per_key, rider_rows))
-        self._disk_buffer_bytes = int(math.ceil(self._buffer_rows * row_bytes))
+        sizes = self.plan_used.sizes
+        self._read_costs = ReadCosts.of(store)  # T per row (measured for the plan: the store keeps them)
+        self.page_map = store.page_map(sizes["page_rows"])
+        self._buffer_rows, self._disk_buffer_bytes = sizes["buffer_rows"], sizes["disk_buffer_bytes"]
         self._under_way: deque[PageRequest] = deque()  # loads handed to the reader, oldest first
         self._repeats = np.ones(self.page_map.n_pages, np.float32)  # tuples per distinct key at each page's last load
-        tuple_bytes = store.key_type.itemsize + 8
-        self._ahead_tuples = self._disk_buffer_bytes // tuple_bytes  # of one load in flight: a disk buffer's bytes of them
-        per_load = self._disk_buffer_bytes + self._ahead_tuples * tuple_bytes  # and the rows read for them
-        loads = min(self.settings["read_ahead"], int(self.memory * READ_AHEAD_SHARE // per_load))
-        rest = self.memory - self._disk_buffer_bytes - self.page_map.nbytes - self._reserved_bytes()  # H_S and read-ahead
-        while loads and StreamTable.capacity_for(rest - loads * per_load, self.page_map.n_pages, store.key_type.itemsize) < 1:
+        self._loads, self._ahead_tuples, self._ahead_bytes = sizes["loads"], sizes["ahead_tuples"], sizes["read_ahead_bytes"]
+        if self._loads:
+            store.reader(self._loads)  # a session for each load under way, opened now
+        self.table = StreamTable(sizes["stream_table_capacity_tuples"], self.page_map.n_pages, store.key_type.dtype)
+        self._admit_tuples = max(1, min(int(sizes["stream_table_capacity_tuples"] * ADMIT_SHARE), MAX_CHUNK))
+
+    # -- the plan: eq. 1's split of M from R's statistics -------------------------------------------
+    @classmethod
+    def statistics(cls, store, settings: dict) -> RStats:
+        """S and T of a range and an IN query, K, whether R is read ahead on other sessions (asked
+        only where ``read_ahead`` wants it: it opens one), and the page map of ``page_rows`` -
+        or, for pages sized from the budget, v_R and the page sizes kept beside R (the map a
+        budget chooses is read by :class:`.plan.Planner` when a plan asks for it)."""
+        page_rows = settings["page_rows"]
+        page_map = store.page_map(page_rows) if page_rows else None
+        return RStats(
+            store.key_type.itemsize, store.result_bytes(page_map, 0), store.max_rows_per_key,
+            None if page_rows else store.row_bytes(), () if page_map is None else (PageStats.of(store, page_map),),
+            store.calibrate(), store.calibrate_in(), () if page_rows else tuple(store.kept_page_rows()),
+            bool(settings["read_ahead"]) and cls._can_read_ahead(store, 1),
+        )
+
+    @classmethod
+    def plan(cls, stats: RStats, memory: int, settings: dict) -> Plan:
+        """Eq. 1, M = disk buffer + page map + H_S (+ the structures beside it): the page size
+        (:meth:`page_rows_at`), the disk buffer d holding a page or an IN query's riders (at most
+        :data:`RIDER_BUFFER_SHARE` of M), the loads under way with their share of M (at most
+        :data:`READ_AHEAD_SHARE`, H_S first) and H_S of the rest."""
+        pages = stats.page(cls.page_rows_at(stats, memory, settings))
+        key_size, n_pages = stats.key_itemsize, pages.n_pages
+        rider_rows = int(memory * RIDER_BUFFER_SHARE / pages.row_bytes)
+        buffer_rows = max(pages.max_page_rows, min(RIDER_KEYS * stats.max_rows_per_key, rider_rows))
+        disk_buffer_bytes = int(math.ceil(buffer_rows * pages.row_bytes))
+        tuple_bytes = key_size + 8
+        ahead_tuples = disk_buffer_bytes // tuple_bytes  # of one load in flight: a disk buffer's bytes of them
+        per_load = disk_buffer_bytes + ahead_tuples * tuple_bytes  # and the rows read for them
+        loads = min(settings["read_ahead"], int(memory * READ_AHEAD_SHARE // per_load))
+        rest = memory - disk_buffer_bytes - pages.nbytes - cls.reserved_bytes(n_pages)  # H_S and read-ahead
+        while loads and StreamTable.capacity_for(rest - loads * per_load, n_pages, key_size) < 1:
             loads -= 1  # H_S first: a budget that holds a tuple without read-ahead is never refused for it
-        if not (loads and self._can_read_ahead(store, loads)):
-            loads = self._ahead_tuples = 0
-        self._loads, self._ahead_bytes = loads, loads * per_load
-        capacity = StreamTable.capacity_for(rest - self._ahead_bytes, self.page_map.n_pages, store.key_type.itemsize)
+        if not (loads and stats.reads_ahead):
+            loads = ahead_tuples = 0
+        capacity = StreamTable.capacity_for(rest - loads * per_load, n_pages, key_size)
         if capacity < 1:
-            raise self._budget_error(
-                self._disk_buffer_bytes + self.page_map.nbytes + 1024, "one disk page and the page map"
-            )
-        self.table = StreamTable(capacity, self.page_map.n_pages, store.key_type.dtype)
-        self._admit_tuples = max(1, min(int(capacity * ADMIT_SHARE), MAX_CHUNK))
+            raise cls.budget_error(memory, disk_buffer_bytes + pages.nbytes + 1024, "one disk page and the page map")
+        return Plan(cls.name, memory, capacity + loads * ahead_tuples, {
+            "page_rows": pages.page_rows, "buffer_rows": buffer_rows, "disk_buffer_bytes": disk_buffer_bytes,
+            "page_map_bytes": pages.nbytes, "loads": loads, "ahead_tuples": ahead_tuples,
+            "read_ahead_bytes": loads * per_load, "stream_table_capacity_tuples": capacity,
+        })
+
+    @classmethod
+    def page_rows_at(cls, stats: RStats, memory: int, settings: dict) -> int:
+        """R's page size (d): the one set, or :func:`auto_page_rows`' choice among the kept maps,
+        within :data:`PAGE_SHARE` of M - but not a kept page larger than the measured size whose
+        rows do not fit the rider buffer (its disk buffer would cost H_S room)."""
+        if settings["page_rows"]:
+            return settings["page_rows"]
+        query_s, row_s = stats.costs
+        most = memory * PAGE_SHARE / stats.row_bytes
+        measured = auto_page_rows(query_s, row_s, most=most)
+        page_rows = auto_page_rows(query_s, row_s, stats.kept_page_rows, most)
+        kept = stats.page(page_rows)
+        if page_rows > measured and kept.max_page_rows > memory * RIDER_BUFFER_SHARE / kept.row_bytes:
+            return measured
+        return page_rows
+
+    @classmethod
+    def pinned(cls, stats: RStats, memory: int, settings: dict) -> dict:
+        """``settings`` with the page size the whole budget ``memory`` takes, where pages are
+        sized from the budget (``page_rows`` 0): a front stage's search for the smallest budget
+        would otherwise size pages from each budget it tries and read a page map of each size
+        (64, 256 and 1,024 rows, 4.2 s at R = 2M rows, and three maps kept beside R) on the
+        first join of a table, where the join reads the one map. Too small a budget to plan:
+        left to choose."""
+        if settings["page_rows"]:
+            return settings
+        try:
+            return {**settings, "page_rows": cls.plan(stats, memory, settings).sizes["page_rows"]}
+        except BudgetError:
+            return settings
+
+    @classmethod
+    def reserved_bytes(cls, n_pages: int) -> int:
+        """Bytes of the structures beside H_S over ``n_pages`` pages, taken from the budget before
+        H_S is sized: the repeats per page (a variant adds its own)."""
+        return n_pages * np.dtype(np.float32).itemsize
 
     @staticmethod
     def _can_read_ahead(store, loads: int) -> bool:
         """Whether ``store`` reads on ``loads`` other sessions (:meth:`..stores.base.MasterStore.reader`):
         not with a change log, whose every run reads R in a snapshot on the store's own session."""
         return hasattr(store, "reader") and not store.has_change_log() and store.reader(loads) is not None
-
-    def _page_map_for(self, store, query_s: float, row_s: float):
-        """R's page map (d) and its rows' width: the page size set, or :func:`auto_page_rows`'
-        choice among the kept maps, within :data:`PAGE_SHARE` of M - but not a kept page larger
-        than the measured size whose rows do not fit the rider buffer (its disk buffer would
-        cost H_S room)."""
-        if self.settings["page_rows"]:
-            page_map = store.page_map(self.settings["page_rows"])
-            return page_map, store.row_bytes(page_map)
-        most = self.memory * PAGE_SHARE / store.row_bytes()
-        measured = auto_page_rows(query_s, row_s, most=most)
-        page_rows = auto_page_rows(query_s, row_s, store.kept_page_rows(), most)
-        page_map = store.page_map(page_rows)
-        row_bytes = store.row_bytes(page_map)
-        if page_rows > measured and page_map.max_page_rows > self.memory * RIDER_BUFFER_SHARE / row_bytes:
-            page_map = store.page_map(measured)
-            row_bytes = store.row_bytes(page_map)
-        return page_map, row_bytes
 
     # -- one iteration ---------------------------------------------------------------------
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
@@ -322,9 +375,7 @@ class HybridJoin(PagedJoin):
         return self._admit_chunk(self._take(buffer, free))
 
     def _reserved_bytes(self) -> int:
-        """Bytes of the structures beside H_S, taken from the budget before H_S is sized: the
-        repeats per page (a variant adds its own)."""
-        return self._repeats.nbytes
+        return self.reserved_bytes(self.page_map.n_pages)
 
     def _page_of(self, key) -> int:
         return int(self.page_map.page_of(np.asarray([key], dtype=self.store.key_type.dtype))[0])
@@ -450,15 +501,17 @@ class HybridJoinPQ(HybridJoinL):
 
     HEAP_ENTRY_BYTES = 16  # (due, page) as the paper's 16-byte PQ node (Table 1)
 
-    def _page_queue_bytes(self) -> int:
+    @classmethod
+    def _page_queue_bytes(cls, n_pages: int) -> int:
         # frequency, last load and due per page, and a heap of at most 2 entries per page
-        return self.page_map.n_pages * (3 * 8 + 2 * self.HEAP_ENTRY_BYTES)
+        return n_pages * (3 * 8 + 2 * cls.HEAP_ENTRY_BYTES)
 
-    def _reserved_bytes(self) -> int:
-        return super()._reserved_bytes() + self._page_queue_bytes()
+    @classmethod
+    def reserved_bytes(cls, n_pages: int) -> int:
+        return super().reserved_bytes(n_pages) + cls._page_queue_bytes(n_pages)
 
     def memory_split(self) -> dict:
-        return {**super().memory_split(), "page_queue_bytes": self._page_queue_bytes()}
+        return {**super().memory_split(), "page_queue_bytes": self._page_queue_bytes(self.page_map.n_pages)}
 
     @property
     def threshold(self) -> float:

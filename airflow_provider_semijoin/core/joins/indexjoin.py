@@ -23,6 +23,7 @@ from ..keys import sorted_distinct
 from ..stores.base import MasterPage
 from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer, StreamChunk
 from .master_cache import MasterCache, hit_ratio_of
+from .plan import Plan, RStats
 
 
 class IndexNestedLoopJoin(JoinAlgorithm):
@@ -35,11 +36,15 @@ class IndexNestedLoopJoin(JoinAlgorithm):
 
     def __init__(self, store, memory, **kwargs):
         super().__init__(store, memory, **kwargs)
-        # the one tuple in flight and the K rows of its key
-        needed = store.key_type.itemsize + 8 + store.result_bytes(None, store.max_rows_per_key)  # no page map: none is read
-        if needed > self.memory:
-            raise self._budget_error(needed, "one stream tuple with the rows of its key")
         self._held = 0
+
+    @classmethod
+    def plan(cls, stats: RStats, memory: int, settings: dict) -> Plan:
+        """The one tuple in flight and the K rows of its key (v_R sampled with no page map: none is read)."""
+        needed = stats.key_itemsize + 8 + stats.result_bytes(stats.max_rows_per_key)
+        if needed > memory:
+            raise cls.budget_error(memory, needed, "one stream tuple with the rows of its key")
+        return Plan(cls.name, memory, 1, {"tuple_bytes": needed})
 
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
         chunk = self._take(buffer, 1)
@@ -78,22 +83,29 @@ class InListJoin(JoinAlgorithm):
 
     def __init__(self, store, memory, **kwargs):
         super().__init__(store, memory, **kwargs)
-        # per tuple of the batch: its key and row id (twice: the batch and the distinct keys)
-        # and, at worst, K rows of R for its key (v_R sampled with no page map: none is read)
-        per_tuple = 2 * (store.key_type.itemsize + 8) + store.max_rows_per_key * store.row_bytes()
-        fixed = store.result_bytes(None, 0)
-        self._batch_budget = self.memory - self._cache_bytes(reserve=int(math.ceil(fixed + per_tuple)))
-        self.batch_rows = self.settings["batch_rows"] or int((self._batch_budget - fixed) // per_tuple)
-        needed = int(math.ceil(fixed + max(self.batch_rows, 1) * per_tuple))
-        if self.batch_rows < 1 or needed > self._batch_budget:
-            what = f"batch_rows={self.batch_rows} stream tuples with their master rows" if self.batch_rows else "one stream tuple with its master rows"
-            raise self._budget_error(needed + self.memory - self._batch_budget, what)
-        self._per_tuple = per_tuple
+        self.batch_rows = self.plan_used.capacity_tuples
+        self._per_tuple = self.plan_used.sizes["bytes_per_tuple"]
         self._held = 0
 
-    def _cache_bytes(self, reserve: int) -> int:
-        """Bytes of the budget spent on a cache, leaving ``reserve`` for the smallest batch."""
-        return 0
+    @classmethod
+    def plan(cls, stats: RStats, memory: int, settings: dict) -> Plan:
+        """Per tuple of the batch: its key and row id (twice: the batch and the distinct keys) and,
+        at worst, K rows of R for its key (v_R sampled with no page map: none is read)."""
+        per_tuple = 2 * (stats.key_itemsize + 8) + stats.max_rows_per_key * stats.row_bytes
+        fixed = stats.result_overhead
+        cache = cls._cache_plan(stats, memory, settings, reserve=int(math.ceil(fixed + per_tuple)))
+        batch_budget = memory - cache.get("cache_bytes", 0)
+        batch_rows = settings["batch_rows"] or int((batch_budget - fixed) // per_tuple)
+        needed = int(math.ceil(fixed + max(batch_rows, 1) * per_tuple))
+        if batch_rows < 1 or needed > batch_budget:
+            what = f"batch_rows={batch_rows} stream tuples with their master rows" if batch_rows else "one stream tuple with its master rows"
+            raise cls.budget_error(memory, needed + memory - batch_budget, what)
+        return Plan(cls.name, memory, batch_rows, {"batch_rows": batch_rows, "bytes_per_tuple": per_tuple, **cache})
+
+    @classmethod
+    def _cache_plan(cls, stats: RStats, memory: int, settings: dict, reserve: int) -> dict:
+        """The keys and bytes of the budget spent on a cache, leaving ``reserve`` for the smallest batch."""
+        return {}
 
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
         chunk = self._take(buffer, self.batch_rows)
@@ -141,15 +153,19 @@ class InListLRUJoin(InListJoin):
         "cache_fraction": Param(float, 0.5, "share of the memory budget for the LRU cache", 0.0),
     }
 
-    def _cache_bytes(self, reserve: int) -> int:
-        store = self.store
-        per_key = MasterCache.bytes_per_key(store.key_type.itemsize, store.max_rows_per_key, store.row_bytes())
-        budget = min(int(self.memory * min(self.settings["cache_fraction"], 1.0)), self.memory - reserve)
-        fixed = store.result_bytes(None, 0)
-        keys = max(0, int((budget - fixed) // per_key))
-        self.cache = MasterCache(keys, store.max_rows_per_key, store.key_type.dtype, self.schema, "lru")
+    def __init__(self, store, memory, **kwargs):
+        super().__init__(store, memory, **kwargs)
+        self.cache = MasterCache(self.plan_used.sizes["cache_keys"], store.max_rows_per_key, store.key_type.dtype,
+                                 self.schema, "lru")
         self.counters.extra.update(cache_hits=0, cache_probes=0)
-        return int(math.ceil(keys * per_key)) + fixed
+
+    @classmethod
+    def _cache_plan(cls, stats: RStats, memory: int, settings: dict, reserve: int) -> dict:
+        """An LRU cache of ``cache_fraction`` of M, of the keys whose K rows it holds."""
+        per_key = MasterCache.bytes_per_key(stats.key_itemsize, stats.max_rows_per_key, stats.row_bytes)
+        budget = min(int(memory * min(settings["cache_fraction"], 1.0)), memory - reserve)
+        keys = max(0, int((budget - stats.result_overhead) // per_key))
+        return {"cache_keys": keys, "cache_bytes": int(math.ceil(keys * per_key)) + stats.result_overhead}
 
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
         chunk = self._take(buffer, self.batch_rows)

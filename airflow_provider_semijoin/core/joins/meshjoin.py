@@ -29,6 +29,7 @@ import numpy as np
 
 from ..stores.base import DEFAULT_PAGE_ROWS
 from .base import JoinOutput, Param, StreamBuffer
+from .plan import Plan, RStats
 from .stream_table import PagedJoin, StreamTable
 
 TUPLE_COST_S = 1e-6  # per stream tuple (admit, probe, output) in this engine, order of magnitude
@@ -64,30 +65,44 @@ class MeshJoin(PagedJoin):
 
     def __init__(self, store, memory, **kwargs):
         super().__init__(store, memory, **kwargs)
+        plan = self.plan_used
         self.page_map = store.page_map(self.settings["page_rows"])
-        n_pages = max(self.page_map.n_pages, 1)
-        page_bytes = self.page_map.max_page_rows * store.row_bytes(self.page_map)
-        key_size = store.key_type.itemsize
+        self.partition_pages = plan.sizes["partition_pages"]
+        self.partitions = plan.sizes["partitions"]
+        self.chunk_tuples = plan.sizes["chunk_tuples"]
+        self._disk_buffer_bytes = plan.sizes["disk_buffer_bytes"]
+        self.table = StreamTable(plan.capacity_tuples, self.page_map.n_pages, store.key_type.dtype)
+        self._next_partition = 0
+
+    @classmethod
+    def statistics(cls, store, settings: dict) -> RStats:
+        """R's page map at ``page_rows``, and S and T when the cost model chooses b."""
+        return RStats.of(store, settings["page_rows"], costs=not settings["partition_pages"])
+
+    @classmethod
+    def plan(cls, stats: RStats, memory: int, settings: dict) -> Plan:
+        """b pages per partition (the disk buffer) and w tuples per chunk, H_S holding w * k
+        (sec. 3.1): b from the cost model (:func:`best_partition_pages`) unless given."""
+        pages = stats.page(settings["page_rows"])
+        n_pages = max(pages.n_pages, 1)
+        page_bytes = pages.max_page_rows * pages.row_bytes
 
         def capacity_for(disk_buffer_bytes):
-            budget = self.memory - self.page_map.nbytes - disk_buffer_bytes
-            return StreamTable.capacity_for(budget, self.page_map.n_pages, key_size)
+            return StreamTable.capacity_for(memory - pages.nbytes - disk_buffer_bytes, pages.n_pages, stats.key_itemsize)
 
-        if self.settings["partition_pages"]:
-            b = min(self.settings["partition_pages"], n_pages)
+        if settings["partition_pages"]:
+            b = min(settings["partition_pages"], n_pages)
             w = int(capacity_for(math.ceil(b * page_bytes))) // math.ceil(n_pages / b)
         else:
-            query_s, row_s = store.calibrate()
-            b, w = best_partition_pages(capacity_for, n_pages, page_bytes, self.settings["page_rows"], query_s, row_s)
+            b, w = best_partition_pages(capacity_for, n_pages, page_bytes, settings["page_rows"], *stats.costs)
         if w < 1:
-            needed = int(page_bytes + n_pages * StreamTable.bytes_per_tuple(key_size) + self.page_map.nbytes)
-            raise self._budget_error(needed, "a one-page partition and one tuple per partition")
-        self.partition_pages = b
-        self.partitions = math.ceil(n_pages / b)
-        self.chunk_tuples = w
-        self._disk_buffer_bytes = int(math.ceil(b * page_bytes))
-        self.table = StreamTable(w * self.partitions, self.page_map.n_pages, store.key_type.dtype)
-        self._next_partition = 0
+            needed = int(page_bytes + n_pages * StreamTable.bytes_per_tuple(stats.key_itemsize) + pages.nbytes)
+            raise cls.budget_error(memory, needed, "a one-page partition and one tuple per partition")
+        partitions = math.ceil(n_pages / b)
+        return Plan(cls.name, memory, w * partitions, {
+            "page_rows": pages.page_rows, "partition_pages": b, "partitions": partitions, "chunk_tuples": w,
+            "disk_buffer_bytes": int(math.ceil(b * page_bytes)), "page_map_bytes": pages.nbytes,
+        }, waiting_tuples=w)  # a chunk of w waiting for the next iteration
 
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
         outputs = []

@@ -14,6 +14,7 @@ from .frontstage import CacheJoin, CacheJoinL, CacheJoinPQ, CMeshJoin, FrontStag
 from .hybridjoin import HybridJoin, HybridJoinL, HybridJoinPQ
 from .indexjoin import IndexNestedLoopJoin, InListJoin, InListLRUJoin
 from .meshjoin import MeshJoin
+from .plan import Planner
 from .ssij import SemiStreamedIndexJoin
 
 ALGORITHMS: dict[str, type[JoinAlgorithm]] = {
@@ -38,6 +39,11 @@ def algorithm_class(name: str) -> type[JoinAlgorithm]:
 def create(name: str, store, memory: int, params: dict | None = None, **kwargs) -> JoinAlgorithm:
     """A new algorithm ``name`` over ``store`` with a budget of ``memory`` bytes."""
     return algorithm_class(name)(store, memory, **(params or {}), **kwargs)
+
+
+def planner(name: str, store, params: dict | None = None, **kwargs) -> Planner:
+    """Plans of algorithm ``name`` over ``store`` at any budget, R's statistics read once (:mod:`.plan`)."""
+    return Planner(algorithm_class(name), store, params, **kwargs)
 
 
 def describe() -> list[dict]:

@@ -90,21 +90,15 @@ from ..stores.base import MasterPage, PageMap
 from ..stores.changes import Installed, install_changes
 from .ssij_access import distinct_keys, in_spans, sparse, split_at_keep
 from .ssij_pages import TICK_SCALE, JoinPhaseEstimate, PageCache, max_dist, read_plan
+from .ssij_plan import PAIR_BYTES, PER_REQUESTED_BYTES, SsijStats, plan_ssij, shift
+from .plan import Plan
 from .base import RIDER_KEYS, JoinAlgorithm, JoinOutput, Param, ReadCosts, StreamBuffer, join_page, not_in_master, probe, ranges
 
 POLICIES = ("utility", "lru")
-SB_SHARE = 0.3  # default SB_thresh: stream-buffer tuples filling this share of the usable budget (Fig. 13)
-IB_PER_SB = 4  # default IB_thresh = SB_thresh / 4 (Table II: IB 250,000, SB 1,000,000 tuples)
-IB_SIZE_PER_THRESH = 2  # default input-buffer size: one batch taken, one arriving
-SCAN_SHARE = 0.25  # a read sequence takes at most this share of the budget (caps maxScan)
-PAIR_BYTES = 8 + 8  # an II entry: SB position and page
-PER_PAGE_BYTES = 1 + 8 + 8 + 8 + 4 + 8 + 4 + 4  # per page of R: CR's cached, utility, demand, last use, bytes, segment; II's count; last phase
-PER_REQUESTED_BYTES = 8 + 8 + 1 + 8 + 8  # per page of P_u in a join phase: its page, utility, ToKeep, use, rank
 DEADLINE_SAFETY = 2.0  # the join-phase estimate is doubled when deadlines decide (sec. IV-F)
 DEADLINE_SLACK = 0.1  # a tuple is due when a tenth of its time from arrival to deadline is left
 GAP_DECAY = 0.9  # the time between steps a deadline check allows for: a slowly decaying maximum
 KEEP_MARGIN = 2.0  # a page of P_u displaces a cached page only with KEEP_MARGIN times its demand (see _to_keep)
-INT64 = np.iinfo(np.int64)
 
 
 # -- the stream tuples: IB, SB, II ----------------------------------------------------------------
@@ -182,27 +176,16 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
 
     def __init__(self, store, memory, **kwargs):
         super().__init__(store, memory, **kwargs)
-        s = self.settings
+        s, sizes = self.settings, self.plan_used.sizes
         self.range = (s["range_lo"], s["range_hi"])
-        if self.range != (0, 0):
-            if store.key_type.kind != "int":
-                raise ConfigError(f"{self.name}.range_lo: a range condition needs an integer key; {store.key!r} is a string")
-            if s["range_lo"] > s["range_hi"]:
-                raise ConfigError(f"{self.name}.range_hi: {s['range_hi']} must be >= range_lo {s['range_lo']}")
         self.page_map: PageMap = store.page_map(s["page_rows"])
         n_pages = self.page_map.n_pages
-        self.rows_per_page = max(self.page_map.n_rows / max(n_pages, 1), 1.0)
+        self.rows_per_page = sizes["rows_per_page"]
         self.read_costs = ReadCosts.of(store, self.rows_per_page)  # S and T of sec. IV-D, T reading one more page
         self.max_dist = max_dist(self.read_costs.query_s, self.read_costs.unit_s)
-        self.page_bytes = math.ceil(self.rows_per_page * (store.row_bytes(self.page_map) + 4))  # + the row's page
-        self.pages_per_tuple = self._pages_per_tuple()
-        key_size = store.key_type.itemsize
-        self.ib_tuple_bytes = 8 + key_size + 8 + 8
-        self.sb_tuple_bytes = 8 + key_size + 8 + 8 + 1 + 4 + self.pages_per_tuple * PAIR_BYTES
-        sizes = self.page_map.sizes if self.page_map.sizes is not None else np.full(n_pages, s["page_rows"], np.int64)
-        self._largest_rows = np.cumsum(np.sort(sizes)[::-1])  # rows of the k largest pages: a read's worst case
-        self.fixed_bytes = self.page_map.nbytes + n_pages * PER_PAGE_BYTES + int(self._largest_rows.nbytes)
-        self._size(s)
+        for name in ("page_bytes", "pages_per_tuple", "ib_tuple_bytes", "sb_tuple_bytes", "fixed_bytes", "max_scan",
+                     "scan_bytes", "sb_thresh", "ib_thresh", "ib_size"):
+            setattr(self, name, sizes[name])
         self.cache = PageCache(n_pages, store.key_type.dtype, self.schema, s["cache_policy"])
         self.estimate = JoinPhaseEstimate(self.read_costs.range_s(1))
         self._ib = _Tuples(np.zeros(0, np.int64), np.zeros(0, store.key_type.dtype), np.zeros(0), np.zeros(0))
@@ -225,52 +208,21 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
             pages_read=0, cache_hits=0, cache_probes=0, updates_installed=0, invalidated_pages=0,
         )
 
-    # -- sizing ---------------------------------------------------------------------------------
-    def _pages_per_tuple(self) -> int:
-        """The most pages one tuple's key range can overlap (1 for an equi-join)."""
-        if self.range == (0, 0):
-            return 1
-        bounds = self.page_map.bounds
-        reach = _shift(bounds, self.range[1] - self.range[0])
-        return int((np.searchsorted(bounds, reach, side="right") - np.arange(len(bounds))).max())
+    # -- the plan (:mod:`.ssij_plan`) ------------------------------------------------------------
+    @classmethod
+    def statistics(cls, store, settings: dict) -> SsijStats:
+        return SsijStats.of(store, cls.name, settings)
+
+    @classmethod
+    def plan(cls, stats: SsijStats, memory: int, settings: dict) -> Plan:
+        """maxScan, SB_thresh, IB_thresh and the size of IB from the budget (sec. IV-A, :func:`.ssij_plan.plan_ssij`)."""
+        return plan_ssij(cls, stats, memory, settings)
 
     def _page_last_key(self, pages: np.ndarray) -> np.ndarray:
         """The largest key each page may hold (read live: inserts widen the page map, sec. IV-E)."""
         pm = self.page_map
         following = np.minimum(pages + 1, pm.n_pages - 1)
         return np.where(pages + 1 < pm.n_pages, pm.bounds[following] - 1, np.int64(pm.max_key))
-
-    def _size(self, s: dict) -> None:
-        """maxScan, SB_thresh, IB_thresh and the size of IB from the budget (sec. IV-A). A read
-        sequence takes at most a quarter of the budget, and less if the stream buffers need it."""
-        n_pages = max(self.page_map.n_pages, 1)
-        room = self.memory - self.fixed_bytes
-        self.max_scan = int(min(s["max_scan"], n_pages, max(1, SCAN_SHARE * room // self.page_bytes)))
-        usable = room - self._scan_bytes(self.max_scan)
-        sb = s["sb_thresh"] or max(1, int(SB_SHARE * usable // self.sb_tuple_bytes))
-        ib = s["ib_thresh"] or max(1, sb // IB_PER_SB)
-        self.sb_thresh, self.ib_thresh = sb, ib
-        self.ib_size = max(s["ib_size"] or IB_SIZE_PER_THRESH * ib, ib)
-        while self.max_scan > 1 and self.fixed_bytes + self._scan_bytes(self.max_scan) + self._stream_peak() > self.memory:
-            self.max_scan -= 1
-        self.scan_bytes = self._scan_bytes(self.max_scan)
-        needed = self.fixed_bytes + self.scan_bytes + self._stream_peak()
-        if needed > self.memory:
-            what = (f"the page map, one read sequence of {self.max_scan} pages, IB of {self.ib_size} and SB of "
-                    f"{sb + ib} tuples")
-            raise self._budget_error(needed, what)
-
-    def _scan_bytes(self, pages: int) -> int:
-        """The read buffer: one sequence of ``pages`` pages as loaded (the largest ones: pages
-        of a map brought up to date from the change log are uneven, :mod:`..stores.pagemaps`)."""
-        return self.store.result_bytes(self.page_map, int(self._largest_rows[min(pages, len(self._largest_rows)) - 1]))
-
-    def _stream_peak(self) -> int:
-        """Bytes IB and SB/II hold at most (SB reaches SB_thresh + IB_thresh - 1 tuples), with
-        the arrays of a join phase over the pages they request."""
-        sb = self.sb_thresh + self.ib_thresh
-        requested = min(sb * self.pages_per_tuple, self.page_map.n_pages)
-        return self.ib_size * self.ib_tuple_bytes + sb * self.sb_tuple_bytes + requested * PER_REQUESTED_BYTES
 
     # -- the contract -----------------------------------------------------------------------------
     @property
@@ -313,10 +265,10 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
             "page_map_bytes": self.page_map.nbytes,
             "page_arrays_bytes": self.fixed_bytes - self.page_map.nbytes,
             "read_buffer_bytes": self.scan_bytes,
-            "stream_buffers_peak_bytes": self._stream_peak(),
+            "stream_buffers_peak_bytes": self.plan_used.sizes["stream_peak_bytes"],
             "cache_bytes_now": self.cache.nbytes,
             "cache_pages_now": self.cache.pages,
-            "cache_room_bytes": self.memory - self.fixed_bytes - self.scan_bytes - self._stream_peak(),
+            "cache_room_bytes": self.memory - self.fixed_bytes - self.scan_bytes - self.plan_used.sizes["stream_peak_bytes"],
             "page_rows": self.page_map.page_rows,
             "pages": self.page_map.n_pages,
             "page_bytes": self.page_bytes,
@@ -486,7 +438,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         if self.range == (0, 0):
             return keys, keys
         lo, hi = self.range
-        return _shift(keys, lo), _shift(keys, hi)
+        return shift(keys, lo), shift(keys, hi)
 
     def _page_spans(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """First page and number of pages of each key range (0 pages: outside R's key range)."""
@@ -608,8 +560,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
     def _in_keys(self) -> int:
         """The most keys one IN query of the plan asks for: up to :data:`~.base.RIDER_KEYS`, whose
         rows fit the read buffer (one sequence of the maxScan largest pages)."""
-        read_rows = int(self._largest_rows[min(self.max_scan, len(self._largest_rows)) - 1])
-        return max(1, min(RIDER_KEYS, read_rows // max(self.store.max_rows_per_key, 1)))
+        return max(1, min(RIDER_KEYS, self.plan_used.sizes["read_rows"] // max(self.store.max_rows_per_key, 1)))
 
     def _to_keep(self, requested: np.ndarray, priority: np.ndarray) -> np.ndarray:
         """Sec. IV-C: rank the cached pages and the pages of P_u by demand; the best that fit the
@@ -703,9 +654,3 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self.cache.stage(loaded, row_page, phase.requested[kept], phase.recency[kept])
         self._make_room(0)  # the estimate of their bytes was short: the lowest priority leave
 
-
-def _shift(keys: np.ndarray, offset: int) -> np.ndarray:
-    """``keys + offset``, saturating at the ends of int64."""
-    if offset >= 0:
-        return np.where(keys > INT64.max - offset, INT64.max, keys + offset)
-    return np.where(keys < INT64.min - offset, INT64.min, keys + offset)

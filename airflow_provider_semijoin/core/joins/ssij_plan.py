@@ -1,0 +1,108 @@
+"""SSIJ's plan (:mod:`.plan`): maxScan, SB_thresh, IB_thresh and the size of IB from the budget
+(Bornea et al., ICDE 2011, sec. IV-A), computed from R's page map without I/O; what is left of M
+is the page cache CR's (sec. IV-C).
+
+A read sequence takes at most :data:`SCAN_SHARE` of the budget, and less if the stream buffers
+need it; SB_thresh fills :data:`SB_SHARE` of what the read buffer leaves (Fig. 13), IB_thresh is
+a quarter of it and IB holds two of its batches (Table II: IB 250,000, SB 1,000,000 tuples).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError
+from .plan import Plan, RStats
+
+SB_SHARE = 0.3  # default SB_thresh: stream-buffer tuples filling this share of the usable budget (Fig. 13)
+IB_PER_SB = 4  # default IB_thresh = SB_thresh / 4 (Table II: IB 250,000, SB 1,000,000 tuples)
+IB_SIZE_PER_THRESH = 2  # default input-buffer size: one batch taken, one arriving
+SCAN_SHARE = 0.25  # a read sequence takes at most this share of the budget (caps maxScan)
+PAIR_BYTES = 8 + 8  # an II entry: SB position and page
+PER_PAGE_BYTES = 1 + 8 + 8 + 8 + 4 + 8 + 4 + 4  # per page of R: CR's cached, utility, demand, last use, bytes, segment; II's count; last phase
+PER_REQUESTED_BYTES = 8 + 8 + 1 + 8 + 8  # per page of P_u in a join phase: its page, utility, ToKeep, use, rank
+INT64 = np.iinfo(np.int64)
+
+
+@dataclass(frozen=True)
+class SsijStats:
+    """What SSIJ's plan reads of R: the key's width, a loaded result's overhead and the page map
+    (``r``), the rows of its k largest pages for each k (``largest_rows``: a read's worst case;
+    pages of a map brought up to date from the change log are uneven, :mod:`..stores.pagemaps`),
+    and the most pages one tuple's key range overlaps (``pages_per_tuple``, 1 for an equi-join)."""
+
+    r: RStats
+    largest_rows: np.ndarray
+    pages_per_tuple: int
+
+    @classmethod
+    def of(cls, store, name: str, settings: dict) -> "SsijStats":
+        """From ``store``, for the page size and key range of ``settings`` (refused for a range
+        condition on a string key, or an empty range)."""
+        low, high = settings["range_lo"], settings["range_hi"]
+        if (low, high) != (0, 0):
+            if store.key_type.kind != "int":
+                raise ConfigError(f"{name}.range_lo: a range condition needs an integer key; {store.key!r} is a string")
+            if low > high:
+                raise ConfigError(f"{name}.range_hi: {high} must be >= range_lo {low}")
+        page_map = store.page_map(settings["page_rows"])
+        sizes = page_map.sizes if page_map.sizes is not None else np.full(page_map.n_pages, settings["page_rows"], np.int64)
+        return cls(RStats.of(store, settings["page_rows"]), np.cumsum(np.sort(sizes)[::-1]),
+                   pages_per_tuple(page_map.bounds, high - low) if (low, high) != (0, 0) else 1)
+
+
+def pages_per_tuple(bounds: np.ndarray, width: int) -> int:
+    """The most pages a key range of ``width`` overlaps (pages starting at ``bounds``)."""
+    reach = shift(bounds, width)
+    return int((np.searchsorted(bounds, reach, side="right") - np.arange(len(bounds))).max())
+
+
+def shift(keys: np.ndarray, offset: int) -> np.ndarray:
+    """``keys + offset``, saturating at the ends of int64."""
+    if offset >= 0:
+        return np.where(keys > INT64.max - offset, INT64.max, keys + offset)
+    return np.where(keys < INT64.min - offset, INT64.min, keys + offset)
+
+
+def plan_ssij(cls, stats: SsijStats, memory: int, s: dict) -> Plan:
+    """The split of ``memory`` bytes for the SSIJ class ``cls`` (sec. IV-A); a budget too small
+    for the page map, one read sequence, IB and SB is a :class:`..errors.BudgetError`."""
+    pages = stats.r.page(s["page_rows"])
+    n_pages = max(pages.n_pages, 1)
+    rows_per_page = max(pages.n_rows / n_pages, 1.0)
+    page_bytes = math.ceil(rows_per_page * (pages.row_bytes + 4))  # + the row's page
+    key_size = stats.r.key_itemsize
+    ib_tuple_bytes = 8 + key_size + 8 + 8
+    sb_tuple_bytes = 8 + key_size + 8 + 8 + 1 + 4 + stats.pages_per_tuple * PAIR_BYTES
+    fixed_bytes = pages.nbytes + pages.n_pages * PER_PAGE_BYTES + int(stats.largest_rows.nbytes)
+
+    def read_rows(scan: int) -> int:
+        return int(stats.largest_rows[min(scan, len(stats.largest_rows)) - 1])
+
+    def stream_peak(ib_size: int, sb: int) -> int:  # IB and SB/II at most, with a join phase's arrays
+        requested = min(sb * stats.pages_per_tuple, pages.n_pages)
+        return ib_size * ib_tuple_bytes + sb * sb_tuple_bytes + requested * PER_REQUESTED_BYTES
+
+    room = memory - fixed_bytes
+    max_scan = int(min(s["max_scan"], n_pages, max(1, SCAN_SHARE * room // page_bytes)))
+    usable = room - stats.r.result_bytes(read_rows(max_scan), pages.row_bytes)
+    sb = s["sb_thresh"] or max(1, int(SB_SHARE * usable // sb_tuple_bytes))
+    ib = s["ib_thresh"] or max(1, sb // IB_PER_SB)
+    ib_size = max(s["ib_size"] or IB_SIZE_PER_THRESH * ib, ib)
+    peak = stream_peak(ib_size, sb + ib)  # SB reaches SB_thresh + IB_thresh - 1 tuples
+    while max_scan > 1 and fixed_bytes + stats.r.result_bytes(read_rows(max_scan), pages.row_bytes) + peak > memory:
+        max_scan -= 1
+    scan_bytes = stats.r.result_bytes(read_rows(max_scan), pages.row_bytes)
+    needed = fixed_bytes + scan_bytes + peak
+    if needed > memory:
+        what = f"the page map, one read sequence of {max_scan} pages, IB of {ib_size} and SB of {sb + ib} tuples"
+        raise cls.budget_error(memory, needed, what)
+    return Plan(cls.name, memory, ib_size + sb + ib, {
+        "rows_per_page": rows_per_page, "page_bytes": page_bytes, "pages_per_tuple": stats.pages_per_tuple,
+        "ib_tuple_bytes": ib_tuple_bytes, "sb_tuple_bytes": sb_tuple_bytes, "fixed_bytes": fixed_bytes,
+        "max_scan": max_scan, "read_rows": read_rows(max_scan), "scan_bytes": scan_bytes, "sb_thresh": sb,
+        "ib_thresh": ib, "ib_size": ib_size, "stream_peak_bytes": peak,
+    })
