@@ -183,3 +183,22 @@ def test_table_sinks_on_sqlite_hold_every_tuple_once(spark, tmp_path, sqlite_bac
     assert facts == (summary["matched"], summary["matched"]) and rejects == (summary["unmatched"],) * 2
     assert facts[0] + rejects[0] == 2000
     assert write_table  # the sink created its tables itself (write_table is for masters)
+
+
+@pytest.mark.parametrize("due_type, past, future", [("TIMESTAMP", "2000-01-01 00:00:00", "2100-01-01 00:00:00"),
+                                                    ("DOUBLE", "946684800.0", "4102444800.0")])
+def test_a_deadline_column_counts_the_misses_of_matched_and_dead_letter_tuples(spark, tmp_path, sqlite_backend,
+                                                                                due_type, past, future):
+    store = write_master(sqlite_backend, 10)  # keys 1, 3, ..., 19
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    rows = [(1, 3, past), (2, 5, future), (3, 4, past), (4, 7, past), (5, 8, future), (6, 9, future), (7, 40, past)]
+    (landing / "day1.csv").write_text("id,nk,due_at\n" + "".join(f"{i},{k},{d}\n" for i, k, d in rows))
+    data = files_job(tmp_path, sqlite_backend.url, store.table, landing,
+                     schema=f"id BIGINT, nk BIGINT, due_at {due_type}").to_dict()
+    data["deadline"] = {"column": "due_at"}
+    records = []
+    summary = run_job(JobSpec.from_dict(data), spark=spark, on_progress=records.append)
+    assert summary["input_rows"] == 7
+    assert (len(read_parquet_sink(data["sinks"]["matched"]["path"])), len(read_parquet_sink(data["sinks"]["dead_letter"]["path"]))) == (4, 3)
+    assert summary["deadline_misses"] == sum(r["deadline_misses"] for r in records) == 4  # ids 1, 3, 4, 7: 2 matched, 2 dead
