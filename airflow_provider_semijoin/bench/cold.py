@@ -54,7 +54,7 @@ from .steady import bench_master, check_algorithms, params_of, registered
 
 BASELINES = ("inlist", "inlist-lru")
 SHAPES = ("noperm", "random")
-FLOOR_CONNECTIONS = (1, 2, 4)  # sessions of the floor's raw fetches; beyond 4 they gained little (docs/measurements.md)
+FLOOR_CONNECTIONS = (1, 2, 4)  # sessions of the floor's raw fetches; each more gained less, from 3 to 4 little (docs/measurements.md)
 FLOOR_IN_KEYS = 1000  # keys an IN query of the floor's reads: the inlist baseline's in_list_max
 
 
