@@ -104,13 +104,13 @@ class Overlay:
 
     def query(self, store, columns: str, where: str, params: list, suffix: str) -> tuple[str, list]:
         """The rows of R at ``version`` that satisfy ``where``, in key order."""
-        d, qk = store.dialect, store._qk
+        d, qk = store.dialect, store.quoted_key
 
         def changed_since(alias: str) -> str:
             return f"FROM {store._qlog} l WHERE l.version > {d.param} AND l.version <= {d.param} AND l.{qk} = {alias}.{qk}"
 
         sql = (
-            f"SELECT {columns} FROM {store._qt} r WHERE ({where}) AND NOT EXISTS (SELECT 1 {changed_since('r')}) "
+            f"SELECT {columns} FROM {store.quoted_table} r WHERE ({where}) AND NOT EXISTS (SELECT 1 {changed_since('r')}) "
             f"UNION ALL SELECT {columns} FROM {d.quote(before_table(store.table))} b WHERE ({where}) "
             f"AND b.version = (SELECT MIN(l.version) {changed_since('b')}) ORDER BY 1{suffix}"
         )
@@ -135,7 +135,7 @@ def overlay(store, version: int, newest: int, range_sql: str, range_params: list
             f"{KEEP_VERSIONS} installs old and its before-images are pruned"
         )
     p = store.dialect.param
-    changed = store._query(
+    changed = store.bookkeeping_query(
         f"SELECT 1 FROM {store._qlog} WHERE version > {p} AND version <= {p}"
         f"{' AND ' + range_sql if range_sql else ''} LIMIT 1",
         (version, newest, *range_params),
