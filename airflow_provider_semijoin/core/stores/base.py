@@ -262,9 +262,9 @@ class MasterStore(VersionedReads):
 
     @functools.cached_property
     def _raw_struct(self) -> pa.StructType:
-        """A result row of raw values (bytes or None) as one Arrow struct: 6,700 rows of the
-        bench's R (8 columns) take 1.8 ms into it against 5.9 ms transposed and converted
-        column by column, time the thread reading pages ahead holds the GIL."""
+        """A result row of raw values (bytes or None) as one Arrow struct: a page's rows go into
+        it in one pass, several times faster than transposed and converted column by column in
+        Python, time the thread reading pages ahead holds the GIL (``docs/measurements.md``)."""
         return pa.struct([pa.field(f"c{i}", pa.binary()) for i in range(1 + len(self.select))])
 
     def _page_of(self, keys: np.ndarray, columns) -> MasterPage:
@@ -423,8 +423,8 @@ class MasterStore(VersionedReads):
     def lookup_many(self, keys: np.ndarray) -> MasterPage:
         """Every row of the given keys in one ``IN (...)`` query. Integer keys are written into
         the query as numbers (an int64 array's values: nothing to quote or escape), not bound one
-        parameter each: mysqlclient escapes every parameter in Python, about a quarter of an IN
-        query's time on MariaDB (4,096 scattered keys: 35 -> 26 ms; 220 keys: 3.0 -> 2.4 ms)."""
+        parameter each: mysqlclient escapes every parameter in Python, a sizeable share of an IN
+        query's time on MariaDB (``docs/measurements.md``)."""
         if len(keys) == 0:
             return self._to_page([])
         if self.key_type.kind == "int":
@@ -504,8 +504,8 @@ class MasterStore(VersionedReads):
         """v_R: bytes one loaded row of R takes in memory (key + selected columns), sampled from
         page 0 of ``page_map``; with no map, from R's first ``DEFAULT_PAGE_ROWS`` rows by one
         range load. The algorithms that read no pages (INLJ, the IN-list joins) size themselves
-        so, and opening R for them builds no page map: a first join of R read all of R's index
-        for one (2.5 s at 2M rows)."""
+        so, and opening R for them builds no page map: a first join of R would read all of R's
+        index for one."""
         page_rows = 0 if page_map is None else page_map.page_rows
         if page_map is not None and page_map.n_keys == 0:
             return float(self.key_type.itemsize)
@@ -522,7 +522,8 @@ class MasterStore(VersionedReads):
     def leaf_rows(self) -> float:
         """Rows of R per leaf of the index its key is looked up in: the keys of one ``IN (...)``
         query that lie on one leaf are read together, scattered keys each read a leaf of their
-        own (measured on MariaDB, R = 2M rows: 55 us per leaf on top of 6 us per key). Here
+        own, and on MariaDB a leaf read costs several times a key
+        (:class:`..unitcosts.ComponentCosts`). Here
         the unknown layout's worst case, one row a leaf; a dialect that knows better says so."""
         return 1.0
 
@@ -598,8 +599,9 @@ class MasterStore(VersionedReads):
 
 
 def _int_list(keys: np.ndarray) -> str:
-    """Integer keys as SQL text, ``1,2,3``: formatted and joined in Arrow (4,096 keys: 0.13 ms,
-    against 0.40 ms for ``','.join(map(str, ...))``, time the thread that loads pages holds the GIL)."""
+    """Integer keys as SQL text, ``1,2,3``: formatted and joined in Arrow, not by
+    ``','.join(map(str, ...))``, which holds the GIL a few times longer in the thread that loads
+    pages (``docs/measurements.md``)."""
     text = pa.array(np.asarray(keys, np.int64)).cast(pa.string())
     return pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(text)], pa.int32()), text), ",")[0].as_py()
 

@@ -43,8 +43,8 @@ def key_version_index(cursor, store, table: str) -> None:
     """An index ``(<key>, version)`` on R's side table ``table`` if missing: a read of R at an
     older version looks up, for each row it reads, that key's changes after the version
     (:class:`Overlay`), and reads the before-images of a page's key range; ordered by version
-    alone, each is a scan of every version since (measured: 16 pages of R read 10,000 captured
-    versions back took 0.9-9.3 s, growing with every before-image kept)."""
+    alone, each is a scan of every version since, growing with every before-image kept (found
+    by ``semijoin bench --changes``; the timings: ``docs/measurements.md``)."""
     d = store.dialect
     name = f"ix_kv_{table}" if len(table) <= 58 else f"ix_kv_{hashlib.sha1(table.encode()).hexdigest()[:20]}"
     if d is SQLITE:
