@@ -359,7 +359,7 @@ def check_against_oracle(url: str, spec: dict, before: dict, dead_folder: Path) 
     unknown product) and the category before or after the update, or a dead letter (unknown customer)."""
     from .core.stores.sql import DatabaseURL
     from .spark.sources import generator_rows, generator_settings
-    from .spark.spec import SourceSpec
+    from .job.spec import SourceSpec
 
     settings = generator_settings(SourceSpec(**spec["source"]))
     stream = generator_rows(settings, 0, settings["total_rows"])

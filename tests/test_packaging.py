@@ -202,6 +202,13 @@ def test_core_and_workloads_import_neither_airflow_nor_spark():
     assert _forbidden(result["modules"]) == [], f"layering violated after importing {imported}"
 
 
+def test_the_job_spec_imports_neither_airflow_nor_spark():
+    """The job spec (:mod:`airflow_provider_semijoin.job`) is read where DAGs are parsed: pure, like the core."""
+    result = _probe("airflow_provider_semijoin.job")
+    assert "airflow_provider_semijoin.job.spec" in result["imported"], result["imported"]
+    assert _forbidden(result["modules"]) == [], f"layering violated after importing {result['imported']}"
+
+
 def test_layering_probe_detects_a_forbidden_import(tmp_path):
     # The same probe must walk into subpackages and see a forbidden import deep inside.
     pkg = tmp_path / "fake_layer" / "inner"

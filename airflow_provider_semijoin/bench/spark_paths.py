@@ -36,7 +36,7 @@ from ..workloads.zipf import zipf_rows
 from ..spark.runner import end_after_batch, run_job
 from ..spark.sinks import DEAD_LETTER_SCHEMA, ParquetSink, dead_letter_rows
 from ..spark.sources import stream_frame
-from ..spark.spec import JobSpec, SourceSpec
+from ..job.spec import JobSpec, SourceSpec
 
 KEY = "nk"  # the join key of the bench's master table and stream
 DEFAULT_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"  # Debian's libmariadb-java

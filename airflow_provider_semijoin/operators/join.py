@@ -9,7 +9,7 @@ reports). Everything that can be checked without a database is checked when the 
 identifiers, on-missing policy, every other step and job option, source, sinks and stop
 condition; a bad value is a DAG import error naming the argument.
 
-The step's options are the fields of :class:`~..spark.spec.StepSpec` (:data:`..spark.assemble.STEP_OPTIONS`),
+The step's options are the fields of :class:`~..job.spec.StepSpec` (:data:`..job.assemble.STEP_OPTIONS`),
 each an argument of its own name (``params`` is ``algorithm_params``: BaseOperator has ``params``).
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..core.errors import SpecError
 from ..core.joins.base import JoinAlgorithm
 from ..core.joins.registry import ALGORITHMS
-from ..spark.assemble import STEP_OPTIONS, step_dict
+from ..job.assemble import STEP_OPTIONS, step_dict
 from .job import SemiJoinJobOperator, has_template
 from .options import declare_options, spec_options, take_options
 
@@ -66,7 +66,7 @@ class SemiStreamJoinOperator(SemiJoinJobOperator):
     :param rename: R's columns -> output names; ``drop_column`` drops the natural key.
     :param max_queue_time_s: the longest a tuple waits inside the join (None: no bound).
 
-    These step options (every field of :class:`~..spark.spec.StepSpec` but ``column`` and
+    These step options (every field of :class:`~..job.spec.StepSpec` but ``column`` and
     ``master``) default to the spec's defaults; the job's are those of :class:`~.job.SemiJoinJobOperator`.
     """
 
@@ -104,7 +104,7 @@ class SemiStreamJoinOperator(SemiJoinJobOperator):
         self._validate_at_parse_time()
 
     def _validate_at_parse_time(self) -> None:
-        from ..spark.spec import JobSpec
+        from ..job.spec import JobSpec
 
         try:
             data = self.job_dict(resolve=False)

@@ -57,7 +57,7 @@ def target_dataset(target) -> tuple[str, str]:
 
 
 def job_datasets(spec) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """(inputs, outputs) of a :class:`~..spark.spec.JobSpec`, each without repeats, in order."""
+    """(inputs, outputs) of a :class:`~..job.spec.JobSpec`, each without repeats, in order."""
     inputs = source_datasets(spec.source) + [table_dataset(s.master.url, s.master.table) for s in spec.steps]
     outputs = [target_dataset(spec.sinks.matched), target_dataset(spec.sinks.dead_letter)]
     return list(dict.fromkeys(inputs)), list(dict.fromkeys(outputs))

@@ -6,7 +6,7 @@ import math
 
 from ..core.units import parse_bytes
 from ..operators.job import SemiJoinJobOperator
-from ..spark.assemble import JOB_OPTIONS
+from ..job.assemble import JOB_OPTIONS
 from .spec import PipelineSpec
 
 
@@ -38,7 +38,7 @@ class SemiJoinPipelineOperator(SemiJoinJobOperator):
     def _choose(self, step, url: str, memory) -> str:
         from ..core.stores import open_store
         from ..spark.joinstate import estimated_row_bytes
-        from ..spark.spec import SourceSpec
+        from ..job.spec import SourceSpec
         from .auto import choose_algorithm
 
         spec = PipelineSpec(**self.pipeline)

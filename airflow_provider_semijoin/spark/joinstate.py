@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 from ..core.joins.base import JoinAlgorithm, JoinOutput
 from ..core.runner import feed_keys, one_version_of_r
 from ..core.session import JoinSession, left_ids, materialise
-from .spec import DeadlineSpec
+from ..job.spec import DeadlineSpec
 
 SEQ = "sj_seq"  # a tuple's number in its step, increasing in arrival order (the session's row id)
 DUE = "sj_due"  # epoch seconds by which the tuple must have left (inf: never forced)

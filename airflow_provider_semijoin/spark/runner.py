@@ -47,7 +47,7 @@ from .sources import (
     CORRUPT_COLUMN, FILE_COLUMN, TICK_COLUMN, check_source, generator_schema, generator_settings, repair_utf8,
     stream_frame, tuple_ids, with_heartbeat,
 )
-from .spec import JobSpec
+from ..job.spec import JobSpec
 from .step import JoinStep
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ import pyarrow as pa
 from ..core.errors import ConfigError
 from ..workloads.bursty import bursty_arrivals
 from ..workloads.zipf import zipf_rows
-from .spec import SourceSpec
+from ..job.spec import SourceSpec
 
 GENERATOR_FORMAT = "semijoin_generator"
 CORRUPT_COLUMN = "_corrupt_record"

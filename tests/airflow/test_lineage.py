@@ -18,7 +18,7 @@ import pytest
 
 from airflow_provider_semijoin.operators.lineage import job_datasets
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
-from airflow_provider_semijoin.spark.spec import JobSpec
+from airflow_provider_semijoin.job.spec import JobSpec
 from airflow_provider_semijoin.workloads.master import generate_master
 
 OPERATOR = "airflow_provider_semijoin.operators.join:HybridJoinOperator"

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from airflow_provider_semijoin.core.errors import SpecError
 from airflow_provider_semijoin.core.stores.sql import IDENTIFIER
 from airflow_provider_semijoin.pipeline.spec import PipelineSpec, from_mapping, load_pipeline
-from airflow_provider_semijoin.spark.assemble import Connections
-from airflow_provider_semijoin.spark.spec import JobSpec
+from airflow_provider_semijoin.job.assemble import Connections
+from airflow_provider_semijoin.job.spec import JobSpec
 
 from .strategies import HOSTILE, mutations
 from .tally import record

@@ -379,7 +379,7 @@ def test_without_work_ahead_the_join_rests_between_batches(tmp_path, sqlite_back
 
 def test_a_spec_with_work_ahead_not_a_boolean_is_refused(tmp_path, sqlite_backend):
     from airflow_provider_semijoin.core.errors import SpecError
-    from airflow_provider_semijoin.spark.spec import JobSpec
+    from airflow_provider_semijoin.job.spec import JobSpec
 
     _, spec = job(tmp_path, sqlite_backend, 10)
     with pytest.raises(SpecError, match=r"^work_ahead: 'yes' is not true or false$"):

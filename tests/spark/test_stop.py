@@ -21,7 +21,7 @@ from spark_jobs import assert_sinks_equal_oracle, driver_summary, generator_job,
 from airflow_provider_semijoin.core.progress import parse_line
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from airflow_provider_semijoin.spark.sources import generator_settings
-from airflow_provider_semijoin.spark.spec import JobSpec
+from airflow_provider_semijoin.job.spec import JobSpec
 
 BATCH_ROWS = 300
 

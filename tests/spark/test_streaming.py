@@ -76,7 +76,7 @@ def test_the_generator_clock_starts_after_a_warm_up_batch():
     import json
 
     from airflow_provider_semijoin.spark.sources import WARM_UP, _generator_classes, generator_settings
-    from airflow_provider_semijoin.spark.spec import SourceSpec
+    from airflow_provider_semijoin.job.spec import SourceSpec
 
     settings = generator_settings(SourceSpec(kind="generator", rows_per_second=100.0, master_rows=50, seed=1))
     reader = _generator_classes()({"settings": json.dumps(settings)}).streamReader(None)

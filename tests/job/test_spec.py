@@ -7,7 +7,7 @@ import re
 import pytest
 
 from airflow_provider_semijoin.core.errors import SpecError
-from airflow_provider_semijoin.spark.spec import JobSpec, MasterSpec, StepSpec
+from airflow_provider_semijoin.job.spec import JobSpec, MasterSpec, StepSpec
 
 BASE = {
     "source": {"kind": "generator", "total_rows": 100, "master_rows": 50},

@@ -34,7 +34,7 @@ EXTRA_KEY_SETTINGS = ("master_rows", "exponent", "shape", "missing", "seed")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 _SECRET_OPTION = re.compile(r"pass|secret|token|jaas|credential|private|auth|key", re.IGNORECASE)
 # a field named like a [semijoin] option defaults to that option's default here, and to the
-# configured value on the Airflow paths (spark/assemble.py): memory, db_retry_max_s
+# configured value on the Airflow paths (job/assemble.py): memory, db_retry_max_s
 DEFAULT_MEMORY = CONFIG_OPTIONS["memory"][1]
 DEFAULT_DB_RETRY_MAX_S = float(CONFIG_OPTIONS["db_retry_max_s"][1])
 
@@ -396,7 +396,7 @@ class JobSpec:
     deadline: DeadlineSpec | None = None
     arrival_column: str | None = None
     db_retry_max_s: float = DEFAULT_DB_RETRY_MAX_S  # how long a lost MySQL session is reopened for (master data, table sinks)
-    work_ahead: bool = True  # steps go on joining between micro-batches (:mod:`.ahead`)
+    work_ahead: bool = True  # steps go on joining between micro-batches (:mod:`..spark.ahead`)
 
     def __post_init__(self):
         for name, kind in (("source", SourceSpec), ("sinks", SinkSpec), ("stop", StopSpec), ("deadline", DeadlineSpec)):
