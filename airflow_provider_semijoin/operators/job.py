@@ -40,7 +40,7 @@ from ..core.progress import (XCOM_HISTORY, XCOM_INFO, XCOM_LATEST, ProgressHisto
                              parse_line)
 from ..hooks.master import run_time_connections
 from ..hooks.spark import SemiJoinSparkHook
-from ..plugins.urls import task_page_url
+from ..urls import task_page_url
 from ..job.assemble import JOB_OPTIONS
 from .options import declare_options, spec_options, take_options
 

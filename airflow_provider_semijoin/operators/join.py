@@ -1,5 +1,6 @@
-"""The join operators: a generic one taking ``algorithm=``, and one per algorithm of the registry
-(made from the registry: ``HybridJoinOperator`` runs ``hybridjoin``; each algorithm's ``operator_name``).
+"""The join operators: a generic one taking ``algorithm=``, and one per algorithm of the registry,
+each a class of one line below (``HybridJoinOperator`` runs ``hybridjoin``); a test checks that
+every algorithm of the registry has exactly one.
 
 Each is a long-running task that streams ``source`` through one semi-join step with the master
 table R (``master_table`` in the database of ``master_conn_id``) and writes the matched tuples
@@ -16,7 +17,6 @@ each an argument of its own name (``params`` is ``algorithm_params``: BaseOperat
 from __future__ import annotations
 
 from ..core.errors import SpecError
-from ..core.joins.base import JoinAlgorithm
 from ..core.joins.registry import ALGORITHMS
 from ..job.assemble import STEP_OPTIONS, step_dict
 from .job import SemiJoinJobOperator, has_template
@@ -124,9 +124,17 @@ class SemiStreamJoinOperator(SemiJoinJobOperator):
 
 
 class _OneAlgorithmOperator(SemiStreamJoinOperator):
-    """A join operator bound to one algorithm of the registry."""
+    """A join operator bound to one algorithm of the registry: ``class XOperator(_OneAlgorithmOperator,
+    algorithm="x")``, documented by the algorithm's paper."""
 
     algorithm_name = ""
+
+    def __init_subclass__(cls, *, algorithm: str, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if algorithm not in ALGORITHMS:
+            raise TypeError(f"{cls.__name__}: algorithm {algorithm!r} is not one of {sorted(ALGORITHMS)}")
+        cls.algorithm_name = algorithm
+        cls.__doc__ = f"{ALGORITHMS[algorithm].paper}: :class:`SemiStreamJoinOperator` with ``algorithm={algorithm!r}``."
 
     def __init__(self, **kwargs) -> None:
         if "algorithm" in kwargs:
@@ -137,17 +145,22 @@ class _OneAlgorithmOperator(SemiStreamJoinOperator):
         super().__init__(algorithm=self.algorithm_name, **kwargs)
 
 
-def _operator_of(algorithm: type[JoinAlgorithm]) -> type[_OneAlgorithmOperator]:
-    """The operator class bound to a registry algorithm, named by its ``operator_name``."""
-    return type(algorithm.operator_name, (_OneAlgorithmOperator,), {
-        "__doc__": f"{algorithm.paper}: :class:`SemiStreamJoinOperator` with ``algorithm={algorithm.name!r}``.",
-        "__module__": __name__,
-        "__qualname__": algorithm.operator_name,
-        "algorithm_name": algorithm.name,
-    })
+class INLJOperator(_OneAlgorithmOperator, algorithm="inlj"): ...
+class InListOperator(_OneAlgorithmOperator, algorithm="inlist"): ...
+class InListLRUOperator(_OneAlgorithmOperator, algorithm="inlist-lru"): ...
+class MeshJoinOperator(_OneAlgorithmOperator, algorithm="meshjoin"): ...
+class HybridJoinOperator(_OneAlgorithmOperator, algorithm="hybridjoin"): ...
+class HybridJoinLOperator(_OneAlgorithmOperator, algorithm="hybridjoin-l"): ...
+class HybridJoinPQOperator(_OneAlgorithmOperator, algorithm="hybridjoin-pq"): ...
+class SSJOperator(_OneAlgorithmOperator, algorithm="ssj"): ...
+class CMeshJoinOperator(_OneAlgorithmOperator, algorithm="cmeshjoin"): ...
+class CacheJoinOperator(_OneAlgorithmOperator, algorithm="cachejoin"): ...
+class CacheJoinLOperator(_OneAlgorithmOperator, algorithm="cachejoin-l"): ...
+class CacheJoinPQOperator(_OneAlgorithmOperator, algorithm="cachejoin-pq"): ...
+class SSIJOperator(_OneAlgorithmOperator, algorithm="ssij"): ...
 
 
-# one operator per registry algorithm (INLJOperator, HybridJoinOperator, ..., SSIJOperator, InListOperator)
-OPERATORS: dict[str, type[_OneAlgorithmOperator]] = {name: _operator_of(cls) for name, cls in ALGORITHMS.items()}
-globals().update({operator.__name__: operator for operator in OPERATORS.values()})
-__all__ = ["SemiStreamJoinOperator", "OPERATORS", *(operator.__name__ for operator in OPERATORS.values())]
+# the operator of each registry algorithm, by algorithm name
+OPERATORS: dict[str, type[_OneAlgorithmOperator]] = {
+    operator.algorithm_name: operator for operator in _OneAlgorithmOperator.__subclasses__()
+}
