@@ -40,8 +40,8 @@ from ..core.progress import (XCOM_HISTORY, XCOM_INFO, XCOM_LATEST, ProgressHisto
                              parse_line)
 from ..hooks.master import run_time_connections
 from ..hooks.spark import SemiJoinSparkHook
-from ..urls import task_page_url
 from ..job.assemble import JOB_OPTIONS
+from ..urls import task_page_url
 from .options import declare_options, spec_options, take_options
 
 _TEMPLATE = re.compile(r"{{|{%")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from ..core.units import parse_bytes
-from ..operators.job import SemiJoinJobOperator
 from ..job.assemble import JOB_OPTIONS
+from ..operators.job import SemiJoinJobOperator
 from .spec import PipelineSpec
 
 
