@@ -56,12 +56,12 @@ def _run_phases(store, shape: str, policy: str, phases: int, warm: int, exponent
             seed += 1
         algorithm.step(buffer)
         if at_warm is None and counters.join_phases == warm and algorithm.cycle_ended:
-            at_warm = dict(vars(counters), evicted=algorithm.cache.evictions)
-    extra = dict(vars(counters), evicted=algorithm.cache.evictions)
-    hits = (extra["cache_hits"] - at_warm["cache_hits"]) / (extra["cache_probes"] - at_warm["cache_probes"])
-    per_phase = {name: (extra[counter] - at_warm[counter]) / phases
-                 for name, counter in (("asked", "pages_requested"), ("ranged", "pages_read"), ("in_queries", "in_loads"),
-                                                 ("evicted", "evicted"))}
+            at_warm, evicted_at_warm = dataclasses.replace(counters), algorithm.cache.evictions
+    hits = (counters.cache_hits - at_warm.cache_hits) / (counters.cache_probes - at_warm.cache_probes)
+    per_phase = {"asked": (counters.pages_requested - at_warm.pages_requested) / phases,
+                 "ranged": (counters.pages_read - at_warm.pages_read) / phases,
+                 "in_queries": (counters.in_loads - at_warm.in_loads) / phases,
+                 "evicted": (algorithm.cache.evictions - evicted_at_warm) / phases}
     return algorithm, hits, per_phase
 
 
