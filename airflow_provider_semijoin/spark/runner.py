@@ -90,7 +90,7 @@ class BatchProcessor:
         ]
         self.matched_sink = open_sink(spec.sinks.matched, spec.db_retry_max_s)
         self.dead_sink = open_sink(spec.sinks.dead_letter, spec.db_retry_max_s)
-        self.state = JobCounts()
+        self.counts = JobCounts()  # the totals since the job started
         self._reconnects_seen = (0, 0.0)
         self.failure: SemiJoinError | None = None
         self.stopping = threading.Event()  # query.stop() is under way (run_job holds busy)
@@ -194,10 +194,10 @@ class BatchProcessor:
         if self.drained is not None or self.drain_reason is not None:  # the job is stopping: every batch drains
             return self.drained or self.drain_reason
         spec = self.spec
-        if spec.stop.max_batches is not None and self.state.batches + 1 >= spec.stop.max_batches:
+        if spec.stop.max_batches is not None and self.counts.batches + 1 >= spec.stop.max_batches:
             return "max_batches"
         if spec.stop.end_of_input:
-            if spec.source.kind == "files" and source_rows == 0 and self.state.batches > 0:
+            if spec.source.kind == "files" and source_rows == 0 and self.counts.batches > 0:
                 return "end_of_input"  # the trigger found no new file
             total = spec.source.total_rows if spec.source.kind == "generator" else None
             if total is not None and batch.num_rows and pc.max(batch["tid"]).as_py() + 1 >= total:
@@ -236,20 +236,20 @@ class BatchProcessor:
         deadlines = deadlines_of(self.spec.deadline, left)
         misses = int(np.sum(done > deadlines)) if deadlines is not None else 0
         reconnects, waited = self._reconnects()
-        counts = BatchCounts(input_rows=n_in, matched=self._tuples_of(matched), unmatched=dead.num_rows,
-                             output_rows=matched.num_rows, deadline_misses=misses, reconnects=reconnects,
-                             reconnect_wait_s=waited)
-        s = self.state
-        s.add(counts)
+        batch = BatchCounts(input_rows=n_in, matched=self._tuples_of(matched), unmatched=dead.num_rows,
+                            output_rows=matched.num_rows, deadline_misses=misses, reconnects=reconnects,
+                            reconnect_wait_s=waited)
+        total = self.counts
+        total.add(batch)
         queue_bytes = int(sum(st["queue_bytes"] for st in step_stats))
         record = ProgressRecord(
             algorithm="+".join(step.algorithm.name for step in self.steps),
             batch_id=batch_id,
             time=done,
-            input_rows=counts.input_rows,
-            matched=counts.matched,
-            unmatched=counts.unmatched,
-            output_rows=counts.output_rows,
+            input_rows=batch.input_rows,
+            matched=batch.matched,
+            unmatched=batch.unmatched,
+            output_rows=batch.output_rows,
             service_rate_tps=round(n_in / join_seconds, 1) if join_seconds > 0 else None,
             batch_duration_s=round(done - started, 6),
             ahead_s=round(sum(st.get("ahead_s", 0.0) for st in step_stats), 6),
@@ -265,25 +265,25 @@ class BatchProcessor:
             disk_rows=int(sum(st["disk_rows"] for st in step_stats)),
             latency_ms_p50=latency["p50"],
             latency_ms_p99=latency["p99"],
-            deadline_misses=counts.deadline_misses,
+            deadline_misses=batch.deadline_misses,
             memory_bytes=int(sum(st["structure_bytes"] for st in step_stats)),
             structure_bytes_peak=int(sum(st["structure_bytes_peak"] for st in step_stats)),
             memory_budget_bytes=int(sum(st["memory_budget_bytes"] for st in step_stats)),
             memory_peak_bytes=int(sum(st["memory_peak_bytes"] for st in step_stats)),
             unmatched_by_reason=_count(dead["reason"]) if dead.num_rows else {},
-            total_input_rows=s.input_rows,
-            total_matched=s.matched,
-            total_unmatched=s.unmatched,
-            total_deadline_misses=s.deadline_misses,
+            total_input_rows=total.input_rows,
+            total_matched=total.matched,
+            total_unmatched=total.unmatched,
+            total_deadline_misses=total.deadline_misses,
             master_versions=[st["master_version"] for st in step_stats],
             master_staleness_s=[None if st.get("master_read_at") is None else round(max(done - st["master_read_at"], 0.0), 3)
                                 for st in step_stats],
-            reconnects=counts.reconnects,
-            reconnect_wait_s=round(counts.reconnect_wait_s, 3),
-            total_reconnects=s.reconnects,
-            total_reconnect_wait_s=round(s.reconnect_wait_s, 3),
+            reconnects=batch.reconnects,
+            reconnect_wait_s=round(batch.reconnect_wait_s, 3),
+            total_reconnects=total.reconnects,
+            total_reconnect_wait_s=round(total.reconnect_wait_s, 3),
         ).to_dict()
-        s.last_record = record
+        total.last_record = record
         return record
 
     def _tuples_of(self, rows: pa.Table) -> int:
@@ -426,7 +426,7 @@ def run_job(
             query.stop()
         processor.close()
     return JobSummary(
-        job=spec.name, stopped_by=reason, drained=processor.drained, counts=processor.state,
+        job=spec.name, stopped_by=reason, drained=processor.drained, counts=processor.counts,
         held_for_retry=sum(step.held.num_rows for step in processor.steps if step.held is not None),
         queue_tuples=sum(step.carried.count for step in processor.steps), duration_s=clock() - started,
     ).to_dict()
@@ -443,7 +443,7 @@ def _await_stop(spec: JobSpec, processor: BatchProcessor, query, stop_event, sta
         if processor.drained is not None:
             return reason or processor.drained
         if reason is None:
-            reason = _stop_reason(spec, processor.state, stop_event, started, clock, query)
+            reason = _stop_reason(spec, processor.counts, stop_event, started, clock, query)
             if reason is not None:
                 processor.request_drain(reason)
                 asked = clock()
@@ -482,7 +482,7 @@ def _terminated(query, timeout_s: float) -> bool:
         return True
 
 
-def _stop_reason(spec: JobSpec, state: JobCounts, stop_event, started: float, clock, query) -> str | None:
+def _stop_reason(spec: JobSpec, counts: JobCounts, stop_event, started: float, clock, query) -> str | None:
     """A stop asked from outside (an event, the stop file), or the job's own bound reached."""
     stop = spec.stop
     if stop_event is not None and stop_event.is_set():
@@ -491,7 +491,7 @@ def _stop_reason(spec: JobSpec, state: JobCounts, stop_event, started: float, cl
         return "stop_file"
     if stop.duration_s is not None and clock() - started >= stop.duration_s:
         return "duration"
-    if stop.max_batches is not None and state.batches >= stop.max_batches:
+    if stop.max_batches is not None and counts.batches >= stop.max_batches:
         return "max_batches"
     if stop.end_of_input and spec.source.bounded and _committed_rows(query) >= spec.source.total_rows:
         return "end_of_input"
