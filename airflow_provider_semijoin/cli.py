@@ -161,7 +161,7 @@ def cmd_changes(args) -> int:
             print(f"changes to {args.table} are no longer captured ({'triggers dropped' if dropped else 'there were no triggers'}); "
                   "its change log stays")
         else:
-            how = "from the binary log" if store.has_change_log() and store._binlog else "by triggers"
+            how = "from the binary log" if store.captured_from_binlog() else "by triggers"
             print(f"{args.table}: changes {'captured ' + how if store.captures_writes() else 'NOT captured'}, "
                   f"version {store.version()}")
     return 0

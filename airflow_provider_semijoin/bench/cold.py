@@ -13,8 +13,9 @@ before it, :func:`..core.stores.pagemaps.forget`) and, if it reads pages, builds
 own, as a user's first join of a table does; the second opens R from the kept map, as every
 later join does.
 The table's ratios are the second run's, and the first run's wall clock stands beside them.
-Without this the figures depended on what ran before: SSIJ's 400k-tuple join took 7.5 s when
-it built its map (its pages differ from HYBRIDJOIN's) and 4.3 s when it found it kept.
+Without this the figures depended on what ran before: a join that builds its map (SSIJ's pages
+differ from HYBRIDJOIN's) takes much longer than one that finds it kept
+(``docs/measurements.md``).
 
 Under each table stands the most any join of that stream could reach here (:func:`floor_reads`,
 :func:`fetch_floor`, :func:`ceiling_lines`): every matched tuple needs its rows of R, so no join
@@ -22,8 +23,8 @@ ends before its process has started, read the stream and written the output (the
 run of the table spent outside its join loop) and the rows of the stream's distinct keys have
 come from the server, read with nothing else to do on up to :data:`FLOOR_CONNECTIONS` sessions
 at once (pages whose range read costs less by range, the rest by IN). Issue 12 asked for 2x the
-better baseline on a 400k-tuple stream; on MariaDB at R = 2M rows that ceiling was 1.81-2.14x on
-NoPerm and 1.66-2.41x on the random shape over three runs.
+better baseline on a 400k-tuple stream; this ceiling says whether that is within reach on the
+machine at hand (the figures measured: ``docs/measurements.md``).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from ..workloads import zipf_stream
 from .steady import MODEL_SHAPES, Workload, bench_master, registered
 
 BASELINES = ("inlist", "inlist-lru")
-FLOOR_CONNECTIONS = (1, 2, 4)  # raw fetches of 125,810 keys here: 1.36 s on 1, 0.89 s on 2, 0.70 s on 3, 0.66 s on 4
+FLOOR_CONNECTIONS = (1, 2, 4)  # sessions of the floor's raw fetches; each more gained less, from 3 to 4 little (docs/measurements.md)
 FLOOR_IN_KEYS = 1000  # keys an IN query of the floor's reads: the inlist baseline's in_list_max
 
 

@@ -166,13 +166,12 @@ class Reproduction:
         """The unit costs for the next repeat of a cell of ``experiment``, as ``semijoin bench``
         calibrates them (S, T and the IN cost a leaf from loads and IN queries at random places
         of R, the median of CALIBRATION_RUNS): anew for each repeat at the standard scale, for
-        each experiment at the small one. One calibration at the start of a standard run put the
-        steps' CPU costs and T 1.3-1.7x above their values an hour earlier, and every cell of
-        the model table below its prediction (median measured/predicted 1.42). One a cell was
-        not enough either: the same cell run four times back to back (HYBRIDJOIN, R = 2M rows
-        on MariaDB, Zipf 1, noperm), each calibrated anew, was predicted 431k-559k tuples/s and
-        measured 461k-575k, the two uncorrelated (S of three calibrations in a row 0.83-1.19 ms,
-        the IN cost a leaf 27-41 us): a cell's prediction is the median of its repeats'."""
+        each experiment at the small one. One calibration at the start of a standard run goes
+        stale on a shared machine (the steps' CPU costs and T drift within an hour, and every
+        cell of the model table fell below its prediction), and one a cell was not enough either:
+        back-to-back calibrations of one cell scatter, so its prediction and its measurement
+        are uncorrelated. A cell's prediction is therefore the median of its repeats' (the
+        figures: ``docs/measurements.md``)."""
         if self.costs and self.costs[0] == experiment and self.scale.calibrate_per == "experiment":
             return self.costs[1]
         with open_store(self.master, self.table, KEY) as store:

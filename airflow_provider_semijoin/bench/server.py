@@ -16,9 +16,9 @@ def server_cache(master: str, table: str) -> dict | None:
     and indexes, as ``information_schema.tables`` estimates them); None for SQLite, whose file
     is the OS's to cache. Whether R fits in the pool decides what a read of R costs: with
     ``O_DIRECT`` (MariaDB's default since 10.6) a page of R not in the pool is read from disk,
-    not from the OS's cache. R = 2M rows (248 MiB) in MariaDB's default 128 MiB pool: an IN
-    lookup of 58k scattered keys measured 27 us a key, and a drain of 155k Zipf tuples 1.6 s;
-    with a 512 MiB pool, 6 us and 0.37 s."""
+    not from the OS's cache: the bench's R at the standard size does not fit MariaDB's default
+    pool, and its reads cost several times what they cost in a pool that holds it
+    (``docs/measurements.md``)."""
     url = DatabaseURL.parse(master)
     if url.dialect is not MYSQL:
         return None

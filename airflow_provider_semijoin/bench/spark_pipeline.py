@@ -45,8 +45,9 @@ once, matched or unmatched (the bench's R has a unique key, so once means one ou
 
 The no-join query (the same query collecting and writing each micro-batch whole) runs first: it
 is the ceiling of any join through this Spark, and it leaves Spark's JVM warm (its JIT compiled
-the source, collect and sink paths) for every path after it: a HYBRIDJOIN pipeline run first in
-a fresh JVM spent 0.87 us of JVM CPU a tuple over its window, 0.48 us run after the no-join query.
+the source, collect and sink paths) for every path after it: a pipeline run first in a fresh JVM
+spends markedly more of the JVM's CPU a tuple than one run after the no-join query
+(``docs/measurements.md``).
 
 CPU: each Spark path reports the cores its processes kept busy over the window and their CPU
 microseconds a tuple (driver, Spark's JVM, Spark's Python workers, the database server when it
@@ -125,8 +126,7 @@ FALLING_BEHIND_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.Proces
 def quiet_falling_behind(spark):
     """Spark's "Current batch is falling behind" WARN at ERROR while the bench runs; returns
     what sets it back. The throughput runs trigger every 1 ms on purpose (a backlog: each
-    micro-batch starts as the one before ends), which printed that line once a micro-batch
-    (128 lines in one standard run)."""
+    micro-batch starts as the one before ends), which printed that line once a micro-batch."""
     jvm = spark.sparkContext._jvm
     configurator = jvm.org.apache.logging.log4j.core.config.Configurator
     before = jvm.org.apache.logging.log4j.LogManager.getLogger(FALLING_BEHIND_LOGGER).getLevel()
@@ -326,7 +326,7 @@ CPU_NAMES = {"driver": "driver", "spark_jvm": "Spark JVM", "spark_python": "Spar
 
 
 def cpu_text(cpu: dict) -> str:
-    """``CPU a tuple 3.27 us = driver 1.43 + ...; 1.56 of 2 cores busy`` (window means)."""
+    """``CPU a tuple <all> us = driver <us> + ...; <busy> of <n> cores busy`` (window means)."""
     parts = " + ".join(f"{name} {cpu['us_per_tuple'][kind]:.2f}" for kind, name in CPU_NAMES.items())
     return (f"CPU a tuple {cpu['us_per_tuple']['all']:.2f} us = {parts}; {cpu['cores']['all']:.2f} of "
             f"{os.cpu_count()} cores busy")

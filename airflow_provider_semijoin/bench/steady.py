@@ -6,8 +6,7 @@ number of stream tuples completed per second in the window. Here the clock stops
 benchmark stream is produced, which is not charged to the join; the reads an algorithm handed
 ahead (HYBRIDJOIN's ``read_ahead``) finish before it stops, their wait counted, and run on
 beside the steps as in a real run. Waiting for them after every step, as this bench did
-before, took the overlap away: HYBRIDJOIN on the random shape measured 181k-261k tuples/s that
-way against 264k-411k without (MariaDB, R = 2M rows, 50 MiB, alternated). Every algorithm
+before, took the overlap away and understated HYBRIDJOIN (``docs/measurements.md``). Every algorithm
 gets the same master table, the same stream (same seed) and the same memory budget, and its
 peak structure bytes are checked against the budget. Machines are shared and noisy: compare
 the algorithms through the ratios of one run, not with figures from another run.
@@ -186,10 +185,10 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
     The warm-up lasts ``warmup_s`` of joining and until the tuples the algorithm holds turned
     over ``warmup_turnovers`` times (:meth:`JoinAlgorithm.turnovers`), at most ``warmup_max_s``:
     a window opened by the clock alone measured H_S filling, and a cache front-stage before its
-    H_R learned the hot keys (CACHEJOIN on MariaDB, R = 2M rows: 247k tuples/s after a 3 s
-    warm-up, 584k after 30 s, where its hit ratio had gone from 0.56 to 0.70). Warm-up and window
-    end with a cycle (:func:`_window_over`): SSIJ's window of 6 s, cut anywhere in its 3-4 s
-    cycles, measured 340k-605k tuples/s on noperm and 43k on random (whole cycles: 700k, 168k)."""
+    H_R learned the hot keys (its hit ratio, and so its rate, still rising). Warm-up and window
+    end with a cycle (:func:`_window_over`): a window cut anywhere in SSIJ's cycles measured
+    part of a cycle's phases, and its rate scattered far from the whole cycles' (the figures:
+    ``docs/measurements.md``)."""
     base = registered(algorithm_name)
     with open_store(config.master, table, "nk") as store:
         algorithm = create(base, store, config.memory, {**config.params_for(algorithm_name), **(params or {})})
@@ -260,8 +259,7 @@ def processing_seconds(fed: int, taken: list, left: list) -> np.ndarray:
     took it in to the end of the step it left in (a tuple with several matches counted once).
     ``taken``: (ids, seconds) of every take; ``left``: (matched ids, unmatched ids, seconds) of
     every step in the window. Worked out after the run: done per step inside the loop, it was
-    timed with the steps (MariaDB, R = 2M rows, 50 MiB, noperm: HYBRIDJOIN measured 368k-388k
-    tuples/s with it, 465k-476k without; CACHEJOIN 709k-880k, 828k-1,001k)."""
+    timed with the steps and charged to the join (``docs/measurements.md``)."""
     entered = np.zeros(fed)
     for ids, seconds in taken:
         entered[ids] = seconds

@@ -300,8 +300,8 @@ def _sampled_io(store: MasterStore, samples: int, clock: Clock, rng: np.random.G
 def fit_io(rows: list[float], seconds: list[float]) -> tuple[float, float]:
     """``(S, T)`` of the line ``S + T * rows`` through timed loads, fitted to relative errors
     (each point weighted by 1 / its time): a load's noise grows with its time, and an even fit
-    lets the largest load's few percent swing S, most of the smallest load's time (MariaDB,
-    R = 2M rows, six fits of 8 loads a size: S 0.43-1.19 ms even, 0.89-1.31 ms weighted)."""
+    lets the largest load's few percent swing S, most of the smallest load's time; weighted,
+    repeated fits scatter far less (``docs/measurements.md``)."""
     weights = 1.0 / np.maximum(np.asarray(seconds, dtype=float), FLOOR)
     row_s, query_s = np.polyfit(rows, seconds, 1, w=weights)
     return max(float(query_s), FLOOR), max(float(row_s), FLOOR)

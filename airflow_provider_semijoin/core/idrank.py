@@ -2,24 +2,22 @@
 
 A :class:`~.session.JoinSession` keeps the ids of the tuples fed, increasing, in one array (its
 log) and marks each tuple that leaves by its position there. Found with ``np.searchsorted`` over
-a log of 1.6M ids, a step's few thousand ids in arrival order cost 0.16-0.36 us each (measured
-here: each search misses the cache down the tree), a fifth of the thread that works HYBRIDJOIN
-ahead in the Spark pipeline (py-spy). The ids a caller feeds are nearly consecutive (stream
-positions, a Spark step's sequence numbers), so :class:`RankIndex` keeps one bit per id value
+a log of millions of ids, each search misses the cache down the tree, and the searches were a
+large share of the thread that works HYBRIDJOIN ahead in the Spark pipeline (py-spy). The ids a
+caller feeds are nearly consecutive (stream positions, a Spark step's sequence numbers), so :class:`RankIndex` keeps one bit per id value
 from the first id of the log, 64 to a word, and the count of ids before each word (Jacobson's
 rank directory, "Space-efficient static trees and graphs", FOCS 1989): an id's position is the
-count before its word plus the bits below it in the word, two gathers and a popcount
-(0.01 us an id for 7,500 ids in 1.6M, against 0.23 us by binary search). It is used while it
-holds at most :data:`MAX_BYTES_PER_ID` bytes an id of the log (the ids span at most 10.7 times
-their count); sparser ids are searched for. In the bench's Spark pipeline (scratch A/B, the
-session's ``_mark_done`` timed by thread CPU), marking a tuple done took HYBRIDJOIN 0.160-0.169
--> 0.056 us. CACHEJOIN-L's log holds its cache misses only: its ids spanned 5.6 times their
-count at the median (2.2 at the quartile below, 8.3 at the 99th percentile), so at one byte an
-id (5.3 times) it searched for 18% of its ids; at two bytes marking took 0.089-0.093 -> 0.056 us.
+count before its word plus the bits below it in the word, two gathers and a popcount, an
+order of magnitude less than a binary search. It is used while it holds at most
+:data:`MAX_BYTES_PER_ID` bytes an id of the log (the ids span at most
+``MAX_BYTES_PER_ID * 64 / 12`` times their count); sparser ids are searched for. Two bytes, not
+one, because CACHEJOIN-L's log holds its cache misses only, and its ids are sparser than a log
+of every tuple: at one byte an id it would still search for a good part of them.
 
-A one-off lookup of many ids is another matter: 1M ids among 1.65M rows take 27 ms through a
-fresh index against 7 ms through a table from id to row (:meth:`..spark.joinstate.CarriedRows._positions`,
-rebuilt for each batch, not kept); the index pays where it is kept and asked often.
+A one-off lookup of many ids is another matter: building the index costs more than a table
+from id to row (:meth:`..spark.joinstate.CarriedRows._positions`, rebuilt for each batch, not
+kept); the index pays where it is kept and asked often. (The figures behind these choices:
+``docs/measurements.md``.)
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ WORD_BITS = 64
 WORD = np.dtype("<u8")  # bit b of word w is id value lo + 64 w + b (np.packbits' little bit order)
 COUNT = np.dtype(np.int32)  # ids before a word: a log of 2**31 ids or more is searched for
 WORD_BYTES = WORD.itemsize + COUNT.itemsize
-MAX_BYTES_PER_ID = 2.0  # words + counts (12 bytes a word) per id of the log: the ids span at most 10.7x their count
+MAX_BYTES_PER_ID = 2.0  # words + counts (12 bytes a word) per id of the log: the ids span at most 2 * 64 / 12 times their count
 
 
 class RankIndex:

@@ -82,11 +82,10 @@ DENSE_SPAN = 16  # distinct integer keys are marked in a flag array while their 
 def sorted_distinct(values: np.ndarray) -> np.ndarray:
     """``np.unique(values)`` of integer or byte-string values of which most are distinct (row ids,
     the keys of an IN query), by a sort and a mask of the changes. numpy 2.4 finds distinct values
-    through a hash table first, which costs more than sorting once they are many (medians of 7
-    fresh int64 arrays here): 400,000 distinct row ids 225 ms against 19 ms sorted, 2M 2,050 ms
-    against 122 ms, 400,000 values of 126,000 keys 39 ms against 21 ms. Where few are distinct
-    (the pages of many keys: 400,000 values of 300, 6.5 ms against 15 ms) ``np.unique`` stays. A
-    float array keeps ``np.unique`` too (its NaNs are one value)."""
+    through a hash table first, which costs more than sorting once they are many. Where few are
+    distinct (the pages of many keys) the hash table is the faster and ``np.unique`` stays (the
+    timings: ``docs/measurements.md``). A float array keeps ``np.unique`` too (its NaNs are one
+    value)."""
     if values.dtype.kind not in "iuS":
         return np.unique(values)
     ordered = np.sort(values, axis=None)
@@ -102,9 +101,9 @@ def distinct_keys(keys: np.ndarray) -> np.ndarray:
     """The distinct keys, sorted, as ``np.unique`` gives them. Integer keys whose values span at
     most :data:`DENSE_SPAN` times their count - the tuples waiting on a page of R, or on the
     pages of one IN query - are marked in an array of flags over that span (at most 16 bytes a
-    key, for the call) instead of sorted: 7,500 keys over 6,700 values take 27 us against 138 us.
-    In HYBRIDJOIN's pipeline ``np.unique`` was 12% of the work-ahead thread's samples. Others are
-    sorted (:func:`sorted_distinct`)."""
+    key, for the call) instead of sorted: one pass over the keys and one over the span, no sort
+    (``np.unique`` was a visible share of HYBRIDJOIN's work-ahead thread in the pipeline:
+    ``docs/measurements.md``). Others are sorted (:func:`sorted_distinct`)."""
     if keys.dtype.kind != "i" or not len(keys):
         return sorted_distinct(keys)
     lo, hi = int(keys.min()), int(keys.max())

@@ -21,7 +21,7 @@ state of a Zipf stream over R of n keys, pages of ``page_rows`` keys with stream
   range sequence of the read plan (sec. IV-D). Under LRU a join phase keeps the last pages it
   reads (:func:`lru_kept`), and a page kept is read whole, with the pages of the gaps
   between kept pages less than maxDist apart (:func:`in_kept_sequence`), however few keys wait
-  on them - at R = 2M rows on NoPerm about 10k pages a phase of the cold tail, which the utility
+  on them - many pages a phase of the cold tail (``docs/measurements.md``), which the utility
   policy reads by IN. IN queries take up to :data:`.joins.base.RIDER_KEYS` keys, fewer when
   the read buffer (one sequence of maxScan pages) holds fewer rows (``in_query_keys``: 64 keys
   a query at maxScan 1, where RIDER_KEYS made the model's IN queries 64 times too few); a

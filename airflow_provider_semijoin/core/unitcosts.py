@@ -25,8 +25,8 @@ class ComponentCosts:
 
     * ``query_s`` S and ``row_s`` T: ``c_IO(rows) = S + T * rows``, one index range load;
     * ``lookup_s``: one index lookup of a key (``key = ?``), INLJ's c_IO(1) (HYBRIDJOIN sec.
-      3.2): a range load's S is the wrong price for it (MariaDB, R = 2M rows: S 0.66-0.86 ms,
-      a lookup at a random key 0.38-0.42 ms, and INLJ measured 1.3-1.5x the rate S gave);
+      3.2): a range load's S is the wrong price for it (a point lookup costs well under a range
+      load's S, and INLJ priced by S was predicted below its measured rate);
     * ``c_H``: per disk-buffer row in the join of a loaded page (probing the disk tuples);
     * ``c_O``: per output tuple of a page join (finding its rows and taking them);
     * ``c_E``: per tuple removed from H_S and Q (:meth:`StreamTable.pop_page`);
@@ -51,12 +51,10 @@ class ComponentCosts:
       that lie on ``leaves`` leaves of R's index costs ``in_query_s + in_key_s * keys +
       in_leaf_s * leaves`` (:meth:`in_cost`); ``leaf_rows`` is the rows of R per leaf
       (:meth:`.stores.base.MasterStore.leaf_rows`). Neighbouring keys share a leaf, scattered
-      ones read one each: on MariaDB (R = 2M rows, 126 rows a leaf, R twice the buffer pool)
-      a least-squares fit over 135 queries gave 0.97 ms + 6.2 us a key + 55 us a leaf, and
-      predicted each kind of query within 12%: neighbours 3.3 ms (3.5 predicted), 370
-      scattered keys 22.8 ms (23.2), an IN-list batch's 1,000 distinct keys 10.2 ms noperm
-      (9.4) and 17.2 ms on the random shape (15.1). Priced at the neighbours' per-key cost
-      alone, the IN-list model predicted 2-3x the measured rate.
+      ones read one each, and a leaf read costs several times a key: priced at the neighbours'
+      per-key cost alone, the IN-list model predicted a multiple of the measured rate, while a
+      fit of the three terms predicted neighbours, scattered keys and IN-list batches alike
+      (the fit and its errors: ``docs/measurements.md``).
     """
 
     query_s: float
@@ -123,8 +121,8 @@ class ComponentCosts:
 
     @classmethod
     def median(cls, runs: "list[ComponentCosts]") -> "ComponentCosts":
-        """Each cost the median of its values over ``runs``: one calibration's constants move by
-        up to 2x on a shared machine (a step 165-306 us in four calibrations of one process)."""
+        """Each cost the median of its values over ``runs``: one calibration's constants move a
+        lot on a shared machine, even between calibrations of one process (``docs/measurements.md``)."""
         return cls(**{f.name: float(np.median([getattr(run, f.name) for run in runs])) for f in dataclasses.fields(cls)})
 
 

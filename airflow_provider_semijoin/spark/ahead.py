@@ -5,8 +5,8 @@ A Structured Streaming query runs its micro-batches one after another. Between t
 and collects it to the driver; inside ``foreachBatch``, after the join's slice, the sinks and the
 state file are written. A continuous join - the papers' outer loop, HYBRIDJOIN sec. 4.1,
 MESHJOIN sec. 3.1 - would go on loading pages for the tuples in H_S meanwhile. With the join
-run only inside the slice, that time is lost to it: per 1M-tuple micro-batch here about 1.2 s
-of Spark and 1 s of sinks in series with the engine.
+run only inside the slice, that time is lost to it: Spark's and the sinks' seconds of a large
+micro-batch run in series with the engine (``docs/measurements.md``).
 
 :class:`WorkAhead` gives that time back. Once a micro-batch's slice is over and what it
 completed has been taken out of the carried rows - the cut: the state after N is then fixed,
@@ -25,23 +25,11 @@ as H_S empties (w, the tuples matched per load, grows with the tuples in H_S: HY
 thread stops once half of the tuples inside at the cut have left (:data:`KEEP_INSIDE`) and
 leaves the rest to the next batch, whose tuples fill H_S again. On two cores shared with Spark
 and the database, what the thread spends on sparse pages (IN probes of a few keys each) is
-taken from Spark's path. Measured in the bench's pipelines (standard size, 0.5 and 0.25
-alternated in one process, 7 rounds CACHEJOIN-L, 5 HYBRIDJOIN; median, tuples/s and CPU of
-every process a tuple; (2): two rounds):
-
-==============  =================  =================
-kept inside     CACHEJOIN-L        HYBRIDJOIN
-==============  =================  =================
-a quarter       406k, 4.28 us      347k, 4.85 us
-half            439k, 3.85 us      384k, 4.35 us
-three quarters  362k, 4.32 us (2)  260k, 5.12 us (2)
-==============  =================  =================
-
-With half kept, CACHEJOIN-L's database CPU a tuple fell from 0.95 to 0.63 us (median) and H_S
-held 523k tuples at the cut instead of 362k; half won 5 of 7 alternated pairs for CACHEJOIN-L
-and 4 of 5 for HYBRIDJOIN (this machine moves 25% between identical runs). Three quarters
-left the thread idle for most of Spark's time. (An earlier tuning, before the cheaper reads
-and searches of later commits, had found a quarter best for HYBRIDJOIN.)
+taken from Spark's path. In the bench's pipelines (``semijoin bench --spark``; half and a
+quarter kept alternated in one process, three quarters in rounds of their own), half gave
+CACHEJOIN-L and HYBRIDJOIN the highest rate and the least CPU a tuple (CACHEJOIN-L: less
+database CPU, more tuples in H_S at the cut); three quarters left the thread idle for most of
+Spark's time (the table: ``docs/measurements.md``).
 
 What the thread completed waits in memory until the next batch takes it, as a slice's output
 does until its sinks are written: at most the tuples inside at the cut, not part of the

@@ -32,9 +32,11 @@ expected end of the next micro-batch.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +102,35 @@ def deadlines_of(deadline: DeadlineSpec | None, rows: pa.Table) -> np.ndarray | 
     if pa.types.is_timestamp(column.type):
         column = pc.divide(pc.cast(pc.cast(column, pa.timestamp("us")), pa.int64()), 1e6)
     return column.cast(pa.float64()).to_numpy(zero_copy_only=False)
+
+
+def left_deadlines(deadline: DeadlineSpec | None, matched: pa.Table, dead: pa.Table) -> np.ndarray | None:
+    """The deadlines of the rows that leave a micro-batch: the matched rows', then the dead
+    letter's (as the progress record counts them), or None without deadlines. A column deadline
+    is read from the matched rows' stream columns, and from the dead letter's ``row`` JSON (its
+    payload; a timestamp there is its text, a naive one UTC as Arrow takes it; absent: no deadline)."""
+    if deadline is None:
+        return None
+    if deadline.max_latency_s is not None:
+        return np.concatenate([deadlines_of(deadline, rows) for rows in (matched, dead) if rows.num_rows] or [np.zeros(0)])
+    found = [deadlines_of(deadline, matched)] if matched.num_rows else []
+    if dead.num_rows:
+        found.append(np.array([_deadline_value(json.loads(row).get(deadline.column)) for row in dead["row"].to_pylist()],
+                              dtype=np.float64))
+    return np.concatenate(found) if found else np.zeros(0)
+
+
+def _deadline_value(value) -> float:
+    """A deadline as the dead letter's JSON holds it -> epoch seconds (NaN: none)."""
+    if value is None:
+        return math.nan
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(value)
+    except ValueError:
+        moment = datetime.fromisoformat(value)
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def due_times(rows: pa.Table, max_queue_time_s: float | None, deadline: DeadlineSpec | None) -> np.ndarray:

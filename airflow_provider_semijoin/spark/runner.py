@@ -39,7 +39,7 @@ from ..core.progress import ProgressRecord, write_line
 from ..core.stores import open_store
 from ..core.stores.sql import IDENTIFIER
 from .jobstats import BatchCounts, JobCounts, JobSummary
-from .joinstate import StateFiles, deadlines_of
+from .joinstate import StateFiles, left_deadlines
 from .sinks import dead_letter_rows, open_sink
 from .sources import (
     CORRUPT_COLUMN, FILE_COLUMN, TICK_COLUMN, check_source, generator_schema, generator_settings, repair_utf8,
@@ -233,7 +233,7 @@ class BatchProcessor:
         )
         arrival = left["sj_arrival"].to_numpy() if left.num_rows else np.zeros(0)
         latency = latency_ms(np.maximum(done - arrival, 0.0))
-        deadlines = deadlines_of(self.spec.deadline, left)
+        deadlines = left_deadlines(self.spec.deadline, matched, dead)
         misses = int(np.sum(done > deadlines)) if deadlines is not None else 0
         reconnects, waited = self._reconnects()
         batch = BatchCounts(input_rows=n_in, matched=self._tuples_of(matched), unmatched=dead.num_rows,

@@ -31,9 +31,9 @@ from ..core.stores.sql import MYSQL, DatabaseURL, dialect_of, mysql_key_collatio
 from .spec import SINK_INDEX_SUFFIX, TargetSpec
 
 BATCH_COLUMN = "sj_batch"
-# Rows per file of a Parquet sink's batch folder; the files are written on as many threads. One
-# writer took 0.21 s for a 1M-row matched batch of the Spark bench (13 columns, 156 MB in Arrow),
-# two halves in parallel 0.11-0.12 s, on an otherwise idle 2-core machine.
+# Rows per file of a Parquet sink's batch folder; the files are written on as many threads: one
+# writer encodes on one core, so a large batch split in two files is written in about half the
+# time on an idle 2-core machine (docs/measurements.md).
 PART_ROWS = 500_000
 DEAD_LETTER_SCHEMA = pa.schema(
     [("sj_id", pa.string()), ("step", pa.int32()), ("reason", pa.string()), ("sj_arrival", pa.float64()), ("row", pa.string())]
@@ -60,8 +60,8 @@ def dead_letter_rows(rows: pa.Table, step: int, reasons) -> pa.Table:
 def dictionary_columns(schema: pa.Schema) -> list[str]:
     """The columns a Parquet sink dictionary-encodes: strings other than the tuple id (master
     attributes such as a category repeat, where a dictionary pays). Numbers and the ids, nearly
-    all distinct, are written plain: building a dictionary the writer then abandons took half
-    the time of writing a million matched rows (0.24 s against 0.15 s, the same file size)."""
+    all distinct, are written plain: building a dictionary the writer then abandons costs more
+    than writing plain values, for the same file size (``docs/measurements.md``)."""
     return [f.name for f in schema if f.name != "sj_id" and (pa.types.is_string(f.type) or pa.types.is_large_string(f.type))]
 
 

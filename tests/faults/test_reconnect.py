@@ -47,7 +47,7 @@ def test_the_snapshot_is_entered_again_when_r_did_not_move(mariadb, master):
             first = store.load_pages(page_map, 0)
             kill(mariadb, store.connection)
             assert store.load_pages(page_map, 0).rows.equals(first.rows)
-            in_transaction = store._query("SELECT @@in_transaction")[0][0]
+            in_transaction = store.bookkeeping_query("SELECT @@in_transaction")[0][0]
         assert in_transaction == 1  # the read went on inside a snapshot, not in autocommit
         assert store.counters.reconnects == 1
 

@@ -172,7 +172,7 @@ class Writer:
 
     def version_now(self) -> int:
         """R's version after this writer's last commit (from the binary log: once captured)."""
-        if not (self.store.has_change_log() and self.store._binlog):
+        if not self.store.captured_from_binlog():
             return self.store.version()
         cursor = self.connection.cursor()
         try:

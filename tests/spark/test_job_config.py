@@ -48,16 +48,20 @@ def test_a_master_whose_changes_are_not_captured_fails_before_the_query(spark, t
     assert capture_enabled(store)
 
 
-def test_refresh_reads_r_anew_so_a_change_nobody_captures_is_seen_within_its_period(spark, tmp_path, sqlite_backend):
+@pytest.mark.parametrize("algorithm, partitions", [("cachejoin", 1), ("cachejoin", 2), ("hybridjoin", 2)])
+def test_refresh_reads_r_anew_so_a_change_nobody_captures_is_seen_within_its_period(spark, tmp_path, sqlite_backend,
+                                                                                      algorithm, partitions):
     """refresh: {every_s}, where R's changes are not captured: a plain UPDATE of every name is
     seen by every micro-batch whose cached rows are all younger than it (its record's
-    master_staleness_s: the time since the last refresh), and by the last batches."""
+    master_staleness_s: the time since the last refresh), and by the last batches; with parts,
+    each part's store (its page maps, its caches) is read anew too."""
     store = write_master(sqlite_backend, 50)
-    data = generator_job(tmp_path, sqlite_backend.url, store.table, algorithm="cachejoin", total_rows=4000,
+    data = generator_job(tmp_path, sqlite_backend.url, store.table, algorithm=algorithm, total_rows=4000,
                          master_rows=50, missing=0.0).to_dict()
     del data["steps"][0]["master_static"]
     data["steps"][0]["refresh"] = {"every_s": 0.5}
     data["source"]["rows_per_second"] = 800.0
+    data["partitions"] = partitions
     records, committed = [], []
 
     def on_progress(record):
@@ -65,6 +69,8 @@ def test_refresh_reads_r_anew_so_a_change_nobody_captures_is_seen_within_its_per
         if len(records) == 3:  # the cache holds every key by now
             connection = DatabaseURL.parse(sqlite_backend.url).connect()
             connection.execute(f'UPDATE "{store.table}" SET name = name || \' (renamed)\'')
+            connection.execute(f'DELETE FROM "{store.table}" WHERE nk = 1')  # the hottest key
+            connection.commit()
             connection.close()
             committed.append(time.time())
 
@@ -77,7 +83,7 @@ def test_refresh_reads_r_anew_so_a_change_nobody_captures_is_seen_within_its_per
         table = pq.read_table(f"{spec.sinks.matched.path}/batch={record['batch_id']}/part-0.parquet")
         renamed = [n.endswith(" (renamed)") for n in table["name"].to_pylist()]
         if read_at > committed[0]:
-            assert all(renamed), record["batch_id"]
+            assert all(renamed) and 1 not in table["nk"].to_pylist(), record["batch_id"]
             seen_after.append(record["batch_id"])
         elif record["batch_id"] < 3:
             assert not any(renamed), record["batch_id"]
@@ -183,3 +189,22 @@ def test_table_sinks_on_sqlite_hold_every_tuple_once(spark, tmp_path, sqlite_bac
     assert facts == (summary["matched"], summary["matched"]) and rejects == (summary["unmatched"],) * 2
     assert facts[0] + rejects[0] == 2000
     assert write_table  # the sink created its tables itself (write_table is for masters)
+
+
+@pytest.mark.parametrize("due_type, past, future", [("TIMESTAMP", "2000-01-01 00:00:00", "2100-01-01 00:00:00"),
+                                                    ("DOUBLE", "946684800.0", "4102444800.0")])
+def test_a_deadline_column_counts_the_misses_of_matched_and_dead_letter_tuples(spark, tmp_path, sqlite_backend,
+                                                                                due_type, past, future):
+    store = write_master(sqlite_backend, 10)  # keys 1, 3, ..., 19
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    rows = [(1, 3, past), (2, 5, future), (3, 4, past), (4, 7, past), (5, 8, future), (6, 9, future), (7, 40, past)]
+    (landing / "day1.csv").write_text("id,nk,due_at\n" + "".join(f"{i},{k},{d}\n" for i, k, d in rows))
+    data = files_job(tmp_path, sqlite_backend.url, store.table, landing,
+                     schema=f"id BIGINT, nk BIGINT, due_at {due_type}").to_dict()
+    data["deadline"] = {"column": "due_at"}
+    records = []
+    summary = run_job(JobSpec.from_dict(data), spark=spark, on_progress=records.append)
+    assert summary["input_rows"] == 7
+    assert (len(read_parquet_sink(data["sinks"]["matched"]["path"])), len(read_parquet_sink(data["sinks"]["dead_letter"]["path"]))) == (4, 3)
+    assert summary["deadline_misses"] == sum(r["deadline_misses"] for r in records) == 4  # ids 1, 3, 4, 7: 2 matched, 2 dead

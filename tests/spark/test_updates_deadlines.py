@@ -40,7 +40,7 @@ def plain_sql(backend, table: str, changes: list[dict], columns: list[str], job_
                                f"({', '.join([p] * len(columns))})", [change[c] for c in columns])
         cursor.execute("COMMIT")
         store = store_for(connection, table, "nk")
-        if not store.has_change_log() or not store._binlog:
+        if not store.captured_from_binlog():
             return store.version()
         at = server_position(cursor)
         for _ in range(30):

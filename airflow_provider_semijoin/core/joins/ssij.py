@@ -403,7 +403,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         on entry, cached pages of the keys changed since the last one are dropped before any
         probe. Inside a snapshot someone else holds (``run_join``'s), it is part of that one."""
         if self._cycle is None and self.store.has_change_log():
-            self._cycle_owns = not self.store._in_snapshot
+            self._cycle_owns = not self.store.in_snapshot
             self._cycle = contextlib.ExitStack()
             changed = self._cycle.enter_context(self.store.snapshot())
             self.counters.invalidated_pages += self.invalidate(changed)
@@ -433,7 +433,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         Call it between steps, not inside ``run_join`` (which reads one version of R for its
         whole run).
         """
-        if self.store._in_snapshot and not (self._cycle is not None and self._cycle_owns):
+        if self.store.in_snapshot and not (self._cycle is not None and self._cycle_owns):
             raise ConfigError("install_updates: R is read inside a snapshot this join did not open "
                               "(run_join holds one per run); install between runs")
         outputs = []

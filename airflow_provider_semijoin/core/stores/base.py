@@ -107,8 +107,8 @@ class MasterStore(VersionedReads):
         self._reader = None  # a Reader once made (:meth:`reader`), False: the connection cannot be opened again
         if hasattr(connection, "on_reconnect"):  # a ReconnectingConnection (MySQL)
             connection.on_reconnect = self.reconnected
-        self._qt = self.dialect.quote(table, "table")
-        self._qk = self.dialect.quote(key, "key column")
+        self.quoted_table = self.dialect.quote(table, "table")
+        self.quoted_key = self.dialect.quote(key, "key column")
         columns = self._describe()
         if not columns:
             raise StoreError(f"table: {table!r} does not exist in the master database")
@@ -130,9 +130,9 @@ class MasterStore(VersionedReads):
         self.schema = pa.schema([(n, by_name[n].arrow_type) for n in self.select])
         self.key_unique = self._check_index(by_name[key])
         self.key_type = self._key_type(by_name[key])
-        cols = ", ".join([self._key_sql()] + [self.dialect.quote(n) for n in self.select])
+        cols = ", ".join([self.page_key_sql()] + [self.dialect.quote(n) for n in self.select])
         self._cols_sql = cols
-        self._select_sql = f"SELECT {cols} FROM {self._qt}"
+        self._select_sql = f"SELECT {cols} FROM {self.quoted_table}"
         self.key_range: tuple = (None, None)  # [lo, hi) of R this store sees (:meth:`restrict`)
         self.read_version: int | None = None  # the version snapshots read at (:meth:`reading_at`)
         self._overlay: Overlay | None = None
@@ -160,10 +160,10 @@ class MasterStore(VersionedReads):
     def _key_width_sql(self) -> str:
         raise NotImplementedError
 
-    def _key_sql(self) -> str:
+    def page_key_sql(self) -> str:
         """The key as a loaded page holds it: the column itself (a collation's sort key in
         :class:`.mysql.MySqlStore`, see :mod:`.collation`)."""
-        return self._qk
+        return self.quoted_key
 
     def _check_index(self, key_column: ColumnInfo) -> bool:
         firsts = [(col, unique) for col, unique in self._indexes() if col == self.key]
@@ -218,7 +218,7 @@ class MasterStore(VersionedReads):
         if self._overlay is not None:  # R at an older version than this snapshot's
             sql, params = self._overlay.query(self, self._cols_sql, where, params, suffix)
             return self._to_page(self._execute(sql, params, raw=True))
-        rows = self._execute(f"{self._select_sql} WHERE {where} ORDER BY {self._qk}{suffix}", params, raw=True)
+        rows = self._execute(f"{self._select_sql} WHERE {where} ORDER BY {self.quoted_key}{suffix}", params, raw=True)
         return self._to_page(rows)
 
     # -- a key range of R (partitions = N: each part sees its own range only) ----------------
@@ -238,8 +238,8 @@ class MasterStore(VersionedReads):
     def _key_range_sql(self) -> tuple[str, list]:
         """The key range as a SQL condition (empty when unrestricted) and its parameters."""
         lo, hi = self.key_range
-        terms = [(f"{self._qk} >= {self.dialect.param}", lo), (f"{self._qk} < {self.dialect.param}", hi)]
-        kept = [(sql, self._bind(v)) for sql, v in terms if v is not None]
+        terms = [(f"{self.quoted_key} >= {self.dialect.param}", lo), (f"{self.quoted_key} < {self.dialect.param}", hi)]
+        kept = [(sql, self.key_param(v)) for sql, v in terms if v is not None]
         return " AND ".join(sql for sql, _ in kept), [v for _, v in kept]
 
     def _within(self, where: str, params=()) -> tuple[str, list]:
@@ -262,9 +262,9 @@ class MasterStore(VersionedReads):
 
     @functools.cached_property
     def _raw_struct(self) -> pa.StructType:
-        """A result row of raw values (bytes or None) as one Arrow struct: 6,700 rows of the
-        bench's R (8 columns) take 1.8 ms into it against 5.9 ms transposed and converted
-        column by column, time the thread reading pages ahead holds the GIL."""
+        """A result row of raw values (bytes or None) as one Arrow struct: a page's rows go into
+        it in one pass, several times faster than transposed and converted column by column in
+        Python, time the thread reading pages ahead holds the GIL (``docs/measurements.md``)."""
         return pa.struct([pa.field(f"c{i}", pa.binary()) for i in range(1 + len(self.select))])
 
     def _page_of(self, keys: np.ndarray, columns) -> MasterPage:
@@ -280,7 +280,7 @@ class MasterStore(VersionedReads):
                 ) from None
         return MasterPage(keys, pa.Table.from_arrays(arrays, schema=self.schema))
 
-    def _bind(self, key):
+    def key_param(self, key):
         """One key (numpy scalar, int, str or bytes) as a SQL parameter."""
         if self.key_type.kind == "int":
             return int(key)
@@ -302,8 +302,8 @@ class MasterStore(VersionedReads):
             else:
                 where, params = self._within("")
                 self._max_rows_per_key = int(self._scalar(
-                    f"SELECT COALESCE(MAX(c), 1) FROM (SELECT COUNT(*) AS c FROM {self._qt}"
-                    f"{' WHERE ' + where if where else ''} GROUP BY {self._qk}) g", params
+                    f"SELECT COALESCE(MAX(c), 1) FROM (SELECT COUNT(*) AS c FROM {self.quoted_table}"
+                    f"{' WHERE ' + where if where else ''} GROUP BY {self.quoted_key}) g", params
                 ))
         return self._max_rows_per_key
 
@@ -315,7 +315,7 @@ class MasterStore(VersionedReads):
             raise ConfigError(f"page_rows: {page_rows!r} must be a positive integer")
         if page_rows not in self._page_maps:
             # kept maps: for the whole of R, and not inside a snapshot (whose transaction a write would end)
-            stamp = self._map_stamp() if self.key_range == (None, None) and not self._in_snapshot else None
+            stamp = self.map_stamp() if self.key_range == (None, None) and not self._in_snapshot else None
             page_map = None if stamp is None else pagemaps.load(self, page_rows, stamp)
             if page_map is None:
                 version = self.version()  # read before R is: a change meanwhile makes the kept map old
@@ -339,17 +339,17 @@ class MasterStore(VersionedReads):
         (each short: none nears the driver's read timeout, and no window function sorts R in a
         temporary table): every ``page_rows``-th distinct key starts a page, and the rows of
         each key are counted, so the rows of every page are known."""
-        texts = "" if self._key_sql() == self._qk else f", {self._qk}"  # sort keys: their text too
-        count, group = ("1", "") if self.key_unique else ("COUNT(*)", f" GROUP BY {self._qk}")
+        texts = "" if self.page_key_sql() == self.quoted_key else f", {self.quoted_key}"  # sort keys: their text too
+        count, group = ("1", "") if self.key_unique else ("COUNT(*)", f" GROUP BY {self.quoted_key}")
         bounds, values, first_rows = [], [], []
         n_keys = n_rows = 0
         last, max_key = None, None
         while True:
-            where, params = self._within("" if last is None else f"{self._qk} > {self.dialect.param}",
+            where, params = self._within("" if last is None else f"{self.quoted_key} > {self.dialect.param}",
                                          [] if last is None else [last])
             rows = self._execute(
-                f"SELECT {self._key_sql()}, {count}{texts} FROM {self._qt}{' WHERE ' + where if where else ''}"
-                f"{group} ORDER BY {self._qk} LIMIT {BUILD_CHUNK}", params,
+                f"SELECT {self.page_key_sql()}, {count}{texts} FROM {self.quoted_table}{' WHERE ' + where if where else ''}"
+                f"{group} ORDER BY {self.quoted_key} LIMIT {BUILD_CHUNK}", params,
             )
             if not rows:
                 break
@@ -377,16 +377,16 @@ class MasterStore(VersionedReads):
             sizes=np.diff(np.append(first_rows, n_rows)),
         )
 
-    def _map_stamp(self) -> str | None:
+    def map_stamp(self) -> str | None:
         """What tells a page map kept beside R whether R changed since (None: maps are not kept)."""
         return None
 
-    def _key_ends(self, text: bool = False) -> tuple:
+    def key_ends(self, text: bool = False) -> tuple:
         """R's smallest and largest key (two index dives): as page keys, or ``text``: as R spells them."""
-        column = self._qk if text else self._key_sql()
-        rows = self._query(
-            f"SELECT {column} FROM (SELECT MIN({self._qk}) AS {self._qk} FROM {self._qt} "
-            f"UNION ALL SELECT MAX({self._qk}) FROM {self._qt}) m"
+        column = self.quoted_key if text else self.page_key_sql()
+        rows = self.bookkeeping_query(
+            f"SELECT {column} FROM (SELECT MIN({self.quoted_key}) AS {self.quoted_key} FROM {self.quoted_table} "
+            f"UNION ALL SELECT MAX({self.quoted_key}) FROM {self.quoted_table}) m"
         )
         if rows[0][0] is None:
             return None, None
@@ -394,42 +394,42 @@ class MasterStore(VersionedReads):
 
     def load_pages(self, page_map: PageMap, first: int, count: int = 1) -> MasterPage:
         """Pages ``first .. first+count-1`` in one index range query."""
-        return self._page(*self._range_sql(page_map, first, count))
+        return self._page(*self.pages_sql(page_map, first, count))
 
-    def _range_sql(self, page_map: PageMap, first: int, count: int) -> tuple[str, list]:
+    def pages_sql(self, page_map: PageMap, first: int, count: int) -> tuple[str, list]:
         """The condition on the key selecting pages ``first .. first+count-1``, and its parameters."""
         p = self.dialect.param
         terms, params = [], []
         for index, op in ((first, ">="), (first + count, "<")):
             value = self._bound_value(page_map, index)
             if value is not None:
-                terms.append(f"{self._qk} {op} {p}")
+                terms.append(f"{self.quoted_key} {op} {p}")
                 params.append(value)
         return " AND ".join(terms) or "1 = 1", params
 
     def _bound_value(self, page_map: PageMap, index: int):
         """Bound ``index`` of ``page_map`` as a SQL parameter; None: no bound (after the last page)."""
-        return self._bind(page_map.bounds[index]) if index < page_map.n_pages else None
+        return self.key_param(page_map.bounds[index]) if index < page_map.n_pages else None
 
     def load_range(self, start_key, limit: int) -> MasterPage:
         """``key >= start_key ORDER BY key LIMIT limit``: the index-range load of the papers."""
         p = self.dialect.param
-        return self._page(f"{self._qk} >= {p}", (self._bind(start_key),), f" LIMIT {int(limit)}")
+        return self._page(f"{self.quoted_key} >= {p}", (self.key_param(start_key),), f" LIMIT {int(limit)}")
 
     def lookup(self, key) -> MasterPage:
         """Every row of ``key``: INLJ's point query."""
-        return self._page(f"{self._qk} = {self.dialect.param}", (self._bind(key),))
+        return self._page(f"{self.quoted_key} = {self.dialect.param}", (self.key_param(key),))
 
     def lookup_many(self, keys: np.ndarray) -> MasterPage:
         """Every row of the given keys in one ``IN (...)`` query. Integer keys are written into
         the query as numbers (an int64 array's values: nothing to quote or escape), not bound one
-        parameter each: mysqlclient escapes every parameter in Python, about a quarter of an IN
-        query's time on MariaDB (4,096 scattered keys: 35 -> 26 ms; 220 keys: 3.0 -> 2.4 ms)."""
+        parameter each: mysqlclient escapes every parameter in Python, a sizeable share of an IN
+        query's time on MariaDB (``docs/measurements.md``)."""
         if len(keys) == 0:
             return self._to_page([])
         if self.key_type.kind == "int":
-            return self._page(f"{self._qk} IN ({_int_list(keys)})")
-        where = f"{self._qk} IN ({self.dialect.placeholders(len(keys))})"
+            return self._page(f"{self.quoted_key} IN ({_int_list(keys)})")
+        where = f"{self.quoted_key} IN ({self.dialect.placeholders(len(keys))})"
         return self._page(where, self.key_type.to_db(np.asarray(keys)))
 
     def calibrate(self, rows: int = 2000, repeat: int = 3) -> tuple[float, float]:
@@ -444,7 +444,7 @@ class MasterStore(VersionedReads):
             saved = IOCounters(**vars(self.counters))
             t0 = time.perf_counter()
             where, params = self._within("")
-            start = self._scalar(f"SELECT MIN({self._qk}) FROM {self._qt}{' WHERE ' + where if where else ''}", params)
+            start = self._scalar(f"SELECT MIN({self.quoted_key}) FROM {self.quoted_table}{' WHERE ' + where if where else ''}", params)
             if start is None:  # R is empty: no row to time, and no row will ever be read
                 self.counters = saved
                 self._costs = (time.perf_counter() - t0, 1e-6)
@@ -481,7 +481,7 @@ class MasterStore(VersionedReads):
         if self._in_costs is None:
             saved = IOCounters(**vars(self.counters))
             where, params = self._within("")
-            start = self._scalar(f"SELECT MIN({self._qk}) FROM {self._qt}{' WHERE ' + where if where else ''}", params)
+            start = self._scalar(f"SELECT MIN({self.quoted_key}) FROM {self.quoted_table}{' WHERE ' + where if where else ''}", params)
             chosen = np.unique(self.load_range(start, keys).keys) if start is not None else np.zeros(0)
             if len(chosen) < 2:
                 self.counters = saved
@@ -504,8 +504,8 @@ class MasterStore(VersionedReads):
         """v_R: bytes one loaded row of R takes in memory (key + selected columns), sampled from
         page 0 of ``page_map``; with no map, from R's first ``DEFAULT_PAGE_ROWS`` rows by one
         range load. The algorithms that read no pages (INLJ, the IN-list joins) size themselves
-        so, and opening R for them builds no page map: a first join of R read all of R's index
-        for one (2.5 s at 2M rows)."""
+        so, and opening R for them builds no page map: a first join of R would read all of R's
+        index for one."""
         page_rows = 0 if page_map is None else page_map.page_rows
         if page_map is not None and page_map.n_keys == 0:
             return float(self.key_type.itemsize)
@@ -522,7 +522,8 @@ class MasterStore(VersionedReads):
     def leaf_rows(self) -> float:
         """Rows of R per leaf of the index its key is looked up in: the keys of one ``IN (...)``
         query that lie on one leaf are read together, scattered keys each read a leaf of their
-        own (measured on MariaDB, R = 2M rows: 55 us per leaf on top of 6 us per key). Here
+        own, and on MariaDB a leaf read costs several times a key
+        (:class:`..unitcosts.ComponentCosts`). Here
         the unknown layout's worst case, one row a leaf; a dialect that knows better says so."""
         return 1.0
 
@@ -598,8 +599,9 @@ class MasterStore(VersionedReads):
 
 
 def _int_list(keys: np.ndarray) -> str:
-    """Integer keys as SQL text, ``1,2,3``: formatted and joined in Arrow (4,096 keys: 0.13 ms,
-    against 0.40 ms for ``','.join(map(str, ...))``, time the thread that loads pages holds the GIL)."""
+    """Integer keys as SQL text, ``1,2,3``: formatted and joined in Arrow, not by
+    ``','.join(map(str, ...))``, which holds the GIL a few times longer in the thread that loads
+    pages (``docs/measurements.md``)."""
     text = pa.array(np.asarray(keys, np.int64)).cast(pa.string())
     return pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(text)], pa.int32()), text), ",")[0].as_py()
 

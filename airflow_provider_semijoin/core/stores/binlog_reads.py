@@ -91,12 +91,12 @@ class BinlogOverlay:
         :meth:`.base.MasterStore._execute` returns them (the key, or its sort key, first);
         ``suffix``: nothing or `` LIMIT n`` (the first n of them)."""
         limit = _limit(suffix)
-        d, qk, qlog = store.dialect, store._qk, store._qlog
+        d, qk, qlog = store.dialect, store.quoted_key, store._qlog
         span = [self.version, self.newest]
         changed = {r[0] for r in store.side.query(
-            f"SELECT DISTINCT {store._key_sql()} FROM {qlog} WHERE version > {d.param} AND version <= {d.param}",
+            f"SELECT DISTINCT {store.page_key_sql()} FROM {qlog} WHERE version > {d.param} AND version <= {d.param}",
             span, raw=True)}
-        more = "" if limit is None else f" ORDER BY {store._key_sql()} LIMIT {limit + len(changed)}"  # n left once they go
+        more = "" if limit is None else f" ORDER BY {store.page_key_sql()} LIMIT {limit + len(changed)}"  # n left once they go
         own = [r for r in store._execute(f"{store._select_sql} WHERE {where}{more}", params, raw=True) if r[0] not in changed]
         before = store.side.query(
             f"SELECT {store._cols_sql} FROM {d.quote(before_table(store.table))} b WHERE ({where}) AND b.version = "

@@ -165,9 +165,9 @@ def changes_seen(store, change_capture: str | None, master_static: bool, url: st
     elif change_capture == "binlog":
         with BinlogCapture(url, store.table, store.key) as capture:
             capture.enable()
-        store._has_change_log = store._captures_writes = False  # look again: R has its change tables now
+        store.look_for_change_tables()
     if store.captures_writes():
-        return BinlogFollower(url, store.table, store.key).start() if store._binlog else None
+        return BinlogFollower(url, store.table, store.key).start() if store.captured_from_binlog() else None
     if master_static or refresh:
         return None
     raise ConfigError(

@@ -38,7 +38,7 @@ class MySqlStore(MasterStore):
         columns = []
         for name, column_type, data_type, precision, scale, collation, charset in rows:
             if name == self.key and collation and collation not in NOPAD_BINARY_COLLATIONS:
-                self._collation = probe(self._query, self.table, name, collation, charset)
+                self._collation = probe(self.bookkeeping_query, self.table, name, collation, charset)
             declaration = f"{column_type} CHARACTER SET {charset} COLLATE {collation}" if collation else column_type
             columns.append(ColumnInfo(name, column_type, arrow_type_for(data_type, precision, scale), declaration))
         return columns
@@ -99,26 +99,26 @@ class MySqlStore(MasterStore):
 
     def _begin_snapshot(self) -> bool:
         """A REPEATABLE READ transaction whose read view starts now (InnoDB's consistent read)."""
-        self._query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        self._query("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        self.bookkeeping_query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        self.bookkeeping_query("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
         return True
 
-    def _map_stamp(self) -> str:
+    def map_stamp(self) -> str:
         """InnoDB's last change of R (kept in memory by the server) and R's smallest and largest
         key: a map kept beside R (:mod:`.pagemaps`) at R's version but another stamp is rebuilt."""
-        updated = self._query(
+        updated = self.bookkeeping_query(
             "SELECT UPDATE_TIME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
             (self.table,),
         )
-        lo, hi = self._key_ends(text=True)
+        lo, hi = self.key_ends(text=True)
         return f"{updated[0][0] if updated else None}|{lo!r}|{hi!r}"[:400]
 
     def _key_width_sql(self) -> str:
-        return f"SELECT MAX(LENGTH({self._key_sql()})) FROM {self._qt}"
+        return f"SELECT MAX(LENGTH({self.page_key_sql()})) FROM {self.quoted_table}"
 
     # -- a key in a collation: keys are its sort keys (see .collation) ------------------------
-    def _key_sql(self) -> str:
-        return f"WEIGHT_STRING({self._qk})" if self._collation else self._qk
+    def page_key_sql(self) -> str:
+        return f"WEIGHT_STRING({self.quoted_key})" if self._collation else self.quoted_key
 
     def _key_type(self, column: ColumnInfo) -> KeyType:
         key_type = super()._key_type(column)
@@ -133,10 +133,10 @@ class MySqlStore(MasterStore):
         # the first page has no lower bound: keys inserted below R's smallest widen it (PageMap.cover)
         return None if index == 0 else page_map.bound_values[index]
 
-    def _bind(self, key):
+    def key_param(self, key):
         """A sort key (R's page bound, a stream key weighed lately) -> a text with that sort key."""
         if not self._collation or not isinstance(key, (bytes, np.bytes_)):
-            return super()._bind(key)
+            return super().key_param(key)
         text = self._collation.texts_of([key])[0]
         for page_map in self._page_maps.values() if text is None else ():
             at = int(np.searchsorted(page_map.bounds, key, side="right")) - 1
@@ -160,7 +160,7 @@ class MySqlStore(MasterStore):
         known = texts != None  # noqa: E711 (elementwise)
         found = [self._lookup_by_page(keys[~known])] if not known.all() else []
         if known.any():
-            where = f"{self._qk} IN ({self.dialect.placeholders(int(known.sum()))})"
+            where = f"{self.quoted_key} IN ({self.dialect.placeholders(int(known.sum()))})"
             found.append(self._page(where, texts[known].tolist()))
         page = MasterPage.concat(found)
         order = np.argsort(page.keys, kind="stable")  # two results: back into key order

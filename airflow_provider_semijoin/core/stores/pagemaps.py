@@ -4,7 +4,7 @@ A page map (:class:`PageMap`) is SSIJ's pinned upper level of the B+tree (sec. I
 key of every page of ``page_rows`` distinct keys, with the rows each page holds. Building it
 reads every key of R's index (one window query); at R = 2M rows that is seconds, and every
 algorithm instance paid it (each Spark part, each restart, each CLI run; issue 12). So a store
-that can tell whether R changed (:meth:`.base.MasterStore._map_stamp`) keeps its maps in the
+that can tell whether R changed (:meth:`.base.MasterStore.map_stamp`) keeps its maps in the
 side table ``<R>__sj_pages`` and reads them back in one query of one row per page:
 
 * ``(page_rows, page, <key>, n_rows, n_keys, version, stamp)``, primary key ``(page_rows, page)``;
@@ -106,7 +106,7 @@ def kept_page_rows(store) -> list[int]:
     name = pages_table(store.table)
     if name is None or not table_exists(store.connection, name):
         return []
-    rows = store._query(f"SELECT page_rows FROM {store.dialect.quote(name)} WHERE page = {HEADER}")
+    rows = store.bookkeeping_query(f"SELECT page_rows FROM {store.dialect.quote(name)} WHERE page = {HEADER}")
     return sorted(int(r[0]) for r in rows)
 
 
@@ -116,7 +116,7 @@ def forget(store) -> bool:
     name = pages_table(store.table)
     if name is None or not table_exists(store.connection, name):
         return False
-    store._query(f"DROP TABLE {store.dialect.quote(name)}")
+    store.bookkeeping_query(f"DROP TABLE {store.dialect.quote(name)}")
     return True
 
 
@@ -128,9 +128,9 @@ def load(store, page_rows: int, stamp: str) -> PageMap | None:
         return None
     q = store.dialect.quote
     p = store.dialect.param
-    texts = "" if store._key_sql() == store._qk else f", {store._qk}"
-    rows = store._query(
-        f"SELECT page, {store._key_sql()}, n_rows, n_keys, version, stamp{texts} FROM {q(name)} "
+    texts = "" if store.page_key_sql() == store.quoted_key else f", {store.quoted_key}"
+    rows = store.bookkeeping_query(
+        f"SELECT page, {store.page_key_sql()}, n_rows, n_keys, version, stamp{texts} FROM {q(name)} "
         f"WHERE page_rows = {p} ORDER BY page",
         (page_rows,),
     )
@@ -151,7 +151,7 @@ def load(store, page_rows: int, stamp: str) -> PageMap | None:
         _refresh(store, page_map, page_keys, int(rows[0][4]), version)
         with _where_allowed():
             _write(store, name, page_map, page_keys, version, stamp)
-    lo, hi = store._key_ends()
+    lo, hi = store.key_ends()
     if lo is not None:
         page_map.cover(lo, hi)
     return page_map
@@ -166,9 +166,9 @@ def _refresh(store, page_map: PageMap, page_keys: np.ndarray, since: int, versio
     page_map.cover(ordered[0], ordered[-1])
     touched = np.unique(page_map.page_of(changed))
     for page in touched[touched >= 0]:
-        where, params = store._range_sql(page_map, int(page), 1)
-        n_rows, n_keys = store._query(
-            f"SELECT COUNT(*), COUNT(DISTINCT {store._qk}) FROM {store._qt} WHERE {where}", params
+        where, params = store.pages_sql(page_map, int(page), 1)
+        n_rows, n_keys = store.bookkeeping_query(
+            f"SELECT COUNT(*), COUNT(DISTINCT {store.quoted_key}) FROM {store.quoted_table} WHERE {where}", params
         )[0]
         page_map.sizes[page], page_keys[page] = int(n_rows), int(n_keys)
     page_map.n_rows, page_map.n_keys = int(page_map.sizes.sum()), int(page_keys.sum())
@@ -201,9 +201,9 @@ def _where_allowed():
 def _create(store, name: str) -> None:
     key = next(c for c in store.columns if c.name == store.key)
     engine = " ENGINE=InnoDB" if store.dialect is MYSQL else ""
-    store._query(
+    store.bookkeeping_query(
         f"CREATE TABLE IF NOT EXISTS {store.dialect.quote(name)} (page_rows INT NOT NULL, page BIGINT NOT NULL, "
-        f"{store._qk} {key.declaration or key.sql_type}, n_rows BIGINT NOT NULL, n_keys BIGINT NOT NULL, "
+        f"{store.quoted_key} {key.declaration or key.sql_type}, n_rows BIGINT NOT NULL, n_keys BIGINT NOT NULL, "
         f"version BIGINT, stamp VARCHAR(400), PRIMARY KEY (page_rows, page)){engine}"
     )
 
@@ -211,8 +211,8 @@ def _create(store, name: str) -> None:
 def _write(store, name: str, page_map: PageMap, page_keys: np.ndarray, version: int, stamp: str) -> None:
     """Replace the kept map of ``page_map.page_rows`` in one transaction (parts opening R at
     once write one after the other: the DELETE locks the map's rows)."""
-    texts = page_map.bound_values if page_map.bound_values is not None else [store._bind(b) for b in page_map.bounds]
-    max_text = store._key_ends(text=True)[1]
+    texts = page_map.bound_values if page_map.bound_values is not None else [store.key_param(b) for b in page_map.bounds]
+    max_text = store.key_ends(text=True)[1]
     rows = [(page_map.page_rows, HEADER, max_text, page_map.n_rows, page_map.n_keys, version, stamp)]
     rows += [(page_map.page_rows, i, t, int(s), int(k), None, None) for i, (t, s, k) in enumerate(zip(texts, page_map.sizes, page_keys))]
     p = store.dialect.param
@@ -221,7 +221,7 @@ def _write(store, name: str, page_map: PageMap, page_keys: np.ndarray, version: 
         with write_transaction(store.connection, cursor):
             cursor.execute(f"DELETE FROM {store.dialect.quote(name)} WHERE page_rows = {p}", (page_map.page_rows,))
             cursor.executemany(
-                f"INSERT INTO {store.dialect.quote(name)} (page_rows, page, {store._qk}, n_rows, n_keys, version, stamp) "
+                f"INSERT INTO {store.dialect.quote(name)} (page_rows, page, {store.quoted_key}, n_rows, n_keys, version, stamp) "
                 f"VALUES ({store.dialect.placeholders(7)})", rows,
             )
     finally:

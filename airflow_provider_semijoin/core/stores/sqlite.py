@@ -40,13 +40,13 @@ class SqliteStore(MasterStore):
         super().__init__(connection, table, key, select)
 
     def _describe(self) -> list[ColumnInfo]:
-        rows = self.connection.execute(f"PRAGMA table_info({self._qt})").fetchall()
+        rows = self.connection.execute(f"PRAGMA table_info({self.quoted_table})").fetchall()
         return [ColumnInfo(r[1], r[2], _sqlite_arrow_type(r[2]), r[2]) for r in rows]
 
     def _index_columns(self):
         """``(unique, key columns)`` of every index: ``index_xinfo`` rows (seqno, cid, name,
         desc, collation, key)."""
-        for _, name, unique, *_ in self.connection.execute(f"PRAGMA index_list({self._qt})").fetchall():
+        for _, name, unique, *_ in self.connection.execute(f"PRAGMA index_list({self.quoted_table})").fetchall():
             info = self.connection.execute(f"PRAGMA index_xinfo({SQLITE.quote_char}{name}{SQLITE.quote_char})")
             yield bool(unique), [row for row in info.fetchall() if row[5]]
 
@@ -56,7 +56,7 @@ class SqliteStore(MasterStore):
             if columns:
                 found.append((columns[0][2], unique and len(columns) == 1))  # UNIQUE (nk, v): nk repeats
         # an INTEGER PRIMARY KEY is the rowid itself: indexed and unique, but not in index_list
-        for _, name, declared, _, _, pk in self.connection.execute(f"PRAGMA table_info({self._qt})"):
+        for _, name, declared, _, _, pk in self.connection.execute(f"PRAGMA table_info({self.quoted_table})"):
             if pk == 1 and declared.upper() == "INTEGER":
                 found.append((name, True))
         return found
@@ -93,8 +93,8 @@ class SqliteStore(MasterStore):
         on meanwhile; :func:`.changes.create_change_tables` switches the database to WAL)."""
         if self.connection.in_transaction:
             return False
-        self._query("BEGIN")
+        self.bookkeeping_query("BEGIN")
         return True
 
     def _key_width_sql(self) -> str:
-        return f"SELECT MAX(LENGTH(CAST({self._qk} AS BLOB))) FROM {self._qt}"
+        return f"SELECT MAX(LENGTH(CAST({self.quoted_key} AS BLOB))) FROM {self.quoted_table}"

@@ -33,9 +33,9 @@ class VersionedReads:
     def _log_query(self, sql: str, params=()) -> list[tuple]:
         """A query of R's change log: on the side session when the binary log's capture writes
         it (inside a snapshot it may lack versions R already shows, :mod:`.binlog_reads`)."""
-        return self.side.query(sql, params) if self._binlog else self._query(sql, params)
+        return self.side.query(sql, params) if self._binlog else self.bookkeeping_query(sql, params)
 
-    def _query(self, sql: str, params=()) -> list[tuple]:
+    def bookkeeping_query(self, sql: str, params=()) -> list[tuple]:
         """A bookkeeping query (change log, transactions): not counted as I/O on R."""
         cursor = self.connection.cursor()
         try:
@@ -56,6 +56,15 @@ class VersionedReads:
             if self._has_change_log and self.dialect is MYSQL:
                 self._binlog = table_exists(self.connection, binlog_table(self.table))
         return self._has_change_log
+
+    def captured_from_binlog(self) -> bool:
+        """Whether R's change log is written by its binary log's capture (:mod:`.binlog`)."""
+        return self.has_change_log() and self._binlog
+
+    def look_for_change_tables(self) -> None:
+        """Forget that R had no change tables or capture (kept once found): after a capture was
+        enabled on R, the next look finds them."""
+        self._has_change_log = self._captures_writes = False
 
     def captures_writes(self) -> bool:
         """Whether every writer's changes to R become versions (:mod:`.capture`'s triggers);
@@ -79,9 +88,9 @@ class VersionedReads:
             return new, np.zeros(0, self.key_type.dtype)
         p = self.dialect.param
         in_range, range_params = self._key_range_sql()
-        texts = "" if self._key_sql() == self._qk else f", {self._qk}"  # sort keys: their text too
+        texts = "" if self.page_key_sql() == self.quoted_key else f", {self.quoted_key}"  # sort keys: their text too
         rows = self._log_query(
-            f"SELECT DISTINCT {self._key_sql()}, op{texts} FROM {self._qlog} WHERE version > {p} AND version <= {p}"
+            f"SELECT DISTINCT {self.page_key_sql()}, op{texts} FROM {self._qlog} WHERE version > {p} AND version <= {p}"
             f"{' AND ' + in_range if in_range else ''}",
             (int(version), new, *range_params),
         )
@@ -151,7 +160,7 @@ class VersionedReads:
             self._in_snapshot = False
             self._overlay = None
             if began:
-                self._query("COMMIT")
+                self.bookkeeping_query("COMMIT")
 
     @contextlib.contextmanager
     def reading_at(self, version: int, at: float | None = None):
@@ -190,6 +199,6 @@ class VersionedReads:
         """Widen the page maps to R's smallest and largest key now (after a reconnect: the
         server may have restarted with R changed)."""
         if self._page_maps:
-            lo, hi = self._key_ends()  # as page keys (a collation's sort keys, :mod:`.collation`)
+            lo, hi = self.key_ends()  # as page keys (a collation's sort keys, :mod:`.collation`)
             if lo is not None:
                 self.note_changes(np.array([lo, hi], dtype=self.key_type.dtype))

@@ -43,8 +43,8 @@ def key_version_index(cursor, store, table: str) -> None:
     """An index ``(<key>, version)`` on R's side table ``table`` if missing: a read of R at an
     older version looks up, for each row it reads, that key's changes after the version
     (:class:`Overlay`), and reads the before-images of a page's key range; ordered by version
-    alone, each is a scan of every version since (measured: 16 pages of R read 10,000 captured
-    versions back took 0.9-9.3 s, growing with every before-image kept)."""
+    alone, each is a scan of every version since, growing with every before-image kept (found
+    by ``semijoin bench --changes``; the timings: ``docs/measurements.md``)."""
     d = store.dialect
     name = f"ix_kv_{table}" if len(table) <= 58 else f"ix_kv_{hashlib.sha1(table.encode()).hexdigest()[:20]}"
     if d is SQLITE:
@@ -104,13 +104,13 @@ class Overlay:
 
     def query(self, store, columns: str, where: str, params: list, suffix: str) -> tuple[str, list]:
         """The rows of R at ``version`` that satisfy ``where``, in key order."""
-        d, qk = store.dialect, store._qk
+        d, qk = store.dialect, store.quoted_key
 
         def changed_since(alias: str) -> str:
             return f"FROM {store._qlog} l WHERE l.version > {d.param} AND l.version <= {d.param} AND l.{qk} = {alias}.{qk}"
 
         sql = (
-            f"SELECT {columns} FROM {store._qt} r WHERE ({where}) AND NOT EXISTS (SELECT 1 {changed_since('r')}) "
+            f"SELECT {columns} FROM {store.quoted_table} r WHERE ({where}) AND NOT EXISTS (SELECT 1 {changed_since('r')}) "
             f"UNION ALL SELECT {columns} FROM {d.quote(before_table(store.table))} b WHERE ({where}) "
             f"AND b.version = (SELECT MIN(l.version) {changed_since('b')}) ORDER BY 1{suffix}"
         )
@@ -135,7 +135,7 @@ def overlay(store, version: int, newest: int, range_sql: str, range_params: list
             f"{KEEP_VERSIONS} installs old and its before-images are pruned"
         )
     p = store.dialect.param
-    changed = store._query(
+    changed = store.bookkeeping_query(
         f"SELECT 1 FROM {store._qlog} WHERE version > {p} AND version <= {p}"
         f"{' AND ' + range_sql if range_sql else ''} LIMIT 1",
         (version, newest, *range_params),
