@@ -358,10 +358,10 @@ def check_against_oracle(url: str, spec: dict, before: dict, dead_folder: Path) 
     dimensions says: a fact row with the product's and customer's surrogate keys (-1 for an
     unknown product) and the category before or after the update, or a dead letter (unknown customer)."""
     from .core.stores.sql import DatabaseURL
-    from .spark.sources import generator_rows, generator_settings
-    from .spark.spec import SourceSpec
+    from .job.sources import source_from_dict
+    from .workloads.stream import generator_rows
 
-    settings = generator_settings(SourceSpec(**spec["source"]))
+    settings = source_from_dict(spec["source"]).settings()
     stream = generator_rows(settings, 0, settings["total_rows"])
     connection = DatabaseURL.parse(url).connect()
     try:

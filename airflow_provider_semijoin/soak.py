@@ -419,7 +419,7 @@ def prepare_master(config: SoakConfig) -> None:
 def run_soak(config: SoakConfig, *, spark=None, out=print, clock=time.time) -> dict:
     """Run the soak; returns (and writes to ``soak.json``) its summary."""
     from .spark.session import get_spark
-    from .spark.spec import JobSpec
+    from .job.spec import JobSpec
 
     config.out.mkdir(parents=True, exist_ok=True)
     prepare_master(config)

@@ -202,6 +202,13 @@ def test_core_and_workloads_import_neither_airflow_nor_spark():
     assert _forbidden(result["modules"]) == [], f"layering violated after importing {imported}"
 
 
+def test_the_job_spec_imports_neither_airflow_nor_spark():
+    """The job spec (:mod:`airflow_provider_semijoin.job`) is read where DAGs are parsed: pure, like the core."""
+    result = _probe("airflow_provider_semijoin.job")
+    assert "airflow_provider_semijoin.job.spec" in result["imported"], result["imported"]
+    assert _forbidden(result["modules"]) == [], f"layering violated after importing {result['imported']}"
+
+
 def test_layering_probe_detects_a_forbidden_import(tmp_path):
     # The same probe must walk into subpackages and see a forbidden import deep inside.
     pkg = tmp_path / "fake_layer" / "inner"
@@ -281,6 +288,48 @@ def test_no_module_imports_one_that_imports_it_back():
     graph = import_graph(REPO / "airflow_provider_semijoin")
     assert len(graph) > 50 and graph["airflow_provider_semijoin.core.prediction"], "the walk found the package"
     assert import_cycles(graph) == []
+
+
+PACKAGE = "airflow_provider_semijoin"
+# (importer, imported): arrows that must not exist, lazy and type-checking imports included
+FORBIDDEN_ARROWS = (
+    ("spark", "workloads"),  # the generator is a source like any other: its class names its reader
+    ("operators", "plugins"),  # the operators' extra link takes its URL from urls.py, as the plugin does
+    ("core", "operators"),  # the algorithms know nothing of Airflow's operators
+)
+
+
+def arrows(graph: dict[str, set[str]], importer: str, imported: str) -> list[tuple[str, str]]:
+    """The imports from a module of subpackage ``importer`` to one of ``imported``."""
+    def inside(module: str, sub: str) -> bool:
+        return module == f"{PACKAGE}.{sub}" or module.startswith(f"{PACKAGE}.{sub}.")
+
+    return sorted((m, d) for m, deps in graph.items() if inside(m, importer) for d in deps if inside(d, imported))
+
+
+@pytest.mark.parametrize("importer, imported", FORBIDDEN_ARROWS, ids=[f"{a}->{b}" for a, b in FORBIDDEN_ARROWS])
+def test_no_forbidden_arrow_between_subpackages(importer, imported):
+    graph = import_graph(REPO / PACKAGE)
+    assert arrows(graph, importer, imported) == []
+
+
+def test_the_core_names_no_operator():
+    """No class of the core carries its Airflow operator's name (operators/join.py names them)."""
+    named = [(path.name, node.value) for path in (REPO / PACKAGE / "core").rglob("*.py")
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.endswith("Operator")]
+    assert named == []
+
+
+def test_the_arrow_check_sees_a_lazy_import(tmp_path):
+    pkg = tmp_path / PACKAGE
+    (pkg / "operators").mkdir(parents=True)
+    (pkg / "plugins").mkdir()
+    for folder in (pkg, pkg / "operators", pkg / "plugins"):
+        (folder / "__init__.py").write_text("")
+    (pkg / "plugins" / "urls.py").write_text("URL = 1\n")
+    (pkg / "operators" / "job.py").write_text("def link():\n    from ..plugins.urls import URL\n    return URL\n")
+    assert arrows(import_graph(pkg), "operators", "plugins") == [(f"{PACKAGE}.operators.job", f"{PACKAGE}.plugins.urls")]
 
 
 def test_import_cycle_check_sees_a_lazy_cycle_through_a_package(tmp_path):

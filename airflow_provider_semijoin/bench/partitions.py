@@ -47,8 +47,8 @@ from ..workloads import generate_master
 from ..workloads.zipf import zipf_rows
 from ..spark.partitioned import RangePartitioner
 from ..spark.step import JoinStep
+from ..job.spec import StepSpec
 from ..spark.sinks import ParquetSink
-from ..spark.spec import StepSpec
 from ..spark.standalone import standalone_cluster
 
 WORKERS = (8, 16, 32, 64)

@@ -7,7 +7,6 @@ with the settings they share (:class:`SparkBenchConfig`)."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import threading
 import time
@@ -36,7 +35,8 @@ from ..workloads.zipf import zipf_rows
 from ..spark.runner import end_after_batch, run_job
 from ..spark.sinks import DEAD_LETTER_SCHEMA, ParquetSink, dead_letter_rows
 from ..spark.sources import stream_frame
-from ..spark.spec import JobSpec, SourceSpec
+from ..job.sources import GeneratorSource, source_from_dict
+from ..job.spec import JobSpec
 
 KEY = "nk"  # the join key of the bench's master table and stream
 DEFAULT_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"  # Debian's libmariadb-java
@@ -88,11 +88,10 @@ class SparkBenchConfig:
 def source_fields(config: BenchConfig, shape: str, rate: float | None, batch_rows: int) -> dict:
     """The job's ``source``: the generator offered at ``rate``, or (None)
     a backlog - every tuple has arrived - read ``batch_rows`` per micro-batch
-    (``SourceSpec.max_rows_per_batch``, the one way to cap a micro-batch)."""
-    generator = SourceSpec(kind="generator", rows_per_second=rate or BACKLOG_RATE, master_rows=config.rows,
-                           exponent=config.zipf, shape=shape, seed=config.seed,
-                           max_rows_per_batch=None if rate is not None else batch_rows)
-    return {"source": dataclasses.asdict(generator)}
+    (``GeneratorSource.max_rows_per_batch``, the one way to cap a micro-batch)."""
+    generator = GeneratorSource(rows_per_second=rate or BACKLOG_RATE, master_rows=config.rows, exponent=config.zipf,
+                                shape=shape, seed=config.seed, max_rows_per_batch=None if rate is not None else batch_rows)
+    return {"source": generator.to_dict()}
 
 
 def stream_rows(config: BenchConfig, shape: str, start: int, end: int) -> pa.Table:
@@ -233,7 +232,7 @@ def run_stream_static(spark, config: SparkBenchConfig, table: str, shape: str, o
     ``join_master`` False: the same query with no join (:data:`NO_JOIN`)."""
     core = config.core
     fields = source_fields(core, shape, rate, config.batch_rows)
-    frame = stream_frame(spark, SourceSpec(**fields["source"]))
+    frame = stream_frame(spark, source_from_dict(fields["source"]))
     window = BatchWindow(core.warmup_s, core.window_s)
     read_master = MasterReader(spark, core.master, table, jdbc) if join_master else None
     join = StreamStaticJoin(read_master, out, window)

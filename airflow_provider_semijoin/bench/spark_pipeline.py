@@ -24,7 +24,7 @@ driver is available (SQLite, no jar), through our store's full scan into a DataF
 
 Throughput (the papers' service rate, HYBRIDJOIN sec. 6.1): the source offers more than the
 pipeline can take - every generated tuple has arrived, and an admission limit of
-``batch_rows`` tuples per micro-batch (``SourceSpec.max_rows_per_batch``, what Kafka's
+``batch_rows`` tuples per micro-batch (``GeneratorSource.max_rows_per_batch``, what Kafka's
 ``maxOffsetsPerTrigger`` does) keeps the batches at one size - so the rate is the pipeline's,
 not the source's. The window opens
 ``warmup_s`` after the end of the first micro-batch (which carries Spark's start-up) at the end

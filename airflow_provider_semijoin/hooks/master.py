@@ -179,9 +179,9 @@ class MasterDataHook(BaseHook):
 
 
 def run_time_connections():
-    """The :class:`~..spark.assemble.Connections` of a running task: URLs and ``page_rows`` from the
+    """The :class:`~..job.assemble.Connections` of a running task: URLs and ``page_rows`` from the
     Airflow connections, through :class:`MasterDataHook`."""
-    from ..spark.assemble import Connections
+    from ..job.assemble import Connections
 
     return Connections(url=lambda conn_id: MasterDataHook(conn_id).get_url(),
                        page_rows=lambda conn_id: MasterDataHook(conn_id).page_rows)

@@ -1,7 +1,7 @@
 """The long-running task every semi-join operator is: run a Spark streaming job, report as it goes.
 
 :class:`SemiJoinJobOperator` is thin, like Airflow's Spark operators: ``execute`` builds the
-:class:`~..spark.spec.JobSpec` (subclasses say how, resolving connection ids through the hooks
+:class:`~..job.spec.JobSpec` (subclasses say how, resolving connection ids through the hooks
 at run time), then runs it
 
 * in this process (:func:`..spark.runner.run_job` on the local session of
@@ -40,8 +40,8 @@ from ..core.progress import (XCOM_HISTORY, XCOM_INFO, XCOM_LATEST, ProgressHisto
                              parse_line)
 from ..hooks.master import run_time_connections
 from ..hooks.spark import SemiJoinSparkHook
-from ..plugins.urls import task_page_url
-from ..spark.assemble import JOB_OPTIONS
+from ..job.assemble import JOB_OPTIONS
+from ..urls import task_page_url
 from .options import declare_options, spec_options, take_options
 
 _TEMPLATE = re.compile(r"{{|{%")
@@ -93,8 +93,8 @@ class SemiJoinJobOperator(BaseOperator):
         ``deadline_min_tuples`` tuples in the window) it ``fail``\\ s (stops the query and fails
         the task) or ``warn``\\ s (logs once per breach), as ``on_deadline_breach`` says.
     :param trigger_interval_s, partitions, arrival_column, db_retry_max_s, work_ahead: the job
-        spec's options (:data:`..spark.assemble.JOB_OPTIONS`, every field of
-        :class:`~..spark.spec.JobSpec` but those above, the source, the steps and the sinks), at
+        spec's options (:data:`..job.assemble.JOB_OPTIONS`, every field of
+        :class:`~..job.spec.JobSpec` but those above, the source, the steps and the sinks), at
         the spec's defaults; ``db_retry_max_s`` at ``[semijoin] db_retry_max_s``.
     """
 
@@ -149,14 +149,14 @@ class SemiJoinJobOperator(BaseOperator):
     # -- the spec ------------------------------------------------------------------------------
     def connections(self, *, resolve: bool):
         """Connection ids -> URLs and defaults: through the hooks at run time (``resolve``), placeholders at parse time."""
-        from ..spark.assemble import Connections
+        from ..job.assemble import Connections
 
         return run_time_connections() if resolve else Connections()
 
     def assemble(self, *, resolve: bool, source, steps: list[dict], sinks) -> dict:
         """The job spec as data, with this task's name, checkpoint, stop, deadline and options
-        (:func:`..spark.assemble.job_dict`, the one place a spec is assembled)."""
-        from ..spark.assemble import job_dict, spec_name
+        (:func:`..job.assemble.job_dict`, the one place a spec is assembled)."""
+        from ..job.assemble import job_dict, spec_name
 
         deadline = None
         if self.deadline_max_latency_s is not None or self.deadline_column is not None:
@@ -175,7 +175,7 @@ class SemiJoinJobOperator(BaseOperator):
         raise NotImplementedError
 
     def build_job(self):
-        from ..spark.spec import JobSpec
+        from ..job.spec import JobSpec
 
         return JobSpec.from_dict(self.job_dict(resolve=True))
 

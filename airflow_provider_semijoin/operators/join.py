@@ -1,5 +1,6 @@
-"""The join operators: a generic one taking ``algorithm=``, and one per algorithm of the registry
-(made from the registry: ``HybridJoinOperator`` runs ``hybridjoin``; each algorithm's ``operator_name``).
+"""The join operators: a generic one taking ``algorithm=``, and one per algorithm of the registry,
+each a class of one line below (``HybridJoinOperator`` runs ``hybridjoin``); a test checks that
+every algorithm of the registry has exactly one.
 
 Each is a long-running task that streams ``source`` through one semi-join step with the master
 table R (``master_table`` in the database of ``master_conn_id``) and writes the matched tuples
@@ -9,16 +10,15 @@ reports). Everything that can be checked without a database is checked when the 
 identifiers, on-missing policy, every other step and job option, source, sinks and stop
 condition; a bad value is a DAG import error naming the argument.
 
-The step's options are the fields of :class:`~..spark.spec.StepSpec` (:data:`..spark.assemble.STEP_OPTIONS`),
+The step's options are the fields of :class:`~..job.spec.StepSpec` (:data:`..job.assemble.STEP_OPTIONS`),
 each an argument of its own name (``params`` is ``algorithm_params``: BaseOperator has ``params``).
 """
 
 from __future__ import annotations
 
 from ..core.errors import SpecError
-from ..core.joins.base import JoinAlgorithm
 from ..core.joins.registry import ALGORITHMS
-from ..spark.assemble import STEP_OPTIONS, step_dict
+from ..job.assemble import STEP_OPTIONS, step_dict
 from .job import SemiJoinJobOperator, has_template
 from .options import declare_options, spec_options, take_options
 
@@ -55,7 +55,7 @@ class SemiStreamJoinOperator(SemiJoinJobOperator):
     :param select: R's columns to add to each matched tuple (default: all but the key).
     :param master_conn_id: the master database (see :class:`~..hooks.master.MasterDataHook`).
     :param source: the stream: ``{"kind": "files", "path": ..., "format": "parquet"}``, the
-        generator ``{"kind": "generator", ...}`` or any Spark source (see SourceSpec).
+        generator ``{"kind": "generator", ...}`` or any Spark source (see :mod:`~..job.sources`).
     :param sinks: ``{"matched": ..., "dead_letter": ...}``, each Parquet ``{"path": ...}`` or a
         table ``{"conn_id": ..., "table": ...}`` (default: Parquet under the work folder).
     :param algorithm: a registry name (``semijoin algorithms`` lists them with their papers).
@@ -66,7 +66,7 @@ class SemiStreamJoinOperator(SemiJoinJobOperator):
     :param rename: R's columns -> output names; ``drop_column`` drops the natural key.
     :param max_queue_time_s: the longest a tuple waits inside the join (None: no bound).
 
-    These step options (every field of :class:`~..spark.spec.StepSpec` but ``column`` and
+    These step options (every field of :class:`~..job.spec.StepSpec` but ``column`` and
     ``master``) default to the spec's defaults; the job's are those of :class:`~.job.SemiJoinJobOperator`.
     """
 
@@ -104,7 +104,7 @@ class SemiStreamJoinOperator(SemiJoinJobOperator):
         self._validate_at_parse_time()
 
     def _validate_at_parse_time(self) -> None:
-        from ..spark.spec import JobSpec
+        from ..job.spec import JobSpec
 
         try:
             data = self.job_dict(resolve=False)
@@ -124,9 +124,17 @@ class SemiStreamJoinOperator(SemiJoinJobOperator):
 
 
 class _OneAlgorithmOperator(SemiStreamJoinOperator):
-    """A join operator bound to one algorithm of the registry."""
+    """A join operator bound to one algorithm of the registry: ``class XOperator(_OneAlgorithmOperator,
+    algorithm="x")``, documented by the algorithm's paper."""
 
     algorithm_name = ""
+
+    def __init_subclass__(cls, *, algorithm: str, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if algorithm not in ALGORITHMS:
+            raise TypeError(f"{cls.__name__}: algorithm {algorithm!r} is not one of {sorted(ALGORITHMS)}")
+        cls.algorithm_name = algorithm
+        cls.__doc__ = f"{ALGORITHMS[algorithm].paper}: :class:`SemiStreamJoinOperator` with ``algorithm={algorithm!r}``."
 
     def __init__(self, **kwargs) -> None:
         if "algorithm" in kwargs:
@@ -137,17 +145,22 @@ class _OneAlgorithmOperator(SemiStreamJoinOperator):
         super().__init__(algorithm=self.algorithm_name, **kwargs)
 
 
-def _operator_of(algorithm: type[JoinAlgorithm]) -> type[_OneAlgorithmOperator]:
-    """The operator class bound to a registry algorithm, named by its ``operator_name``."""
-    return type(algorithm.operator_name, (_OneAlgorithmOperator,), {
-        "__doc__": f"{algorithm.paper}: :class:`SemiStreamJoinOperator` with ``algorithm={algorithm.name!r}``.",
-        "__module__": __name__,
-        "__qualname__": algorithm.operator_name,
-        "algorithm_name": algorithm.name,
-    })
+class INLJOperator(_OneAlgorithmOperator, algorithm="inlj"): ...
+class InListOperator(_OneAlgorithmOperator, algorithm="inlist"): ...
+class InListLRUOperator(_OneAlgorithmOperator, algorithm="inlist-lru"): ...
+class MeshJoinOperator(_OneAlgorithmOperator, algorithm="meshjoin"): ...
+class HybridJoinOperator(_OneAlgorithmOperator, algorithm="hybridjoin"): ...
+class HybridJoinLOperator(_OneAlgorithmOperator, algorithm="hybridjoin-l"): ...
+class HybridJoinPQOperator(_OneAlgorithmOperator, algorithm="hybridjoin-pq"): ...
+class SSJOperator(_OneAlgorithmOperator, algorithm="ssj"): ...
+class CMeshJoinOperator(_OneAlgorithmOperator, algorithm="cmeshjoin"): ...
+class CacheJoinOperator(_OneAlgorithmOperator, algorithm="cachejoin"): ...
+class CacheJoinLOperator(_OneAlgorithmOperator, algorithm="cachejoin-l"): ...
+class CacheJoinPQOperator(_OneAlgorithmOperator, algorithm="cachejoin-pq"): ...
+class SSIJOperator(_OneAlgorithmOperator, algorithm="ssij"): ...
 
 
-# one operator per registry algorithm (INLJOperator, HybridJoinOperator, ..., SSIJOperator, InListOperator)
-OPERATORS: dict[str, type[_OneAlgorithmOperator]] = {name: _operator_of(cls) for name, cls in ALGORITHMS.items()}
-globals().update({operator.__name__: operator for operator in OPERATORS.values()})
-__all__ = ["SemiStreamJoinOperator", "OPERATORS", *(operator.__name__ for operator in OPERATORS.values())]
+# the operator of each registry algorithm, by algorithm name
+OPERATORS: dict[str, type[_OneAlgorithmOperator]] = {
+    operator.algorithm_name: operator for operator in _OneAlgorithmOperator.__subclasses__()
+}

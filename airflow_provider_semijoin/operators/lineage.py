@@ -12,7 +12,8 @@ the dead-letter sinks. Dataset names follow the OpenLineage naming spec:
   ``{absolute path of the database file}.{table}`` (the file is the database, as in MySQL's form).
 
 The built-in generator is no dataset (nothing outside the task holds its tuples), nor is a Spark
-source without a path or Kafka topic; they are left out. The provider is the optional extra
+source without a path or Kafka topic; they are left out (each source class says which datasets
+it is: :meth:`~..job.sources.SourceSpec.datasets`). The provider is the optional extra
 ``openlineage``: without it Airflow never calls the method, and nothing here is imported.
 """
 
@@ -22,6 +23,7 @@ import os
 import socket
 
 from ..core.stores.sql import MYSQL, DatabaseURL
+from ..job.sources import file_dataset
 
 
 def table_dataset(url: str, table: str) -> tuple[str, str]:
@@ -32,23 +34,6 @@ def table_dataset(url: str, table: str) -> tuple[str, str]:
     return f"sqlite://{socket.gethostname()}", f"{os.path.abspath(parsed.path)}.{table}"
 
 
-def file_dataset(path: str) -> tuple[str, str]:
-    return "file", os.path.abspath(path)
-
-
-def source_datasets(source) -> list[tuple[str, str]]:
-    """The stream source as datasets: a landing folder, a Kafka topic, or none."""
-    if source.kind == "files":
-        return [file_dataset(source.path)]
-    options = source.options or {}
-    if source.kind == "spark" and source.format == "kafka" and options.get("subscribe"):
-        server = str(options.get("kafka.bootstrap.servers", "")).split(",")[0].strip()
-        return [(f"kafka://{server}", topic.strip()) for topic in str(options["subscribe"]).split(",")]
-    if source.kind == "spark" and options.get("path"):
-        return [file_dataset(options["path"])]
-    return []
-
-
 def target_dataset(target) -> tuple[str, str]:
     """A sink (Parquet folder or table) as a dataset."""
     if target.kind == "table":
@@ -57,8 +42,8 @@ def target_dataset(target) -> tuple[str, str]:
 
 
 def job_datasets(spec) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """(inputs, outputs) of a :class:`~..spark.spec.JobSpec`, each without repeats, in order."""
-    inputs = source_datasets(spec.source) + [table_dataset(s.master.url, s.master.table) for s in spec.steps]
+    """(inputs, outputs) of a :class:`~..job.spec.JobSpec`, each without repeats, in order."""
+    inputs = spec.source.datasets() + [table_dataset(s.master.url, s.master.table) for s in spec.steps]
     outputs = [target_dataset(spec.sinks.matched), target_dataset(spec.sinks.dead_letter)]
     return list(dict.fromkeys(inputs)), list(dict.fromkeys(outputs))
 

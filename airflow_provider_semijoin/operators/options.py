@@ -1,8 +1,8 @@
-"""The job spec's options as operator arguments (:data:`..spark.assemble.STEP_OPTIONS`, ``JOB_OPTIONS``).
+"""The job spec's options as operator arguments (:data:`..job.assemble.STEP_OPTIONS`, ``JOB_OPTIONS``).
 
 An operator takes each option under the spec field's name (or the name ``renamed`` gives it,
 where the field's own would clash with :class:`BaseOperator`'s: ``params``), at its default on
-the Airflow paths (:func:`..spark.assemble.option_default`). :func:`declare_options` names them
+the Airflow paths (:func:`..job.assemble.option_default`). :func:`declare_options` names them
 in ``__init__``'s signature, so Airflow's ``default_args`` reach them and ``help()`` shows them;
 :func:`take_options` takes them out of the keyword arguments.
 """
@@ -14,7 +14,7 @@ import inspect
 
 from airflow.sdk import BaseOperator
 
-from ..spark.assemble import option_default
+from ..job.assemble import option_default
 
 
 def argument_name(option: dataclasses.Field, renamed: dict[str, str]) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from ..core.units import parse_bytes
+from ..job.assemble import JOB_OPTIONS
 from ..operators.job import SemiJoinJobOperator
-from ..spark.assemble import JOB_OPTIONS
 from .spec import PipelineSpec
 
 
@@ -38,12 +38,12 @@ class SemiJoinPipelineOperator(SemiJoinJobOperator):
     def _choose(self, step, url: str, memory) -> str:
         from ..core.stores import open_store
         from ..spark.joinstate import estimated_row_bytes
-        from ..spark.spec import SourceSpec
+        from ..job.sources import source_from_dict
         from .auto import choose_algorithm
 
         spec = PipelineSpec(**self.pipeline)
         earlier = spec.steps[:[s.column for s in spec.steps].index(step.column)]
-        row_bytes = estimated_row_bytes(SourceSpec(**spec.source), sum(len(s.dimension.select) for s in earlier))
+        row_bytes = estimated_row_bytes(source_from_dict(spec.source), sum(len(s.dimension.select) for s in earlier))
         dimension = step.dimension
         with open_store(url, dimension.table, dimension.natural_key, dimension.select) as store:
             name, rates = choose_algorithm(store, parse_bytes(memory), step.skew, row_bytes)

@@ -22,7 +22,7 @@ of a dimension table, through a semi-stream join::
       matched: {kind: table, conn_id: warehouse, table: fact_sales}
       dead_letter: {path: /warehouse/dead_letters}
 
-A step takes every field of the job spec's step (:data:`..spark.assemble.STEP_OPTIONS`) under
+A step takes every field of the job spec's step (:data:`..job.assemble.STEP_OPTIONS`) under
 its own name, but for four it says in the warehouse's words: the ``dimension`` (master table,
 natural key, surrogate key), ``algorithm`` (also ``auto``), ``unknown_member`` (one surrogate
 key value; ``on_missing`` defaults to it) and ``keep_natural_key`` (the spec's ``drop_column``
@@ -30,7 +30,7 @@ negated). The pipeline takes every job option (``JOB_OPTIONS``: ``work_ahead``, 
 Options left out have the spec's defaults, or the ``[semijoin]`` option of their name.
 
 Everything is validated when the spec is built (``__post_init__``): the warehouse words here,
-everything else (options, source, sinks, stop, deadline) by :class:`~..spark.spec.JobSpec`
+everything else (options, source, sinks, stop, deadline) by :class:`~..job.spec.JobSpec`
 itself, with placeholders where a connection will be. A bad spec raises :class:`SpecError`
 ``"<file>: <field path>: <what is wrong>"``. Connection ids become URLs only in
 :meth:`PipelineSpec.job_dict` at run time.
@@ -48,7 +48,7 @@ from ..core.checks import check_flag, check_number, check_positive
 from ..core.deadline_watch import check_threshold
 from ..core.errors import ConfigError, SpecError, shown, shown_key
 from ..core.stores.sql import check_identifier
-from ..spark.assemble import JOB_OPTIONS, STEP_OPTIONS, Connections, job_dict, spec_name, step_dict, with_options
+from ..job.assemble import JOB_OPTIONS, STEP_OPTIONS, Connections, job_dict, spec_name, step_dict, with_options
 
 AUTO = "auto"
 # the step options a surrogate-key step says in the warehouse's words (fields of its own)
@@ -212,7 +212,7 @@ class ChangeWatch:
 class PipelineSpec:
     """A surrogate-key pipeline: ``source`` -> ``steps`` (one Spark query) -> ``sinks``.
 
-    ``source``, ``stop`` and ``deadline`` are those of the job spec (:mod:`..spark.spec`);
+    ``source``, ``stop`` and ``deadline`` are those of the job spec (:mod:`..job.spec`);
     a sink is ``{path: ...}`` (Parquet) or ``{kind: table, conn_id: ..., table: ...}``; the job
     spec's options (``trigger_interval_s``, ``partitions``, ``work_ahead``, ...) are fields too.
     """
@@ -288,7 +288,7 @@ class PipelineSpec:
         """The JobSpec as data, checked by the spec itself (raises SpecError with the field's path);
         without ``connections``, placeholders (parse time). A task's own name, checkpoint and output
         folder come from its operator (:class:`.operator.SemiJoinPipelineOperator`)."""
-        from ..spark.spec import JobSpec
+        from ..job.spec import JobSpec
 
         connections = connections or Connections()
         data = job_dict(

@@ -25,7 +25,7 @@ from airflow.models.xcom import XComModel
 from airflow.utils.state import State, TaskInstanceState
 
 from ..core.progress import HISTORY_SERIES, XCOM_HISTORY, XCOM_INFO, XCOM_LATEST, ProgressHistory
-from .urls import task_page_url
+from ..urls import task_page_url
 
 # What one row of the list shows from the latest progress record: (column, record field).
 SUMMARY_FIELDS = (

@@ -3,12 +3,12 @@
 Registered through the ``airflow.plugins`` entry point (and the provider info's ``plugins``).
 It adds to Airflow's API server:
 
-* a FastAPI app under :data:`.urls.MOUNT` (:mod:`.monitor`): JSON endpoints guarded by the API
+* a FastAPI app under :data:`..urls.MOUNT` (:mod:`.monitor`): JSON endpoints guarded by the API
   server's own authentication and DAG-level authorization, two pages and their assets;
 * two external views: a navigation entry listing running and recently ended semi-join tasks,
   and a tab on each task instance with that task's live page (the operators' extra link opens
-  the same page, :func:`.urls.task_page_url`). Their hrefs start with the path of
-  ``[api] base_url`` (:mod:`.urls`), read when Airflow loads the plugin.
+  the same page, :func:`..urls.task_page_url`). Their hrefs start with the path of
+  ``[api] base_url`` (:mod:`..urls`), read when Airflow loads the plugin.
 
 Every Airflow component loads plugins, task processes included, so the app is built on its
 first request (:class:`LazyMonitorApp`): only the API server pays for importing its modules.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from . import urls
+from .. import urls
 
 
 class LazyMonitorApp:

@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 from ..core.joins.base import JoinAlgorithm, JoinOutput
 from ..core.runner import feed_keys, one_version_of_r
 from ..core.session import JoinSession, left_ids, materialise
-from .spec import DeadlineSpec
+from ..job.spec import DeadlineSpec
 
 SEQ = "sj_seq"  # a tuple's number in its step, increasing in arrival order (the session's row id)
 DUE = "sj_due"  # epoch seconds by which the tuple must have left (inf: never forced)
@@ -78,17 +78,13 @@ def ddl_row_bytes(ddl: str) -> float:
 
 def estimated_row_bytes(source, added_columns: int) -> float:
     """A carried row's bytes in a step (:class:`CarriedRows`), before its first micro-batch shows
-    them: the stream's columns (``source``, a :class:`.spec.SourceSpec`), ``added_columns`` that
+    them: the stream's columns (``source``, a :class:`...job.sources.SourceSpec`), ``added_columns`` that
     earlier steps joined on (surrogate keys: 8 bytes each), the tuple's id as text and arrival
     time, and the join's own columns. ``algorithm: auto`` and the task's published memory split
     use it; the step itself sizes its algorithm from the rows of its first micro-batch."""
-    from .sources import generator_schema, generator_settings
-
-    if source.kind == "generator":
-        stream = ddl_row_bytes(generator_schema(generator_settings(source)))  # its sj_arrival included
-    else:
-        stream = (ddl_row_bytes(source.schema) if source.schema else UNKNOWN_ROW_BYTES) + 8  # + sj_arrival
-    id_bytes = STRING_BYTES if source.kind == "generator" or source.id_column else 2 * STRING_BYTES  # '<file>#<row>'
+    ddl = source.stream_ddl  # its sj_arrival included
+    stream = ddl_row_bytes(ddl) if ddl is not None else UNKNOWN_ROW_BYTES + 8  # + sj_arrival
+    id_bytes = STRING_BYTES if source.tuple_id_column else 2 * STRING_BYTES  # else '<file>#<row>'
     return float(stream + 8 * added_columns + id_bytes + JOIN_COLUMN_BYTES)
 
 

@@ -43,8 +43,8 @@ from ..core.joins.registry import create
 from ..core.keys import normalize
 from ..core.session import left_ids
 from ..core.stores import SnapshotLost, open_store
+from ..job.spec import StepSpec
 from .joinstate import DUE, PART, SEQ, CarriedRows, session_from, slice_of
-from .spec import StepSpec
 
 TOKEN_COLUMN = "sj_token"  # control rows: the state the part must hold ("" = rebuild from the rows sent)
 REASON_CODE = "sj_reason"  # output: the unmatched reason code (null: matched)

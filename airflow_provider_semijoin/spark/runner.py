@@ -41,11 +41,8 @@ from ..core.stores.sql import IDENTIFIER
 from .jobstats import BatchCounts, JobCounts, JobSummary
 from .joinstate import StateFiles, left_deadlines
 from .sinks import dead_letter_rows, open_sink
-from .sources import (
-    CORRUPT_COLUMN, FILE_COLUMN, TICK_COLUMN, check_source, generator_schema, generator_settings, repair_utf8,
-    stream_frame, tuple_ids, with_heartbeat,
-)
-from .spec import JobSpec
+from .sources import CORRUPT_COLUMN, FILE_COLUMN, TICK_COLUMN, repair_utf8, stream_frame, tuple_ids, with_heartbeat
+from ..job.spec import JobSpec
 from .step import JoinStep
 
 log = logging.getLogger(__name__)
@@ -197,10 +194,9 @@ class BatchProcessor:
         if spec.stop.max_batches is not None and self.counts.batches + 1 >= spec.stop.max_batches:
             return "max_batches"
         if spec.stop.end_of_input:
-            if spec.source.kind == "files" and source_rows == 0 and self.counts.batches > 0:
+            if spec.source.ends_when_idle and source_rows == 0 and self.counts.batches > 0:
                 return "end_of_input"  # the trigger found no new file
-            total = spec.source.total_rows if spec.source.kind == "generator" else None
-            if total is not None and batch.num_rows and pc.max(batch["tid"]).as_py() + 1 >= total:
+            if spec.source.bounded and batch.num_rows and pc.max(batch["tid"]).as_py() + 1 >= spec.source.total_rows:
                 return "end_of_input"
         return None
 
@@ -318,7 +314,7 @@ def _count(values: pa.ChunkedArray) -> dict:
 
 def check_job(spec: JobSpec) -> None:
     """Everything that can fail before the query starts: source folder, stores, columns, sinks."""
-    check_source(spec.source)
+    spec.source.check_ready()
     available = _source_columns(spec)
     for i, step in enumerate(spec.steps):
         try:
@@ -328,7 +324,7 @@ def check_job(spec: JobSpec) -> None:
             raise ConfigError(f"steps[{i}].master: {exc}") from None
         if available is not None and step.column not in available:
             raise ConfigError(
-                f"steps[{i}].column: {step.column!r} is not a column of the stream (columns: {sorted(available)})"
+                f"steps[{i}].column: {step.column!r} is not a column of the stream (columns: {sorted(available - {'sj_arrival'})})"
             )
         if available is not None:
             outputs = [step.rename.get(c, c) for c in select]
@@ -369,12 +365,8 @@ def check_table_sink_columns(spec: JobSpec, columns: list[str]) -> None:
 
 def _source_columns(spec: JobSpec) -> set[str] | None:
     """The stream's columns when known before Spark starts (generator, files with a schema)."""
-    source = spec.source
-    if source.kind == "generator":
-        ddl = generator_schema(generator_settings(source))
-    elif source.kind == "files" and source.schema is not None:
-        ddl = source.schema
-    else:
+    ddl = spec.source.stream_ddl
+    if ddl is None:
         return None
     return {part.strip().split()[0].strip("`") for part in ddl.split(",") if part.strip()}
 
@@ -398,11 +390,10 @@ def run_job(
     spark = spark or get_spark()
     frame = stream_frame(spark, spec.source, spec.arrival_column)
     check_table_sink_columns(spec, frame.columns)
-    if spec.source.kind == "files":
-        columns = set(frame.columns)
-        first = spec.steps[0].column
-        if first not in columns:
-            raise ConfigError(f"steps[0].column: {first!r} is not a column of the stream (columns: {sorted(columns - {FILE_COLUMN, 'sj_arrival', CORRUPT_COLUMN})})")
+    columns = set(frame.columns)  # known now for every source (an inferred schema, a Spark source's)
+    first = spec.steps[0].column
+    if first not in columns:
+        raise ConfigError(f"steps[0].column: {first!r} is not a column of the stream (columns: {sorted(columns - {FILE_COLUMN, 'sj_arrival', CORRUPT_COLUMN})})")
     processor = BatchProcessor(spec, on_progress, print_progress, clock, spark, at_point)
     writer = (with_heartbeat(spark, frame).writeStream.foreachBatch(processor)
               .option("checkpointLocation", spec.checkpoint).queryName(spec.name)

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from ..core.errors import ConfigError, shown
 from ..core.stores.reconnect import StoreUnavailable, TransactionLost
 from ..core.stores.sql import MYSQL, DatabaseURL, dialect_of, mysql_key_collation
-from .spec import SINK_INDEX_SUFFIX, TargetSpec
+from ..job.spec import SINK_INDEX_SUFFIX, TargetSpec
 
 BATCH_COLUMN = "sj_batch"
 # Rows per file of a Parquet sink's batch folder; the files are written on as many threads: one

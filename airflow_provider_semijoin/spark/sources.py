@@ -1,172 +1,33 @@
-"""Stream sources of the runner: a landing folder, the built-in generator, any Spark source.
+"""Stream sources of the runner: how a spec's source becomes a streaming DataFrame, and the
+columns every source gives next to the user's.
 
 Every source gives the runner a streaming DataFrame with two columns of its own next to the
 user's: ``sj_id``, a tuple id stable across replays (what makes the idempotent sinks exact), and
 ``sj_arrival``, the tuple's arrival time in epoch seconds (latency and deadlines count from it).
 
-The generator is a Python streaming data source of Spark 4 (:mod:`pyspark.sql.datasource`):
-an offset is ``{"row": n, "t0": epoch}``; rows ``[start, end)`` are always the same tuples
-(:func:`..workloads.zipf.zipf_rows`) with arrival times ``t0 + a(i)`` where ``a`` is the pacing at
-``rows_per_second`` (uniform, or the self-similar bursts of :mod:`..workloads.bursty`). A replayed
-micro-batch therefore reads exactly what the first attempt read.
-
-The stream's clock starts warm: a new query's first micro-batch (:data:`WARM_UP`) carries no
-tuple but runs the whole path once - a read task in a Python worker, ``foreachBatch``, the sinks -
-and ``t0`` is taken when the next batch is planned, after it. Spark's start-up (worker processes,
-the callback server, first plans: tens of seconds on a busy machine) is thus not charged to the
-first tuples' latency and deadlines, as a stream that starts flowing when its consumer is ready.
+A source's reader is the function its class names (:attr:`...job.sources.SourceSpec.reader`):
+:func:`read_files` and :func:`read_spark` here, the generator's with the generators
+(:func:`...workloads.stream.read_generator`). Each takes the Spark session and the source and
+gives the streaming DataFrame and the arrival time to add (None: the frame has its own).
 """
 
 from __future__ import annotations
 
-import json
-import time
+import importlib
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from ..core.errors import ConfigError
-from ..workloads.bursty import bursty_arrivals
-from ..workloads.zipf import zipf_rows
-from .spec import SourceSpec
+from ..job.sources import FilesSource, SourceSpec, SparkSource
 
-GENERATOR_FORMAT = "semijoin_generator"
 CORRUPT_COLUMN = "_corrupt_record"
 FILE_COLUMN = "sj_file"
 TICK_COLUMN = "sj_tick"  # set on the heartbeat's rows (dropped before the join)
-ARRIVAL_BLOCK = 65536  # rows per block of bursty arrival times (each block seeded on its own)
-# rows per read task of the generator: a task costs Spark's Python worker some 35 ms beyond its rows, so few
-# large tasks (a 1M-tuple micro-batch: 2, one per core of local[2]); from 100,000 to 500,000 rows the no-join
-# query of `semijoin bench --spark` went from 1.27M to 1.84M tuples/s, the workers' CPU 0.59 -> 0.24 us a tuple
-READ_PARTITION_ROWS = 500_000
-WARM_UP = {"row": 0, "t0": None, "warm_up": True}  # the end offset of a new query's first, empty batch
 
 
-def arrival_offsets(start: int, end: int, rows_per_second: float, bursty: bool, seed: int) -> np.ndarray:
-    """Seconds after t0 at which rows ``start`` .. ``end - 1`` arrive (non-decreasing)."""
-    rows = np.arange(start, end, dtype=np.int64)
-    if not bursty:
-        return rows / float(rows_per_second)
-    out = np.empty(len(rows))
-    for block in np.unique(rows // ARRIVAL_BLOCK):
-        times = bursty_arrivals(ARRIVAL_BLOCK, mean_rate=rows_per_second, seed=int(seed) * 7919 + int(block))
-        inside = rows // ARRIVAL_BLOCK == block
-        out[inside] = block * ARRIVAL_BLOCK / rows_per_second + times[rows[inside] - block * ARRIVAL_BLOCK]
-    return out
-
-
-def arrived_rows(settings: dict, elapsed: float, done: int) -> int:
-    """How many rows of the generator have arrived ``elapsed`` seconds after t0 (at least ``done``)."""
-    total = settings["total_rows"]
-    rate = settings["rows_per_second"]
-    if not settings["bursty"]:
-        due = int(np.floor(elapsed * rate)) + 1 if elapsed >= 0 else 0
-    else:
-        due = done
-        while total is None or due < total:
-            block_end = (due // ARRIVAL_BLOCK + 1) * ARRIVAL_BLOCK
-            times = arrival_offsets(due, block_end, rate, True, settings["seed"])
-            arrived = int(np.searchsorted(times, elapsed, side="right"))
-            due += arrived
-            if due < block_end:
-                break
-    due = max(due, done)
-    return due if total is None else min(due, total)
-
-
-def generator_schema(settings: dict) -> str:
-    """The generator's columns (``settings`` as :func:`generator_settings` gives them)."""
-    key = "BIGINT" if settings["key_type"] == "int" else "STRING"
-    extra = "".join(f", {column} {key}" for column in settings["extra_keys"])
-    return f"tid BIGINT, nk {key}, qty BIGINT, amount DOUBLE{extra}, sj_arrival DOUBLE"
-
-
-def generator_rows(settings: dict, start: int, end: int) -> pa.Table:
-    """Rows ``start`` .. ``end - 1`` of the generator (without arrival times): always the same."""
-    s = settings
-    rows = zipf_rows(start, end, s["master_rows"], exponent=s["exponent"], shape=s["shape"], missing=s["missing"],
-                     key_type=s["key_type"], seed=s["seed"])
-    for column, extra in s["extra_keys"].items():
-        keys = zipf_rows(start, end, extra["master_rows"], exponent=extra["exponent"], shape=extra["shape"],
-                         missing=extra["missing"], key_type=s["key_type"], seed=extra["seed"])
-        rows = rows.append_column(column, keys["nk"])
-    return rows
-
-
-def _generator_classes():
-    """The data source classes (built on first use: pyspark is imported only here)."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-
-    class RowRange(InputPartition):
-        def __init__(self, start: int, end: int, t0: float | None):
-            self.start, self.end, self.t0 = start, end, t0
-
-    class GeneratorReader(DataSourceStreamReader):
-        def __init__(self, options: dict, clock=time.time):
-            self.settings = json.loads(options["settings"])
-            self.clock = clock
-
-        def initialOffset(self) -> dict:
-            return {"row": 0, "t0": None}  # the clock starts after the warm-up batch
-
-        def latestOffset(self, start: dict, limit) -> dict:
-            if start["t0"] is None:  # planned after the previous batch ended: WARM_UP, then the clock
-                if not start.get("warm_up"):
-                    return dict(WARM_UP)
-                return {"row": arrived_rows(self.settings, 0.0, 0), "t0": self.clock()}
-            due = arrived_rows(self.settings, self.clock() - start["t0"], start["row"])
-            cap = self.settings["max_rows_per_batch"]
-            return {"row": due if cap is None else min(due, start["row"] + cap), "t0": start["t0"]}
-
-        def partitions(self, start: dict, end: dict):
-            if end["t0"] is None:  # the warm-up batch: one read task without rows
-                return [RowRange(0, 0, None)]
-            bounds = list(range(start["row"], end["row"], READ_PARTITION_ROWS)) + [end["row"]]
-            return [RowRange(a, b, end["t0"]) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-
-        def read(self, partition):
-            s = self.settings
-            rows = generator_rows(s, partition.start, partition.end)
-            if partition.t0 is None:
-                return
-            times = partition.t0 + arrival_offsets(partition.start, partition.end, s["rows_per_second"], s["bursty"], s["seed"])
-            yield from rows.append_column("sj_arrival", pa.array(times)).to_batches()
-
-        def commit(self, end: dict) -> None:
-            pass
-
-    class GeneratorSource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return GENERATOR_FORMAT
-
-        def schema(self) -> str:
-            return generator_schema(json.loads(self.options["settings"]))
-
-        def streamReader(self, schema):
-            return GeneratorReader(self.options)
-
-    return GeneratorSource
-
-
-def generator_settings(source: SourceSpec) -> dict:
-    settings = {
-        name: getattr(source, name)
-        for name in ("rows_per_second", "total_rows", "master_rows", "key_type", "exponent", "shape", "missing", "bursty",
-                     "seed", "max_rows_per_batch")
-    }
-    settings["extra_keys"] = {column: source.extra_key_settings(column) for column in source.extra_keys}
-    return settings
-
-
-def check_source(source: SourceSpec) -> None:
-    """What can be checked before Spark starts: the landing folder exists."""
-    if source.kind == "files" and not Path(source.path).is_dir():
-        raise ConfigError(f"source.path: folder {source.path!r} does not exist (expected the landing folder of the stream)")
-
-
-def file_schema(spark, source: SourceSpec):
+def file_schema(spark, source: FilesSource):
     """The landing files' schema: as given, or inferred once from the files already there."""
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -195,34 +56,41 @@ def file_schema(spark, source: SourceSpec):
     return schema
 
 
-def _reader_options(source: SourceSpec) -> dict:
+def _reader_options(source: FilesSource) -> dict:
     options = {"header": "true"} if source.format == "csv" else {}
     if source.format != "parquet":
         options.update(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT_COLUMN)
     return {**options, **{k: str(v) for k, v in source.options.items()}}
 
 
-def stream_frame(spark, source: SourceSpec, arrival_column: str | None = None):
-    """The streaming DataFrame of ``source`` with ``sj_arrival`` (and ``sj_file`` for files)."""
+def read_files(spark, source: FilesSource):
+    """A landing folder's new files, with ``sj_file``; they arrive when they were last modified."""
     from pyspark.sql import functions as F
 
-    if source.kind == "generator":
-        spark.dataSource.register(_generator_classes())
-        return (
-            spark.readStream.format(GENERATOR_FORMAT)
-            .option("settings", json.dumps(generator_settings(source)))
-            .load()
-        )
-    if source.kind == "files":
-        reader = spark.readStream.format(source.format).schema(file_schema(spark, source)).options(**_reader_options(source))
-        if source.max_files_per_trigger:
-            reader = reader.option("maxFilesPerTrigger", source.max_files_per_trigger)
-        frame = reader.load(source.path)
-        frame = frame.withColumn(FILE_COLUMN, F.col("_metadata.file_name"))
-        arrival = F.col("_metadata.file_modification_time")
-    else:
-        frame = spark.readStream.format(source.format).options(**{k: str(v) for k, v in source.options.items()}).load()
-        arrival = F.current_timestamp()
+    reader = spark.readStream.format(source.format).schema(file_schema(spark, source)).options(**_reader_options(source))
+    if source.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", source.max_files_per_trigger)
+    frame = reader.load(source.path).withColumn(FILE_COLUMN, F.col("_metadata.file_name"))
+    return frame, F.col("_metadata.file_modification_time")
+
+
+def read_spark(spark, source: SparkSource):
+    """Any Spark source by format and options; a tuple arrives when its micro-batch reads it."""
+    from pyspark.sql import functions as F
+
+    frame = spark.readStream.format(source.format).options(**{k: str(v) for k, v in source.options.items()}).load()
+    return frame, F.current_timestamp()
+
+
+def stream_frame(spark, source: SourceSpec, arrival_column: str | None = None):
+    """The streaming DataFrame of ``source`` (by the reader its class names) with ``sj_arrival``:
+    the reader's, or where it gives one to add, ``arrival_column`` or the reader's arrival time."""
+    from pyspark.sql import functions as F
+
+    module, _, name = source.reader.partition(":")
+    frame, arrival = getattr(importlib.import_module(module), name)(spark, source)
+    if arrival is None:
+        return frame
     if arrival_column is not None:
         arrival = F.col(arrival_column)
     return frame.withColumn("sj_arrival", F.unix_micros(arrival.cast("timestamp")) / 1e6)
@@ -262,14 +130,12 @@ def with_heartbeat(spark, frame):
 def tuple_ids(batch: pa.Table, source: SourceSpec) -> pa.Array:
     """``sj_id`` of each row of a collected micro-batch: stable across replays of the batch.
 
-    Generator: its ``tid``. Files: ``<file name>#<row>`` with the row's position among the
-    batch's rows of that file (a replay reads the same files, split the same way). Other
-    sources: the user's ``id_column``, as text.
+    The source's :attr:`~...job.sources.SourceSpec.tuple_id_column` as text (the generator's
+    ``tid``, a user's ``id_column``); else (files) ``<file name>#<row>`` with the row's position
+    among the batch's rows of that file (a replay reads the same files, split the same way).
     """
-    if source.id_column is not None:
-        return batch[source.id_column].cast(pa.string())
-    if source.kind == "generator":
-        return batch["tid"].cast(pa.string())
+    if source.tuple_id_column is not None:
+        return batch[source.tuple_id_column].cast(pa.string())
     files = batch[FILE_COLUMN].to_numpy(zero_copy_only=False).astype(object)
     order = np.argsort(files, kind="stable")
     sorted_files = files[order]

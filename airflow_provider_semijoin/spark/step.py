@@ -29,7 +29,7 @@ from .joinstate import (JOIN_COLUMNS, RETRY_SINCE, SEQ, SPILLED_ROW_BYTES, Carri
                         session_from, slice_of)
 from .partitioned import PartitionedJoin
 from .sinks import dead_letter_rows
-from .spec import DeadlineSpec, StepSpec
+from ..job.spec import DeadlineSpec, StepSpec
 
 NOT_IN_MASTER = Unmatched.NOT_IN_MASTER.label
 NULL_KEY = Unmatched.NULL_KEY.label

@@ -18,7 +18,8 @@ import pytest
 
 from airflow_provider_semijoin.operators.lineage import job_datasets
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
-from airflow_provider_semijoin.spark.spec import JobSpec
+from airflow_provider_semijoin.job.sources import SparkSource
+from airflow_provider_semijoin.job.spec import JobSpec
 from airflow_provider_semijoin.workloads.master import generate_master
 
 OPERATOR = "airflow_provider_semijoin.operators.join:HybridJoinOperator"
@@ -105,7 +106,7 @@ def test_dataset_names_for_kafka_generator_and_relative_paths():
     assert [ns for ns, _ in inputs] == ["mysql://db.example:3307"] * 2
     assert "secret" not in repr(job_datasets(_spec(kafka)))
     assert job_datasets(SimpleNamespace(
-        source=SimpleNamespace(kind="spark", format="delta", options={}), steps=[],
+        source=SparkSource(format="delta", id_column="id"), steps=[],
         sinks=SimpleNamespace(matched=SimpleNamespace(kind="parquet", path="/out"),
                               dead_letter=SimpleNamespace(kind="parquet", path="/out")),
     )) == ([], [("file", "/out")])

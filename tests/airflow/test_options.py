@@ -21,7 +21,7 @@ from airflow_provider_semijoin.get_provider_info import CONFIG_OPTIONS
 from airflow_provider_semijoin.operators.join import CacheJoinOperator, HybridJoinOperator, SemiStreamJoinOperator
 from airflow_provider_semijoin.pipeline.factory import JOIN_TASK, build_dag, dags_from_folder
 from airflow_provider_semijoin.pipeline.spec import load_pipeline
-from airflow_provider_semijoin.spark.spec import JobSpec, StepSpec
+from airflow_provider_semijoin.job.spec import JobSpec, StepSpec
 
 SOURCE = {"kind": "generator", "total_rows": 100}
 SINKS = {"matched": {"path": "/w/facts"}, "dead_letter": {"path": "/w/dead"}}

@@ -16,7 +16,7 @@ from airflow_provider_semijoin.core.joins.registry import ALGORITHMS, AUTO_CANDI
 from airflow_provider_semijoin.core.stores import DatabaseURL, write_table
 from airflow_provider_semijoin.pipeline import Dimension, PipelineSpec, SurrogateKeyStep, load_pipeline
 from airflow_provider_semijoin.pipeline.factory import dags_from_folder
-from airflow_provider_semijoin.spark.assemble import Connections
+from airflow_provider_semijoin.job.assemble import Connections
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from metadata import xcom
 

@@ -11,7 +11,7 @@ from airflow_provider_semijoin.core.joins.registry import create
 from airflow_provider_semijoin.core.session import sized_for_rows
 from airflow_provider_semijoin.pipeline.auto import choose_algorithm, predictions
 from airflow_provider_semijoin.spark.joinstate import JOIN_COLUMN_BYTES, STRING_BYTES, ddl_row_bytes, estimated_row_bytes
-from airflow_provider_semijoin.spark.spec import SourceSpec
+from airflow_provider_semijoin.job.sources import FilesSource, GeneratorSource
 from airflow_provider_semijoin.workloads import master_table
 
 MEMORY = 4 << 20
@@ -56,8 +56,8 @@ def test_ddl_row_bytes(ddl, expected):
 
 
 def test_the_estimate_counts_the_ids_the_join_columns_and_earlier_steps():
-    generator = estimated_row_bytes(SourceSpec(), 0)
+    generator = estimated_row_bytes(GeneratorSource(), 0)
     assert generator == 5 * 8 + STRING_BYTES + JOIN_COLUMN_BYTES  # tid, nk, qty, amount, sj_arrival
-    assert estimated_row_bytes(SourceSpec(), 2) == generator + 16
-    files = SourceSpec(kind="files", path="/landing", format="parquet", schema="id BIGINT, nk BIGINT")
+    assert estimated_row_bytes(GeneratorSource(), 2) == generator + 16
+    files = FilesSource(path="/landing", format="parquet", schema="id BIGINT, nk BIGINT")
     assert estimated_row_bytes(files, 0) == 16 + 8 + 2 * STRING_BYTES + JOIN_COLUMN_BYTES

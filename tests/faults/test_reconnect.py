@@ -16,7 +16,7 @@ from airflow_provider_semijoin.core.joins import JoinOutput, StreamBuffer, creat
 from airflow_provider_semijoin.core.errors import ConfigError, SpecError
 from airflow_provider_semijoin.core.stores import DatabaseURL, SnapshotLost, TransactionLost, open_store, write_table
 from airflow_provider_semijoin.core.stores.reconnect import RetryPolicy
-from airflow_provider_semijoin.spark.spec import JobSpec
+from airflow_provider_semijoin.job.spec import JobSpec
 from airflow_provider_semijoin.workloads.master import master_table
 
 

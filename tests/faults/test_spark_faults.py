@@ -18,7 +18,7 @@ from harness import mariadb, seed, sink_mariadb  # noqa: F401 (fixtures)
 
 from airflow_provider_semijoin.core.stores import StoreUnavailable
 from airflow_provider_semijoin.spark.runner import run_job
-from airflow_provider_semijoin.spark.spec import JobSpec
+from airflow_provider_semijoin.job.spec import JobSpec
 
 MASTER_ROWS = 5_000
 KILLS = 20

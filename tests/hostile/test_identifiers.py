@@ -23,7 +23,7 @@ from airflow_provider_semijoin.core.stores import (
 )
 from airflow_provider_semijoin.core.stores.sql import IDENTIFIER
 from airflow_provider_semijoin.spark.sinks import open_sink
-from airflow_provider_semijoin.spark.spec import TargetSpec
+from airflow_provider_semijoin.job.spec import TargetSpec
 from airflow_provider_semijoin.workloads import generate_master
 
 from .strategies import INJECTION, ODD_TEXT

@@ -14,7 +14,7 @@ import pytest
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.spark.runner import run_job
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
-from airflow_provider_semijoin.spark.spec import JobSpec
+from airflow_provider_semijoin.job.spec import JobSpec
 from airflow_provider_semijoin.workloads.master import master_table
 
 from .tally import record

@@ -11,7 +11,7 @@ from airflow_provider_semijoin.core.errors import ConfigError, SpecError
 from airflow_provider_semijoin.core.joins import create
 from airflow_provider_semijoin.core.units import parse_bytes
 from airflow_provider_semijoin.pipeline.spec import load_pipeline
-from airflow_provider_semijoin.spark.spec import JobSpec
+from airflow_provider_semijoin.job.spec import JobSpec
 
 from .test_specs import JOB
 

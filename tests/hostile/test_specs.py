@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from airflow_provider_semijoin.core.errors import SpecError
 from airflow_provider_semijoin.core.stores.sql import IDENTIFIER
 from airflow_provider_semijoin.pipeline.spec import PipelineSpec, from_mapping, load_pipeline
-from airflow_provider_semijoin.spark.assemble import Connections
-from airflow_provider_semijoin.spark.spec import JobSpec
+from airflow_provider_semijoin.job.assemble import Connections
+from airflow_provider_semijoin.job.spec import JobSpec
 
 from .strategies import HOSTILE, mutations
 from .tally import record
@@ -74,7 +74,7 @@ def check_error(surface: str, exc: Exception, top_fields, prefix: str = "") -> N
 
 
 def check_identifiers(spec: JobSpec) -> None:
-    names = [spec.name, spec.arrival_column, spec.source.id_column, *spec.source.extra_keys,
+    names = [spec.name, spec.arrival_column, spec.source.id_column, *spec.source.to_dict()["extra_keys"],
              spec.sinks.matched.table, spec.sinks.dead_letter.table]
     for step in spec.steps:
         names += [step.column, step.master.table, step.master.key, *(step.master.select or []), *step.rename.values()]

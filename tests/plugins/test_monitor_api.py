@@ -132,7 +132,7 @@ def test_every_absolute_url_follows_the_base_path(monkeypatch):
     link start with that path, and the extra link keeps a mapped task's map index."""
     from airflow_provider_semijoin.operators.job import SemiJoinMetricsLink
     from airflow_provider_semijoin.plugins.semijoin_plugin import SemiJoinPlugin
-    from airflow_provider_semijoin.plugins.urls import task_page_url
+    from airflow_provider_semijoin.urls import task_page_url
 
     monkeypatch.setenv("AIRFLOW__API__BASE_URL", "http://example.test:8080/data/airflow/")
     views = {v["destination"]: v for v in SemiJoinPlugin().external_views}

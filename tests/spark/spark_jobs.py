@@ -10,7 +10,7 @@ from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
 from airflow_provider_semijoin.core.progress import json_after
 from airflow_provider_semijoin.spark.driver import SUMMARY_PREFIX
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
-from airflow_provider_semijoin.spark.spec import JobSpec
+from airflow_provider_semijoin.job.spec import JobSpec
 from airflow_provider_semijoin.workloads.master import master_table
 from airflow_provider_semijoin.workloads.zipf import zipf_rows
 

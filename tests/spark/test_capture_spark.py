@@ -74,7 +74,7 @@ from airflow_provider_semijoin.core.stores import DatabaseURL, open_store, store
 from airflow_provider_semijoin.spark.joinstate import DUE, PART, SEQ, session_from, slice_of
 from airflow_provider_semijoin.spark.partitioned import REASON_CODE, STATS_COLUMN, TOKEN_COLUMN, join_part
 from airflow_provider_semijoin.spark.sinks import read_parquet_batch
-from airflow_provider_semijoin.spark.spec import JobSpec, StepSpec
+from airflow_provider_semijoin.job.spec import JobSpec, StepSpec
 from spark_jobs import driver_summary
 
 KEYS = list(range(10, 410, 4))  # R's keys at the start: gaps for inserts between, below and above

@@ -14,7 +14,7 @@ from airflow_provider_semijoin.core.stores import DatabaseURL, write_table
 from airflow_provider_semijoin.core.stores.capture import capture_enabled
 from airflow_provider_semijoin.spark.runner import run_job
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
-from airflow_provider_semijoin.spark.spec import JobSpec
+from airflow_provider_semijoin.job.spec import JobSpec
 
 
 def no_query_started(spark):

@@ -22,7 +22,7 @@ from airflow_provider_semijoin.spark.ahead import KEEP_INSIDE
 from airflow_provider_semijoin.spark.joinstate import StateFiles
 from airflow_provider_semijoin.spark.runner import BatchProcessor
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
-from airflow_provider_semijoin.spark.sources import generator_rows, generator_settings
+from airflow_provider_semijoin.workloads.stream import generator_rows
 
 from spark_jobs import assert_sinks_equal_oracle, generator_job, write_master
 
@@ -40,7 +40,7 @@ class Clock:
 
 
 def rows_of(spec, start: int, end: int, arrival: float) -> pa.Table:
-    rows = generator_rows(generator_settings(spec.source), start, end)
+    rows = generator_rows(spec.source.settings(), start, end)
     return rows.append_column("sj_arrival", pa.array(np.full(end - start, arrival)))
 
 
@@ -379,7 +379,7 @@ def test_without_work_ahead_the_join_rests_between_batches(tmp_path, sqlite_back
 
 def test_a_spec_with_work_ahead_not_a_boolean_is_refused(tmp_path, sqlite_backend):
     from airflow_provider_semijoin.core.errors import SpecError
-    from airflow_provider_semijoin.spark.spec import JobSpec
+    from airflow_provider_semijoin.job.spec import JobSpec
 
     _, spec = job(tmp_path, sqlite_backend, 10)
     with pytest.raises(SpecError, match=r"^work_ahead: 'yes' is not true or false$"):

@@ -15,7 +15,7 @@ from spark_jobs import assert_sinks_equal_oracle, generator_job, write_master
 from airflow_provider_semijoin.core.progress import parse_line
 from airflow_provider_semijoin.spark.driver import driver_path
 from airflow_provider_semijoin.spark.partitioned import RangePartitioner
-from airflow_provider_semijoin.spark.spec import JobSpec
+from airflow_provider_semijoin.job.spec import JobSpec
 from airflow_provider_semijoin.spark.standalone import spark_env, spark_home, standalone_cluster
 from airflow_provider_semijoin.workloads.zipf import zipf_rows
 

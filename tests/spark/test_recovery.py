@@ -22,7 +22,7 @@ from spark_jobs import SELECT, assert_sinks_equal_oracle, driver_summary, genera
 from airflow_provider_semijoin.core.progress import parse_line
 from airflow_provider_semijoin.spark.joinstate import StateFiles
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
-from airflow_provider_semijoin.spark.spec import JobSpec
+from airflow_provider_semijoin.job.spec import JobSpec
 from airflow_provider_semijoin.workloads.zipf import zipf_rows
 
 

@@ -15,7 +15,7 @@ import kill_driver
 from spark_jobs import driver_summary, generator_job, write_master
 
 from airflow_provider_semijoin.core.stores import DatabaseURL
-from airflow_provider_semijoin.spark.spec import JobSpec
+from airflow_provider_semijoin.job.spec import JobSpec
 
 KILLED_BATCH = 4
 

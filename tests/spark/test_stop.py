@@ -20,8 +20,7 @@ from spark_jobs import assert_sinks_equal_oracle, driver_summary, generator_job,
 
 from airflow_provider_semijoin.core.progress import parse_line
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
-from airflow_provider_semijoin.spark.sources import generator_settings
-from airflow_provider_semijoin.spark.spec import JobSpec
+from airflow_provider_semijoin.job.spec import JobSpec
 
 BATCH_ROWS = 300
 
@@ -30,9 +29,9 @@ LAUNCHER = textwrap.dedent('''
     from pathlib import Path
     from airflow_provider_semijoin.spark import driver
     from airflow_provider_semijoin.spark.session import get_spark
-    from airflow_provider_semijoin.spark.sources import _generator_classes
+    from airflow_provider_semijoin.workloads.stream import generator_data_source
 
-    generator = _generator_classes()
+    generator = generator_data_source()
 
     class SlowPlanning(generator):
         @classmethod
@@ -65,7 +64,7 @@ def test_a_stop_while_spark_plans_the_next_batch_ends_without_an_error(tmp_path,
     generator, generated = JobSpec.from_dict(data).source, dict(data["source"])
     stop_file = tmp_path / "stop"
     data["source"] = {"kind": "spark", "format": "slow_planning_generator", "id_column": "tid", "options": {
-        "settings": json.dumps(generator_settings(generator)), "stop_file": str(stop_file), "at_row": 3 * BATCH_ROWS}}
+        "settings": json.dumps(generator.settings()), "stop_file": str(stop_file), "at_row": 3 * BATCH_ROWS}}
     data["stop"] = {"stop_file": str(stop_file)}
     data["trigger_interval_s"] = 0.05
     spec = JobSpec.from_dict(data)

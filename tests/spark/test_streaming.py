@@ -75,11 +75,11 @@ def test_the_generator_clock_starts_after_a_warm_up_batch():
     """The reader's offsets (a clock passed in): an empty warm-up batch first, then ``t0``."""
     import json
 
-    from airflow_provider_semijoin.spark.sources import WARM_UP, _generator_classes, generator_settings
-    from airflow_provider_semijoin.spark.spec import SourceSpec
+    from airflow_provider_semijoin.job.sources import GeneratorSource
+    from airflow_provider_semijoin.workloads.stream import WARM_UP, generator_data_source
 
-    settings = generator_settings(SourceSpec(kind="generator", rows_per_second=100.0, master_rows=50, seed=1))
-    reader = _generator_classes()({"settings": json.dumps(settings)}).streamReader(None)
+    settings = GeneratorSource(rows_per_second=100.0, master_rows=50, seed=1).settings()
+    reader = generator_data_source()({"settings": json.dumps(settings)}).streamReader(None)
     now = [1000.0]
     reader.clock = lambda: now[0]
     start = reader.initialOffset()

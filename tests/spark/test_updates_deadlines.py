@@ -18,7 +18,7 @@ from airflow_provider_semijoin.core.stores import DatabaseURL, store_for
 from airflow_provider_semijoin.core.stores.binlog import server_position, wait_captured
 from airflow_provider_semijoin.core.stores.changes import create_change_tables, install_changes
 from airflow_provider_semijoin.spark.runner import run_job
-from airflow_provider_semijoin.spark.spec import JobSpec
+from airflow_provider_semijoin.job.spec import JobSpec
 from airflow_provider_semijoin.workloads.master import master_table
 
 

@@ -398,8 +398,8 @@ class CacheProbes(Counters):
 class JoinAlgorithm:
     """Base class: stores the arguments as given, keeps counters, checks the memory budget.
 
-    Subclasses set ``name``, ``paper`` (citation with section), ``params`` and ``operator_name``
-    (and ``auto_candidate``), and implement
+    Subclasses set ``name``, ``paper`` (citation with section), ``params`` (and ``auto_candidate``),
+    and implement
     :meth:`_step`, :attr:`pending` and :meth:`structure_bytes`.
     """
 
@@ -407,7 +407,6 @@ class JoinAlgorithm:
     paper: ClassVar[str]
     counters_type: ClassVar[type[Counters]] = Counters  # its family's counters
     params: ClassVar[dict[str, Param]] = {}
-    operator_name: ClassVar[str]  # its Airflow operator (:mod:`...operators.join` makes one per registry algorithm)
     auto_candidate: ClassVar[bool] = False  # among those ``algorithm: auto`` chooses from (its cost model predicts it)
     cost_model: ClassVar[str | None] = None  # the family of :func:`...costmodel.model` that predicts it (None: none)
 

@@ -313,7 +313,6 @@ class FrontStage(JoinAlgorithm):
 
 class SemiStreamJoin(FrontStage):
     name = "ssj"
-    operator_name = "SSJOperator"
     auto_candidate = True
     paper = "SSJ (Naeem, Dobbie, Weber): Algorithm 1, sec. IV; disk-probing phase as MESHJOIN"
     inner = MeshJoin
@@ -321,7 +320,6 @@ class SemiStreamJoin(FrontStage):
 
 class CMeshJoin(FrontStage):
     name = "cmeshjoin"
-    operator_name = "CMeshJoinOperator"
     auto_candidate = True
     paper = "CMESHJOIN (Naeem, Dobbie, Weber, Lutteroth): sec. 3, Algorithm 1"
     inner = MeshJoin
@@ -330,7 +328,6 @@ class CMeshJoin(FrontStage):
 
 class CacheJoin(FrontStage):
     name = "cachejoin"
-    operator_name = "CacheJoinOperator"
     auto_candidate = True
     paper = "CACHEJOIN: front-stage + HYBRIDJOIN (pq-frequent-pages paper sec. 2; its random overwrite is eviction=random)"
     inner = HybridJoin
@@ -338,7 +335,6 @@ class CacheJoin(FrontStage):
 
 class CacheJoinL(CacheJoin):
     name = "cachejoin-l"
-    operator_name = "CacheJoinLOperator"
     auto_candidate = False  # the cost model has no model of its own for it (it predicts its base's rate)
     paper = "CACHEJOIN-L: front-stage + HYBRIDJOIN-L (pq-frequent-pages paper sec. 3.1)"
     inner = HybridJoinL
@@ -346,7 +342,6 @@ class CacheJoinL(CacheJoin):
 
 class CacheJoinPQ(CacheJoin):
     name = "cachejoin-pq"
-    operator_name = "CacheJoinPQOperator"
     auto_candidate = True
     paper = "CACHEJOIN-PQ: front-stage + HYBRIDJOIN-PQ, the three-stage approach (pq paper sec. 1, 4)"
     inner = HybridJoinPQ

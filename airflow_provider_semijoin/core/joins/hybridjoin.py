@@ -125,7 +125,6 @@ class HybridJoin(PagedJoin):
 
     counters_type = HybridJoinCounters
     name = "hybridjoin"
-    operator_name = "HybridJoinOperator"
     cost_model = "hybridjoin"  # -L and -PQ inherit it: they read the same pages in another order
     auto_candidate = True
     paper = "HYBRIDJOIN (Naeem, Dobbie, Weber), sec. 4, Fig. 5, eq. 1"
@@ -384,7 +383,6 @@ class HybridJoinL(HybridJoin):
     """
 
     name = "hybridjoin-l"
-    operator_name = "HybridJoinLOperator"
     auto_candidate = False  # the cost model has no model of its own for it (it predicts its base's rate)
     paper = "HYBRIDJOIN-L (pq-frequent-pages paper, sec. 3.1)"
     params = {
@@ -436,7 +434,6 @@ class HybridJoinPQ(HybridJoinL):
     """
 
     name = "hybridjoin-pq"
-    operator_name = "HybridJoinPQOperator"
     auto_candidate = False  # the cost model has no model of its own for it (it predicts its base's rate)
     paper = "HYBRIDJOIN-PQ (pq-frequent-pages paper, sec. 4)"
     params = {

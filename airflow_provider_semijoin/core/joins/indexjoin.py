@@ -27,7 +27,6 @@ from .master_cache import MasterCache
 
 class IndexNestedLoopJoin(JoinAlgorithm):
     name = "inlj"
-    operator_name = "INLJOperator"
     cost_model = "inlj"
     auto_candidate = True
     paper = "INLJ (HYBRIDJOIN paper, sec. 3.2)"
@@ -68,7 +67,6 @@ class IndexNestedLoopJoin(JoinAlgorithm):
 
 class InListJoin(JoinAlgorithm):
     name = "inlist"
-    operator_name = "InListOperator"
     cost_model = "inlist"
     paper = "baseline: micro-batch IN-list lookup (what foreachBatch code does)"
     params = {
@@ -134,7 +132,6 @@ class InListJoin(JoinAlgorithm):
 class InListLRUJoin(InListJoin):
     name = "inlist-lru"
     counters_type = CacheProbes
-    operator_name = "InListLRUOperator"
     cost_model = None  # the LRU cache in front has no model
     paper = "baseline: micro-batch IN-list lookup with an LRU cache of master rows in the same budget"
     params = {

@@ -53,7 +53,6 @@ def best_partition_pages(
 
 class MeshJoin(PagedJoin):
     name = "meshjoin"
-    operator_name = "MeshJoinOperator"
     cost_model = "meshjoin"
     auto_candidate = True
     paper = "MESHJOIN (Polyzotis et al. 2008); HYBRIDJOIN paper sec. 3.1"

@@ -185,7 +185,6 @@ class SSIJCounters(CacheProbes):
 class SemiStreamedIndexJoin(JoinAlgorithm):
     name = "ssij"
     counters_type = SSIJCounters
-    operator_name = "SSIJOperator"
     cost_model = "ssij"  # :func:`..ssijmodel.ssij_model` (the paper bounds only the worst case, sec. V)
     paper = "SSIJ (Bornea, Deligiannakis, Kotidis, Vassalos, ICDE 2011), sec. IV, Alg. 1-2"
     params = {

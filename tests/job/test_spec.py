@@ -7,7 +7,8 @@ import re
 import pytest
 
 from airflow_provider_semijoin.core.errors import SpecError
-from airflow_provider_semijoin.spark.spec import JobSpec, MasterSpec, StepSpec
+from airflow_provider_semijoin.job.sources import FilesSource, GeneratorSource, SparkSource
+from airflow_provider_semijoin.job.spec import JobSpec, MasterSpec, StepSpec
 
 BASE = {
     "source": {"kind": "generator", "total_rows": 100, "master_rows": 50},
@@ -39,8 +40,13 @@ MALFORMED = [
     (lambda d: d["steps"][0].update(memory="lots"), r"^steps\[0\]\.memory: 'lots' is not a size"),
     (lambda d: d.update(partitions=0), r"^partitions: 0 is not a positive integer$"),
     (lambda d: d["sinks"].update(matched={"kind": "table", "url": "pg://x", "table": "t"}), r"^sinks\.matched\.url: scheme 'pg' is not one of \['sqlite', 'mysql'\]"),
-    (lambda d: d["source"].update(kind="files"), r"^source\.path: None is not a folder"),
-    (lambda d: d["source"].update(kind="files", path="/in"), r"^source\.format: missing; expected one of \['parquet', 'csv', 'json'\]"),
+    (lambda d: d.update(source={"kind": "files"}), r"^source\.path: None is not a folder"),
+    (lambda d: d.update(source={"kind": "files", "path": "/in"}), r"^source\.format: missing; expected one of \['parquet', 'csv', 'json'\]"),
+    (lambda d: d["source"].update(kind="files", path="/in", format="csv"), r"^source\.total_rows: given for a files source; expected it only with kind 'generator'$"),
+    (lambda d: d.update(source={"kind": "generator", "path": "/in"}), r"^source\.path: given for a generator source; expected it only with kind 'files'$"),
+    (lambda d: d.update(source={"kind": "generator", "options": {"a": 1}}), r"^source\.options: given for a generator source; expected it only with kind 'files' or 'spark'$"),
+    (lambda d: d.update(source={"kind": "river"}), r"^source\.kind: 'river' is not one of \['files', 'generator', 'spark'\]$"),
+    (lambda d: d["source"].update(bursty="yes"), r"^source\.bursty: 'yes' is not true or false$"),
     (lambda d: d.update(bogus=1), r"^bogus: not a field of JobSpec"),
     (lambda d: d["steps"][0]["master"].update(url="mysql://u:secret@h/"), r"^steps\[0\]\.master\.url: 'mysql://u:\*\*\*@h/' names no database"),
     (lambda d: d["steps"][0].update(on_missing="unknown_member"), r"^steps\[0\]\.unknown_member: None is not a mapping"),
@@ -49,7 +55,7 @@ MALFORMED = [
     (lambda d: d["steps"][0].update(retry_grace_s=5), r"^steps\[0\]\.retry_grace_s: given, but on_missing is 'dead_letter'"),
     (lambda d: d.update(steps=[]), r"^steps: missing; expected a list of at least one join step$"),
     (lambda d: d.pop("checkpoint"), r"^checkpoint: missing$"),
-    (lambda d: d["source"].update(kind="spark", format="kafka"), r"^source\.id_column: missing"),
+    (lambda d: d.update(source={"kind": "spark", "format": "kafka"}), r"^source\.id_column: missing"),
     (lambda d: (d["source"].pop("total_rows"), d.update(stop={"end_of_input": True})), r"^stop\.end_of_input: the generator source is endless"),
     (lambda d: d.update(deadline={}), r"^deadline\.max_latency_s, column: give exactly one of them$"),
     (lambda d: d["source"].update(missing=1.5), r"^source\.missing: 1\.5 is not a fraction between 0 and 1$"),
@@ -67,3 +73,26 @@ def test_python_construction_validates_too():
     master = MasterSpec(url="sqlite:///m.db", table="m", key="k")
     with pytest.raises(SpecError, match=re.escape("algorithm: 'hybrid' is not one of")):
         StepSpec(column="nk", master=master, algorithm="hybrid")
+
+
+# the flat form every spec file so far holds: every kind's fields, another kind's at its default
+FLAT = {"kind": "generator", "path": None, "format": None, "schema": None, "options": {}, "id_column": None,
+        "max_files_per_trigger": None, "rows_per_second": 1000.0, "total_rows": None, "master_rows": 100000,
+        "key_type": "int", "exponent": 1.0, "shape": "noperm", "missing": 0.0, "bursty": False, "seed": 0,
+        "max_rows_per_batch": None, "extra_keys": {}}
+FLAT_SOURCES = [
+    ({"kind": "files", "path": "/in", "format": "csv", "schema": "id BIGINT, nk STRING", "max_files_per_trigger": 2}, FilesSource),
+    ({"kind": "generator", "total_rows": 100, "master_rows": 50, "bursty": True, "extra_keys": {"c": {"master_rows": 9}}}, GeneratorSource),
+    ({"kind": "spark", "format": "kafka", "options": {"subscribe": "t"}, "id_column": "k"}, SparkSource),
+]
+
+
+@pytest.mark.parametrize("given, cls", FLAT_SOURCES, ids=[c.__name__ for _, c in FLAT_SOURCES])
+def test_a_source_of_each_kind_reads_and_writes_the_flat_form_of_earlier_spec_files(given, cls):
+    data = {**BASE, "source": {**FLAT, **given}}
+    spec = JobSpec.from_dict(json.loads(json.dumps(data)))
+    assert type(spec.source) is cls and spec.source.kind == given["kind"]
+    assert json.dumps(spec.to_dict()["source"]) == json.dumps({**FLAT, **given})  # the same keys, in the same order
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+    short = JobSpec.from_dict({**BASE, "source": given})  # only its own fields: the same source
+    assert short.source == spec.source

@@ -5,7 +5,7 @@ dataclass checks its own fields in ``__post_init__`` and raises :class:`SpecErro
 field's name; :meth:`JobSpec.from_dict` prefixes the path (``steps[1].algorithm: ...``) and
 rejects unknown fields. Nothing here touches Spark or a database: checks that need one (does the
 table exist, does the source folder hold the stream key) run in the runner before the query
-starts.
+starts. The source, one class per kind, is in :mod:`.sources`.
 """
 
 from __future__ import annotations
@@ -15,160 +15,24 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.checks import check_flag, check_number, check_positive
+from ..core.checks import check_flag
 from ..core.errors import ConfigError, SpecError, shown, shown_key
 from ..core.joins.registry import ALGORITHMS, algorithm_class
-from ..core.stores.sql import DatabaseURL, check_identifier, redact
+from ..core.stores.sql import redact
 from ..core.units import parse_bytes
 from ..get_provider_info import CONFIG_OPTIONS
-from ..workloads.zipf import SHAPES
+from .checks import database_url, identifier, one_of, positive
+from .sources import SourceSpec, source_fields
 
-SOURCE_KINDS = ("files", "generator", "spark")
-FILE_FORMATS = ("parquet", "csv", "json")
 SINK_KINDS = ("parquet", "table")
 SINK_INDEX_SUFFIX = "_batch"  # a table sink's index on its batch column: <table>_batch
 ON_MISSING = ("dead_letter", "unknown_member", "retry")
 CHANGE_CAPTURES = ("triggers", "binlog")
-GENERATOR_COLUMNS = ("tid", "nk", "qty", "amount", "sj_arrival")
-EXTRA_KEY_SETTINGS = ("master_rows", "exponent", "shape", "missing", "seed")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
-_SECRET_OPTION = re.compile(r"pass|secret|token|jaas|credential|private|auth|key", re.IGNORECASE)
 # a field named like a [semijoin] option defaults to that option's default here, and to the
-# configured value on the Airflow paths (spark/assemble.py): memory, db_retry_max_s
+# configured value on the Airflow paths (job/assemble.py): memory, db_retry_max_s
 DEFAULT_MEMORY = CONFIG_OPTIONS["memory"][1]
 DEFAULT_DB_RETRY_MAX_S = float(CONFIG_OPTIONS["db_retry_max_s"][1])
-
-
-def _one_of(name: str, value, allowed) -> None:
-    if value not in allowed:
-        raise SpecError(f"{name}: {shown(value)} is not one of {list(allowed)}")
-
-
-def _positive(name: str, value, *, optional: bool = False, integer: bool = False) -> None:
-    check_positive(name, value, integer=integer, optional=optional, error=SpecError)
-
-
-def _identifier(name: str, value) -> None:
-    try:
-        check_identifier(value, name)
-    except ConfigError as exc:
-        raise SpecError(str(exc)) from None
-
-
-def _url(name: str, value) -> None:
-    try:
-        DatabaseURL.parse(value)
-    except ConfigError as exc:
-        raise SpecError(f"{name}: {str(exc).split(': ', 1)[1]}") from None
-
-
-@dataclass
-class SourceSpec:
-    """Where stream tuples come from.
-
-    * ``files``: a landing folder ``path`` of ``format`` files (parquet, csv, json lines), read as
-      new files appear; ``schema`` is a Spark DDL string (``"id BIGINT, nk STRING"``) or None to
-      infer it once from the files already there. A tuple's id is ``<file name>#<row>``.
-    * ``generator``: the built-in Zipf stream (:mod:`..workloads.zipf`) at ``rows_per_second``,
-      optionally bursty (self-similar arrivals), ``total_rows`` in all (None: endless). Its keys
-      are those of a master of ``master_rows`` rows (:func:`..workloads.master.generate_master`);
-      ``max_rows_per_batch`` caps a micro-batch (a backlog is read in several batches).
-      ``extra_keys`` adds more foreign-key columns, each a Zipf stream of its own over another
-      master: ``{"customer_nk": {"master_rows": 20000, "seed": 7}}`` (``exponent``, ``shape``,
-      ``missing``, ``seed`` default to the source's; a sale carries a product and a customer key).
-    * ``spark``: any Spark source by ``format`` and ``options`` (Kafka where the connector is on
-      the classpath); ``id_column`` names a column that is stable across replays.
-    """
-
-    kind: str = "generator"
-    path: str | None = None
-    format: str | None = None
-    schema: str | None = None
-    options: dict = field(default_factory=dict)
-    id_column: str | None = None
-    max_files_per_trigger: int | None = None
-    rows_per_second: float = 1000.0
-    total_rows: int | None = None
-    master_rows: int = 100_000
-    key_type: str = "int"
-    exponent: float = 1.0
-    shape: str = "noperm"
-    missing: float = 0.0
-    bursty: bool = False
-    seed: int = 0
-    max_rows_per_batch: int | None = None
-    extra_keys: dict = field(default_factory=dict)
-
-    def __post_init__(self):
-        _one_of("kind", self.kind, SOURCE_KINDS)
-        if not isinstance(self.options, dict):
-            raise SpecError(f"options: {shown(self.options)} is not a mapping of option names to values")
-        if self.id_column is not None:
-            _identifier("id_column", self.id_column)
-        if self.kind == "files":
-            if not self.path or not isinstance(self.path, str):
-                raise SpecError(f"path: {shown(self.path)} is not a folder (a files source reads a landing folder)")
-            if self.format is None:
-                raise SpecError(f"format: missing; expected one of {list(FILE_FORMATS)}")
-            _one_of("format", self.format, FILE_FORMATS)
-            if self.schema is not None and (not isinstance(self.schema, str) or not self.schema.strip()):
-                raise SpecError(f"schema: {shown(self.schema)} is not a Spark DDL string such as 'id BIGINT, nk STRING'")
-            _positive("max_files_per_trigger", self.max_files_per_trigger, optional=True, integer=True)
-        elif self.kind == "spark":
-            if not self.format or not isinstance(self.format, str):
-                raise SpecError(f"format: {shown(self.format)} is not a Spark source format (e.g. 'kafka')")
-            if self.id_column is None:
-                raise SpecError("id_column: missing; a spark source needs a column that is stable across replays")
-        else:
-            _positive("rows_per_second", self.rows_per_second)
-            _positive("total_rows", self.total_rows, optional=True, integer=True)
-            _positive("max_rows_per_batch", self.max_rows_per_batch, optional=True, integer=True)
-            _positive("master_rows", self.master_rows, integer=True)
-            _one_of("key_type", self.key_type, ("int", "str"))
-            _one_of("shape", self.shape, SHAPES)
-            check_number("exponent", self.exponent, "a number >= 0", minimum=0, error=SpecError)
-            check_number("missing", self.missing, "a fraction between 0 and 1", minimum=0, maximum=1, error=SpecError)
-            check_number("seed", self.seed, "an integer >= 0", integer=True, minimum=0, error=SpecError)
-            self._check_extra_keys()
-        if self.kind != "generator" and self.extra_keys:
-            raise SpecError(f"extra_keys: given for a {self.kind} source; expected it only with kind 'generator'")
-
-    def _check_extra_keys(self) -> None:
-        if not isinstance(self.extra_keys, dict):
-            raise SpecError(f"extra_keys: {shown(self.extra_keys)} is not a mapping of column names to key settings")
-        for column, settings in self.extra_keys.items():
-            _identifier(f"extra_keys.{shown_key(column)}", column)
-            if column in GENERATOR_COLUMNS:
-                raise SpecError(f"extra_keys.{shown_key(column)}: already a column of the generator; expected a new column name")
-            if not isinstance(settings, dict) or "master_rows" not in settings:
-                raise SpecError(f"extra_keys.{shown_key(column)}: {shown(settings)} is not a mapping with master_rows")
-            unknown = sorted(set(settings) - set(EXTRA_KEY_SETTINGS), key=repr)
-            if unknown:
-                raise SpecError(f"extra_keys.{shown_key(column)}.{shown_key(unknown[0])}: not a key setting (settings: {list(EXTRA_KEY_SETTINGS)})")
-            try:  # the same checks as the source's own settings
-                SourceSpec(**{**self.extra_key_settings(column), "key_type": self.key_type})
-            except SpecError as exc:
-                raise SpecError(f"extra_keys.{shown_key(column)}.{exc}") from None
-
-    def extra_key_settings(self, column: str) -> dict:
-        """The Zipf settings of extra key ``column``: its own, else the source's."""
-        return {name: self.extra_keys[column].get(name, getattr(self, name)) for name in EXTRA_KEY_SETTINGS}
-
-    def describe(self) -> dict:
-        """The fields, with the values of secret-looking options (``kafka.sasl.jaas.config``,
-        ``*password*``, ``*secret*``, ``*token*``...) hidden and URLs redacted: for logs, XCom, the UI."""
-        data = _plain(self)
-        data["options"] = {k: "***" if _SECRET_OPTION.search(str(k)) else redact(v) if isinstance(v, str) else v
-                           for k, v in self.options.items()}
-        return data
-
-    def __repr__(self) -> str:
-        return f"SourceSpec({', '.join(f'{k}={v!r}' for k, v in self.describe().items())})"
-
-    @property
-    def bounded(self) -> bool:
-        """True when the source ends: a generator with total_rows (a landing folder never ends)."""
-        return self.kind == "generator" and self.total_rows is not None
 
 
 @dataclass
@@ -181,14 +45,14 @@ class MasterSpec:
     select: list[str] | None = None
 
     def __post_init__(self):
-        _url("url", self.url)
-        _identifier("table", self.table)
-        _identifier("key", self.key)
+        database_url("url", self.url)
+        identifier("table", self.table)
+        identifier("key", self.key)
         if self.select is not None:
             if not isinstance(self.select, list) or not self.select:
                 raise SpecError(f"select: {shown(self.select)} is not a non-empty list of column names")
             for i, column in enumerate(self.select):
-                _identifier(f"select[{i}]", column)
+                identifier(f"select[{i}]", column)
 
     def describe(self) -> dict:
         return {"url": redact(self.url), "table": self.table, "key": self.key, "select": self.select}
@@ -237,7 +101,7 @@ class StepSpec:
     refresh: dict | None = None
 
     def __post_init__(self):
-        _identifier("column", self.column)
+        identifier("column", self.column)
         if isinstance(self.master, dict):
             self.master = _build(MasterSpec, self.master, "master")
         elif not isinstance(self.master, MasterSpec):
@@ -258,7 +122,7 @@ class StepSpec:
             parse_bytes(self.memory)
         except ConfigError as exc:
             raise SpecError(str(exc)) from None
-        _one_of("on_missing", self.on_missing, ON_MISSING)
+        one_of("on_missing", self.on_missing, ON_MISSING)
         if self.on_missing == "unknown_member":
             if not isinstance(self.unknown_member, dict) or not self.unknown_member:
                 raise SpecError(
@@ -271,22 +135,22 @@ class StepSpec:
             if self.retry_grace_s is None:
                 raise SpecError("retry_grace_s: missing; expected the seconds a tuple waits for a late master row "
                                 "(on_missing 'retry')")
-            _positive("retry_grace_s", self.retry_grace_s)
+            positive("retry_grace_s", self.retry_grace_s)
         elif self.retry_grace_s is not None:
             raise SpecError(f"retry_grace_s: given, but on_missing is {shown(self.on_missing)} (it needs 'retry')")
         if not isinstance(self.rename, dict):
             raise SpecError(f"rename: {shown(self.rename)} is not a mapping of master columns to output names")
         for old, new in self.rename.items():
-            _identifier(f"rename.{shown_key(old)}", new)
+            identifier(f"rename.{shown_key(old)}", new)
         check_flag("drop_column", self.drop_column, error=SpecError)
-        _positive("max_queue_time_s", self.max_queue_time_s, optional=True)
+        positive("max_queue_time_s", self.max_queue_time_s, optional=True)
         if self.change_capture is not None:
-            _one_of("change_capture", self.change_capture, CHANGE_CAPTURES)
+            one_of("change_capture", self.change_capture, CHANGE_CAPTURES)
         check_flag("master_static", self.master_static, error=SpecError)
         if self.refresh is not None:
             if not isinstance(self.refresh, dict) or set(self.refresh) != {"every_s"}:
                 raise SpecError(f"refresh: {shown(self.refresh)} is not a mapping {{every_s: seconds}}")
-            _positive("refresh.every_s", self.refresh["every_s"])
+            positive("refresh.every_s", self.refresh["every_s"])
 
     @property
     def memory_bytes(self) -> int:
@@ -312,13 +176,13 @@ class TargetSpec:
     table: str | None = None
 
     def __post_init__(self):
-        _one_of("kind", self.kind, SINK_KINDS)
+        one_of("kind", self.kind, SINK_KINDS)
         if self.kind == "parquet":
             if not self.path or not isinstance(self.path, str):
                 raise SpecError(f"path: {shown(self.path)} is not a folder for the Parquet files")
         else:
-            _url("url", self.url)
-            _identifier("table", self.table)
+            database_url("url", self.url)
+            identifier("table", self.table)
             if self.url.lower().startswith("sqlite:") and self.table.lower().startswith("sqlite_"):
                 raise SpecError(f"table: {shown(self.table)} is reserved by SQLite (names starting with sqlite_); choose another")
             if len(self.table) > 64 - len(SINK_INDEX_SUFFIX):
@@ -360,8 +224,8 @@ class StopSpec:
     stop_file: str | None = None
 
     def __post_init__(self):
-        _positive("duration_s", self.duration_s, optional=True)
-        _positive("max_batches", self.max_batches, optional=True, integer=True)
+        positive("duration_s", self.duration_s, optional=True)
+        positive("max_batches", self.max_batches, optional=True, integer=True)
         check_flag("end_of_input", self.end_of_input, error=SpecError)
 
 
@@ -376,9 +240,9 @@ class DeadlineSpec:
     def __post_init__(self):
         if (self.max_latency_s is None) == (self.column is None):
             raise SpecError("max_latency_s, column: give exactly one of them")
-        _positive("max_latency_s", self.max_latency_s, optional=True)
+        positive("max_latency_s", self.max_latency_s, optional=True)
         if self.column is not None:
-            _identifier("column", self.column)
+            identifier("column", self.column)
 
 
 @dataclass
@@ -396,7 +260,7 @@ class JobSpec:
     deadline: DeadlineSpec | None = None
     arrival_column: str | None = None
     db_retry_max_s: float = DEFAULT_DB_RETRY_MAX_S  # how long a lost MySQL session is reopened for (master data, table sinks)
-    work_ahead: bool = True  # steps go on joining between micro-batches (:mod:`.ahead`)
+    work_ahead: bool = True  # steps go on joining between micro-batches (:mod:`..spark.ahead`)
 
     def __post_init__(self):
         for name, kind in (("source", SourceSpec), ("sinks", SinkSpec), ("stop", StopSpec), ("deadline", DeadlineSpec)):
@@ -407,9 +271,9 @@ class JobSpec:
             raise SpecError(f"name: {shown(self.name)} is not a name of letters, digits and underscores")
         if not self.checkpoint or not isinstance(self.checkpoint, str):
             raise SpecError(f"checkpoint: {shown(self.checkpoint)} is not a folder for Spark's checkpoint")
-        _positive("trigger_interval_s", self.trigger_interval_s)
-        _positive("partitions", self.partitions, integer=True)
-        _positive("db_retry_max_s", self.db_retry_max_s)
+        positive("trigger_interval_s", self.trigger_interval_s)
+        positive("partitions", self.partitions, integer=True)
+        positive("db_retry_max_s", self.db_retry_max_s)
         if not isinstance(self.work_ahead, bool):
             raise SpecError(f"work_ahead: {shown(self.work_ahead)} is not true or false")
         if not isinstance(self.steps, list) or not self.steps:
@@ -418,9 +282,10 @@ class JobSpec:
             if not isinstance(step, StepSpec):
                 raise SpecError(f"steps[{i}]: {shown(step)} is not a join step")
         if self.arrival_column is not None:
-            _identifier("arrival_column", self.arrival_column)
-        if self.stop.end_of_input and self.source.kind == "generator" and self.source.total_rows is None:
-            raise SpecError("stop.end_of_input: the generator source is endless; give source.total_rows or another stop")
+            identifier("arrival_column", self.arrival_column)
+        endless = self.source.endless()
+        if self.stop.end_of_input and endless:
+            raise SpecError(f"stop.end_of_input: {endless}")
         outputs: set[str] = set()
         for i, step in enumerate(self.steps):
             for column in step.master.select or []:
@@ -435,7 +300,7 @@ class JobSpec:
 
     def to_dict(self) -> dict:
         """Everything, as JSON-safe data (URLs keep their passwords: for the driver only)."""
-        return _plain(self)
+        return {**_plain(self), "source": self.source.to_dict()}
 
     def describe(self) -> dict:
         """:meth:`to_dict` without credentials, for logs, XCom and the UI."""
@@ -462,6 +327,11 @@ def _build(cls, data, path: str):
     where = f"{path}." if path else ""
     if not isinstance(data, dict):
         raise SpecError(f"{path or cls.__name__}: {shown(data)} is not a mapping of fields")
+    if cls is SourceSpec:  # the class of its kind, with its own fields
+        try:
+            cls, data = source_fields(data)
+        except SpecError as exc:
+            raise SpecError(f"{where}{exc}") from None
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(data) - set(names), key=repr)
     if unknown:

@@ -1,4 +1,5 @@
-"""Every URL of the semi-join monitor, built in one place (below the plugin, its app and readings).
+"""Every URL of the semi-join monitor, built in one place: below the UI plugin (its views, app and
+readings) and the operators (their extra link), which both import it and not each other.
 
 The monitor's app is mounted at :data:`MOUNT` of Airflow's API server. Airflow serves everything
 under the path of ``[api] base_url`` (``/airflow`` for ``http://host:8080/airflow``) and puts a

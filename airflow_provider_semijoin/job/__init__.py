@@ -1,0 +1,4 @@
+"""The job spec of a streaming semi-join, apart from the Spark runtime (:mod:`..spark`): the spec
+(:mod:`.spec`), its sources, one class per kind (:mod:`.sources`), the checks they share
+(:mod:`.checks`) and the spec's assembly from what a task is given (:mod:`.assemble`). Pure data
+and checks: importable where DAGs are parsed, without pyspark or Airflow."""
