@@ -134,7 +134,7 @@ def test_the_window_closes_at_the_end_of_a_cycle(tmp_path, monkeypatch):
 
     def recording(self, buffer):
         out = step(self, buffer)
-        states.append((self.cycle_ended, self._phase is None and self._sb.size == 0, self.counters.extra["join_phases"]))
+        states.append((self.cycle_ended, self._phase is None and self._sb.size == 0, self.counters.join_phases))
         return out
 
     monkeypatch.setattr(SemiStreamedIndexJoin, "step", recording)

@@ -35,8 +35,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, ClassVar
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -46,40 +46,29 @@ from ..core.errors import ConfigError
 from ..core.keys import sorted_distinct
 from ..core.stores.sql import PASSWORD_ENV
 from ..core.files import write_table
-from ..core.joins import ALGORITHMS
 from ..core.joins.base import ReadCosts
 from ..core.stores import open_store, pagemaps, redact
 from ..workloads import zipf_stream
-from .steady import bench_master, check_algorithms, params_of, registered
+from .steady import MODEL_SHAPES, Workload, bench_master, registered
 
 BASELINES = ("inlist", "inlist-lru")
-SHAPES = ("noperm", "random")
 FLOOR_CONNECTIONS = (1, 2, 4)  # sessions of the floor's raw fetches; each more gained less, from 3 to 4 little (docs/measurements.md)
 FLOOR_IN_KEYS = 1000  # keys an IN query of the floor's reads: the inlist baseline's in_list_max
 
 
 @dataclass
-class ColdConfig:
-    master: str
-    rows: int = 2_000_000
+class ColdConfig(Workload):
+    """The cold bench's workload (the parameters pass to each child's --set), on the streams the
+    cost models describe."""
+
     stream_rows: int = 400_000
-    memory: int = 50 * 2**20
-    zipf: float = 1.0
-    shapes: list[str] | None = None
-    algorithms: list[str] | None = None  # registry names, or NAME@LABEL: NAME again with the --set of NAME@LABEL too
-    seed: int = 0
-    params: dict = field(default_factory=dict)  # "algorithm.param" -> value, passed to each child's --set
+    allowed_shapes: ClassVar[tuple[str, ...]] = MODEL_SHAPES
 
     def __post_init__(self) -> None:
-        self.shapes = list(self.shapes or SHAPES)
-        self.algorithms = list(self.algorithms or ALGORITHMS)
-        check_algorithms(self.algorithms, self.params)
+        super().__post_init__()
         for name in BASELINES:  # the table's ratios are to them
             if name not in self.algorithms:
                 self.algorithms.append(name)
-        for i, shape in enumerate(self.shapes):
-            if shape not in SHAPES:
-                raise ConfigError(f"shapes[{i}]: {shape!r} is not one of {list(SHAPES)}")
         if self.stream_rows < 1:
             raise ConfigError(f"stream_rows: {self.stream_rows!r} is not a number of tuples >= 1")
 
@@ -101,7 +90,7 @@ def join_once(config: ColdConfig, table: str, stream: Path, name: str, workdir: 
     fresh process; wall-clock seconds and its stats."""
     stats = workdir / f"{name}.json"
     master, env = _without_password(config.master)
-    settings = [arg for key, value in params_of(config.params, name).items() for arg in ("--set", f"{key}={value}")]
+    settings = [arg for key, value in config.params_for(name).items() for arg in ("--set", f"{key}={value}")]
     command = [
         sys.executable, "-m", "airflow_provider_semijoin.cli", "join", "--algorithm", registered(name), *settings,
         "--master", master, "--table", table, "--key", "nk", "--stream", str(stream),

@@ -29,6 +29,7 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -94,19 +95,40 @@ def params_of(params: dict, algorithm: str) -> dict:
 
 
 @dataclass
-class BenchConfig:
+class Workload:
+    """What a bench of the algorithms runs, the steady-state one (:class:`BenchConfig`) and the
+    cold one (:class:`.cold.ColdConfig`): R of ``rows`` rows at ``master``, Zipf(``zipf``) streams
+    of ``shapes``, each algorithm in ``memory`` bytes."""
+
     master: str
     rows: int = 2_000_000
     memory: int = 50 * 2**20
     zipf: float = 1.0
     shapes: list[str] | None = None
     algorithms: list[str] | None = None  # registry names, or NAME@LABEL: NAME again with the --set of NAME@LABEL too
+    params: dict = field(default_factory=dict)  # "algorithm.param" -> value, --set
+    seed: int = 0
+    allowed_shapes: ClassVar[tuple[str, ...]] = SHAPES
+
+    def __post_init__(self) -> None:
+        self.shapes = list(self.shapes or MODEL_SHAPES)
+        self.algorithms = list(self.algorithms or ALGORITHMS)
+        for i, shape in enumerate(self.shapes):
+            if shape not in self.allowed_shapes:
+                raise ConfigError(f"shapes[{i}]: {shape!r} is not one of {list(self.allowed_shapes)}")
+        check_algorithms(self.algorithms, self.params)
+
+    def params_for(self, algorithm: str) -> dict:
+        """The --set parameters of ``algorithm`` (:func:`params_of`)."""
+        return params_of(self.params, algorithm)
+
+
+@dataclass
+class BenchConfig(Workload):
     warmup_s: float = 10.0
     window_s: float = 20.0
     warmup_turnovers: float = 2.0  # the warm-up also lasts until the tuples held turned over this often
     warmup_max_s: float = 120.0  # ... but no longer than this (the result says when it stopped short)
-    params: dict = field(default_factory=dict)  # "algorithm.param" -> value
-    seed: int = 0
     sweep_cache: list[float] | None = None  # shares of the memory for H_R, per cache algorithm
     io_samples: int = 8  # S and T of the predictions from loads at random places of R; 0: the store's
     temporal_interval: int = 1_000_000  # tuples per interval of the temporal-locality stream
@@ -117,12 +139,7 @@ class BenchConfig:
     dbms_chunk: int = 1_000_000  # stream tuples the DBMS joins in one statement
 
     def __post_init__(self) -> None:
-        self.shapes = list(self.shapes or MODEL_SHAPES)
-        self.algorithms = list(self.algorithms or ALGORITHMS)
-        for i, shape in enumerate(self.shapes):
-            if shape not in SHAPES:
-                raise ConfigError(f"shapes[{i}]: {shape!r} is not one of {list(SHAPES)}")
-        check_algorithms(self.algorithms, self.params)
+        super().__post_init__()
         if self.warmup_s < 0 or self.window_s <= 0:
             raise ConfigError(f"window: warm-up {self.warmup_s} s and window {self.window_s} s must be >= 0 and > 0")
         check_number("warmup_turnovers", self.warmup_turnovers, "a number of turnovers >= 0", minimum=0)
@@ -142,10 +159,6 @@ class BenchConfig:
             raise ConfigError(f"temporal_fraction: {self.temporal_fraction!r} is not a share of R's keys in (0, 1]")
         if self.dbms_join and DatabaseURL.parse(self.master).dialect is not MYSQL:
             raise ConfigError(f"dbms_join: the comparison runs inside MySQL/MariaDB; {redact(self.master)!r} is not one")
-
-    def params_for(self, algorithm: str) -> dict:
-        """The --set parameters of ``algorithm`` (:func:`params_of`)."""
-        return params_of(self.params, algorithm)
 
 
 def stream_chunks(config: BenchConfig, shape: str):

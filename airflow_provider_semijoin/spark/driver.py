@@ -19,6 +19,7 @@ import json
 import signal
 import sys
 import threading
+from typing import Callable
 
 SUMMARY_PREFIX = "SEMIJOIN_SUMMARY "
 
@@ -28,7 +29,8 @@ def driver_path() -> str:
     return __file__
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, at_point: Callable[[str, int], None] | None = None) -> int:
+    """Run the job of ``argv``; ``at_point`` is :func:`.runner.run_job`'s (a test's wrapper module kills the driver there)."""
     parser = argparse.ArgumentParser(prog="airflow_provider_semijoin.spark.driver")
     parser.add_argument("--spec", required=True, help="the job spec, a JSON file (JobSpec.to_dict())")
     parser.add_argument("--summary", default=None, help="also write the summary to this JSON file")
@@ -46,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         spec = load_spec(args.spec)
-        summary = run_job(spec, spark=get_spark(args.master, app_name=f"semijoin-{spec.name}"), stop_event=stop, print_progress=True)
+        summary = run_job(spec, spark=get_spark(args.master, app_name=f"semijoin-{spec.name}"), stop_event=stop, print_progress=True,
+                          at_point=at_point)
     except SemiJoinError as exc:
         print(f"semijoin: error: {exc}", file=sys.stderr, flush=True)
         return 2

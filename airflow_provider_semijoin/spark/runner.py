@@ -23,12 +23,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -41,6 +38,7 @@ from ..core.metrics import latency_ms
 from ..core.progress import ProgressRecord, write_line
 from ..core.stores import open_store
 from ..core.stores.sql import IDENTIFIER
+from .jobstats import BatchCounts, JobCounts, JobSummary
 from .joinstate import StateFiles, left_deadlines
 from .sinks import dead_letter_rows, open_sink
 from .sources import CORRUPT_COLUMN, FILE_COLUMN, TICK_COLUMN, repair_utf8, stream_frame, tuple_ids, with_heartbeat
@@ -58,29 +56,6 @@ GAP_DECAY = 0.8  # the expected gap between batch ends forgets a slow batch at t
 DRAIN_WAIT_S = 120.0  # a stop waits this long for the draining micro-batch, then stops without it
 END_WAIT_S = 60.0  # after the draining micro-batch, the query is given this long to end on its own
 AHEAD_SWITCH_S = 0.0005  # the driver's GIL switch interval while steps work ahead (Python's default: 5 ms)
-KILL_ENV = "SEMIJOIN_TEST_KILL_AT"  # tests: "<point>:<batch id>" - SIGKILL the driver there
-
-
-def _kill_point(point: str, batch_id: int) -> None:
-    """Tests of exactly-once: kill the driver's whole process group at a named point of a batch
-    (``batch``: before its sinks; ``sinks``: between the sinks and the state; ``state``: between
-    the state and Spark's commit)."""
-    if os.environ.get(KILL_ENV) == f"{point}:{batch_id}":
-        os.killpg(os.getpgrp(), signal.SIGKILL)
-
-
-@dataclass
-class JobState:
-    batches: int = 0
-    input_rows: int = 0
-    matched: int = 0
-    unmatched: int = 0
-    output_rows: int = 0
-    deadline_misses: int = 0
-    reconnects: int = 0
-    reconnect_wait_s: float = 0.0
-    started: float = field(default_factory=time.time)
-    last_record: dict | None = None
 
 
 class BatchProcessor:
@@ -91,11 +66,16 @@ class BatchProcessor:
     a stop was requested (:meth:`request_drain`), the source ended (the bounded generator's last
     row, or a trigger that found no new file), or it is the last of ``max_batches``; the progress
     record then says ``drained`` and why.
+
+    ``at_point(point, batch_id)`` is called at the named points of each batch (``batch``: before
+    its sinks; ``sinks``: between the sinks and the state; ``state``: between the state and
+    Spark's commit): the tests of exactly-once kill the driver there.
     """
 
     def __init__(self, spec: JobSpec, on_progress: Callable[[dict], None] | None, print_progress: bool,
-                 clock=time.time, spark=None):
+                 clock=time.time, spark=None, at_point: Callable[[str, int], None] | None = None):
         self.spec = spec
+        self.at_point = at_point or (lambda point, batch_id: None)
         self.on_progress = on_progress
         self.print_progress = print_progress
         self.clock = clock
@@ -107,7 +87,7 @@ class BatchProcessor:
         ]
         self.matched_sink = open_sink(spec.sinks.matched, spec.db_retry_max_s)
         self.dead_sink = open_sink(spec.sinks.dead_letter, spec.db_retry_max_s)
-        self.state = JobState()
+        self.counts = JobCounts()  # the totals since the job started
         self._reconnects_seen = (0, 0.0)
         self.failure: SemiJoinError | None = None
         self.stopping = threading.Event()  # query.stop() is under way (run_job holds busy)
@@ -154,7 +134,7 @@ class BatchProcessor:
             raise
 
     def process(self, batch: pa.Table, batch_id: int) -> dict:
-        _kill_point("batch", batch_id)
+        self.at_point("batch", batch_id)
         started = self.clock()
         batch, source_rows = self._source_rows(batch)
         drain = self._drain_now(batch, source_rows)
@@ -190,11 +170,11 @@ class BatchProcessor:
             self.files.write_versions(batch_id, [[st["master_version"], st.get("master_read_at")] for st in step_stats])
         self.matched_sink.write(batch_id, rows)
         self.dead_sink.write(batch_id, dead_rows)
-        _kill_point("sinks", batch_id)
+        self.at_point("sinks", batch_id)
         for step, stats in zip(self.steps, step_stats):
             step.write_state(self.files, batch_id)
             step.account(stats)
-        _kill_point("state", batch_id)
+        self.at_point("state", batch_id)
         done = self.clock()
         self._gap = max(self.spec.trigger_interval_s, done - started, GAP_DECAY * self._gap)
         record = self._record(batch_id, n_in, rows, dead_rows, step_stats, started, done, join_seconds, drain, caches)
@@ -211,10 +191,10 @@ class BatchProcessor:
         if self.drained is not None or self.drain_reason is not None:  # the job is stopping: every batch drains
             return self.drained or self.drain_reason
         spec = self.spec
-        if spec.stop.max_batches is not None and self.state.batches + 1 >= spec.stop.max_batches:
+        if spec.stop.max_batches is not None and self.counts.batches + 1 >= spec.stop.max_batches:
             return "max_batches"
         if spec.stop.end_of_input:
-            if spec.source.ends_when_idle and source_rows == 0 and self.state.batches > 0:
+            if spec.source.ends_when_idle and source_rows == 0 and self.counts.batches > 0:
                 return "end_of_input"  # the trigger found no new file
             if spec.source.bounded and batch.num_rows and pc.max(batch["tid"]).as_py() + 1 >= spec.source.total_rows:
                 return "end_of_input"
@@ -251,26 +231,21 @@ class BatchProcessor:
         latency = latency_ms(np.maximum(done - arrival, 0.0))
         deadlines = left_deadlines(self.spec.deadline, matched, dead)
         misses = int(np.sum(done > deadlines)) if deadlines is not None else 0
-        n_matched = self._tuples_of(matched)
-        s = self.state
-        s.batches += 1
-        s.input_rows += n_in
-        s.matched += n_matched
-        s.unmatched += dead.num_rows
-        s.output_rows += matched.num_rows
-        s.deadline_misses += misses
         reconnects, waited = self._reconnects()
-        s.reconnects += reconnects
-        s.reconnect_wait_s += waited
+        batch = BatchCounts(input_rows=n_in, matched=self._tuples_of(matched), unmatched=dead.num_rows,
+                            output_rows=matched.num_rows, deadline_misses=misses, reconnects=reconnects,
+                            reconnect_wait_s=waited)
+        total = self.counts
+        total.add(batch)
         queue_bytes = int(sum(st["queue_bytes"] for st in step_stats))
         record = ProgressRecord(
             algorithm="+".join(step.algorithm.name for step in self.steps),
             batch_id=batch_id,
             time=done,
-            input_rows=n_in,
-            matched=n_matched,
-            unmatched=dead.num_rows,
-            output_rows=matched.num_rows,
+            input_rows=batch.input_rows,
+            matched=batch.matched,
+            unmatched=batch.unmatched,
+            output_rows=batch.output_rows,
             service_rate_tps=round(n_in / join_seconds, 1) if join_seconds > 0 else None,
             batch_duration_s=round(done - started, 6),
             ahead_s=round(sum(st.get("ahead_s", 0.0) for st in step_stats), 6),
@@ -286,25 +261,25 @@ class BatchProcessor:
             disk_rows=int(sum(st["disk_rows"] for st in step_stats)),
             latency_ms_p50=latency["p50"],
             latency_ms_p99=latency["p99"],
-            deadline_misses=misses,
+            deadline_misses=batch.deadline_misses,
             memory_bytes=int(sum(st["structure_bytes"] for st in step_stats)),
             structure_bytes_peak=int(sum(st["structure_bytes_peak"] for st in step_stats)),
             memory_budget_bytes=int(sum(st["memory_budget_bytes"] for st in step_stats)),
             memory_peak_bytes=int(sum(st["memory_peak_bytes"] for st in step_stats)),
             unmatched_by_reason=_count(dead["reason"]) if dead.num_rows else {},
-            total_input_rows=s.input_rows,
-            total_matched=s.matched,
-            total_unmatched=s.unmatched,
-            total_deadline_misses=s.deadline_misses,
+            total_input_rows=total.input_rows,
+            total_matched=total.matched,
+            total_unmatched=total.unmatched,
+            total_deadline_misses=total.deadline_misses,
             master_versions=[st["master_version"] for st in step_stats],
             master_staleness_s=[None if st.get("master_read_at") is None else round(max(done - st["master_read_at"], 0.0), 3)
                                 for st in step_stats],
-            reconnects=reconnects,
-            reconnect_wait_s=round(waited, 3),
-            total_reconnects=s.reconnects,
-            total_reconnect_wait_s=round(s.reconnect_wait_s, 3),
+            reconnects=batch.reconnects,
+            reconnect_wait_s=round(batch.reconnect_wait_s, 3),
+            total_reconnects=total.reconnects,
+            total_reconnect_wait_s=round(total.reconnect_wait_s, 3),
         ).to_dict()
-        s.last_record = record
+        total.last_record = record
         return record
 
     def _tuples_of(self, rows: pa.Table) -> int:
@@ -405,8 +380,10 @@ def run_job(
     print_progress: bool = False,
     clock=time.time,
     poll_s: float = 0.2,
+    at_point: Callable[[str, int], None] | None = None,
 ) -> dict:
-    """Run ``spec`` until its stop condition; returns the summary (also on a requested stop)."""
+    """Run ``spec`` until its stop condition; returns the summary (also on a requested stop).
+    ``at_point``: called at the named points of each micro-batch (:class:`BatchProcessor`)."""
     check_job(spec)
     from .session import get_spark
 
@@ -417,7 +394,7 @@ def run_job(
     first = spec.steps[0].column
     if first not in columns:
         raise ConfigError(f"steps[0].column: {first!r} is not a column of the stream (columns: {sorted(columns - {FILE_COLUMN, 'sj_arrival', CORRUPT_COLUMN})})")
-    processor = BatchProcessor(spec, on_progress, print_progress, clock, spark)
+    processor = BatchProcessor(spec, on_progress, print_progress, clock, spark, at_point)
     writer = (with_heartbeat(spark, frame).writeStream.foreachBatch(processor)
               .option("checkpointLocation", spec.checkpoint).queryName(spec.name)
               .trigger(processingTime=f"{spec.trigger_interval_s} seconds"))
@@ -439,24 +416,11 @@ def run_job(
         if query.isActive:
             query.stop()
         processor.close()
-    s = processor.state
-    return {
-        "job": spec.name,
-        "stopped_by": reason,
-        "drained": processor.drained,
-        "batches": s.batches,
-        "input_rows": s.input_rows,
-        "matched": s.matched,
-        "unmatched": s.unmatched,
-        "output_rows": s.output_rows,
-        "deadline_misses": s.deadline_misses,
-        "reconnects": s.reconnects,
-        "reconnect_wait_s": round(s.reconnect_wait_s, 3),
-        "held_for_retry": sum(step.held.num_rows for step in processor.steps if step.held is not None),
-        "queue_tuples": sum(step.carried.count for step in processor.steps),
-        "duration_s": round(clock() - started, 3),
-        "last_progress": s.last_record,
-    }
+    return JobSummary(
+        job=spec.name, stopped_by=reason, drained=processor.drained, counts=processor.counts,
+        held_for_retry=sum(step.held.num_rows for step in processor.steps if step.held is not None),
+        queue_tuples=sum(step.carried.count for step in processor.steps), duration_s=clock() - started,
+    ).to_dict()
 
 
 def _await_stop(spec: JobSpec, processor: BatchProcessor, query, stop_event, started: float, clock,
@@ -470,7 +434,7 @@ def _await_stop(spec: JobSpec, processor: BatchProcessor, query, stop_event, sta
         if processor.drained is not None:
             return reason or processor.drained
         if reason is None:
-            reason = _stop_reason(spec, processor.state, stop_event, started, clock, query)
+            reason = _stop_reason(spec, processor.counts, stop_event, started, clock, query)
             if reason is not None:
                 processor.request_drain(reason)
                 asked = clock()
@@ -509,7 +473,7 @@ def _terminated(query, timeout_s: float) -> bool:
         return True
 
 
-def _stop_reason(spec: JobSpec, state: JobState, stop_event, started: float, clock, query) -> str | None:
+def _stop_reason(spec: JobSpec, counts: JobCounts, stop_event, started: float, clock, query) -> str | None:
     """A stop asked from outside (an event, the stop file), or the job's own bound reached."""
     stop = spec.stop
     if stop_event is not None and stop_event.is_set():
@@ -518,7 +482,7 @@ def _stop_reason(spec: JobSpec, state: JobState, stop_event, started: float, clo
         return "stop_file"
     if stop.duration_s is not None and clock() - started >= stop.duration_s:
         return "duration"
-    if stop.max_batches is not None and state.batches >= stop.max_batches:
+    if stop.max_batches is not None and counts.batches >= stop.max_batches:
         return "max_batches"
     if stop.end_of_input and spec.source.bounded and _committed_rows(query) >= spec.source.total_rows:
         return "end_of_input"

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core.joins.base import JoinOutput
+from ..core.joins.base import CacheProbes, JoinOutput
 from ..core.joins.registry import create, planner
 from ..core.reasons import Unmatched
 from ..core.session import LOG_BYTES_PER_TUPLE, JoinSession, sized_for_rows
@@ -330,10 +330,10 @@ class JoinStep:
         return rows.select(schema.names)
 
     def cache_hit_ratio_delta(self) -> float | None:
-        extra = self.algorithm.counters.extra
-        if "cache_probes" not in extra:
+        counters = self.algorithm.counters
+        if not isinstance(counters, CacheProbes):
             return None
-        hits, probes = extra["cache_hits"], extra["cache_probes"]
+        hits, probes = counters.cache_hits, counters.cache_probes
         d_hits, d_probes = hits - self._hits[0], probes - self._hits[1]
         self._hits = (hits, probes)
         return round(d_hits / d_probes, 4) if d_probes else None

@@ -48,21 +48,20 @@ def _run_phases(store, shape: str, policy: str, phases: int, warm: int, exponent
                 params: dict) -> tuple[object, float, dict]:
     algorithm = create("ssij", store, 1 << 20, {"cache_policy": policy, **params})
     buffer = StreamBuffer(store.key_type, lambda: 0.0)
-    extra, seed, at_warm = algorithm.counters.extra, 0, None
-    extra.setdefault("in_loads", 0)
-    while extra["join_phases"] < warm + phases or not algorithm.cycle_ended:
+    counters, seed, at_warm = algorithm.counters, 0, None
+    while counters.join_phases < warm + phases or not algorithm.cycle_ended:
         if buffer.available < 2 * algorithm.demand:
             chunk = zipf_stream(50_000, N_KEYS, exponent=exponent, shape=shape, seed=seed, first_tid=seed * 50_000)
             buffer.append(chunk["tid"].to_numpy(), chunk["nk"].to_numpy())
             seed += 1
         algorithm.step(buffer)
-        if at_warm is None and extra["join_phases"] == warm and algorithm.cycle_ended:
-            at_warm = dict(extra, evicted=algorithm.cache.evictions)
-    hits = (extra["cache_hits"] - at_warm["cache_hits"]) / (extra["cache_probes"] - at_warm["cache_probes"])
-    extra = dict(extra, evicted=algorithm.cache.evictions)
-    per_phase = {name: (extra[counter] - at_warm[counter]) / phases
-                 for name, counter in (("asked", "pages_requested"), ("ranged", "pages_read"), ("in_queries", "in_loads"),
-                                                 ("evicted", "evicted"))}
+        if at_warm is None and counters.join_phases == warm and algorithm.cycle_ended:
+            at_warm, evicted_at_warm = dataclasses.replace(counters), algorithm.cache.evictions
+    hits = (counters.cache_hits - at_warm.cache_hits) / (counters.cache_probes - at_warm.cache_probes)
+    per_phase = {"asked": (counters.pages_requested - at_warm.pages_requested) / phases,
+                 "ranged": (counters.pages_read - at_warm.pages_read) / phases,
+                 "in_queries": (counters.in_loads - at_warm.in_loads) / phases,
+                 "evicted": (algorithm.cache.evictions - evicted_at_warm) / phases}
     return algorithm, hits, per_phase
 
 

@@ -55,8 +55,7 @@ def feed(algorithm, stream, key_type):
     history = []
     while not (buffer.exhausted and algorithm.pending == 0):
         algorithm.step(buffer)
-        c = algorithm.counters.extra
-        history.append((c["cache_probes"], c["cache_hits"]))
+        history.append((algorithm.counters.cache_probes, algorithm.counters.cache_hits))
     return np.array(history)
 
 
@@ -93,8 +92,8 @@ def test_a_front_stage_has_turned_over_once_its_disk_phase_has_or_h_r_halved_its
     sees no tuple, the halvings of H_R's frequencies (a warm-up waiting for H_S never ended)."""
     everything = create("cachejoin", zipf_master, 1_200_000, {"cache_keys": N_KEYS, "decay_every": 10_000, "page_rows": 50})
     feed(everything, zipf_stream(40_000, N_KEYS, exponent=1.0, shape="random", seed=5), zipf_master.key_type)
-    assert everything.algorithm.turnovers() < 2 and everything.counters.extra["cache_hits"] > 10_000
-    assert everything.turnovers() == everything.counters.extra["cache_probes"] / 10_000 == 4
+    assert everything.algorithm.turnovers() < 2 and everything.counters.cache_hits > 10_000
+    assert everything.turnovers() == everything.counters.cache_probes / 10_000 == 4
     few = create("cachejoin", zipf_master, 1 << 20, {"cache_keys": 20, "decay_every": 10**9, "page_rows": 50})
     feed(few, zipf_stream(40_000, N_KEYS, exponent=1.0, shape="random", seed=5), zipf_master.key_type)
     inner = few.algorithm
@@ -112,10 +111,10 @@ def test_a_warm_cache_probes_in_about_one_round_a_step(zipf_master, name):
     algorithm = create(name, zipf_master, 1 << 20, {"cache_keys": 200, "eviction": "lfu", "page_rows": 50})
     stream = zipf_stream(100_000, N_KEYS, exponent=1.0, shape="random", seed=5)
     history = feed(algorithm, stream, zipf_master.key_type)
-    c = algorithm.counters.extra
+    c = algorithm.counters
     steps = len(history)
-    assert c["cache_hits"] / c["cache_probes"] > 0.3  # the cache is warm for most of the stream
-    assert c["cache_rounds"] <= 1.5 * steps, (c["cache_rounds"], steps)
+    assert c.cache_hits / c.cache_probes > 0.3  # the cache is warm for most of the stream
+    assert c.cache_rounds <= 1.5 * steps, (c.cache_rounds, steps)
 
 
 @pytest.mark.parametrize("name", ["ssj", "cachejoin-pq"])
@@ -147,7 +146,7 @@ def test_threshold_is_at_least_for_ssj_and_above_for_cmeshjoin(backend, name, ad
     keys = np.repeat(np.arange(1, 200, 2)[:40], 2)  # 40 keys of R, twice each
     algorithm = joined_with_threshold(name, store, keys, 2)
     assert algorithm.cache.size == (40 if admitted else 0)
-    assert algorithm.counters.extra["cache_admissions"] == (40 if admitted else 0)
+    assert algorithm.counters.cache_admissions == (40 if admitted else 0)
 
 
 def joined_with_threshold(name: str, store, keys: np.ndarray, threshold: int):

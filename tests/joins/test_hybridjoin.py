@@ -153,9 +153,9 @@ def starvation_share(algorithm, keys: np.ndarray, warm_tuples: int) -> float:
         algorithm.step(buffer)
         buffer.taken.clear()
         if before is None and algorithm.counters.tuples_in > warm_tuples:
-            before = (algorithm.counters.loads, algorithm.counters.extra.get("starvation_loads", 0))
+            before = (algorithm.counters.loads, algorithm.counters.starvation_loads)
     loads = algorithm.counters.loads - before[0]
-    return (algorithm.counters.extra.get("starvation_loads", 0) - before[1]) / loads
+    return (algorithm.counters.starvation_loads - before[1]) / loads
 
 
 def test_hybridjoin_l_starvation_guard_decides_every_steady_load_by_default(backend):

@@ -474,7 +474,7 @@ def test_a_generous_max_latency_is_met_at_a_moderate_rate(backend):
     algorithm = create("ssij", store, 8 << 20, params)
     arrival, completed = run_paced(algorithm, stream, rate=2000.0, max_latency_s=0.5)
     assert np.all(completed - arrival <= 0.5)
-    assert algorithm.counters.extra["forced_join_phases"] >= 2
+    assert algorithm.counters.forced_join_phases >= 2
     control = create("ssij", store, 8 << 20, params)
     arrival, completed = run_paced(control, stream, rate=2000.0, max_latency_s=None)
     assert np.mean(completed - arrival > 0.5) > 0.5  # without deadlines most would have missed
@@ -542,7 +542,7 @@ def test_updates_installed_while_the_join_runs_are_seen_whole_by_every_tuple(bac
             assert installed.version == len(states) - 1
     paced.drain()
     paced.check_exactly_once()
-    assert len(states) == 101 and algorithm.counters.extra["invalidated_pages"] > 50
+    assert len(states) == 101 and algorithm.counters.invalidated_pages > 50
     keys = stream[STREAM_KEY].to_pylist()
     for rid, entry in paced.pairs_by_tag(["v", "label"]).items():
         assert len(entry["tags"]) == 1, f"row {rid} saw versions {entry['tags']}"
@@ -608,7 +608,7 @@ def test_each_cycle_reads_one_version_while_another_connection_installs(backend,
         seen.add(version)
         want = writer.states[version].get(values[rid])
         assert entry["pairs"] == Counter(want or ["not_in_master"]), (rid, version)
-    assert len(seen) > 10 and max(seen) == 60 and algorithm.counters.extra["invalidated_pages"] > 0
+    assert len(seen) > 10 and max(seen) == 60 and algorithm.counters.invalidated_pages > 0
 
 
 def test_a_sparse_sequence_is_read_by_an_in_query_a_dense_one_by_range(backend):
@@ -694,7 +694,7 @@ def test_the_last_join_phase_keeps_nothing_and_reads_sparse_pages_by_few_in_quer
     session.feed(np.arange(len(keys)), np.asarray(keys, np.int64))
     out = session.advance(max_pending=0)  # every tuple forced out, the stream not ended
     assert sorted(out.matched_ids.tolist()) == list(range(len(keys))) and len(out.unmatched_ids) == 0
-    assert in_keys == [] and algorithm.counters.extra["pages_read"] >= 100 and algorithm.cache.cached.sum() >= 100
+    assert in_keys == [] and algorithm.counters.pages_read >= 100 and algorithm.cache.cached.sum() >= 100
 
 
 def test_a_sparse_page_is_cached_once_it_recurs(backend):

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import kill_driver
 from spark_jobs import SELECT, assert_sinks_equal_oracle, driver_summary, generator_job, write_master
 
 from airflow_provider_semijoin.core.progress import parse_line
 from airflow_provider_semijoin.spark.joinstate import StateFiles
-from airflow_provider_semijoin.spark.runner import KILL_ENV
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from airflow_provider_semijoin.job.spec import JobSpec
 from airflow_provider_semijoin.workloads.zipf import zipf_rows
@@ -112,9 +112,9 @@ def record_kills(algorithm: str, run: dict) -> None:
 
 def run_until_killed(spec_file, point: str, batch_id: int) -> subprocess.Popen:
     driver = subprocess.Popen(
-        [sys.executable, "-m", "airflow_provider_semijoin.spark.driver", "--spec", str(spec_file), "--master", "local[2]"],
+        [sys.executable, kill_driver.PATH, f"{point}:{batch_id}", "--spec", str(spec_file), "--master", "local[2]"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable, KILL_ENV: f"{point}:{batch_id}"},
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
     )
     try:
         driver.wait(timeout=600)

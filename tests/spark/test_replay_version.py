@@ -11,22 +11,20 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
+import kill_driver
 from spark_jobs import driver_summary, generator_job, write_master
 
 from airflow_provider_semijoin.core.stores import DatabaseURL
-from airflow_provider_semijoin.spark.runner import KILL_ENV
 from airflow_provider_semijoin.job.spec import JobSpec
 
 KILLED_BATCH = 4
 
 
 def driver(spec_file, kill: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    if kill:
-        env[KILL_ENV] = kill
+    command = [kill_driver.PATH, kill] if kill else ["-m", "airflow_provider_semijoin.spark.driver"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "airflow_provider_semijoin.spark.driver", "--spec", str(spec_file), "--master", "local[2]"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True, env=env)
+        [sys.executable, *command, "--spec", str(spec_file), "--master", "local[2]"], stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True, start_new_session=True, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     try:
         out, _ = process.communicate(timeout=400)
     finally:

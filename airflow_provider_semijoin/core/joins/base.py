@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ClassVar
 
 import numpy as np
@@ -357,14 +357,43 @@ class Param:
         return coerced
 
 
+def when_counted() -> Any:
+    """A counter of an algorithm family that its stats report only once it has counted (a load
+    of a kind that may never happen: HYBRIDJOIN's IN queries, ...)."""
+    return field(default=0, metadata={"when_counted": True})
+
+
 @dataclass
 class Counters:
+    """What every algorithm counts. An algorithm family's own counters are the fields of a
+    subclass (its ``counters_type``); :meth:`own` reports them in the algorithm's stats."""
+
     tuples_in: int = 0
     matched_pairs: int = 0
     unmatched: int = 0
     loads: int = 0
     structure_bytes_peak: int = 0
-    extra: dict = field(default_factory=dict)
+
+    def own(self) -> dict:
+        """The family's counters by name, as its stats report them (a :func:`when_counted` one from its first count)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in _COMMON and (getattr(self, f.name) or not f.metadata.get("when_counted"))}
+
+
+_COMMON = frozenset(f.name for f in fields(Counters))
+
+
+@dataclass
+class CacheProbes(Counters):
+    """Stream tuples probed against a cache of R's tuples (an LRU in front of IN lists)."""
+
+    cache_hits: int = 0
+    cache_probes: int = 0
+
+    @property
+    def hit_ratio(self) -> float | None:
+        """Cache hits per probed stream tuple."""
+        return round(self.cache_hits / self.cache_probes, 4) if self.cache_probes else None
 
 
 class JoinAlgorithm:
@@ -377,6 +406,7 @@ class JoinAlgorithm:
 
     name: ClassVar[str]
     paper: ClassVar[str]
+    counters_type: ClassVar[type[Counters]] = Counters  # its family's counters
     params: ClassVar[dict[str, Param]] = {}
     auto_candidate: ClassVar[bool] = False  # among those ``algorithm: auto`` chooses from (its cost model predicts it)
     cost_model: ClassVar[str | None] = None  # the family of :func:`...costmodel.model` that predicts it (None: none)
@@ -387,7 +417,7 @@ class JoinAlgorithm:
         self.memory = int(memory)
         self.clock = clock
         self.settings = self.settings_of(params)
-        self.counters = Counters()
+        self.counters = self.counters_type()
         self.schema = store.schema
         self._arguments = dict(params)
         # built once from its plan (:mod:`.plan`): given (a caller chose among plans), or made here
@@ -531,7 +561,7 @@ class JoinAlgorithm:
             "loads": c.loads,
             "memory_split": self.memory_split(),
             "settings": dict(self.settings),
-            **c.extra,
+            **c.own(),
         }
 
     def _join(self, page: MasterPage, row_ids: np.ndarray, keys: np.ndarray) -> JoinOutput:

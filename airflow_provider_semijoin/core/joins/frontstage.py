@@ -42,14 +42,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..costmodel import PROBE_LOOK_MARGIN, best_cache_size
 from ..stores.base import MasterStore
-from .base import Clock, JoinAlgorithm, JoinOutput, Param, StreamBuffer, StreamChunk, ranges, runs_of
+from .base import CacheProbes, Clock, JoinAlgorithm, JoinOutput, Param, StreamBuffer, StreamChunk, ranges, runs_of
 from .hybridjoin import HybridJoin, HybridJoinL, HybridJoinPQ
-from .master_cache import POLICIES, MasterCache, hit_ratio_of
+from .master_cache import POLICIES, MasterCache
 from .plan import Plan, RStats
 from .meshjoin import MeshJoin
 
@@ -60,10 +61,20 @@ MIN_MISS_RATIO = 1 / 64  # a round looks at no more than 80x the misses wanted (
 MAX_LOOK = 1 << 17  # ... nor at more than 128k tuples beyond them
 
 
+@dataclass
+class FrontStageCounters(CacheProbes):
+    """A front stage's: stream tuples probed against H_R and found there, master tuples
+    admitted to H_R (Algorithm 1 lines 16-18), stream-probing rounds (its inner loop)."""
+
+    cache_admissions: int = 0
+    cache_rounds: int = 0
+
+
 class FrontStage(JoinAlgorithm):
     """A tuple-level cache in front of the algorithm ``inner`` (a class of the registry)."""
 
     inner: type[JoinAlgorithm]
+    counters_type = FrontStageCounters
     strict = False  # True: f > threshold (CMESHJOIN), False: f >= threshold (SSJ)
     cost_model = "front-stage"  # SSJ eq. 2-10 / CMESHJOIN eq. 4 over the inner join's model
     params = {
@@ -98,7 +109,6 @@ class FrontStage(JoinAlgorithm):
         self._miss_ratio = 1.0  # misses per probed tuple, averaged over the last rounds
         self._steps_since_adapt = 0
         self._evictions_at_adapt = 0
-        self.counters.extra.update(cache_hits=0, cache_probes=0, cache_admissions=0, cache_rounds=0)
 
     # -- the plan: the split of M between H_R and the wrapped algorithm (CMESHJOIN eq. 1-4) -------
     @classmethod
@@ -169,15 +179,14 @@ class FrontStage(JoinAlgorithm):
         hit, slots = self.cache.find(keys)
         miss_at = np.flatnonzero(~hit)
         self._miss_ratio = (self._miss_ratio + len(miss_at) / len(keys)) / 2
-        self.counters.extra["cache_rounds"] += 1
+        self.counters.cache_rounds += 1
         cut = int(miss_at[want]) if len(miss_at) > want else len(keys)
         return self._probe(self._take(buffer, cut), (hit[:cut], slots[:cut]))
 
     def _probe(self, chunk: StreamChunk, found: tuple[np.ndarray, np.ndarray] | None = None) -> JoinOutput:
         hit, probe_idx, log_rows = self.cache.probe(chunk.keys, found)
-        c = self.counters.extra
-        c["cache_probes"] += len(chunk)
-        c["cache_hits"] += int(hit.sum())
+        self.counters.cache_probes += len(chunk)
+        self.counters.cache_hits += int(hit.sum())
         self._probed_since_decay += len(chunk)
         if self._probed_since_decay >= self._decay_every:
             self.cache.decay()
@@ -214,7 +223,7 @@ class FrontStage(JoinAlgorithm):
                 rows_per_key = pairs[chosen] // tuples[chosen]
                 rows = disk.master.take(order[ranges(first[chosen], rows_per_key)])
                 self.cache.admit(keys[chosen], tuples[chosen].astype(np.float64), rows, rows_per_key)
-                self.counters.extra["cache_admissions"] += len(chosen)
+                self.counters.cache_admissions += len(chosen)
         self._adapt()
 
     def _adapt(self) -> None:
@@ -262,7 +271,7 @@ class FrontStage(JoinAlgorithm):
         """The disk phase's, or the halvings of H_R's frequencies so far if more: H_R learns
         from the disk phase's loads and settles as H_S turns over, unless it serves nearly every
         tuple (R fits in it) and H_S hardly turns over at all."""
-        return max(self.algorithm.turnovers(), self.counters.extra["cache_probes"] / self._decay_every)
+        return max(self.algorithm.turnovers(), self.counters.cache_probes / self._decay_every)
 
     def structure_bytes(self) -> int:
         waiting = self._misses.available * (self.store.key_type.itemsize + 8)
@@ -279,7 +288,7 @@ class FrontStage(JoinAlgorithm):
 
     def stats(self) -> dict:
         out = super().stats()
-        out["cache_hit_ratio"] = hit_ratio_of(self.counters.extra)
+        out["cache_hit_ratio"] = self.counters.hit_ratio
         out["threshold_now"] = self.threshold
         out["disk_loads"] = self.algorithm.counters.loads
         return out

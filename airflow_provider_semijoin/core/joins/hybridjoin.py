@@ -63,7 +63,7 @@ import numpy as np
 from ..errors import BudgetError
 from ..keys import distinct_keys
 from ..stores.base import MasterPage
-from .base import RIDER_KEYS, JoinOutput, Param, ReadCosts, StreamBuffer
+from .base import RIDER_KEYS, Counters, JoinOutput, Param, ReadCosts, StreamBuffer, when_counted
 from .plan import PageStats, Plan, RStats
 from .stream_table import MAX_CHUNK, PagedJoin, StreamTable
 
@@ -110,9 +110,22 @@ class PageRequest:
     future: Future | None = None
 
 
+@dataclass
+class HybridJoinCounters(Counters):
+    """The family's loads of other kinds than the oldest tuple's page: IN queries for sparse
+    pages and the pages riding along in them, -L's loads for a starving tuple, -PQ's from its
+    queue (each reported from its first)."""
+
+    in_loads: int = when_counted()
+    rider_pages: int = when_counted()
+    starvation_loads: int = when_counted()
+    pq_loads: int = when_counted()
+
+
 class HybridJoin(PagedJoin):
     """HYBRIDJOIN (Fig. 5): index-based loads driven by the oldest tuple of Q."""
 
+    counters_type = HybridJoinCounters
     name = "hybridjoin"
     cost_model = "hybridjoin"  # -L and -PQ inherit it: they read the same pages in another order
     auto_candidate = True
@@ -327,9 +340,8 @@ class HybridJoin(PagedJoin):
             wanted = distinct_keys(all_keys)
             rider_distinct = np.bincount(self.page_map.page_of(wanted), minlength=self.page_map.n_pages)[rider_pages]
             self._repeats[rider_pages] = rider_counts / rider_distinct
-        extra = self.counters.extra
-        extra["in_loads"] = extra.get("in_loads", 0) + 1
-        extra["rider_pages"] = extra.get("rider_pages", 0) + len(pages) - 1
+        self.counters.in_loads += 1
+        self.counters.rider_pages += len(pages) - 1
         for served, count in zip(pages, counts):
             self._loaded(served, count, rider=served != page)
         return PageRequest(all_ids, all_keys, lambda store: store.lookup_many(wanted))
@@ -433,7 +445,7 @@ class HybridJoinL(HybridJoin):
 
     def _choose_page(self) -> int:
         if self.table.oldest_age() >= self.settings["starvation_turnovers"] * self.table.capacity:
-            self.counters.extra["starvation_loads"] = self.counters.extra.get("starvation_loads", 0) + 1
+            self.counters.starvation_loads += 1
             return self._page_of(self.table.oldest_key())
         return self._page_of(self.table.key_at(min(1.0, self.settings["lookup_position"])))
 
@@ -526,7 +538,7 @@ class HybridJoinPQ(HybridJoinL):
             self._due[page] = np.inf
             if self.table.page_count[page] >= self._threshold_of(page):
                 self._from_queue = True
-                self.counters.extra["pq_loads"] = self.counters.extra.get("pq_loads", 0) + 1
+                self.counters.pq_loads += 1
                 return page
             self._recount(page, ptc)
         self._from_queue = False

@@ -21,8 +21,8 @@ import numpy as np
 
 from ..keys import sorted_distinct
 from ..stores.base import MasterPage
-from .base import JoinAlgorithm, JoinOutput, Param, StreamBuffer, StreamChunk
-from .master_cache import MasterCache, hit_ratio_of
+from .base import CacheProbes, JoinAlgorithm, JoinOutput, Param, StreamBuffer, StreamChunk
+from .master_cache import MasterCache
 from .plan import Plan, RStats
 
 
@@ -143,6 +143,7 @@ class InListJoin(JoinAlgorithm):
 
 class InListLRUJoin(InListJoin):
     name = "inlist-lru"
+    counters_type = CacheProbes
     cost_model = None  # the LRU cache in front has no model
     paper = "baseline: micro-batch IN-list lookup with an LRU cache of master rows in the same budget"
     params = {
@@ -154,7 +155,6 @@ class InListLRUJoin(InListJoin):
         super().__init__(store, memory, **kwargs)
         self.cache = MasterCache(self.plan_used.sizes["cache_keys"], store.max_rows_per_key, store.key_type.dtype,
                                  self.schema, "lru")
-        self.counters.extra.update(cache_hits=0, cache_probes=0)
 
     @classmethod
     def _cache_plan(cls, stats: RStats, memory: int, settings: dict, reserve: int) -> dict:
@@ -169,8 +169,8 @@ class InListLRUJoin(InListJoin):
         if not len(chunk):
             return JoinOutput.empty(self.schema)
         hit, probe_idx, log_rows = self.cache.probe(chunk.keys)
-        self.counters.extra["cache_probes"] += len(chunk)
-        self.counters.extra["cache_hits"] += int(hit.sum())
+        self.counters.cache_probes += len(chunk)
+        self.counters.cache_hits += int(hit.sum())
         hits = JoinOutput(chunk.row_ids[probe_idx], self.cache.rows(log_rows), np.zeros(0, np.int64),
                           np.zeros(0, np.int8), chunk.keys[probe_idx])
         missed = chunk.select(~hit)
@@ -192,5 +192,5 @@ class InListLRUJoin(InListJoin):
 
     def stats(self) -> dict:
         out = super().stats()
-        out["cache_hit_ratio"] = hit_ratio_of(self.counters.extra)
+        out["cache_hit_ratio"] = self.counters.hit_ratio
         return out

@@ -28,11 +28,6 @@ REBUILD_SHARE = 0.125  # SlotIndex merges its runs once keys admitted and droppe
 ENTRY_BYTES = 8 + 4 + 8 + 8  # row-log start, row count, frequency, free stack (+ the slot's key, + the index's entries)
 
 
-def hit_ratio_of(counters: dict) -> float | None:
-    """Cache hits per probed stream tuple from an algorithm's ``cache_hits`` / ``cache_probes``."""
-    return round(counters["cache_hits"] / counters["cache_probes"], 4) if counters["cache_probes"] else None
-
-
 class SlotIndex:
     """H_R's index from a cached key to its slot, changed in O(1) amortised per key.
 

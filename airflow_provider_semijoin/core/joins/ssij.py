@@ -92,7 +92,7 @@ from .ssij_access import distinct_keys, in_spans, sparse, split_at_keep
 from .ssij_pages import TICK_SCALE, JoinPhaseEstimate, PageCache, max_dist, read_plan
 from .ssij_plan import PAIR_BYTES, PER_REQUESTED_BYTES, SsijStats, plan_ssij, shift
 from .plan import Plan
-from .base import RIDER_KEYS, JoinAlgorithm, JoinOutput, Param, ReadCosts, StreamBuffer, join_page, not_in_master, probe, ranges
+from .base import RIDER_KEYS, CacheProbes, JoinAlgorithm, JoinOutput, Param, ReadCosts, StreamBuffer, join_page, not_in_master, probe, ranges, when_counted
 
 POLICIES = ("utility", "lru")
 DEADLINE_SAFETY = 2.0  # the join-phase estimate is doubled when deadlines decide (sec. IV-F)
@@ -157,8 +157,28 @@ class _JoinPhase:
     by_in: set[int] = field(default_factory=set)  # entries of the plan read by one IN query (:func:`.ssij_access.in_spans`)
 
 
+@dataclass
+class SSIJCounters(CacheProbes):
+    """SSIJ's phases (sec. IV): online phases, join phases (forced ones: a deadline or an update
+    could not wait), the sequences a join phase read, the pages it asked for and those read by
+    range (``pages_by_in``: by an IN query, ``in_loads`` of them), updates installed and the
+    cached pages they invalidated. ``cache_hits``: probed stream tuples whose pages were all in CR."""
+
+    online_phases: int = 0
+    join_phases: int = 0
+    forced_join_phases: int = 0
+    sequences: int = 0
+    pages_requested: int = 0
+    pages_read: int = 0
+    updates_installed: int = 0
+    invalidated_pages: int = 0
+    in_loads: int = when_counted()
+    pages_by_in: int = when_counted()
+
+
 class SemiStreamedIndexJoin(JoinAlgorithm):
     name = "ssij"
+    counters_type = SSIJCounters
     cost_model = "ssij"  # :func:`..ssijmodel.ssij_model` (the paper bounds only the worst case, sec. V)
     paper = "SSIJ (Bornea, Deligiannakis, Kotidis, Vassalos, ICDE 2011), sec. IV, Alg. 1-2"
     params = {
@@ -202,10 +222,6 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self._time = self.clock
         self._cycle: contextlib.ExitStack | None = None  # the snapshot of R of the current cycle
         self._cycle_owns = False  # the cycle's snapshot is not part of an outer one (run_join's)
-        self.counters.extra.update(
-            online_phases=0, join_phases=0, forced_join_phases=0, sequences=0, pages_requested=0,
-            pages_read=0, cache_hits=0, cache_probes=0, updates_installed=0, invalidated_pages=0,
-        )
 
     # -- the plan (:mod:`.ssij_plan`) ------------------------------------------------------------
     @classmethod
@@ -281,8 +297,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
 
     def stats(self) -> dict:
         out = super().stats()
-        extra = self.counters.extra
-        out["cache_hit_ratio"] = round(extra["cache_hits"] / extra["cache_probes"], 4) if extra["cache_probes"] else None
+        out["cache_hit_ratio"] = self.counters.hit_ratio
         out["cache_evictions"] = self.cache.evictions
         out["cache_compactions"] = self.cache.compactions
         return out
@@ -317,7 +332,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         due = sb.min_due <= self._horizon(0)
         if sb.size and (sb.size >= self.sb_thresh or due or (end and not len(self._ib))):
             if due and sb.size < self.sb_thresh:
-                self.counters.extra["forced_join_phases"] += 1
+                self.counters.forced_join_phases += 1
             self._start_join_phase(last=end and buffer.final and not len(self._ib))
             outputs.append(self._join_next())
         self._end_cycle()
@@ -342,7 +357,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
             self._cycle_owns = not self.store.in_snapshot
             self._cycle = contextlib.ExitStack()
             changed = self._cycle.enter_context(self.store.snapshot())
-            self.counters.extra["invalidated_pages"] += self.invalidate(changed)
+            self.counters.invalidated_pages += self.invalidate(changed)
 
     def _end_cycle(self) -> None:
         """Close the cycle's snapshot once no tuple is half joined (SB empty, no join phase)."""
@@ -374,13 +389,13 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
                               "(run_join holds one per run); install between runs")
         outputs = []
         if self._phase is None and self._sb.size:
-            self.counters.extra["forced_join_phases"] += 1
+            self.counters.forced_join_phases += 1
             self._start_join_phase()
         while self._phase is not None:
             outputs.append(self._join_next())
         self._end_cycle()
         installed = install_changes(self.store.connection, self.store.table, self.store.key, changes, max_rows)
-        self.counters.extra["updates_installed"] += 1
+        self.counters.updates_installed += 1
         return JoinOutput.concat(outputs, self.schema), installed
 
     # -- memory -----------------------------------------------------------------------------------
@@ -466,8 +481,8 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
 
     def _online(self, n: int) -> JoinOutput:
         started = self._time()
-        extra = self.counters.extra
-        extra["online_phases"] += 1
+        counters = self.counters
+        counters.online_phases += 1
         batch = self._take_ib(n)
         batch = batch.take(np.argsort(batch.keys, kind="stable"))  # line 1: sort by the index's order
         lo, hi = self._key_ranges(batch.keys)
@@ -489,8 +504,8 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         missing = np.bincount(pair_t[~cached], minlength=len(batch))
         waits = missing > 0
         done = (spans > 0) & ~waits  # lines 9-11: every page was cached
-        extra["cache_probes"] += int((spans > 0).sum())
-        extra["cache_hits"] += int(done.sum())
+        counters.cache_probes += int((spans > 0).sum())
+        counters.cache_hits += int(done.sum())
         lost = done & ~matched
         outputs.append(not_in_master(batch.row_ids[lost], self.schema))
         if waits.any():  # lines 13-19: SB and II, evicting cached pages if memory is short
@@ -536,14 +551,14 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self._ii_count[requested] = 0
         self._requested = 0
         plan = read_plan(requested, self.max_scan, self.read_costs.query_s, self.read_costs.unit_s)  # line 3
-        self.counters.extra["join_phases"] += 1
+        self.counters.join_phases += 1
         recency = self.cache.tick + 1 + np.arange(len(requested))  # the plan reads in position order
         demand = self.cache.settle(requested, utility)
         priority = recency.astype(np.float64) if self.cache.policy == "lru" else demand + recency * TICK_SCALE
         phase = self._phase = _JoinPhase(tuples, matched, remaining, pair_sb, pair_page, plan, requested,
                                          np.zeros(len(requested), bool), recency, priority, self._time(), len(tuples))
         equi = self.range == (0, 0)
-        phase_no = self.counters.extra["join_phases"]
+        phase_no = self.counters.join_phases
         again = self._asked_in_phase[requested] == phase_no - 1  # in P_u of the phase before too: it recurs
         self._asked_in_phase[requested] = phase_no
         distinct = distinct_keys(requested, pair_page, tuples.keys[pair_sb]) if equi else None
@@ -589,10 +604,10 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         a, b = np.searchsorted(phase.pair_page, [first, first + count])
         pair_sb, pair_page = phase.pair_sb[a:b], phase.pair_page[a:b]
         loaded = self._read(phase, first, count, pair_sb)
-        extra = self.counters.extra
-        self.counters.loads += 1
-        extra["sequences"] += 1
-        extra["pages_requested"] += int(np.diff(np.searchsorted(phase.requested, [first, first + count]))[0])
+        counters = self.counters
+        counters.loads += 1
+        counters.sequences += 1
+        counters.pages_requested += int(np.diff(np.searchsorted(phase.requested, [first, first + count]))[0])
         if self.range == (0, 0):  # one page per tuple: each completes here
             out = join_page(loaded, phase.sb.row_ids[pair_sb], phase.sb.keys[pair_sb], self.store.key_unique)
             phase.open -= len(pair_sb)
@@ -611,11 +626,10 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         (issue 12: sparse pages, e.g. of a short stream, need not be read whole)."""
         if phase.next - 1 in phase.by_in:
             lo, hi = np.searchsorted(phase.requested, [first, first + count])
-            extra = self.counters.extra
-            extra["in_loads"] = extra.get("in_loads", 0) + 1
-            extra["pages_by_in"] = extra.get("pages_by_in", 0) + int(hi - lo)  # the requested ones of a span
+            self.counters.in_loads += 1
+            self.counters.pages_by_in += int(hi - lo)  # the requested ones of a span
             return self.store.lookup_many(sorted_distinct(phase.sb.keys[pair_sb]))
-        self.counters.extra["pages_read"] += count
+        self.counters.pages_read += count
         return self.store.load_pages(self.page_map, first, count)
 
     def _join_ranges(self, phase: _JoinPhase, loaded: MasterPage, pair_sb: np.ndarray, pair_page: np.ndarray) -> JoinOutput:
