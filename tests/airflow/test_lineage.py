@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_semijoin.core.stores import DatabaseURL
 from airflow_provider_semijoin.operators.lineage import job_datasets
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from airflow_provider_semijoin.job.sources import SparkSource
@@ -73,7 +74,8 @@ def test_task_run_reports_lineage_through_the_openlineage_provider(backend, tmp_
     assert event["job"]["namespace"] == "semijoin-tests"
     inputs = [(d["namespace"], d["name"]) for d in event["inputs"]]
     outputs = [(d["namespace"], d["name"]) for d in event["outputs"]]
-    assert inputs == [("file", str(landing)), ("mysql://127.0.0.1:3306", f"semijoin_test.{table}")]
+    server = DatabaseURL.parse(backend.url)
+    assert inputs == [("file", str(landing)), (f"mysql://{server.host}:{server.port}", f"{server.database}.{table}")]
     assert outputs == [("file", str(tmp_path / "matched")),
                        (f"sqlite://{socket.gethostname()}", f"{dead_db}.dead_letters")]
     assert "semijoin:semijoin@" not in events_file.read_text()  # no credentials in the lineage
