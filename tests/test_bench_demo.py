@@ -23,6 +23,8 @@ import uuid
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airflow_provider_semijoin.bench.server import server_cache_line
 from airflow_provider_semijoin.bench.steady import BenchConfig, bench_master, measure, transient_notes
@@ -484,9 +486,43 @@ def test_a_stopwatch_leaves_out_the_spans_it_was_stopped():
 def test_processing_seconds_run_from_the_step_taking_a_tuple_to_the_step_it_left_in():
     """Tuples 0-2 taken at 1.0 s, 3-4 at 2.5 s; 1 and 3 left (1 with two matches, counted
     once) in a step ending at 3.0 s, 0 unmatched in one ending at 4.0 s; 2 and 4 never left."""
-    from airflow_provider_semijoin.bench.steady import processing_seconds
+    from airflow_provider_semijoin.bench.steady import ProcessingSample
 
-    taken = [(np.array([0, 1, 2]), 1.0), (np.array([3, 4]), 2.5)]
-    left = [(np.array([1, 3, 1]), np.zeros(0, np.int64), 3.0), (np.zeros(0, np.int64), np.array([0]), 4.0)]
-    assert sorted(processing_seconds(5, taken, left).tolist()) == [0.5, 2.0, 3.0]
-    assert processing_seconds(5, taken, []).size == 0
+    sample = ProcessingSample()
+    assert sample.processing_seconds().size == 0
+    sample.took(np.array([0, 1, 2]), 1.0)
+    sample.took(np.array([3, 4]), 2.5)
+    assert sample.processing_seconds().size == 0  # none left yet
+    sample.left(np.array([1, 3, 1]), np.zeros(0, np.int64), 3.0)
+    sample.left(np.zeros(0, np.int64), np.array([0]), 4.0)
+    assert sorted(sample.processing_seconds().tolist()) == [0.5, 2.0, 3.0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(0, 40)), min_size=1, max_size=60), st.integers(1, 64),
+       st.randoms(use_true_random=False))
+def test_a_processing_sample_keeps_at_most_its_bound_and_is_the_exact_times_of_the_ids_it_kept(steps, most, rng):
+    """Steps each take ``n`` new tuples and let ``k`` of those held leave (in any order): the
+    sample holds at most ``most`` takes and leavings, its stride is the smallest power of two that
+    keeps them under the bound, and its times are exactly those of the kept ids."""
+    from airflow_provider_semijoin.bench.steady import ProcessingSample
+
+    sample = ProcessingSample(most=most)
+    entered, held, exact = {}, [], {}
+    next_id = 0
+    for step, (n, k) in enumerate(steps):
+        ids = np.arange(next_id, next_id + n)
+        next_id += n
+        sample.took(ids, float(step))
+        entered.update({int(i): float(step) for i in ids})
+        held += ids.tolist()
+        rng.shuffle(held)
+        leaving, held = held[:k], held[k:]
+        sample.left(np.array(leaving, np.int64), np.zeros(0, np.int64), step + 0.5)
+        exact.update({i: step + 0.5 - entered[i] for i in leaving})
+    def kept(stride):  # takes and leavings a stride keeps
+        return sum(i % stride == 0 for i in range(next_id)), sum(i % stride == 0 for i in exact)
+
+    assert max(kept(sample.stride)) <= most
+    assert sample.stride == 1 or max(kept(sample.stride // 2)) > most  # it thinned only when over its bound
+    assert sorted(sample.processing_seconds().tolist()) == sorted(exact[i] for i in exact if i % sample.stride == 0)

@@ -197,23 +197,23 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
                         shape_seed=RANDOM_SHAPE_SEED) if shape in MODEL_SHAPES else None
         chunks = stream_chunks(config, shape)
         buffer = StreamBuffer(store.key_type, clock)
-        fed = 0
         joined = Stopwatch(clock)
         joined_s = 0.0
         warm_s = None  # joined seconds when the warm-up ended
         window = Window()
-        taken: list[tuple[np.ndarray, float]] = []  # (tuple ids, joined seconds when the step taking them began)
-        left: list[tuple[np.ndarray, np.ndarray, float]] = []  # the window's steps: (matched, unmatched ids, their end)
+        sample = ProcessingSample()
         io_start = None
         while warm_s is None or not _window_over(config, algorithm, joined_s - warm_s):
             if buffer.available < backlog_target(algorithm):
-                fed += top_up(buffer, algorithm, store, joined, lambda: next(chunks))
+                top_up(buffer, algorithm, store, joined, lambda: next(chunks))
             before, cpu_before = joined.read(), cpu_clock()
             out = algorithm.step(buffer)
             cpu_s = cpu_clock() - cpu_before
-            taken += [(ids, before) for ids, _ in buffer.taken]
-            buffer.taken.clear()
             now = joined.read()
+            with joined.stopped():  # the bench's own bookkeeping, not the join's
+                for ids, _ in buffer.taken:
+                    sample.took(ids, before)
+                buffer.taken.clear()
             step_s, joined_s = now - joined_s, now  # the step and the loop's checks since the last one
             if warm_s is None:
                 if _warmed_up(config, algorithm, joined_s):
@@ -221,12 +221,13 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
                     io_start = dict(store.counters.as_dict(), loads=algorithm.counters.loads)
                 continue
             window.add(out.completed, step_s, algorithm.cycle_ended, cpu_s)
-            left.append((out.matched_ids, out.unmatched_ids, joined_s))
+            with joined.stopped():
+                sample.left(out.matched_ids, out.unmatched_ids, joined_s)
         io_end = dict(store.counters.as_dict(), loads=algorithm.counters.loads)
         stats = algorithm.stats()
     queries = io_end["disk_queries"] - io_start["disk_queries"]
     rows = io_end["disk_rows"] - io_start["disk_rows"]
-    latency = latency_ms(processing_seconds(fed, taken, left))
+    latency = latency_ms(sample.processing_seconds())
     rate = round(window.tuples / window.seconds, 1) if window.seconds else 0.0
     return {
         "algorithm": algorithm_name,
@@ -254,17 +255,51 @@ def measure(config: BenchConfig, table: str, algorithm_name: str, shape: str, cl
     }
 
 
-def processing_seconds(fed: int, taken: list, left: list) -> np.ndarray:
-    """Each tuple that left in the window: the joined seconds from the start of the step that
-    took it in to the end of the step it left in (a tuple with several matches counted once).
-    ``taken``: (ids, seconds) of every take; ``left``: (matched ids, unmatched ids, seconds) of
-    every step in the window. Worked out after the run: done per step inside the loop, it was
-    timed with the steps and charged to the join (``docs/measurements.md``)."""
-    entered = np.zeros(fed)
-    for ids, seconds in taken:
-        entered[ids] = seconds
-    parts = [seconds - entered[np.concatenate([sorted_distinct(matched), unmatched])] for matched, unmatched, seconds in left]
-    return np.concatenate(parts) if parts else np.zeros(0)
+class ProcessingSample:
+    """The processing time of the tuples that left in the window, from a uniform sample of them
+    kept in bounded memory: the joined seconds from the start of the step that took a tuple in to
+    the end of the step it left in (a tuple with several matches counted once).
+
+    Every tuple whose id is a multiple of :attr:`stride` is kept - its take while the run goes on,
+    its leaving in the window - and the stride doubles (keeping the multiples of the new one)
+    whenever more than ``most`` takes or leavings are kept: a run of an algorithm that serves
+    millions of tuples a second from its cache (SSIJ with all of R cached, for a warm-up of up to
+    ``warmup_max_s``) held 8 bytes and more of every tuple it ever took and ran out of memory. The
+    times are worked out after the run: done per step inside the loop, they were timed with the
+    steps and charged to the join (``docs/measurements.md``)."""
+
+    def __init__(self, most: int = 1 << 21):
+        self.most = most
+        self.stride = 1
+        self._taken: list[tuple[np.ndarray, np.ndarray]] = []  # (tuple ids, joined seconds of their take)
+        self._left: list[tuple[np.ndarray, np.ndarray]] = []  # (tuple ids, joined seconds of their leaving)
+        self._kept = [0, 0]  # ids held in _taken, in _left
+
+    def took(self, ids: np.ndarray, seconds: float) -> None:
+        self._keep(self._taken, 0, ids, seconds)
+
+    def left(self, matched: np.ndarray, unmatched: np.ndarray, seconds: float) -> None:
+        self._keep(self._left, 1, np.concatenate([sorted_distinct(matched), unmatched]), seconds)
+
+    def processing_seconds(self) -> np.ndarray:
+        """Each sampled tuple that left in the window: its processing seconds."""
+        if not self._left:
+            return np.zeros(0)
+        taken_ids, taken_at = (np.concatenate(column) for column in zip(*self._taken))
+        left_ids, left_at = (np.concatenate(column) for column in zip(*self._left))
+        order = np.argsort(taken_ids, kind="stable")
+        entered = taken_at[order][np.searchsorted(taken_ids[order], left_ids)]
+        return left_at - entered
+
+    def _keep(self, kept: list, which: int, ids: np.ndarray, seconds: float) -> None:
+        ids = ids[ids % self.stride == 0] if self.stride > 1 else ids
+        kept.append((ids, np.full(len(ids), seconds)))
+        self._kept[which] += len(ids)
+        while self._kept[which] > self.most:
+            self.stride *= 2
+            for index, held in enumerate((self._taken, self._left)):
+                held[:] = [(i[i % self.stride == 0], s[i % self.stride == 0]) for i, s in held]
+                self._kept[index] = sum(len(i) for i, _ in held)
 
 
 def top_up(buffer: StreamBuffer, algorithm, store, watch: "Stopwatch", produce) -> int:
