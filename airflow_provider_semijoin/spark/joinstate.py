@@ -47,6 +47,7 @@ from ..core.joins.base import JoinAlgorithm, JoinOutput
 from ..core.runner import feed_keys, one_version_of_r
 from ..core.session import JoinSession, left_ids, materialise
 from ..job.spec import DeadlineSpec
+from .stepstats import SliceStats
 
 SEQ = "sj_seq"  # a tuple's number in its step, increasing in arrival order (the session's row id)
 DUE = "sj_due"  # epoch seconds by which the tuple must have left (inf: never forced)
@@ -307,14 +308,14 @@ def _settled(session: JoinSession) -> list[JoinOutput]:
 
 
 def slice_of(session: JoinSession, column: str, rows: pa.Table, horizon: float, until: float, drain: bool,
-             clock=time.time, max_pending: int | None = None) -> tuple[JoinOutput, dict]:
+             clock=time.time, max_pending: int | None = None) -> tuple[JoinOutput, SliceStats]:
     """Feed ``rows`` (with their state columns, in any order) to ``session`` and step it for one slice (or a
     drain), inside one version of R; returns what completed and the slice's figures.
     ``horizon``: tuples due before it leave now; ``until``: the slice steps at least until then
     while tuples wait; ``max_pending``: the most that may wait after it, the oldest beyond
     are forced out (:meth:`..core.session.JoinSession.advance`)."""
     algorithm = session.algorithm
-    io_before = algorithm.store.counters.as_dict()
+    io_before = _io(algorithm)
     started = clock()
     settled = _settled(session)
     pending_before = session.pending + sum(len(s) for s in settled)
@@ -327,11 +328,11 @@ def slice_of(session: JoinSession, column: str, rows: pa.Table, horizon: float, 
     return result, _slice_stats(session, result, io_before, started, pending_before, rows.num_rows, invalidated, clock)
 
 
-def ahead_of(session: JoinSession, keep_going, clock=time.time) -> tuple[JoinOutput, dict]:
+def ahead_of(session: JoinSession, keep_going, clock=time.time) -> tuple[JoinOutput, SliceStats]:
     """Step ``session`` over the tuples inside (no new tuple is fed meanwhile) while ``keep_going()``
     (:meth:`..core.session.JoinSession.work_ahead`), inside one version of R; what completed
     and the figures, as :func:`slice_of`'s."""
-    io_before = session.algorithm.store.counters.as_dict()
+    io_before = _io(session.algorithm)
     settled = _settled(session)
     started, pending_before = clock(), session.pending + sum(len(s) for s in settled)
     with one_version_of_r(session.algorithm) as invalidated:
@@ -340,27 +341,24 @@ def ahead_of(session: JoinSession, keep_going, clock=time.time) -> tuple[JoinOut
     return result, _slice_stats(session, result, io_before, started, pending_before, 0, invalidated, clock)
 
 
-def _slice_stats(session: JoinSession, result: JoinOutput, io_before: dict, started: float, pending_before: int,
-                 fed: int, invalidated: int, clock) -> dict:
+def _io(algorithm: JoinAlgorithm) -> tuple[int, int]:
+    """The queries to R and the rows they read so far."""
+    counters = algorithm.store.counters
+    return counters.queries, counters.rows
+
+
+def _slice_stats(session: JoinSession, result: JoinOutput, io_before: tuple[int, int], started: float,
+                 pending_before: int, fed: int, invalidated: int, clock) -> SliceStats:
     algorithm = session.algorithm
-    io_after = algorithm.store.counters.as_dict()
-    left = left_ids(result, algorithm.one_row_per_match)
-    return {
-        "wall_s": clock() - started,
-        "disk_queries": io_after["disk_queries"] - io_before["disk_queries"],
-        "disk_rows": io_after["disk_rows"] - io_before["disk_rows"],
-        "master_version": algorithm.store.seen_version,
-        "master_read_at": algorithm.store.read_at,
-        "invalidated": invalidated,
-        "fed": fed,
-        "left": len(left),
-        "pending": session.pending,
-        "forced_steps": session.forced_steps,
-        "balanced": pending_before + fed == len(left) + session.pending,
-        "structure_bytes": algorithm.structure_bytes(),
-        "structure_bytes_peak": algorithm.counters.structure_bytes_peak,
-        "log_bytes": session.log_bytes,
-    }
+    queries, rows = _io(algorithm)
+    left = len(left_ids(result, algorithm.one_row_per_match))
+    return SliceStats(
+        wall_s=clock() - started, disk_queries=queries - io_before[0], disk_rows=rows - io_before[1],
+        master_version=algorithm.store.seen_version, master_read_at=algorithm.store.read_at, invalidated=invalidated,
+        fed=fed, left=left, pending=session.pending, forced_steps=session.forced_steps,
+        balanced=pending_before + fed == left + session.pending, structure_bytes=algorithm.structure_bytes(),
+        structure_bytes_peak=algorithm.counters.structure_bytes_peak, log_bytes=session.log_bytes,
+    )
 
 
 class StateFiles:

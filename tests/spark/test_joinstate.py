@@ -202,7 +202,7 @@ def test_a_part_rebuilt_from_rows_that_crossed_a_shuffle_takes_them_in_any_order
     assert session.pending == 300
     out, stats = slice_of(session, "nk", shuffled(300, 200), horizon=0.0, until=0.0, drain=True)
     left = np.concatenate([out.matched_ids, out.unmatched_ids])
-    assert sorted(left.tolist()) == list(range(500)) and stats["balanced"] and session.pending == 0
+    assert sorted(left.tolist()) == list(range(500)) and stats.balanced and session.pending == 0
 
 
 def test_records_count_tuples_not_rows_when_r_has_several_rows_per_key(tmp_path, sqlite_backend):
@@ -320,9 +320,9 @@ def test_between_slices_the_log_holds_one_entry_per_waiting_tuple(sqlite_backend
         rows = pa.table({"nk": rng.integers(1, 2001, n), SEQ: np.arange(first, first + n), DUE: np.full(n, np.inf)})
         first += n
         out, stats = slice_of(session, "nk", rows, horizon=0.0, until=0.0, drain=False)
-        left.append(stats["left"])
+        left.append(stats.left)
         assert session.pending > 0
-        assert stats["log_bytes"] == session.log_bytes
+        assert stats.log_bytes == session.log_bytes
         assert 17 * session.pending < session.log_bytes <= session.pending * LOG_BYTES_PER_TUPLE  # + the rank index
     assert left[0] == 0 < sum(left[1:])  # the pages read ahead in the first slice are joined in later ones
 
