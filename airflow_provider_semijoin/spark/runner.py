@@ -41,7 +41,7 @@ from ..core.stores import open_store
 from ..core.stores.sql import IDENTIFIER
 from .jobstats import BatchCounts, JobCounts, JobSummary
 from .stepstats import StepStats
-from .joinstate import StateFiles, left_deadlines
+from .joinstate import StateFiles, deadline_misses, with_deadlines, without_deadlines
 from .sinks import dead_letter_rows, open_sink
 from .sources import CORRUPT_COLUMN, FILE_COLUMN, TICK_COLUMN, repair_utf8, stream_frame, tuple_ids, with_heartbeat
 from ..job.spec import JobSpec
@@ -66,8 +66,8 @@ class BatchOutcome:
 
     batch_id: int
     input_rows: int  # the source's rows (heartbeats dropped)
-    matched: pa.Table  # the rows written to the matched sink
-    dead: pa.Table  # the rows written to the dead letter
+    matched: pa.Table  # the rows written to the matched sink (with their deadlines)
+    dead: pa.Table  # the rows written to the dead letter (with their deadlines)
     steps: list[StepStats]  # each join step's, in order
     started: float
     done: float
@@ -156,7 +156,7 @@ class BatchProcessor:
         started = self.clock()
         batch, source_rows = self._source_rows(batch)
         drain = self._drain_now(batch, source_rows)
-        batch = self._prepare(batch)
+        batch = with_deadlines(self._prepare(batch), self.spec.deadline)
         n_in = batch.num_rows
         dead = []
         if CORRUPT_COLUMN in batch.column_names:
@@ -184,8 +184,8 @@ class BatchProcessor:
         dead_rows = pa.concat_tables(dead, promote_options="default")
         if replayed is None:
             self.files.write_versions(batch_id, [[st.join.master_version, st.join.master_read_at] for st in step_stats])
-        self.matched_sink.write(batch_id, rows)
-        self.dead_sink.write(batch_id, dead_rows)
+        self.matched_sink.write(batch_id, without_deadlines(rows))
+        self.dead_sink.write(batch_id, without_deadlines(dead_rows))
         self.at_point("sinks", batch_id)
         for step, stats in zip(self.steps, step_stats):
             step.write_state(self.files, batch_id)
@@ -247,8 +247,7 @@ class BatchProcessor:
         )
         arrival = left["sj_arrival"].to_numpy() if left.num_rows else np.zeros(0)
         latency = latency_ms(np.maximum(done - arrival, 0.0))
-        deadlines = left_deadlines(self.spec.deadline, matched, dead)
-        misses = int(np.sum(done > deadlines)) if deadlines is not None else 0
+        misses = deadline_misses(done, matched, dead)
         reconnects, waited = self._reconnects()
         counts = BatchCounts(input_rows=batch.input_rows, matched=self._tuples_of(matched), unmatched=dead.num_rows,
                              output_rows=matched.num_rows, deadline_misses=misses, reconnects=reconnects,

@@ -29,6 +29,7 @@ from ..core.errors import ConfigError, shown
 from ..core.stores.reconnect import StoreUnavailable, TransactionLost
 from ..core.stores.sql import MYSQL, DatabaseURL, dialect_of, mysql_key_collation
 from ..job.spec import SINK_INDEX_SUFFIX, TargetSpec
+from .joinstate import DEADLINE
 
 BATCH_COLUMN = "sj_batch"
 # Rows per file of a Parquet sink's batch folder; the files are written on as many threads: one
@@ -41,11 +42,12 @@ DEAD_LETTER_SCHEMA = pa.schema(
 
 
 def dead_letter_rows(rows: pa.Table, step: int, reasons) -> pa.Table:
-    """``rows`` (any schema, with sj_id and sj_arrival) in the dead-letter schema."""
-    payload_columns = [c for c in rows.column_names if c not in ("sj_id", "sj_arrival")]
+    """``rows`` (any schema, with sj_id and sj_arrival) in the dead-letter schema; their deadlines
+    (:data:`.joinstate.DEADLINE`), if they carry them, stay a column of their own, outside ``row``."""
+    payload_columns = [c for c in rows.column_names if c not in ("sj_id", "sj_arrival", DEADLINE)]
     payload = rows.select(payload_columns).to_pylist()
     reason = reasons if isinstance(reasons, (pa.Array, pa.ChunkedArray)) else pa.array([reasons] * rows.num_rows, pa.string())
-    return pa.table(
+    dead = pa.table(
         {
             "sj_id": rows["sj_id"].cast(pa.string()),
             "step": pa.array([step] * rows.num_rows, pa.int32()),
@@ -55,6 +57,7 @@ def dead_letter_rows(rows: pa.Table, step: int, reasons) -> pa.Table:
         },
         schema=DEAD_LETTER_SCHEMA,
     )
+    return dead.append_column(DEADLINE, rows[DEADLINE]) if DEADLINE in rows.column_names else dead
 
 
 def dictionary_columns(schema: pa.Schema) -> list[str]:

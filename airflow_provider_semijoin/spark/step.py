@@ -26,7 +26,7 @@ from ..core.stores import SnapshotLost, open_store
 from ..core.stores.capture import changes_seen
 from .ahead import WorkAhead
 from .joinstate import (JOIN_COLUMNS, RETRY_SINCE, SEQ, SPILLED_ROW_BYTES, CarriedRows, StateFiles, due_times,
-                        session_from, slice_of)
+                        session_from, slice_of, with_deadlines)
 from .partitioned import PartitionedJoin
 from .sinks import dead_letter_rows
 from .stepstats import SliceStats, StepStats
@@ -157,13 +157,14 @@ class JoinStep:
         goes on: matched, or through the on-missing policy. ``replayed``: the version of R (and
         when it was the newest) the first attempt of this batch read; a replay reads it again."""
         retried = self.held.num_rows if self.held is not None else 0
+        rows = with_deadlines(rows, self.deadline)
         if self.spec.on_missing == "retry":
             rows = rows.append_column(RETRY_SINCE, pa.array(np.full(rows.num_rows, now)))
             if self.held is not None:
                 rows = pa.concat_tables([self.held, rows], promote_options="default")
             self.held = None
         before = self.carried.count
-        tagged = self.carried.add(rows, due_times(rows, self.spec.max_queue_time_s, self.deadline), self._parts(rows))
+        tagged = self.carried.add(rows, due_times(rows, self.spec.max_queue_time_s), self._parts(rows))
         if not self.sized and before == 0 and tagged.num_rows:  # nothing inside yet: the algorithm may be replaced
             self._size(self._row_bytes(tagged))
             self.session = JoinSession(self.algorithm, self.clock) if self.partitioned is None else None
