@@ -34,15 +34,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core.errors import ConfigError, SemiJoinError, shown
+from ..core.errors import ConfigError, SemiJoinError
 from ..core.metrics import latency_ms
 from ..core.progress import ProgressRecord, write_line
 from ..core.stores import open_store
-from ..core.stores.sql import IDENTIFIER
 from .jobstats import BatchCounts, JobCounts, JobSummary
 from .stepstats import StepStats
 from .joinstate import StateFiles, deadline_misses, with_deadlines, without_deadlines
-from .sinks import dead_letter_rows, open_sink
+from .sinks import dead_letter_rows, open_sink, sink_class
 from .sources import CORRUPT_COLUMN, FILE_COLUMN, TICK_COLUMN, repair_utf8, stream_frame, tuple_ids, with_heartbeat
 from ..job.spec import JobSpec
 from .step import JoinStep
@@ -358,27 +357,14 @@ def check_job(spec: JobSpec) -> None:
                 raise ConfigError(f"steps[{i}].unknown_member: {unknown[0]!r} is not a selected master column ({select})")
     for name in ("matched", "dead_letter"):
         target = getattr(spec.sinks, name)
-        if target.kind == "table":
-            from ..core.stores.sql import DatabaseURL
-
-            try:
-                DatabaseURL.parse(target.url).connect().close()
-            except ConfigError as exc:
-                raise ConfigError(f"sinks.{name}: {exc}") from None
+        sink_class(target).check_ready(target, f"sinks.{name}")
 
 
-def check_table_sink_columns(spec: JobSpec, columns: list[str]) -> None:
-    """A table sink quotes the stream's column names as SQL identifiers: a name it cannot hold
-    (``amount; DROP TABLE r`` in a CSV header) fails here, before the query starts, not in the
-    first micro-batch. The dead letter has a fixed schema of its own."""
-    if spec.sinks.matched.kind != "table":
-        return
-    for column in columns:
-        if column not in (FILE_COLUMN, CORRUPT_COLUMN) and not IDENTIFIER.match(column):
-            raise ConfigError(
-                f"sinks.matched: stream column {shown(column)} is not a valid identifier for a table sink "
-                "(expected letters, digits and _, at most 64 characters; rename it in the source)"
-            )
+def check_sink_columns(spec: JobSpec, columns: list[str]) -> None:
+    """The matched sink can hold the stream's columns (:meth:`.sinks.Sink.check_columns`), checked
+    before the query starts; the dead letter has a fixed schema of its own."""
+    kept = [c for c in columns if c not in (FILE_COLUMN, CORRUPT_COLUMN)]  # (dropped before the sinks)
+    sink_class(spec.sinks.matched).check_columns(kept, "sinks.matched")
 
 
 def _source_columns(spec: JobSpec) -> set[str] | None:
@@ -407,7 +393,7 @@ def run_job(
 
     spark = spark or get_spark()
     frame = stream_frame(spark, spec.source, spec.arrival_column)
-    check_table_sink_columns(spec, frame.columns)
+    check_sink_columns(spec, frame.columns)
     columns = set(frame.columns)  # known now for every source (an inferred schema, a Spark source's)
     first = spec.steps[0].column
     if first not in columns:
