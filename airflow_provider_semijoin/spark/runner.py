@@ -39,12 +39,12 @@ from ..core.metrics import latency_ms
 from ..core.progress import ProgressRecord, write_line
 from ..core.stores import open_store
 from .jobstats import BatchCounts, JobCounts, JobSummary
-from .stepstats import StepStats
 from .joinstate import StateFiles, deadline_misses, with_deadlines, without_deadlines
 from .sinks import dead_letter_rows, open_sink, sink_class
 from .sources import CORRUPT_COLUMN, FILE_COLUMN, TICK_COLUMN, repair_utf8, stream_frame, tuple_ids, with_heartbeat
 from ..job.spec import JobSpec
 from .step import JoinStep
+from .stepstats import StepStats
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,8 @@ class BatchOutcome:
 
     batch_id: int
     input_rows: int  # the source's rows (heartbeats dropped)
-    matched: pa.Table  # the rows written to the matched sink (with their deadlines)
-    dead: pa.Table  # the rows written to the dead letter (with their deadlines)
+    matched: pa.Table  # the rows for the matched sink, still with their deadlines (:func:`.joinstate.with_deadlines`)
+    dead: pa.Table  # the rows for the dead letter, likewise
     steps: list[StepStats]  # each join step's, in order
     started: float
     done: float
