@@ -80,9 +80,9 @@ def measure(spark, step: StepSpec, parts: int, stream: list[pa.Table], warmup: i
         result = join.run(batch, batch_id, time.time(), -np.inf, -np.inf, batch_id == len(stream) - 1)  # (it checks exactly-once)
         joined = time.perf_counter() - started
         sink_s = write_sinks(sinks, batch_id, result)
-        row = {"tuples": result.stats["left"], "batch_s": joined + sink_s, "join_s": joined, "sink_s": sink_s}
+        row = {"tuples": result.stats.join.left, "batch_s": joined + sink_s, "join_s": joined, "sink_s": sink_s}
         if parts > 1:
-            part_stats = result.stats["part_stats"]
+            part_stats = result.stats.join.part_figures()
             slowest = max(p["wall_s"] for p in part_stats)
             row.update(parts=part_stats, slowest_part_s=slowest, spark_s=joined - slowest)
         rows.append(row)

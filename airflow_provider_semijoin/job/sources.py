@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
 from ..core.checks import check_flag, check_number
 from ..core.errors import ConfigError, SpecError, shown, shown_key
+from ..core.stores.sql import MYSQL, DatabaseURL
 from ..workloads.stream import generator_schema
 from ..workloads.zipf import SHAPES
 from .checks import identifier, one_of, positive, shown_options
@@ -51,6 +53,16 @@ ARRIVAL_DDL = "sj_arrival DOUBLE"  # the arrival time every source's stream carr
 def file_dataset(path: str) -> tuple[str, str]:
     """A folder as a lineage dataset (namespace, name)."""
     return "file", os.path.abspath(path)
+
+
+def table_dataset(url: str, table: str) -> tuple[str, str]:
+    """A table in the database of ``url`` as a lineage dataset (namespace, name; no credentials
+    in either): MySQL's ``mysql://{host}:{port}``, ``{database}.{table}``; SQLite's
+    ``sqlite://{this host's name}``, ``{absolute path of the database file}.{table}``."""
+    parsed = DatabaseURL.parse(url)
+    if parsed.dialect is MYSQL:
+        return f"mysql://{parsed.host}:{parsed.port}", f"{parsed.database}.{table}"
+    return f"sqlite://{socket.gethostname()}", f"{os.path.abspath(parsed.path)}.{table}"
 
 
 @dataclass

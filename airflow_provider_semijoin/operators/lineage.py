@@ -19,26 +19,13 @@ it is: :meth:`~..job.sources.SourceSpec.datasets`). The provider is the optional
 
 from __future__ import annotations
 
-import os
-import socket
-
-from ..core.stores.sql import MYSQL, DatabaseURL
-from ..job.sources import file_dataset
-
-
-def table_dataset(url: str, table: str) -> tuple[str, str]:
-    """(namespace, name) of a table in the database of ``url`` (no credentials in either)."""
-    parsed = DatabaseURL.parse(url)
-    if parsed.dialect is MYSQL:
-        return f"mysql://{parsed.host}:{parsed.port}", f"{parsed.database}.{table}"
-    return f"sqlite://{socket.gethostname()}", f"{os.path.abspath(parsed.path)}.{table}"
+from ..job.sources import table_dataset
+from ..spark.sinks import sink_class
 
 
 def target_dataset(target) -> tuple[str, str]:
-    """A sink (Parquet folder or table) as a dataset."""
-    if target.kind == "table":
-        return table_dataset(target.url, target.table)
-    return file_dataset(target.path)
+    """A sink (Parquet folder or table) as a dataset: its class says which (:meth:`..spark.sinks.Sink.dataset`)."""
+    return sink_class(target).dataset(target)
 
 
 def job_datasets(spec) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:

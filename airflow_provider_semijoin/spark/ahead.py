@@ -45,6 +45,7 @@ import time
 from ..core.joins.base import JoinOutput
 from ..core.session import JoinSession
 from .joinstate import ahead_of
+from .stepstats import SliceStats
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class WorkAhead:
         self.clock = clock
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._result: tuple[JoinOutput, dict] | None = None
+        self._result: tuple[JoinOutput, SliceStats] | None = None
         self._error: BaseException | None = None
 
     @property
@@ -89,7 +90,7 @@ class WorkAhead:
         except BaseException as exc:  # noqa: BLE001 - handed to the micro-batch that stops the thread
             self._error = exc
 
-    def stop(self) -> tuple[tuple[JoinOutput, dict] | None, BaseException | None]:
+    def stop(self) -> tuple[tuple[JoinOutput, SliceStats] | None, BaseException | None]:
         """End the stepping (after the step under way) and return (what completed and its figures,
         None when it failed) and the error it failed with. After a failure the session is in an
         unknown state: the caller rebuilds it from the carried rows (the state after the cut)."""

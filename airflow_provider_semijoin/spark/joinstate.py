@@ -26,17 +26,18 @@ cannot step one algorithm over the whole queue.
 
 A tuple's due time is the earliest of its deadline (the job's ``deadline``) and its arrival + the
 step's ``max_queue_time_s``; :meth:`CarriedJoin.run` forces out every tuple due before the
-expected end of the next micro-batch.
+expected end of the next micro-batch. The deadline is computed once, where the tuple enters
+(:func:`with_deadlines`), and rides with its row as the column ``sj_deadline`` - carried, held
+for a retry, matched or in the dead letter - until the progress record counts whether it was
+missed (:func:`deadline_misses`); the sinks do not get it.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -47,11 +48,13 @@ from ..core.joins.base import JoinAlgorithm, JoinOutput
 from ..core.runner import feed_keys, one_version_of_r
 from ..core.session import JoinSession, left_ids, materialise
 from ..job.spec import DeadlineSpec
+from .stepstats import SliceStats
 
 SEQ = "sj_seq"  # a tuple's number in its step, increasing in arrival order (the session's row id)
 DUE = "sj_due"  # epoch seconds by which the tuple must have left (inf: never forced)
 PART = "sj_part"  # the part (partitions = N) that holds the tuple
 RETRY_SINCE = "sj_retry_since"  # set on rows held for a retry (not inside the join)
+DEADLINE = "sj_deadline"  # with a job's deadline: a tuple's, epoch seconds (NaN: none), carried until it leaves the job
 JOIN_COLUMNS = (SEQ, DUE, PART)
 JOIN_COLUMN_BYTES = 8 + 8 + 4  # what the join columns add to a carried row (int64, float64, int32)
 MAX_CHUNKS = 1024  # chunks the carried rows may be in before they are made one (a take over many small ones is slow)
@@ -88,10 +91,17 @@ def estimated_row_bytes(source, added_columns: int) -> float:
     return float(stream + 8 * added_columns + id_bytes + JOIN_COLUMN_BYTES)
 
 
-def deadlines_of(deadline: DeadlineSpec | None, rows: pa.Table) -> np.ndarray | None:
-    """Each row's absolute deadline in epoch seconds (SSIJ sec. IV-F), or None without deadlines."""
-    if deadline is None or rows.num_rows == 0:
-        return None
+def with_deadlines(rows: pa.Table, deadline: DeadlineSpec | None) -> pa.Table:
+    """``rows`` with each tuple's absolute deadline in epoch seconds (SSIJ sec. IV-F; NaN: none)
+    as the column :data:`DEADLINE`, computed once where the tuple enters the job (the batch, a
+    step used alone) from its arrival or its deadline column; rows that carry it already (a
+    step after the first, rows held for a retry) keep theirs. Without deadlines: ``rows``."""
+    if deadline is None or DEADLINE in rows.column_names:
+        return rows
+    return rows.append_column(DEADLINE, pa.array(_deadlines(deadline, rows), pa.float64()))
+
+
+def _deadlines(deadline: DeadlineSpec, rows: pa.Table) -> np.ndarray:
     if deadline.max_latency_s is not None:
         return rows["sj_arrival"].to_numpy(zero_copy_only=False) + deadline.max_latency_s
     column = rows[deadline.column]
@@ -100,43 +110,28 @@ def deadlines_of(deadline: DeadlineSpec | None, rows: pa.Table) -> np.ndarray | 
     return column.cast(pa.float64()).to_numpy(zero_copy_only=False)
 
 
-def left_deadlines(deadline: DeadlineSpec | None, matched: pa.Table, dead: pa.Table) -> np.ndarray | None:
-    """The deadlines of the rows that leave a micro-batch: the matched rows', then the dead
-    letter's (as the progress record counts them), or None without deadlines. A column deadline
-    is read from the matched rows' stream columns, and from the dead letter's ``row`` JSON (its
-    payload; a timestamp there is its text, a naive one UTC as Arrow takes it; absent: no deadline)."""
-    if deadline is None:
-        return None
-    if deadline.max_latency_s is not None:
-        return np.concatenate([deadlines_of(deadline, rows) for rows in (matched, dead) if rows.num_rows] or [np.zeros(0)])
-    found = [deadlines_of(deadline, matched)] if matched.num_rows else []
-    if dead.num_rows:
-        found.append(np.array([_deadline_value(json.loads(row).get(deadline.column)) for row in dead["row"].to_pylist()],
-                              dtype=np.float64))
-    return np.concatenate(found) if found else np.zeros(0)
+def without_deadlines(rows: pa.Table) -> pa.Table:
+    """``rows`` as the sinks take them: without the :data:`DEADLINE` they carried."""
+    return rows.drop_columns([DEADLINE]) if DEADLINE in rows.column_names else rows
 
 
-def _deadline_value(value) -> float:
-    """A deadline as the dead letter's JSON holds it -> epoch seconds (NaN: none)."""
-    if value is None:
-        return math.nan
-    if isinstance(value, (int, float)):
-        return float(value)
-    try:
-        return float(value)
-    except ValueError:
-        moment = datetime.fromisoformat(value)
-    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+def deadline_misses(done: float, *left: pa.Table) -> int:
+    """Rows of the tables ``left`` (leaving a micro-batch at ``done``: matched, dead letter) whose
+    :data:`DEADLINE` passed before ``done`` (none without deadlines)."""
+    return sum(int(np.sum(done > rows[DEADLINE].to_numpy(zero_copy_only=False)))
+               for rows in left if rows.num_rows and DEADLINE in rows.column_names)
 
 
-def due_times(rows: pa.Table, max_queue_time_s: float | None, deadline: DeadlineSpec | None) -> np.ndarray:
-    """When each tuple must have left (epoch seconds, inf: no bound): its deadline, or its
-    arrival + ``max_queue_time_s`` if that is earlier."""
+def due_times(rows: pa.Table, max_queue_time_s: float | None) -> np.ndarray:
+    """When each tuple must have left (epoch seconds, inf: no bound): its deadline (the column
+    :data:`DEADLINE`, :func:`with_deadlines`), or its arrival + ``max_queue_time_s`` if that is earlier."""
     due = np.full(rows.num_rows, np.inf)
     if max_queue_time_s is not None and rows.num_rows:
         due = rows["sj_arrival"].to_numpy(zero_copy_only=False) + max_queue_time_s
-    deadlines = deadlines_of(deadline, rows)
-    return due if deadlines is None else np.fmin(due, np.where(np.isnan(deadlines), np.inf, deadlines))
+    if DEADLINE not in rows.column_names:
+        return due
+    deadlines = rows[DEADLINE].to_numpy(zero_copy_only=False)
+    return np.fmin(due, np.where(np.isnan(deadlines), np.inf, deadlines))
 
 
 class CarriedRows:
@@ -307,14 +302,14 @@ def _settled(session: JoinSession) -> list[JoinOutput]:
 
 
 def slice_of(session: JoinSession, column: str, rows: pa.Table, horizon: float, until: float, drain: bool,
-             clock=time.time, max_pending: int | None = None) -> tuple[JoinOutput, dict]:
+             clock=time.time, max_pending: int | None = None) -> tuple[JoinOutput, SliceStats]:
     """Feed ``rows`` (with their state columns, in any order) to ``session`` and step it for one slice (or a
     drain), inside one version of R; returns what completed and the slice's figures.
     ``horizon``: tuples due before it leave now; ``until``: the slice steps at least until then
     while tuples wait; ``max_pending``: the most that may wait after it, the oldest beyond
     are forced out (:meth:`..core.session.JoinSession.advance`)."""
     algorithm = session.algorithm
-    io_before = algorithm.store.counters.as_dict()
+    io_before = _io(algorithm)
     started = clock()
     settled = _settled(session)
     pending_before = session.pending + sum(len(s) for s in settled)
@@ -327,11 +322,11 @@ def slice_of(session: JoinSession, column: str, rows: pa.Table, horizon: float, 
     return result, _slice_stats(session, result, io_before, started, pending_before, rows.num_rows, invalidated, clock)
 
 
-def ahead_of(session: JoinSession, keep_going, clock=time.time) -> tuple[JoinOutput, dict]:
+def ahead_of(session: JoinSession, keep_going, clock=time.time) -> tuple[JoinOutput, SliceStats]:
     """Step ``session`` over the tuples inside (no new tuple is fed meanwhile) while ``keep_going()``
     (:meth:`..core.session.JoinSession.work_ahead`), inside one version of R; what completed
     and the figures, as :func:`slice_of`'s."""
-    io_before = session.algorithm.store.counters.as_dict()
+    io_before = _io(session.algorithm)
     settled = _settled(session)
     started, pending_before = clock(), session.pending + sum(len(s) for s in settled)
     with one_version_of_r(session.algorithm) as invalidated:
@@ -340,27 +335,24 @@ def ahead_of(session: JoinSession, keep_going, clock=time.time) -> tuple[JoinOut
     return result, _slice_stats(session, result, io_before, started, pending_before, 0, invalidated, clock)
 
 
-def _slice_stats(session: JoinSession, result: JoinOutput, io_before: dict, started: float, pending_before: int,
-                 fed: int, invalidated: int, clock) -> dict:
+def _io(algorithm: JoinAlgorithm) -> tuple[int, int]:
+    """The queries to R and the rows they read so far."""
+    counters = algorithm.store.counters
+    return counters.queries, counters.rows
+
+
+def _slice_stats(session: JoinSession, result: JoinOutput, io_before: tuple[int, int], started: float,
+                 pending_before: int, fed: int, invalidated: int, clock) -> SliceStats:
     algorithm = session.algorithm
-    io_after = algorithm.store.counters.as_dict()
-    left = left_ids(result, algorithm.one_row_per_match)
-    return {
-        "wall_s": clock() - started,
-        "disk_queries": io_after["disk_queries"] - io_before["disk_queries"],
-        "disk_rows": io_after["disk_rows"] - io_before["disk_rows"],
-        "master_version": algorithm.store.seen_version,
-        "master_read_at": algorithm.store.read_at,
-        "invalidated": invalidated,
-        "fed": fed,
-        "left": len(left),
-        "pending": session.pending,
-        "forced_steps": session.forced_steps,
-        "balanced": pending_before + fed == len(left) + session.pending,
-        "structure_bytes": algorithm.structure_bytes(),
-        "structure_bytes_peak": algorithm.counters.structure_bytes_peak,
-        "log_bytes": session.log_bytes,
-    }
+    queries, rows = _io(algorithm)
+    left = len(left_ids(result, algorithm.one_row_per_match))
+    return SliceStats(
+        wall_s=clock() - started, disk_queries=queries - io_before[0], disk_rows=rows - io_before[1],
+        master_version=algorithm.store.seen_version, master_read_at=algorithm.store.read_at, invalidated=invalidated,
+        fed=fed, left=left, pending=session.pending, forced_steps=session.forced_steps,
+        balanced=pending_before + fed == left + session.pending, structure_bytes=algorithm.structure_bytes(),
+        structure_bytes_peak=algorithm.counters.structure_bytes_peak, log_bytes=session.log_bytes,
+    )
 
 
 class StateFiles:

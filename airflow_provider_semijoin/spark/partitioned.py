@@ -45,12 +45,12 @@ from ..core.session import left_ids
 from ..core.stores import SnapshotLost, open_store
 from ..job.spec import StepSpec
 from .joinstate import DUE, PART, SEQ, CarriedRows, session_from, slice_of
+from .stepstats import PartStats, PartsStats
 
 TOKEN_COLUMN = "sj_token"  # control rows: the state the part must hold ("" = rebuild from the rows sent)
 REASON_CODE = "sj_reason"  # output: the unmatched reason code (null: matched)
 STATS_COLUMN = "sj_stats"
 DECAY = 0.8  # weight of the past micro-batches' key frequencies
-PART_STATS = ("fed", "left", "pending", "wall_s", "disk_queries", "disk_rows")  # each part's, in the step's stats
 REBALANCE = 1.25  # re-cut when that shrinks the busiest part's share of the (decayed) tuples this much
 REBUILD_ATTEMPTS = 10  # calls that may find a part's state lost (each then sends the part whole)
 
@@ -172,8 +172,8 @@ def join_part(step_json: str, part: int, memory: int, rows: pa.Table, out_schema
     if key_range is None:  # a part with no page of R (more parts than pages): no tuple maps to it
         if rows.num_rows:
             raise RuntimeError(f"part {part} has no key range of R but was sent {rows.num_rows} tuples")
-        return _stats_row(out_schema, {"part": part, "lost": False, "balanced": True})
-    lost = _stats_row(out_schema, {"part": part, "lost": True})
+        return _stats_row(out_schema, PartStats(part))
+    lost = _stats_row(out_schema, PartStats(part, lost=True))
     session = _part_session(step_json, part, memory, token, rows, key_range)
     if session is None:
         return lost
@@ -186,16 +186,12 @@ def join_part(step_json: str, part: int, memory: int, rows: pa.Table, out_schema
         session.algorithm.store.close()
         return lost
     _PARTS[(step_json, part)] = (state_token(call, session.pending_ids()), session)
-    return pa.concat_tables([_output(result, out_schema), _stats_row(out_schema, {**_numbers(stats), "part": part, "lost": False})])
+    return pa.concat_tables([_output(result, out_schema), _stats_row(out_schema, PartStats(part, slice=stats))])
 
 
 def state_token(call: str, seq: np.ndarray) -> str:
     """Names the state of a part after ``call``: the tuples it holds (how many, and their sum)."""
     return f"{call}:{len(seq)}:{int(np.sum(seq, dtype=np.int64))}"
-
-
-def _numbers(stats: dict) -> dict:
-    return {k: v for k, v in stats.items() if isinstance(v, (int, float))}
 
 
 def _output(result: JoinOutput, schema: pa.Schema) -> pa.Table:
@@ -215,8 +211,8 @@ def _output(result: JoinOutput, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def _stats_row(schema: pa.Schema, stats: dict) -> pa.Table:
-    columns = [pa.array([json.dumps(stats)] if f.name == STATS_COLUMN else [None], f.type) for f in schema]
+def _stats_row(schema: pa.Schema, stats: PartStats) -> pa.Table:
+    columns = [pa.array([stats.to_json()] if f.name == STATS_COLUMN else [None], f.type) for f in schema]
     return pa.Table.from_arrays(columns, schema=schema)
 
 
@@ -246,7 +242,7 @@ class PartitionedJoin:
         return self.partitioner.assign(keys)
 
     def run(self, tagged: pa.Table, carried: CarriedRows, horizon: float, until: float,
-            drain: bool, max_pending: int | None = None, replayed: list | None = None) -> tuple[JoinOutput, dict]:
+            drain: bool, max_pending: int | None = None, replayed: list | None = None) -> tuple[JoinOutput, PartsStats]:
         """One slice over every part: ``tagged`` are the new tuples (already in ``carried``);
         ``max_pending``: the most the parts may hold together after it (each its share);
         ``replayed``: the version (and its time) the first attempt of this batch read."""
@@ -270,8 +266,8 @@ class PartitionedJoin:
             more_out, more = self._call(self._rows(tagged, carried, tokens), ranges, version, call, horizon, until, drain,
                                         None if max_pending is None else max_pending // self.parts)
             out += more_out
-            stats += [s for s in more if not s["lost"]]
-            lost = sorted(s["part"] for s in more if s["lost"])
+            stats += [s for s in more if not s.lost]
+            lost = sorted(s.part for s in more if s.lost)
             if not lost:
                 break
             tokens = {p: "" for p in lost}  # those workers do not hold the part's state: send each whole
@@ -280,9 +276,9 @@ class PartitionedJoin:
         self.calls += 1
         self.rebuild = set()
         result = JoinOutput.concat(out, self.schema)
-        summary = self._summary(stats, started)
-        if len(left_ids(result, self.one_row_per_match)) != summary["left"]:  # a tuple that left in two parts
-            summary["balanced"] = False
+        summary = PartsStats.merged(stats, self.parts, self.clock() - started, self.version_read_at)
+        if len(left_ids(result, self.one_row_per_match)) != summary.left:  # a tuple that left in two parts
+            summary.balanced = False
         return result, summary
 
     @staticmethod
@@ -308,7 +304,7 @@ class PartitionedJoin:
             for t in pieces[1:] if t is not None])
 
     def _call(self, rows: pa.Table, ranges: list, version: int, call: str, horizon: float, until: float,
-              drain: bool, max_pending: int | None) -> tuple[list[JoinOutput], list[dict]]:
+              drain: bool, max_pending: int | None) -> tuple[list[JoinOutput], list[PartStats]]:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         out_schema = pa.schema([pa.field(SEQ, pa.int64()), pa.field(REASON_CODE, pa.int8())] + list(self.schema)
@@ -319,24 +315,10 @@ class PartitionedJoin:
             from_arrow_schema(out_schema),
         ).toArrow()
         is_stats = pc.is_valid(result[STATS_COLUMN])
-        stats = [json.loads(s) for s in result.filter(is_stats)[STATS_COLUMN].to_pylist()]
+        stats = [PartStats.from_json(s) for s in result.filter(is_stats)[STATS_COLUMN].to_pylist()]
         data = result.filter(pc.invert(is_stats))
         matched = data.filter(pc.is_null(data[REASON_CODE]))
         unmatched = data.filter(pc.is_valid(data[REASON_CODE]))
         output = JoinOutput(matched[SEQ].to_numpy(), matched.select(self.schema.names),
                             unmatched[SEQ].to_numpy(), unmatched[REASON_CODE].to_numpy().astype(np.int8))
         return [output], stats
-
-    def _summary(self, stats: list[dict], started: float) -> dict:
-        total = {k: sum(s.get(k, 0) for s in stats) for k in
-                 ("disk_queries", "disk_rows", "fed", "left", "pending", "forced_steps", "structure_bytes", "structure_bytes_peak",
-                  "log_bytes")}
-        return {
-            **total,
-            "wall_s": self.clock() - started,
-            "master_version": max((s.get("master_version", 0) for s in stats), default=0),
-            "master_read_at": self.version_read_at,
-            "parts": len(stats),
-            "part_stats": [{k: s.get(k) for k in PART_STATS} for s in stats],  # where the time goes
-            "balanced": len(stats) == self.parts and all(s["balanced"] for s in stats),
-        }

@@ -26,6 +26,7 @@ import logging
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -33,17 +34,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core.errors import ConfigError, SemiJoinError, shown
+from ..core.errors import ConfigError, SemiJoinError
 from ..core.metrics import latency_ms
 from ..core.progress import ProgressRecord, write_line
 from ..core.stores import open_store
-from ..core.stores.sql import IDENTIFIER
 from .jobstats import BatchCounts, JobCounts, JobSummary
-from .joinstate import StateFiles, left_deadlines
-from .sinks import dead_letter_rows, open_sink
+from .joinstate import StateFiles, deadline_misses, with_deadlines, without_deadlines
+from .sinks import dead_letter_rows, open_sink, sink_class
 from .sources import CORRUPT_COLUMN, FILE_COLUMN, TICK_COLUMN, repair_utf8, stream_frame, tuple_ids, with_heartbeat
 from ..job.spec import JobSpec
 from .step import JoinStep
+from .stepstats import StepStats
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,22 @@ GAP_DECAY = 0.8  # the expected gap between batch ends forgets a slow batch at t
 DRAIN_WAIT_S = 120.0  # a stop waits this long for the draining micro-batch, then stops without it
 END_WAIT_S = 60.0  # after the draining micro-batch, the query is given this long to end on its own
 AHEAD_SWITCH_S = 0.0005  # the driver's GIL switch interval while steps work ahead (Python's default: 5 ms)
+
+
+@dataclass
+class BatchOutcome:
+    """What one micro-batch did, as its progress record reports it (:meth:`BatchProcessor._record`)."""
+
+    batch_id: int
+    input_rows: int  # the source's rows (heartbeats dropped)
+    matched: pa.Table  # the rows for the matched sink, still with their deadlines (:func:`.joinstate.with_deadlines`)
+    dead: pa.Table  # the rows for the dead letter, likewise
+    steps: list[StepStats]  # each join step's, in order
+    started: float
+    done: float
+    drained: str | None  # why the batch drained the steps (None: it did not)
+    cache_entries: int | None  # the first step's cache entries
+    cache_hit_ratio: float | None  # the first cache hit ratio of the batch
 
 
 class BatchProcessor:
@@ -138,7 +155,7 @@ class BatchProcessor:
         started = self.clock()
         batch, source_rows = self._source_rows(batch)
         drain = self._drain_now(batch, source_rows)
-        batch = self._prepare(batch)
+        batch = with_deadlines(self._prepare(batch), self.spec.deadline)
         n_in = batch.num_rows
         dead = []
         if CORRUPT_COLUMN in batch.column_names:
@@ -148,7 +165,6 @@ class BatchProcessor:
         share = STEP_SHARE * self.spec.trigger_interval_s / len(self.steps)
         horizon, until = started + DUE_SAFETY * self._gap, started + share
         rows, step_stats = batch, []
-        join_seconds = 0.0
         replayed = self.files.read_versions(batch_id)  # a replay reads the versions its first attempt read
         for i, step in enumerate(self.steps):
             step.restore(self.files, batch_id)
@@ -157,9 +173,8 @@ class BatchProcessor:
             until += share
             dead.append(result.dead)
             step_stats.append(result.stats)
-            join_seconds += result.stats["wall_s"]
             rows = result.passed
-        caches = self._cache_figures()
+        cache_entries, cache_hit_ratio = self._cache_figures()
         if drain is None:  # the cut: the state after this batch is fixed
             for step in self.steps:
                 step.refresh_if_due()
@@ -167,9 +182,9 @@ class BatchProcessor:
                     step.start_ahead()
         dead_rows = pa.concat_tables(dead, promote_options="default")
         if replayed is None:
-            self.files.write_versions(batch_id, [[st["master_version"], st.get("master_read_at")] for st in step_stats])
-        self.matched_sink.write(batch_id, rows)
-        self.dead_sink.write(batch_id, dead_rows)
+            self.files.write_versions(batch_id, [[st.join.master_version, st.join.master_read_at] for st in step_stats])
+        self.matched_sink.write(batch_id, without_deadlines(rows))
+        self.dead_sink.write(batch_id, without_deadlines(dead_rows))
         self.at_point("sinks", batch_id)
         for step, stats in zip(self.steps, step_stats):
             step.write_state(self.files, batch_id)
@@ -177,7 +192,8 @@ class BatchProcessor:
         self.at_point("state", batch_id)
         done = self.clock()
         self._gap = max(self.spec.trigger_interval_s, done - started, GAP_DECAY * self._gap)
-        record = self._record(batch_id, n_in, rows, dead_rows, step_stats, started, done, join_seconds, drain, caches)
+        record = self._record(BatchOutcome(batch_id, n_in, rows, dead_rows, step_stats, started, done, drain,
+                                           cache_entries, cache_hit_ratio))
         if drain is not None:
             self.drained = drain
         if self.print_progress:
@@ -222,60 +238,61 @@ class BatchProcessor:
         ratios = [r for r in (step.cache_hit_ratio_delta() for step in self.steps) if r is not None]
         return self.steps[0].algorithm.stats().get("cache_entries"), ratios[0] if ratios else None
 
-    def _record(self, batch_id, n_in, matched, dead, step_stats, started, done, join_seconds, drained,
-                caches) -> dict:
+    def _record(self, batch: BatchOutcome) -> dict:
+        """The batch's progress record; its counts go into the job's totals."""
+        matched, dead, steps, done = batch.matched, batch.dead, batch.steps, batch.done
         left = pa.concat_tables(
             [matched.select(["sj_id", "sj_arrival"]), dead.select(["sj_id", "sj_arrival"])], promote_options="default"
         )
         arrival = left["sj_arrival"].to_numpy() if left.num_rows else np.zeros(0)
         latency = latency_ms(np.maximum(done - arrival, 0.0))
-        deadlines = left_deadlines(self.spec.deadline, matched, dead)
-        misses = int(np.sum(done > deadlines)) if deadlines is not None else 0
+        misses = deadline_misses(done, matched, dead)
         reconnects, waited = self._reconnects()
-        batch = BatchCounts(input_rows=n_in, matched=self._tuples_of(matched), unmatched=dead.num_rows,
-                            output_rows=matched.num_rows, deadline_misses=misses, reconnects=reconnects,
-                            reconnect_wait_s=waited)
+        counts = BatchCounts(input_rows=batch.input_rows, matched=self._tuples_of(matched), unmatched=dead.num_rows,
+                             output_rows=matched.num_rows, deadline_misses=misses, reconnects=reconnects,
+                             reconnect_wait_s=waited)
         total = self.counts
-        total.add(batch)
-        queue_bytes = int(sum(st["queue_bytes"] for st in step_stats))
+        total.add(counts)
+        joins = [st.join for st in steps]
+        join_seconds = sum(j.wall_s for j in joins)
         record = ProgressRecord(
             algorithm="+".join(step.algorithm.name for step in self.steps),
-            batch_id=batch_id,
+            batch_id=batch.batch_id,
             time=done,
-            input_rows=batch.input_rows,
-            matched=batch.matched,
-            unmatched=batch.unmatched,
-            output_rows=batch.output_rows,
-            service_rate_tps=round(n_in / join_seconds, 1) if join_seconds > 0 else None,
-            batch_duration_s=round(done - started, 6),
-            ahead_s=round(sum(st.get("ahead_s", 0.0) for st in step_stats), 6),
-            ahead_bytes=int(sum(st.get("ahead_bytes", 0) for st in step_stats)),
-            queue_tuples=sum(st["held_for_retry"] + st["carried"] for st in step_stats),
-            peak_queue_tuples=max((st["pending"] + st["left"] for st in step_stats), default=0),
-            queue_bytes=queue_bytes,
-            carried_file_bytes=int(sum(st.get("carried_file_bytes", 0) for st in step_stats)),
-            drained=drained,
-            cache_entries=caches[0],
-            cache_hit_ratio=caches[1],
-            disk_queries=int(sum(st["disk_queries"] for st in step_stats)),
-            disk_rows=int(sum(st["disk_rows"] for st in step_stats)),
+            input_rows=counts.input_rows,
+            matched=counts.matched,
+            unmatched=counts.unmatched,
+            output_rows=counts.output_rows,
+            service_rate_tps=round(batch.input_rows / join_seconds, 1) if join_seconds > 0 else None,
+            batch_duration_s=round(done - batch.started, 6),
+            ahead_s=round(sum(j.ahead_s for j in joins), 6),
+            ahead_bytes=int(sum(j.ahead_bytes for j in joins)),
+            queue_tuples=sum(st.held_for_retry + st.carried for st in steps),
+            peak_queue_tuples=max((j.pending + j.left for j in joins), default=0),
+            queue_bytes=int(sum(st.queue_bytes for st in steps)),
+            carried_file_bytes=int(sum(st.carried_file_bytes for st in steps)),
+            drained=batch.drained,
+            cache_entries=batch.cache_entries,
+            cache_hit_ratio=batch.cache_hit_ratio,
+            disk_queries=int(sum(j.disk_queries for j in joins)),
+            disk_rows=int(sum(j.disk_rows for j in joins)),
             latency_ms_p50=latency["p50"],
             latency_ms_p99=latency["p99"],
-            deadline_misses=batch.deadline_misses,
-            memory_bytes=int(sum(st["structure_bytes"] for st in step_stats)),
-            structure_bytes_peak=int(sum(st["structure_bytes_peak"] for st in step_stats)),
-            memory_budget_bytes=int(sum(st["memory_budget_bytes"] for st in step_stats)),
-            memory_peak_bytes=int(sum(st["memory_peak_bytes"] for st in step_stats)),
+            deadline_misses=counts.deadline_misses,
+            memory_bytes=int(sum(j.structure_bytes for j in joins)),
+            structure_bytes_peak=int(sum(j.structure_bytes_peak for j in joins)),
+            memory_budget_bytes=int(sum(st.memory_budget_bytes for st in steps)),
+            memory_peak_bytes=int(sum(st.memory_peak_bytes for st in steps)),
             unmatched_by_reason=_count(dead["reason"]) if dead.num_rows else {},
             total_input_rows=total.input_rows,
             total_matched=total.matched,
             total_unmatched=total.unmatched,
             total_deadline_misses=total.deadline_misses,
-            master_versions=[st["master_version"] for st in step_stats],
-            master_staleness_s=[None if st.get("master_read_at") is None else round(max(done - st["master_read_at"], 0.0), 3)
-                                for st in step_stats],
-            reconnects=batch.reconnects,
-            reconnect_wait_s=round(batch.reconnect_wait_s, 3),
+            master_versions=[j.master_version for j in joins],
+            master_staleness_s=[None if j.master_read_at is None else round(max(done - j.master_read_at, 0.0), 3)
+                                for j in joins],
+            reconnects=counts.reconnects,
+            reconnect_wait_s=round(counts.reconnect_wait_s, 3),
             total_reconnects=total.reconnects,
             total_reconnect_wait_s=round(total.reconnect_wait_s, 3),
         ).to_dict()
@@ -340,27 +357,14 @@ def check_job(spec: JobSpec) -> None:
                 raise ConfigError(f"steps[{i}].unknown_member: {unknown[0]!r} is not a selected master column ({select})")
     for name in ("matched", "dead_letter"):
         target = getattr(spec.sinks, name)
-        if target.kind == "table":
-            from ..core.stores.sql import DatabaseURL
-
-            try:
-                DatabaseURL.parse(target.url).connect().close()
-            except ConfigError as exc:
-                raise ConfigError(f"sinks.{name}: {exc}") from None
+        sink_class(target).check_ready(target, f"sinks.{name}")
 
 
-def check_table_sink_columns(spec: JobSpec, columns: list[str]) -> None:
-    """A table sink quotes the stream's column names as SQL identifiers: a name it cannot hold
-    (``amount; DROP TABLE r`` in a CSV header) fails here, before the query starts, not in the
-    first micro-batch. The dead letter has a fixed schema of its own."""
-    if spec.sinks.matched.kind != "table":
-        return
-    for column in columns:
-        if column not in (FILE_COLUMN, CORRUPT_COLUMN) and not IDENTIFIER.match(column):
-            raise ConfigError(
-                f"sinks.matched: stream column {shown(column)} is not a valid identifier for a table sink "
-                "(expected letters, digits and _, at most 64 characters; rename it in the source)"
-            )
+def check_sink_columns(spec: JobSpec, columns: list[str]) -> None:
+    """The matched sink can hold the stream's columns (:meth:`.sinks.Sink.check_columns`), checked
+    before the query starts; the dead letter has a fixed schema of its own."""
+    kept = [c for c in columns if c not in (FILE_COLUMN, CORRUPT_COLUMN)]  # (dropped before the sinks)
+    sink_class(spec.sinks.matched).check_columns(kept, "sinks.matched")
 
 
 def _source_columns(spec: JobSpec) -> set[str] | None:
@@ -389,7 +393,7 @@ def run_job(
 
     spark = spark or get_spark()
     frame = stream_frame(spark, spec.source, spec.arrival_column)
-    check_table_sink_columns(spec, frame.columns)
+    check_sink_columns(spec, frame.columns)
     columns = set(frame.columns)  # known now for every source (an inferred schema, a Spark source's)
     first = spec.steps[0].column
     if first not in columns:

@@ -21,14 +21,17 @@ import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..core.errors import ConfigError, shown
 from ..core.stores.reconnect import StoreUnavailable, TransactionLost
-from ..core.stores.sql import MYSQL, DatabaseURL, dialect_of, mysql_key_collation
+from ..core.stores.sql import IDENTIFIER, MYSQL, DatabaseURL, dialect_of, mysql_key_collation
+from ..job.sources import file_dataset, table_dataset
 from ..job.spec import SINK_INDEX_SUFFIX, TargetSpec
+from .joinstate import DEADLINE
 
 BATCH_COLUMN = "sj_batch"
 # Rows per file of a Parquet sink's batch folder; the files are written on as many threads: one
@@ -41,11 +44,12 @@ DEAD_LETTER_SCHEMA = pa.schema(
 
 
 def dead_letter_rows(rows: pa.Table, step: int, reasons) -> pa.Table:
-    """``rows`` (any schema, with sj_id and sj_arrival) in the dead-letter schema."""
-    payload_columns = [c for c in rows.column_names if c not in ("sj_id", "sj_arrival")]
+    """``rows`` (any schema, with sj_id and sj_arrival) in the dead-letter schema; their deadlines
+    (:data:`.joinstate.DEADLINE`), if they carry them, stay a column of their own, outside ``row``."""
+    payload_columns = [c for c in rows.column_names if c not in ("sj_id", "sj_arrival", DEADLINE)]
     payload = rows.select(payload_columns).to_pylist()
     reason = reasons if isinstance(reasons, (pa.Array, pa.ChunkedArray)) else pa.array([reasons] * rows.num_rows, pa.string())
-    return pa.table(
+    dead = pa.table(
         {
             "sj_id": rows["sj_id"].cast(pa.string()),
             "step": pa.array([step] * rows.num_rows, pa.int32()),
@@ -55,6 +59,7 @@ def dead_letter_rows(rows: pa.Table, step: int, reasons) -> pa.Table:
         },
         schema=DEAD_LETTER_SCHEMA,
     )
+    return dead.append_column(DEADLINE, rows[DEADLINE]) if DEADLINE in rows.column_names else dead
 
 
 def dictionary_columns(schema: pa.Schema) -> list[str]:
@@ -66,10 +71,33 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
 
 
 class Sink:
+    """What every kind of sink has (one subclass per :attr:`..job.spec.TargetSpec.kind`, in
+    :data:`SINK_CLASSES`): how it is opened for a target, what it checks before the query starts,
+    and its idempotent :meth:`write` of a micro-batch."""
+
+    kind: ClassVar[str]
     reconnects = 0  # sessions to the sink's database reopened after a lost one
     reconnect_wait_s = 0.0
 
+    @classmethod
+    def for_target(cls, target: TargetSpec, retry_max_s: float | None) -> Sink:
+        raise NotImplementedError
+
+    @classmethod
+    def check_ready(cls, target: TargetSpec, name: str) -> None:
+        """Fail before the query starts, naming the sink (``sinks.matched``), if it cannot be written."""
+
+    @classmethod
+    def check_columns(cls, columns: list[str], name: str) -> None:
+        """Fail before the query starts if the sink cannot hold a column of the rows it gets."""
+
+    @classmethod
+    def dataset(cls, target: TargetSpec) -> tuple[str, str]:
+        """The sink as an OpenLineage dataset (namespace, name)."""
+        raise NotImplementedError
+
     def write(self, batch_id: int, rows: pa.Table) -> None:
+        """Write batch ``batch_id``'s ``rows``, replacing what an earlier attempt at it wrote."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -77,10 +105,22 @@ class Sink:
 
 
 class ParquetSink(Sink):
+    """Parquet files under a folder, one folder ``batch=<id>`` per micro-batch, renamed into place whole."""
+
+    kind = "parquet"
+
     def __init__(self, path: str, part_rows: int = PART_ROWS):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.part_rows = part_rows
+
+    @classmethod
+    def for_target(cls, target: TargetSpec, retry_max_s: float | None) -> ParquetSink:
+        return cls(target.path)
+
+    @classmethod
+    def dataset(cls, target: TargetSpec) -> tuple[str, str]:
+        return file_dataset(target.path)
 
     def write(self, batch_id: int, rows: pa.Table) -> None:
         final = self.path / f"batch={batch_id}"
@@ -109,6 +149,8 @@ class TableSink(Sink):
     took is done again whole; past the bound the write fails, and so the micro-batch, which
     Spark's checkpoint replays when the task is retried (it replaces what it wrote, so once)."""
 
+    kind = "table"
+
     def __init__(self, url: str, table: str, retry_max_s: float | None = None):
         self.connection = DatabaseURL.parse(url).connect(retry_max_s)
         if hasattr(self.connection, "on_reconnect"):
@@ -116,6 +158,33 @@ class TableSink(Sink):
         self.dialect = dialect_of(self.connection)
         self.table = table
         self._columns: list[str] | None = None
+
+    @classmethod
+    def for_target(cls, target: TargetSpec, retry_max_s: float | None) -> TableSink:
+        return cls(target.url, target.table, retry_max_s)
+
+    @classmethod
+    def check_ready(cls, target: TargetSpec, name: str) -> None:
+        """The database answers."""
+        try:
+            DatabaseURL.parse(target.url).connect().close()
+        except ConfigError as exc:
+            raise ConfigError(f"{name}: {exc}") from None
+
+    @classmethod
+    def check_columns(cls, columns: list[str], name: str) -> None:
+        """The rows' column names are quoted as SQL identifiers: a name the table cannot hold
+        (``amount; DROP TABLE r`` in a CSV header) fails here, not in the first micro-batch."""
+        for column in columns:
+            if not IDENTIFIER.match(column):
+                raise ConfigError(
+                    f"{name}: stream column {shown(column)} is not a valid identifier for a table sink "
+                    "(expected letters, digits and _, at most 64 characters; rename it in the source)"
+                )
+
+    @classmethod
+    def dataset(cls, target: TargetSpec) -> tuple[str, str]:
+        return table_dataset(target.url, target.table)
 
     def _create(self, schema: pa.Schema) -> None:
         d = self.dialect
@@ -201,8 +270,16 @@ def _sql_friendly(rows: pa.Table) -> pa.Table:
     return rows
 
 
+SINK_CLASSES: dict[str, type[Sink]] = {cls.kind: cls for cls in (ParquetSink, TableSink)}
+
+
+def sink_class(target: TargetSpec) -> type[Sink]:
+    """The class of the sink ``target`` names (its ``kind``)."""
+    return SINK_CLASSES[target.kind]
+
+
 def open_sink(target: TargetSpec, retry_max_s: float | None = None) -> Sink:
-    return ParquetSink(target.path) if target.kind == "parquet" else TableSink(target.url, target.table, retry_max_s)
+    return sink_class(target).for_target(target, retry_max_s)
 
 
 def read_parquet_batch(folder: Path, columns: list[str] | None = None) -> pa.Table:

@@ -26,9 +26,10 @@ from ..core.stores import SnapshotLost, open_store
 from ..core.stores.capture import changes_seen
 from .ahead import WorkAhead
 from .joinstate import (JOIN_COLUMNS, RETRY_SINCE, SEQ, SPILLED_ROW_BYTES, CarriedRows, StateFiles, due_times,
-                        session_from, slice_of)
+                        session_from, slice_of, with_deadlines)
 from .partitioned import PartitionedJoin
 from .sinks import dead_letter_rows
+from .stepstats import SliceStats, StepStats
 from ..job.spec import DeadlineSpec, StepSpec
 
 NOT_IN_MASTER = Unmatched.NOT_IN_MASTER.label
@@ -40,7 +41,7 @@ SNAPSHOT_ATTEMPTS = 50  # slices a lost session may restart (each time R moved m
 class StepResult:
     passed: pa.Table
     dead: pa.Table
-    stats: dict
+    stats: StepStats
 
 
 class JoinStep:
@@ -109,13 +110,12 @@ class JoinStep:
         files.write(self.index, batch_id, pa.concat_tables(parts, promote_options="default") if parts
                     else pa.table({SEQ: pa.array([], pa.int64())}))
 
-    def account(self, stats: dict) -> dict:
+    def account(self, stats: StepStats) -> StepStats:
         """The step's memory after its batch (the state written): the structures' peak, and the
         carried rows, the rows held for a retry and the session's log (``queue_bytes``)."""
-        queue_bytes = self.carried.nbytes + self._held_bytes() + stats.get("log_bytes", 0)
+        queue_bytes = self.carried.nbytes + self._held_bytes() + stats.join.log_bytes
         self._queue_peak = max(self._queue_peak, queue_bytes)
-        stats.update(queue_bytes=queue_bytes, carried_file_bytes=self.carried.mapped_bytes,
-                     memory_peak_bytes=stats["structure_bytes_peak"] + self._queue_peak)
+        stats.account(queue_bytes, self.carried.mapped_bytes, self._queue_peak)
         return stats
 
     def restore(self, files: StateFiles, batch_id: int) -> None:
@@ -157,37 +157,38 @@ class JoinStep:
         goes on: matched, or through the on-missing policy. ``replayed``: the version of R (and
         when it was the newest) the first attempt of this batch read; a replay reads it again."""
         retried = self.held.num_rows if self.held is not None else 0
+        rows = with_deadlines(rows, self.deadline)
         if self.spec.on_missing == "retry":
             rows = rows.append_column(RETRY_SINCE, pa.array(np.full(rows.num_rows, now)))
             if self.held is not None:
                 rows = pa.concat_tables([self.held, rows], promote_options="default")
             self.held = None
         before = self.carried.count
-        tagged = self.carried.add(rows, due_times(rows, self.spec.max_queue_time_s, self.deadline), self._parts(rows))
+        tagged = self.carried.add(rows, due_times(rows, self.spec.max_queue_time_s), self._parts(rows))
         if not self.sized and before == 0 and tagged.num_rows:  # nothing inside yet: the algorithm may be replaced
             self._size(self._row_bytes(tagged))
             self.session = JoinSession(self.algorithm, self.clock) if self.partitioned is None else None
         max_pending = self._max_pending(tagged)
         if self.partitioned is not None:
-            result, stats = self.partitioned.run(tagged, self.carried, horizon, until, drain, max_pending, replayed)
+            result, joined = self.partitioned.run(tagged, self.carried, horizon, until, drain, max_pending, replayed)
         else:
             with self._version_worked_ahead() if replayed is None else self.store.reading_at(*replayed):
-                result, stats = self._with_ahead(*self._slice(tagged, horizon, until, drain, max_pending))
-        if stats.get("master_read_at") is None and self.spec.refresh is not None:
-            stats["master_read_at"] = self.refreshed_at  # nothing cached is older than the last refresh
+                result, joined = self._with_ahead(*self._slice(tagged, horizon, until, drain, max_pending))
+        if joined.master_read_at is None and self.spec.refresh is not None:
+            joined.master_read_at = self.refreshed_at  # nothing cached is older than the last refresh
         matched, unmatched = self.carried.take(result, self.algorithm.schema)
-        if not stats["balanced"] or self.carried.count != before + rows.num_rows - stats["left"]:
-            raise RuntimeError(f"steps[{self.index}] ({self.algorithm.name}) broke exactly-once: {stats}")
+        if not joined.balanced or self.carried.count != before + rows.num_rows - joined.left:
+            raise RuntimeError(f"steps[{self.index}] ({self.algorithm.name}) broke exactly-once: {joined.to_dict()}")
         passed, dead, held_next = self._route(self._rename(matched), unmatched, now)
         self.held, self.after_batch = held_next, batch_id
         held = held_next.num_rows if held_next is not None else 0
-        going_on = stats["left"] - dead.num_rows - held  # tuples passed on (a 1:K match: K rows)
+        going_on = joined.left - dead.num_rows - held  # tuples passed on (a 1:K match: K rows)
         if going_on > passed.num_rows or (self.algorithm.one_row_per_match and going_on != passed.num_rows):
-            raise RuntimeError(f"steps[{self.index}]: {stats['left']} tuples left the join but {passed.num_rows} rows "
+            raise RuntimeError(f"steps[{self.index}]: {joined.left} tuples left the join but {passed.num_rows} rows "
                                f"went on, {dead.num_rows} to the dead letter and {held} wait for a retry")
-        stats.update(held_for_retry=held, retried=retried, carried=self.carried.count, passed_tuples=going_on,
-                     memory_budget_bytes=self.spec.memory_bytes, algorithm_memory_bytes=self.algorithm_memory)
-        return StepResult(passed, dead, stats)
+        return StepResult(passed, dead, StepStats(
+            joined, held_for_retry=held, retried=retried, carried=self.carried.count, passed_tuples=going_on,
+            memory_budget_bytes=self.spec.memory_bytes, algorithm_memory_bytes=self.algorithm_memory))
 
     # -- working ahead between micro-batches (:mod:`.ahead`) ----------------------------------------
     def refresh_if_due(self) -> None:
@@ -226,24 +227,21 @@ class JoinStep:
         changes installed since are seen from the next batch on."""
         if self._ahead_done is None or not self.store.has_change_log():
             return contextlib.nullcontext()
-        return self.store.reading_at(self._ahead_done[1]["master_version"], self._ahead_done[1]["master_read_at"])
+        figures = self._ahead_done[1]
+        return self.store.reading_at(figures.master_version, figures.master_read_at)
 
     def _rebuild(self, inside: pa.Table | None) -> None:
         """The algorithm anew (caches cold) in a session fed the carried rows ``inside``."""
         self.algorithm.restart()
         self.session = session_from(self.algorithm, self.spec.column, inside, self.clock)
 
-    def _with_ahead(self, result, stats: dict) -> tuple:
+    def _with_ahead(self, result: JoinOutput, stats: SliceStats) -> tuple[JoinOutput, SliceStats]:
         """The slice's output and figures with what was worked ahead before it."""
         done, self._ahead_done = self._ahead_done, None
         if done is None:
-            return result, {**stats, "ahead_s": 0.0, "ahead_bytes": 0}
+            return result, stats
         ahead, figures = done
-        stats = {**stats, "ahead_s": figures["wall_s"], "ahead_bytes": ahead.nbytes,
-                 "balanced": stats["balanced"] and figures["balanced"]}
-        for name in ("left", "disk_queries", "disk_rows", "invalidated"):
-            stats[name] += figures[name]
-        return JoinOutput.concat([ahead, result], self.algorithm.schema), stats
+        return JoinOutput.concat([ahead, result], self.algorithm.schema), stats.with_ahead(figures, ahead.nbytes)
 
     # -- the memory budget: structures + carried rows ------------------------------------------------
     def _size(self, row_bytes: float) -> None:

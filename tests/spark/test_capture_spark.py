@@ -461,7 +461,7 @@ def test_a_carried_tuple_whose_key_r_deleted_leaves_unmatched_from_a_rebuilt_ses
         session = session_from(create("hybridjoin", reopened, 1 << 20), "nk", carried)
         assert session.pending == 1
         out, stats = slice_of(session, "nk", carried.slice(0, 0), math.inf, 0.0, False)
-    assert stats["balanced"] and (stats["left"], stats["pending"]) == (2, 0)
+    assert stats.balanced and (stats.left, stats.pending) == (2, 0)
     assert out.matched_ids.tolist() == [1] and out.master["v"].to_pylist() == [1]
     assert out.unmatched_ids.tolist() == [0] and labels(out.unmatched_reason).tolist() == [NOT_IN_MASTER]
 

@@ -202,7 +202,7 @@ def test_a_part_rebuilt_from_rows_that_crossed_a_shuffle_takes_them_in_any_order
     assert session.pending == 300
     out, stats = slice_of(session, "nk", shuffled(300, 200), horizon=0.0, until=0.0, drain=True)
     left = np.concatenate([out.matched_ids, out.unmatched_ids])
-    assert sorted(left.tolist()) == list(range(500)) and stats["balanced"] and session.pending == 0
+    assert sorted(left.tolist()) == list(range(500)) and stats.balanced and session.pending == 0
 
 
 def test_records_count_tuples_not_rows_when_r_has_several_rows_per_key(tmp_path, sqlite_backend):
@@ -320,9 +320,9 @@ def test_between_slices_the_log_holds_one_entry_per_waiting_tuple(sqlite_backend
         rows = pa.table({"nk": rng.integers(1, 2001, n), SEQ: np.arange(first, first + n), DUE: np.full(n, np.inf)})
         first += n
         out, stats = slice_of(session, "nk", rows, horizon=0.0, until=0.0, drain=False)
-        left.append(stats["left"])
+        left.append(stats.left)
         assert session.pending > 0
-        assert stats["log_bytes"] == session.log_bytes
+        assert stats.log_bytes == session.log_bytes
         assert 17 * session.pending < session.log_bytes <= session.pending * LOG_BYTES_PER_TUPLE  # + the rank index
     assert left[0] == 0 < sum(left[1:])  # the pages read ahead in the first slice are joined in later ones
 
@@ -438,3 +438,48 @@ def test_the_driver_switches_threads_sooner_while_steps_work_ahead_and_restores_
     processor = BatchProcessor(spec, None, False, Clock())
     assert sys.getswitchinterval() == pytest.approx(before)
     processor.close()
+
+
+def test_a_deadline_rides_with_its_row_and_its_miss_is_counted_when_the_row_leaves(tmp_path, sqlite_backend):
+    """A column deadline (SSIJ sec. IV-F) is taken once, when the tuple enters, and carried with
+    its row - inside the join across batches, in the checkpoint's state - until the record counts
+    the rows leaving after it, matched and dead letter alike (the misses an oracle counts from
+    the sinks' rows and the record's time). Neither sink gets the carried column; the dead
+    letter's row holds the stream's own columns, as before."""
+    import json
+
+    from airflow_provider_semijoin.job.spec import DeadlineSpec
+    from airflow_provider_semijoin.spark.joinstate import DEADLINE
+    from airflow_provider_semijoin.spark.sinks import read_parquet_batch
+
+    store, spec = job(tmp_path, sqlite_backend, 1200)
+    spec.deadline = DeadlineSpec(column="due_at")
+    clock = Clock()
+
+    def due(tids: np.ndarray) -> np.ndarray:  # odd ids: due at once (some passed already); even ids: after the next jump
+        return np.where(tids % 2 == 1, 1000.0 + 0.002 * (tids % 13), 1000.5 + 0.3 * (tids % 4))
+
+    processor = BatchProcessor(spec, None, False, clock)
+    records = []
+    try:
+        for batch_id, start in enumerate(range(0, 1200, 300)):
+            rows = rows_of(spec, start, start + 300, 1000.0)
+            records.append(processor.process(rows.append_column("due_at", pa.array(due(rows["tid"].to_numpy()))), batch_id))
+            if batch_id == 0:
+                state = StateFiles(tmp_path / "checkpoint" / "sj_state", 10).read(0, 1)[1]
+                assert state.num_rows > 0 and np.array_equal(state[DEADLINE].to_numpy(), due(state["tid"].to_numpy()))
+            clock.now += 0.5
+    finally:
+        processor.close()
+    expected = []
+    for batch_id, record in enumerate(records):
+        matched = read_parquet_batch(tmp_path / "matched" / f"batch={batch_id}")
+        dead = read_parquet_batch(tmp_path / "dead" / f"batch={batch_id}")
+        assert DEADLINE not in matched.column_names and DEADLINE not in dead.column_names
+        assert all(set(json.loads(row)) == {"tid", "nk", "qty", "amount", "due_at"} for row in dead["row"].to_pylist())
+        left = np.concatenate([matched["tid"].to_numpy(), np.array([int(i) for i in dead["sj_id"].to_pylist()], np.int64)])
+        expected.append(int(np.sum(record["time"] > due(left))))
+    assert [r["deadline_misses"] for r in records] == expected
+    assert 0 < sum(expected[1:]) and sum(expected) < 1200  # carried rows missed theirs in later batches, not every row
+    assert records[-1]["drained"] == "end_of_input"
+    assert_sinks_equal_oracle(store, spec)
