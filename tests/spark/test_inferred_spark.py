@@ -1,0 +1,170 @@
+"""``on_missing: inferred_member`` through Spark, on SQLite and MariaDB, with R's writes captured
+(triggers): facts whose product the dimension lacks get a placeholder row each - exactly one per
+key, through a SIGKILL between the placeholders' commit and the batch's commit and the replay -
+and carry its surrogate key; the dimension's later load UPDATEs the placeholders in place and a
+join after it finds the same keys, now real, inserting nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import kill_driver
+from spark_jobs import driver_summary, generator_job
+
+from airflow_provider_semijoin.core.stores.inferred import InferredMembers
+from airflow_provider_semijoin.job.spec import JobSpec
+from airflow_provider_semijoin.spark.runner import run_job
+from airflow_provider_semijoin.spark.sinks import read_parquet_batch, read_parquet_sink
+from airflow_provider_semijoin.workloads.zipf import zipf_rows
+
+MASTER_ROWS = 400  # R holds the odd keys 1 .. 799; the stream's missing keys are even
+
+
+def make_dimension(backend) -> str:
+    """dim_product: surrogate key sk (auto-increment), natural key nk (unique), name, the flag."""
+    table = backend.table_name()
+    q = backend.quote(table)
+    if backend.name == "mysql":
+        backend.execute(f"CREATE TABLE {q} (sk BIGINT AUTO_INCREMENT PRIMARY KEY, nk BIGINT NOT NULL, "
+                        "name VARCHAR(40) NOT NULL, inferred TINYINT NOT NULL DEFAULT 0, UNIQUE KEY (nk)) ENGINE=InnoDB")
+    else:
+        backend.execute(f"CREATE TABLE {q} (sk INTEGER PRIMARY KEY, nk BIGINT NOT NULL, name TEXT NOT NULL, "
+                        "inferred INTEGER NOT NULL DEFAULT 0)")
+        backend.execute(f"CREATE UNIQUE INDEX ux_{table} ON {q} (nk)")
+    p = "%s" if backend.name == "mysql" else "?"
+    cursor = backend.connection.cursor()
+    cursor.executemany(f"INSERT INTO {q} (sk, nk, name) VALUES ({p}, {p}, {p})",
+                       [(10_000 + i, 2 * i + 1, f"product {2 * i + 1}") for i in range(MASTER_ROWS)])
+    cursor.close()
+    if backend.name != "mysql":
+        backend.connection.commit()
+    return table
+
+
+def inferring_job(tmp_path, backend, table, folder: str, **source) -> JobSpec:
+    data = generator_job(tmp_path, backend.url, table, algorithm="hybridjoin", total_rows=2400,
+                         master_rows=MASTER_ROWS, missing=0.3, params={"page_rows": 32}).to_dict()
+    data["source"].update(rows_per_second=1e6, max_rows_per_batch=300, **source)  # a backlog: 8+ micro-batches
+    step = data["steps"][0]
+    step["master"]["select"] = ["sk", "name"]
+    step.update(on_missing="inferred_member", inferred_member={"defaults": {"name": "unknown"}},
+                master_static=False, change_capture="triggers")
+    data["sinks"] = {"matched": {"path": str(tmp_path / folder / "matched")},
+                     "dead_letter": {"path": str(tmp_path / folder / "dead")}}
+    data["checkpoint"] = str(tmp_path / folder / "checkpoint")
+    return JobSpec.from_dict(data)
+
+
+def dimension_rows(backend, table) -> dict:
+    """nk -> (sk, name, inferred); one row per natural key (the unique index says so too)."""
+    rows = backend.execute(f"SELECT nk, sk, name, inferred FROM {backend.quote(table)}")
+    assert max(Counter(r[0] for r in rows).values()) == 1
+    return {int(r[0]): (int(r[1]), r[2], int(r[3])) for r in rows}
+
+
+def assert_facts_carry_their_keys(spec: JobSpec, facts: pa.Table, dimension: dict, inferred: bool = True) -> None:
+    """Every generated tuple is one fact (none dead: no null key), with the surrogate key and name
+    of its natural key's row; the placeholders (``inferred``: still flagged) are exactly the
+    stream's missing keys."""
+    source = spec.source
+    stream = zipf_rows(0, source.total_rows, source.master_rows, missing=source.missing, seed=source.seed)
+    assert sorted(facts["tid"].to_pylist()) == stream["tid"].to_pylist()  # each tuple once
+    expected = dict(zip(stream["tid"].to_pylist(), stream["nk"].to_pylist()))
+    for tid, nk, sk, name in zip(*(facts[c].to_pylist() for c in ("tid", "nk", "sk", "name"))):
+        assert expected[tid] == nk and dimension[nk][:2] == (sk, name), (tid, nk, sk, name)
+    missing = {nk for nk in expected.values() if nk % 2 == 0}
+    assert missing and {nk for nk, row in dimension.items() if row[2] == 1} == (missing if inferred else set())
+    assert missing <= set(dimension)
+
+
+def start_driver(spec_file, *kill) -> subprocess.Popen:
+    program = [kill_driver.PATH, *kill] if kill else ["-m", "airflow_provider_semijoin.spark.driver"]
+    return subprocess.Popen([sys.executable, *program, "--spec", str(spec_file), "--master", "local[2]"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+                            env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+
+
+def finished(driver: subprocess.Popen, timeout: float) -> str:
+    try:
+        out, _ = driver.communicate(timeout=timeout)
+    finally:  # the driver's JVM is in its process group: never leave it behind
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    return out
+
+
+@pytest.mark.timeout(900)
+def test_a_sigkill_after_the_placeholders_commit_replays_to_the_same_keys_on_sqlite(tmp_path, sqlite_backend):
+    table = make_dimension(sqlite_backend)
+    spec = inferring_job(tmp_path, sqlite_backend, table, "run")
+    spec_file = tmp_path / "job.json"
+    spec_file.write_text(json.dumps(spec.to_dict()))
+    killed_at = 2
+    first = start_driver(spec_file, f"sinks:{killed_at}")  # the sinks written, the state and Spark's commit not
+    finished(first, 600)
+    assert first.returncode == -signal.SIGKILL
+    inferred_before = {nk: row[0] for nk, row in dimension_rows(sqlite_backend, table).items() if row[2] == 1}
+    batch_folder = Path(spec.sinks.matched.path) / f"batch={killed_at}"
+    first_attempt = read_parquet_batch(batch_folder)
+    assert inferred_before and first_attempt.num_rows  # placeholders committed, the batch's facts written once
+
+    out = finished(start_driver(spec_file), 600)
+    assert driver_summary(out)["stopped_by"] == "end_of_input", out[-2000:]
+    dimension = dimension_rows(sqlite_backend, table)
+    assert all(dimension[nk][0] == sk for nk, sk in inferred_before.items())  # no second placeholder, same key
+    replayed = read_parquet_batch(batch_folder)
+    assert sorted(zip(replayed["tid"].to_pylist(), replayed["sk"].to_pylist())) == sorted(
+        zip(first_attempt["tid"].to_pylist(), first_attempt["sk"].to_pylist()))
+    facts = read_parquet_sink(spec.sinks.matched.path)
+    assert read_parquet_sink(spec.sinks.dead_letter.path).num_rows == 0
+    assert_facts_carry_their_keys(spec, facts, dimension)
+
+
+@pytest.mark.mysql
+@pytest.mark.timeout(600)
+def test_the_real_load_updates_the_placeholders_and_a_later_join_finds_the_same_keys_on_mariadb(
+        spark, tmp_path, mysql_backend, monkeypatch):
+    """Also: a key is inferred once - the running join sees each placeholder through change
+    capture, so no later tuple of its key leaves unmatched to be inferred again (the real
+    transactions, watched: each call's keys asked and placeholders inserted)."""
+    table = make_dimension(mysql_backend)
+    spec = inferring_job(tmp_path, mysql_backend, table, "before")
+    calls = []
+    infer_once = InferredMembers._infer_once
+
+    def watched(members, values):
+        rows, inserted = infer_once(members, values)
+        calls.append((len(values), inserted))
+        return rows, inserted
+
+    monkeypatch.setattr(InferredMembers, "_infer_once", watched)
+    assert run_job(spec, spark=spark)["stopped_by"] == "end_of_input"
+    assert len(calls) > 3 and all(asked == inserted for asked, inserted in calls), calls
+    inferring_calls = len(calls)
+    dimension = dimension_rows(mysql_backend, table)
+    facts = read_parquet_sink(spec.sinks.matched.path)
+    assert read_parquet_sink(spec.sinks.dead_letter.path).num_rows == 0
+    assert_facts_carry_their_keys(spec, facts, dimension)
+    assert {row[1] for row in dimension.values() if row[2] == 1} == {"unknown"}
+
+    # the product feed lands: the load UPDATEs each placeholder in place (the key stays)
+    mysql_backend.execute(f"UPDATE {mysql_backend.quote(table)} SET name = CONCAT('product ', nk), inferred = 0 "
+                          "WHERE inferred = 1")
+    loaded = dimension_rows(mysql_backend, table)
+    assert all(loaded[nk][0] == dimension[nk][0] and loaded[nk][2] == 0 for nk in dimension)
+    again = inferring_job(tmp_path, mysql_backend, table, "after")  # the same stream again, a new query
+    assert run_job(again, spark=spark)["stopped_by"] == "end_of_input"
+    later = read_parquet_sink(again.sinks.matched.path)
+    assert dimension_rows(mysql_backend, table) == loaded  # nothing inferred: every key is real now
+    assert len(calls) == inferring_calls  # and no tuple of the second query left unmatched
+    assert_facts_carry_their_keys(again, later, loaded, inferred=False)
+    by_tid = dict(zip(facts["tid"].to_pylist(), facts["sk"].to_pylist()))
+    assert all(by_tid[tid] == sk for tid, sk in zip(later["tid"].to_pylist(), later["sk"].to_pylist()))
