@@ -2,7 +2,8 @@
 (triggers): facts whose product the dimension lacks get a placeholder row each - exactly one per
 key, through a SIGKILL between the placeholders' commit and the batch's commit and the replay -
 and carry its surrogate key; the dimension's later load UPDATEs the placeholders in place and a
-join after it finds the same keys, now real, inserting nothing."""
+join after it finds the same keys, now real, inserting nothing. With a grace period the real row
+is awaited first; a null key is never inferred."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from spark_jobs import driver_summary, generator_job
 
 from airflow_provider_semijoin.core.stores.inferred import InferredMembers
 from airflow_provider_semijoin.job.spec import JobSpec
-from airflow_provider_semijoin.spark.runner import run_job
+from airflow_provider_semijoin.spark.runner import BatchProcessor, run_job
 from airflow_provider_semijoin.spark.sinks import read_parquet_batch, read_parquet_sink
+from airflow_provider_semijoin.workloads.stream import generator_rows
 from airflow_provider_semijoin.workloads.zipf import zipf_rows
 
 MASTER_ROWS = 400  # R holds the odd keys 1 .. 799; the stream's missing keys are even
@@ -168,3 +170,58 @@ def test_the_real_load_updates_the_placeholders_and_a_later_join_finds_the_same_
     assert_facts_carry_their_keys(again, later, loaded, inferred=False)
     by_tid = dict(zip(facts["tid"].to_pylist(), facts["sk"].to_pylist()))
     assert all(by_tid[tid] == sk for tid, sk in zip(later["tid"].to_pylist(), later["sk"].to_pylist()))
+
+
+class Clock:
+    """Epoch seconds the test moves on between batches (each reading adds a millisecond)."""
+
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        self.now += 0.001
+        return self.now
+
+
+def test_with_a_grace_period_the_real_row_is_awaited_then_a_placeholder_inferred_and_null_keys_die(
+        tmp_path, sqlite_backend):
+    """``inferred_member`` with ``retry_grace_s`` (driven through the ``foreachBatch`` body, no
+    Spark): a missing key is held first, not inferred; one whose real row lands within the grace
+    joins it; past the grace the rest get a placeholder each; a null key goes to the dead letter."""
+    table = make_dimension(sqlite_backend)
+    spec = inferring_job(tmp_path, sqlite_backend, table, "grace")
+    spec.steps[0].retry_grace_s = 5.0
+    spec.stop.end_of_input = False
+    clock = Clock()
+    rows = generator_rows(spec.source.settings(), 0, 120)
+    keys = rows["nk"].to_pylist()
+    nulls = [i for i in range(0, 120, 17)]
+    rows = rows.set_column(rows.column_names.index("nk"), "nk",
+                           pa.array([None if i in nulls else k for i, k in enumerate(keys)], pa.int64()))
+    rows = rows.append_column("sj_arrival", pa.array([clock.now] * rows.num_rows))
+    processor = BatchProcessor(spec, None, False, clock)
+    try:
+        processor.process(rows, 0)
+        assert processor.steps[0].held is not None and processor.steps[0].held.num_rows
+        assert len(dimension_rows(sqlite_backend, table)) == MASTER_ROWS  # nothing inferred within the grace
+        missing = sorted({k for i, k in enumerate(keys) if i not in nulls and k % 2 == 0})
+        late = missing[0]
+        sqlite_backend.execute(f"INSERT INTO {sqlite_backend.quote(table)} (sk, nk, name) VALUES (1, ?, 'arrived')",
+                               (late,))
+        clock.now += 1.0
+        processor.process(rows.slice(0, 0), 1)
+        clock.now += 10.0  # past the grace
+        processor.request_drain("end_of_input")
+        processor.process(rows.slice(0, 0), 2)
+        assert processor.steps[0].held is None
+    finally:
+        processor.close()
+    dimension = dimension_rows(sqlite_backend, table)
+    assert {nk for nk, row in dimension.items() if row[2] == 1} == set(missing) - {late}
+    facts = read_parquet_sink(spec.sinks.matched.path)
+    dead = read_parquet_sink(spec.sinks.dead_letter.path)
+    assert sorted(int(i) for i in dead["sj_id"].to_pylist()) == nulls and set(dead["reason"].to_pylist()) == {"null_key"}
+    assert sorted(facts["tid"].to_pylist()) == [i for i in range(120) if i not in nulls]
+    for nk, sk, name in zip(*(facts[c].to_pylist() for c in ("nk", "sk", "name"))):
+        assert dimension[nk][:2] == (sk, name)
+    assert {name for nk, name in zip(facts["nk"].to_pylist(), facts["name"].to_pylist()) if nk == late} == {"arrived"}

@@ -38,7 +38,9 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import ConfigError, shown
 from .changes import writer_lock
@@ -162,6 +164,17 @@ class InferredMembers:
                               f"({exc.args[-1] if exc.args else exc}); expected a user who may write the table") from None
 
     # -- per micro-batch ------------------------------------------------------------------------
+    def can_hold(self, keys) -> pa.Array:
+        """Where a placeholder may be inferred for ``keys``: any integer key; a string key of at
+        most the bytes of R's longest key when the join started (the join holds string keys at
+        that width, and a captured insert of a longer one would stop it: such a tuple goes to the
+        dead letter, ``not_in_master``)."""
+        if self.store.key_type.kind != "str":
+            return pa.array(np.ones(len(keys), bool))
+        if not (pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type) or pa.types.is_binary(keys.type)):
+            return pa.array(np.zeros(len(keys), bool))  # no string: never R's key (bad_key)
+        return pc.fill_null(pc.less_equal(pc.binary_length(keys), self.store.key_type.width), False)
+
     def rows_of(self, keys: pa.Array) -> pa.Table:
         """R's rows for the distinct, non-null natural ``keys`` of a micro-batch's tuples that left the
         join unmatched (the key column, named as R names it, then the step's ``select``), placeholders
