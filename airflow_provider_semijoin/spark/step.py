@@ -340,11 +340,9 @@ class JoinStep:
         another writer inserted - all of the batch's keys in one transaction
         (:meth:`..core.stores.inferred.InferredMembers.rows_of`), joined back columnar."""
         keys = rows[self.spec.column]
-        found = self.inferred.rows_of(pc.unique(keys)) if rows.num_rows else None
-        at = pc.index_in(keys, value_set=found.column(0)) if found is not None else pa.array([], pa.int32())
-        if at.null_count:
-            lost = keys.filter(pc.is_null(at)).to_pylist()[:3]
-            raise RuntimeError(f"steps[{self.index}]: no row of R was read back for the inferred keys {lost}")
+        distinct = pc.unique(keys)
+        found = self.inferred.rows_of(distinct) if rows.num_rows else None
+        at = pc.index_in(keys, value_set=distinct)
         for i, column in enumerate(self.select):
             out = self.spec.rename.get(column, column)
             values = found.column(1 + i).take(at) if found is not None else pa.array([], schema.field(out).type)

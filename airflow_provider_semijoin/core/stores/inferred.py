@@ -18,6 +18,9 @@ reads R inside snapshots):
   lock of the table, :func:`.changes.writer_lock`; SQLite: ``BEGIN IMMEDIATE``), so two
   writers of one key make one placeholder, and a micro-batch replayed after a crash (its
   placeholders committed, the batch not) reads back the same keys instead of inserting again;
+* **keys as R compares them**: in a collation that folds case or pads (``utf8mb4_general_ci``,
+  SQLite's ``NOCASE``), spellings R calls equal are one key - one placeholder, spelled as the
+  first tuple spelled it, whose row every spelling gets;
 * **the surrogate key** comes from the table's own auto-increment (MySQL ``AUTO_INCREMENT``,
   SQLite's ``INTEGER PRIMARY KEY``) or, on MariaDB, from a configured ``sequence``
   (``NEXTVAL``) into the named ``surrogate_key`` column.
@@ -29,8 +32,7 @@ the join unmatched again and this reads back the same placeholder (never a secon
 Checked when the step starts (:meth:`InferredMembers.check`), each failure one sentence naming
 the field: the flag and default columns exist, every NOT NULL column without a default is
 given a value, the surrogate key is an auto-increment column among the step's ``select`` or a
-sequence is configured, the key is compared byte for byte (no case-folding collation), and the
-user may insert into the table.
+sequence is configured, and the user may insert into the table.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import ConfigError, shown
+from ..errors import ConfigError, StoreError, shown
 from .changes import writer_lock
 from .reconnect import TransactionLost
 from .sql import MYSQL, SQLITE, DatabaseURL, query_rows, write_transaction
@@ -100,10 +102,6 @@ class InferredMembers:
             if column not in names:
                 raise ConfigError(f"{where}.{field}: column {shown(column)} is not in table {store.table!r} "
                                   f"(columns: {names})")
-        if store.key_type.collation is not None:
-            raise ConfigError(f"{where}: the key {store.key!r} of {store.table!r} is compared in a collation "
-                              f"({store.key_type.collation.name}); expected a key compared byte for byte, so that "
-                              "a placeholder's key is the stream's")
         facts = self._column_facts()
         self._check_surrogate_key(facts)
         lacking = [name for name, (required, auto) in facts.items()
@@ -166,19 +164,35 @@ class InferredMembers:
     # -- per micro-batch ------------------------------------------------------------------------
     def can_hold(self, keys) -> pa.Array:
         """Where a placeholder may be inferred for ``keys``: any integer key; a string key of at
-        most the bytes of R's longest key when the join started (the join holds string keys at
-        that width, and a captured insert of a longer one would stop it: such a tuple goes to the
-        dead letter, ``not_in_master``)."""
-        if self.store.key_type.kind != "str":
+        most the bytes of R's longest key when the join started (in a collation: its sort key;
+        the join holds string keys at that width, and a captured insert of a longer one would
+        stop it: such a tuple goes to the dead letter, ``not_in_master``)."""
+        key_type = self.store.key_type
+        if key_type.kind != "str":
             return pa.array(np.ones(len(keys), bool))
         if not (pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type) or pa.types.is_binary(keys.type)):
             return pa.array(np.zeros(len(keys), bool))  # no string: never R's key (bad_key)
-        return pc.fill_null(pc.less_equal(pc.binary_length(keys), self.store.key_type.width), False)
+        if key_type.collation is None:
+            return pc.fill_null(pc.less_equal(pc.binary_length(keys), key_type.width), False)
+        texts = keys.to_pylist()
+        given = [t for t in texts if t is not None]
+        widths = iter(len(k) for k in self._compared(given))
+        return pa.array([t is not None and next(widths) <= key_type.width for t in texts], pa.bool_())
+
+    def _compared(self, values: list) -> list:
+        """Keys as R compares them: a collation's sort keys (bytes), else UTF-8 bytes or integers."""
+        key_type = self.store.key_type
+        if key_type.collation is not None:
+            return [k.encode("utf-8") if isinstance(k, str) else bytes(k) for k in key_type.collation.sort_keys(values)]
+        if key_type.kind == "str":
+            return [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in values]
+        return [int(v) for v in values]
 
     def rows_of(self, keys: pa.Array) -> pa.Table:
-        """R's rows for the distinct, non-null natural ``keys`` of a micro-batch's tuples that left the
-        join unmatched (the key column, named as R names it, then the step's ``select``), placeholders
-        inserted for the keys R lacks, all in one transaction (see the module)."""
+        """R's row for each of the distinct, non-null natural ``keys`` of a micro-batch's tuples that
+        left the join unmatched, aligned with them (the key as R spells it, named as R names it,
+        then the step's ``select``), placeholders inserted for the keys R lacks, all in one
+        transaction (see the module)."""
         values = keys.to_pylist()
         for attempt in range(ATTEMPTS):
             try:
@@ -192,6 +206,12 @@ class InferredMembers:
                     raise
         self.inserted += inserted
         store = self.store
+        found = dict(zip(self._compared([row[0] for row in rows]), rows))
+        compared = self._compared(values)
+        lost = [v for k, v in zip(compared, values) if k not in found]
+        if lost:  # every key has its row, R's or its placeholder, unless the database compares otherwise
+            raise StoreError(f"{self.where}: {store.table!r} returned no row for the inferred keys {lost[:3]}")
+        rows = [found[k] for k in compared]
         columns = list(zip(*rows)) if rows else [()] * (1 + len(store.select))
         arrays = [pa.array(columns[0], keys.type)]
         arrays += [pa.array(column, field.type) for column, field in zip(columns[1:], store.schema)]
@@ -203,22 +223,28 @@ class InferredMembers:
         try:
             with writer_lock(self.connection, cursor, store.table, "inferred_member"), \
                     write_transaction(self.connection, cursor):
-                present = {row[0] for row in self._rows(cursor, store.quoted_key, values)}
-                new = [v for v in values if v not in present]
+                present = set(self._compared([row[0] for row in self._rows(cursor, store.quoted_key, values)]))
+                new: dict = {}
+                for key, value in zip(self._compared(values), values):
+                    if key not in present:
+                        new.setdefault(key, value)  # spellings R calls equal: one placeholder, the first's
                 if new:
-                    cursor.executemany(self._insert_sql, [(v, *self._row_values) for v in new])
+                    cursor.executemany(self._insert_sql, [(v, *self._row_values) for v in new.values()])
                 columns = ", ".join([store.quoted_key, *(d.quote(c) for c in store.select)])
                 return self._rows(cursor, columns, values), len(new)
         finally:
             cursor.close()
 
     def _rows(self, cursor, columns: str, values: list) -> list[tuple]:
-        """``SELECT columns`` of R's rows with these keys, in key order per chunk of keys."""
+        """``SELECT columns`` of R's rows with these keys as R compares them (SQLite: in the key
+        index's collation, which may not be the column's), in key order per chunk of keys."""
         store, d = self.store, self.store.dialect
+        collation = store.key_type.collation
+        key = f"{store.quoted_key} COLLATE {collation.name}" if collation is not None and d is SQLITE else store.quoted_key
         found = []
         for at in range(0, len(values), KEYS_PER_QUERY):
             part = values[at:at + KEYS_PER_QUERY]
-            cursor.execute(f"SELECT {columns} FROM {store.quoted_table} WHERE {store.quoted_key} IN "
+            cursor.execute(f"SELECT {columns} FROM {store.quoted_table} WHERE {key} IN "
                            f"({d.placeholders(len(part))}) ORDER BY {store.quoted_key}", tuple(part))
             found.extend(cursor.fetchall() or [])
         return found
