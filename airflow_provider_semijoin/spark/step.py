@@ -316,8 +316,8 @@ class JoinStep:
             passed_parts.append(self._unknown_member(members, matched.schema))
             unmatched = unmatched.filter(pc.invert(fill))
         elif policy == "inferred_member":  # a null or bad key is never inferred: dead letter
-            held = self.inferred.can_hold(unmatched[self.spec.column])
-            infer = pc.and_kleene(pc.equal(unmatched["reason"], NOT_IN_MASTER), held)
+            fits = self.inferred.can_hold(unmatched[self.spec.column])
+            infer = pc.and_kleene(pc.equal(unmatched["reason"], NOT_IN_MASTER), fits)
             members = unmatched.filter(infer).drop_columns(["reason"])
             passed_parts.append(self._inferred_member(members, passed_parts[0].schema))
             unmatched = unmatched.filter(pc.invert(infer))

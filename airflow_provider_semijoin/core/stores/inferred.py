@@ -206,7 +206,9 @@ class InferredMembers:
                     raise
         self.inserted += inserted
         store = self.store
-        found = dict(zip(self._compared([row[0] for row in rows]), rows))
+        found: dict = {}
+        for key, row in zip(self._compared([row[0] for row in rows]), rows):
+            found.setdefault(key, row)  # a key of several rows (1:K): its first
         compared = self._compared(values)
         lost = [v for k, v in zip(compared, values) if k not in found]
         if lost:  # every key has its row, R's or its placeholder, unless the database compares otherwise
