@@ -117,6 +117,13 @@ def test_a_sigkill_after_the_placeholders_commit_replays_to_the_same_keys_on_sql
     batch_folder = Path(spec.sinks.matched.path) / f"batch={killed_at}"
     first_attempt = read_parquet_batch(batch_folder)
     assert inferred_before and first_attempt.num_rows  # placeholders committed, the batch's facts written once
+    stream = zipf_rows(0, spec.source.total_rows, spec.source.master_rows, missing=spec.source.missing,
+                       seed=spec.source.seed)
+    first_seen: dict = {}
+    for tid, nk in zip(stream["tid"].to_pylist(), stream["nk"].to_pylist()):
+        first_seen.setdefault(nk, tid)
+    in_batch = set(first_attempt["tid"].to_pylist())
+    assert any(first_seen[nk] in in_batch for nk in inferred_before)  # the killed batch inserted some itself
 
     out = finished(start_driver(spec_file), 600)
     assert driver_summary(out)["stopped_by"] == "end_of_input", out[-2000:]
@@ -128,6 +135,13 @@ def test_a_sigkill_after_the_placeholders_commit_replays_to_the_same_keys_on_sql
     facts = read_parquet_sink(spec.sinks.matched.path)
     assert read_parquet_sink(spec.sinks.dead_letter.path).num_rows == 0
     assert_facts_carry_their_keys(spec, facts, dimension)
+    # the product feed lands: the load UPDATEs each placeholder in place, and every fact's key stays valid
+    sqlite_backend.execute(f"UPDATE {sqlite_backend.quote(table)} SET name = 'product ' || nk, inferred = 0 "
+                           "WHERE inferred = 1")
+    loaded = dimension_rows(sqlite_backend, table)
+    assert {nk: row[0] for nk, row in loaded.items()} == {nk: row[0] for nk, row in dimension.items()}
+    by_sk = {row[0]: (nk, row[2]) for nk, row in loaded.items()}
+    assert all(by_sk[sk] == (nk, 0) for sk, nk in zip(facts["sk"].to_pylist(), facts["nk"].to_pylist()))
 
 
 @pytest.mark.mysql
