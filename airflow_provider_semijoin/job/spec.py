@@ -22,11 +22,12 @@ from ..core.stores.sql import redact
 from ..core.units import parse_bytes
 from ..get_provider_info import CONFIG_OPTIONS
 from .checks import database_url, identifier, one_of, positive
+from .inferred import inferred_member_options
 from .sources import SourceSpec, source_fields
 
 SINK_KINDS = ("parquet", "table")
 SINK_INDEX_SUFFIX = "_batch"  # a table sink's index on its batch column: <table>_batch
-ON_MISSING = ("dead_letter", "unknown_member", "retry")
+ON_MISSING = ("dead_letter", "unknown_member", "retry", "inferred_member")
 CHANGE_CAPTURES = ("triggers", "binlog")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 # a field named like a [semijoin] option defaults to that option's default here, and to the
@@ -69,7 +70,11 @@ class StepSpec:
     on the dead-letter sink with its reason), ``unknown_member`` (it goes on with the values of
     ``unknown_member`` for R's columns, e.g. ``{"product_sk": -1}``), ``retry`` (it is joined
     again in later micro-batches for ``retry_grace_s`` seconds - the dimension row may arrive
-    late - and then goes to the dead-letter sink). ``rename`` maps R's columns to output names;
+    late - and then goes to the dead-letter sink), ``inferred_member`` (a placeholder row is
+    inserted into R for its natural key and the tuple goes on with that row's surrogate key,
+    Kimball's inferred member: :mod:`..core.stores.inferred`; options in ``inferred_member``,
+    :mod:`.inferred`; with ``retry_grace_s`` it first waits that long for the real row).
+    A null key never gets a placeholder: it goes to the dead-letter sink. ``rename`` maps R's columns to output names;
     ``drop_column`` removes the natural key from the output (surrogate-key replacement).
     ``max_queue_time_s``: the longest a tuple waits inside the join across micro-batches before
     it is forced out (its page loaded); None: no bound (it leaves when its page comes round, or
@@ -99,6 +104,7 @@ class StepSpec:
     change_capture: str | None = None
     master_static: bool = False
     refresh: dict | None = None
+    inferred_member: dict | None = None
 
     def __post_init__(self):
         identifier("column", self.column)
@@ -135,9 +141,11 @@ class StepSpec:
             if self.retry_grace_s is None:
                 raise SpecError("retry_grace_s: missing; expected the seconds a tuple waits for a late master row "
                                 "(on_missing 'retry')")
-            positive("retry_grace_s", self.retry_grace_s)
-        elif self.retry_grace_s is not None:
-            raise SpecError(f"retry_grace_s: given, but on_missing is {shown(self.on_missing)} (it needs 'retry')")
+        elif self.retry_grace_s is not None and self.on_missing != "inferred_member":
+            raise SpecError(f"retry_grace_s: given, but on_missing is {shown(self.on_missing)} "
+                            "(it needs 'retry' or 'inferred_member')")
+        positive("retry_grace_s", self.retry_grace_s, optional=True)
+        self.inferred_member = inferred_member_options(self.inferred_member, self.on_missing, self.master.key)
         if not isinstance(self.rename, dict):
             raise SpecError(f"rename: {shown(self.rename)} is not a mapping of master columns to output names")
         for old, new in self.rename.items():
@@ -155,6 +163,12 @@ class StepSpec:
     @property
     def memory_bytes(self) -> int:
         return parse_bytes(self.memory)
+
+    @property
+    def retries(self) -> bool:
+        """Tuples whose key R lacks are held for ``retry_grace_s`` (``retry``; ``inferred_member``
+        with a grace period: then a placeholder is inferred)."""
+        return self.on_missing == "retry" or (self.on_missing == "inferred_member" and self.retry_grace_s is not None)
 
     def describe(self) -> dict:
         data = _plain(self)

@@ -61,8 +61,9 @@ class SemiStreamJoinOperator(SemiJoinJobOperator):
     :param algorithm: a registry name (``semijoin algorithms`` lists them with their papers).
     :param algorithm_params: the algorithm's parameters (e.g. ``{"page_rows": 1000}``).
     :param memory: the algorithm's memory budget (``"50M"``; default ``[semijoin] memory``).
-    :param on_missing: ``dead_letter``, ``unknown_member`` (with ``unknown_member`` values) or
-        ``retry`` (for ``retry_grace_s`` seconds).
+    :param on_missing: ``dead_letter``, ``unknown_member`` (with ``unknown_member`` values),
+        ``retry`` (for ``retry_grace_s`` seconds) or ``inferred_member`` (a placeholder row in R,
+        options in ``inferred_member``: ``flag_column``, ``defaults``, ``sequence``, ``surrogate_key``).
     :param rename: R's columns -> output names; ``drop_column`` drops the natural key.
     :param max_queue_time_s: the longest a tuple waits inside the join (None: no bound).
 
@@ -73,7 +74,7 @@ class SemiStreamJoinOperator(SemiJoinJobOperator):
     template_fields = (
         *SemiJoinJobOperator.template_fields,
         "algorithm", "column", "master_table", "master_key", "select", "master_conn_id", "algorithm_params",
-        "memory", "source", "sinks", "unknown_member",
+        "memory", "source", "sinks", "unknown_member", "inferred_member",
     )
     template_fields_renderers = {"source": "json", "sinks": "json", "algorithm_params": "json"}
 

@@ -15,7 +15,7 @@ of a dimension table, through a semi-stream join::
           surrogate_key: product_sk
         algorithm: auto                      # or any registry name
         memory: 64M                          # default: [semijoin] memory
-        on_missing: unknown_member           # or dead_letter, or retry (+ retry_grace_s)
+        on_missing: unknown_member           # or dead_letter, retry (+ retry_grace_s), inferred_member
         unknown_member: -1
         max_queue_time_s: 5                  # and any other option of the job spec's step
     sinks:
@@ -123,7 +123,10 @@ class SurrogateKeyStep:
     ``on_missing``: ``unknown_member`` (the tuple goes on with the surrogate key
     ``unknown_member``, e.g. -1, the dimension's "unknown" row), ``dead_letter`` (it leaves on
     the dead-letter sink), ``retry`` (it waits ``retry_grace_s`` seconds for a late dimension
-    row, then dead letter). ``algorithm`` ``auto`` lets the cost model choose at run time,
+    row, then dead letter), ``inferred_member`` (a placeholder row is inserted into the dimension
+    for the natural key and the tuple gets its surrogate key; options in ``inferred_member``,
+    whose ``sequence`` fills the dimension's ``surrogate_key`` unless it names another column).
+    ``algorithm`` ``auto`` lets the cost model choose at run time,
     for a Zipf stream of exponent ``skew``. The other fields are the job spec step's options
     (``params``, ``memory``, ``retry_grace_s``, ``rename``, ``max_queue_time_s``, ...).
     """
@@ -153,12 +156,20 @@ class SurrogateKeyStep:
             rename = self.rename if isinstance(self.rename, dict) else {}
             unknown = {rename.get(self.dimension.surrogate_key, self.dimension.surrogate_key): self.unknown_member}
         options = {option.name: getattr(self, option.name) for option in STEP_OPTIONS if option.name not in WAREHOUSE_WORDS}
+        options["inferred_member"] = self._inferred_member()
         return step_dict(
             column=self.column, master_conn_id=self.dimension.conn_id, table=self.dimension.table,
             key=self.dimension.natural_key, select=self.dimension.select, connections=connections,
             options={**options, "algorithm": algorithm, "on_missing": self.on_missing, "unknown_member": unknown,
                      "drop_column": not self.keep_natural_key},
         )
+
+    def _inferred_member(self):
+        """``inferred_member`` with a ``sequence``: its ``surrogate_key`` defaults to the dimension's."""
+        given = self.inferred_member
+        if isinstance(given, dict) and given.get("sequence") is not None and "surrogate_key" not in given:
+            return {**given, "surrogate_key": self.dimension.surrogate_key}
+        return given
 
 
 @dataclass

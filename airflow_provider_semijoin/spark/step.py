@@ -5,7 +5,8 @@ algorithm for one bounded slice - in the driver through a :class:`~..core.sessio
 or over N parts in Spark tasks (:mod:`.partitioned`) - keeps the tuples still inside across
 micro-batches (:mod:`.joinstate`: the papers' queue, HYBRIDJOIN sec. 4.1, MESHJOIN sec. 3.1,
 SSIJ sec. IV-A) and routes what completed through its on-missing policy: matched rows go on,
-unmatched ones to the dead letter, to an unknown member, or are held for a retry.
+unmatched ones to the dead letter, to an unknown member, to an inferred member (a placeholder
+row inserted into R, :mod:`..core.stores.inferred`), or are held for a retry.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..core.reasons import Unmatched
 from ..core.session import LOG_BYTES_PER_TUPLE, JoinSession, sized_for_rows
 from ..core.stores import SnapshotLost, open_store
 from ..core.stores.capture import changes_seen
+from ..core.stores.inferred import InferredMembers
 from .ahead import WorkAhead
 from .joinstate import (JOIN_COLUMNS, RETRY_SINCE, SEQ, SPILLED_ROW_BYTES, CarriedRows, StateFiles, due_times,
                         session_from, slice_of, with_deadlines)
@@ -65,10 +67,15 @@ class JoinStep:
         self.clock = clock
         self.store = open_store(spec.master.url, spec.master.table, spec.master.key, spec.master.select,
                                 retry_max_s=retry_max_s)
+        self.follower = None
         try:
             self.follower = changes_seen(self.store, spec.change_capture, spec.master_static, spec.master.url,
                                          f"steps[{index}].master", refresh=spec.refresh is not None)
+            self.inferred = None if spec.on_missing != "inferred_member" else InferredMembers(
+                self.store, spec.master.url, spec.inferred_member, f"steps[{index}].inferred_member", retry_max_s)
         except BaseException:
+            if self.follower is not None:
+                self.follower.stop()
             self.store.close()
             raise
         self.algorithm = create(spec.algorithm, self.store, spec.memory_bytes, spec.params)
@@ -91,8 +98,8 @@ class JoinStep:
     @property
     def spills(self) -> bool:
         """The carried rows live in the mapped state file between batches (:meth:`CarriedRows.spill`);
-        not with ``on_missing: retry``, whose held rows share the file with another schema."""
-        return self.spec.on_missing != "retry"
+        not where tuples are held for a retry, whose held rows share the file with another schema."""
+        return not self.spec.retries
 
     def write_state(self, files: StateFiles, batch_id: int) -> None:
         """What the checkpoint keeps: the carried rows and the rows held for a retry (no sequence
@@ -158,7 +165,7 @@ class JoinStep:
         when it was the newest) the first attempt of this batch read; a replay reads it again."""
         retried = self.held.num_rows if self.held is not None else 0
         rows = with_deadlines(rows, self.deadline)
-        if self.spec.on_missing == "retry":
+        if self.spec.retries:
             rows = rows.append_column(RETRY_SINCE, pa.array(np.full(rows.num_rows, now)))
             if self.held is not None:
                 rows = pa.concat_tables([self.held, rows], promote_options="default")
@@ -298,23 +305,47 @@ class JoinStep:
         """The on-missing policy: (rows going on, dead-letter rows, rows held for a retry)."""
         policy = self.spec.on_missing
         passed_parts, held_next = [matched], None
+        if self.spec.retries:
+            held_next, unmatched = self._hold(unmatched, now)
+            passed_parts = [matched.drop_columns([RETRY_SINCE])]
         if policy == "unknown_member":
             fill = pc.is_in(unmatched["reason"], pa.array([NOT_IN_MASTER, NULL_KEY]))
             members = unmatched.filter(fill).drop_columns(["reason"])
             passed_parts.append(self._unknown_member(members, matched.schema))
             unmatched = unmatched.filter(pc.invert(fill))
-        elif policy == "retry":
-            waited = pc.subtract(now, unmatched[RETRY_SINCE])
-            keep = pc.and_(pc.equal(unmatched["reason"], NOT_IN_MASTER), pc.less(waited, self.spec.retry_grace_s))
-            held_next = unmatched.filter(keep).drop_columns(["reason"])
-            held_next = held_next if held_next.num_rows else None
-            unmatched = unmatched.filter(pc.invert(keep)).drop_columns([RETRY_SINCE])
-            passed_parts = [matched.drop_columns([RETRY_SINCE])]
+        elif policy == "inferred_member":  # a null or bad key is never inferred: dead letter
+            fits = self.inferred.can_hold(unmatched[self.spec.column])
+            infer = pc.and_kleene(pc.equal(unmatched["reason"], NOT_IN_MASTER), fits)
+            members = unmatched.filter(infer).drop_columns(["reason"])
+            passed_parts.append(self._inferred_member(members, passed_parts[0].schema))
+            unmatched = unmatched.filter(pc.invert(infer))
         dead = dead_letter_rows(unmatched.drop_columns(["reason"]), self.index, unmatched["reason"])
         passed = pa.concat_tables(passed_parts, promote_options="default")
         if self.spec.drop_column:
             passed = passed.drop_columns([self.spec.column])
         return passed, dead, held_next
+
+    def _hold(self, unmatched: pa.Table, now: float) -> tuple:
+        """(the tuples held for a retry: key not in R, waited less than ``retry_grace_s``; the rest)."""
+        waited = pc.subtract(now, unmatched[RETRY_SINCE])
+        keep = pc.and_(pc.equal(unmatched["reason"], NOT_IN_MASTER), pc.less(waited, self.spec.retry_grace_s))
+        held = unmatched.filter(keep).drop_columns(["reason"])
+        return (held if held.num_rows else None), unmatched.filter(pc.invert(keep)).drop_columns([RETRY_SINCE])
+
+    def _inferred_member(self, rows: pa.Table, schema: pa.Schema) -> pa.Table:
+        """``on_missing: inferred_member``: the tuples whose key R lacks, matched with R's row of
+        their key - the placeholder inserted for it, or the one an earlier attempt (a replay) or
+        another writer inserted - all of the batch's keys in one transaction
+        (:meth:`..core.stores.inferred.InferredMembers.rows_of`), joined back columnar."""
+        keys = rows[self.spec.column]
+        distinct = pc.unique(keys)
+        found = self.inferred.rows_of(distinct) if rows.num_rows else None
+        at = pc.index_in(keys, value_set=distinct)
+        for i, column in enumerate(self.select):
+            out = self.spec.rename.get(column, column)
+            values = found.column(1 + i).take(at) if found is not None else pa.array([], schema.field(out).type)
+            rows = rows.append_column(out, values.cast(schema.field(out).type))
+        return rows.select(schema.names)
 
     def _rename(self, matched: pa.Table) -> pa.Table:
         names = [self.spec.rename.get(n, n) if n in self.select else n for n in matched.column_names]
@@ -340,4 +371,6 @@ class JoinStep:
         self.ahead.stop()
         if self.follower is not None:
             self.follower.stop()
+        if self.inferred is not None:
+            self.inferred.close()
         self.store.close()

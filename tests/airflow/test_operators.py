@@ -191,7 +191,7 @@ def test_on_kill_stops_the_query(backend, master_db, tmp_path, make_dag, spark):
         ({"algorithm_params": {"pages": 3}}, r"^j: algorithm_params\.pages: not a parameter of hybridjoin \(parameters: \['page_rows', 'read_ahead', 'rider_repeats'\]\)$"),
         ({"memory": "lots"}, r"^j: memory: 'lots' is not a size"),
         ({"master_table": "dim product"}, r"^j: master_table: 'dim product' is not a valid identifier"),
-        ({"on_missing": "drop"}, r"^j: on_missing: 'drop' is not one of \['dead_letter', 'unknown_member', 'retry'\]$"),
+        ({"on_missing": "drop"}, r"^j: on_missing: 'drop' is not one of \['dead_letter', 'unknown_member', 'retry', 'inferred_member'\]$"),
         ({"source": {"kind": "files", "path": "/landing"}}, r"^j: source\.format: missing; expected one of \['parquet', 'csv', 'json'\]$"),
         ({"deadline_max_latency_s": -1}, r"^j: deadline_max_latency_s: -1 is not a positive number$"),
     ],

@@ -27,14 +27,20 @@ SOURCE = {"kind": "generator", "total_rows": 100}
 SINKS = {"matched": {"path": "/w/facts"}, "dead_letter": {"path": "/w/dead"}}
 
 # every field of StepSpec: a value other than its default, as the spec holds it; then as the
-# operator takes it and as a YAML step says it. Two walks: on_missing 'retry' and 'unknown_member'
-# (unknown_member and retry_grace_s exclude each other).
+# operator takes it and as a YAML step says it. Three walks: on_missing 'retry', 'unknown_member' and
+# 'inferred_member' (unknown_member, inferred_member and retry_grace_s exclude each other, but the last two).
 WALKS = {
     "unknown_member": {
         "on_missing": "unknown_member", "unknown_member": {"product_sk": -7}, "retry_grace_s": None,
-        "drop_column": True,
+        "drop_column": True, "inferred_member": None,
     },
-    "retry": {"on_missing": "retry", "unknown_member": None, "retry_grace_s": 45.0, "drop_column": False},
+    "retry": {"on_missing": "retry", "unknown_member": None, "retry_grace_s": 45.0, "drop_column": False,
+              "inferred_member": None},
+    "inferred_member": {
+        "on_missing": "inferred_member", "unknown_member": None, "retry_grace_s": 45.0, "drop_column": True,
+        "inferred_member": {"flag_column": "is_inferred", "defaults": {"category": "?"}, "sequence": "sk_seq",
+                            "surrogate_key": "sk"},
+    },
 }
 STEP = {
     "column": "product_code",

@@ -90,7 +90,7 @@ MALFORMED = [
     ({"steps": [{"column": "nk", "dimension": {"table": "d", "natural_key": "nk", "surrogate_key": "nk"}}]},
      "steps[0].dimension.surrogate_key: 'nk' is the natural key; expected the dimension's surrogate key column"),
     ({"steps": [{**BASE["steps"][0], "on_missing": "drop"}]},
-     "steps[0].on_missing: 'drop' is not one of ['dead_letter', 'unknown_member', 'retry']"),
+     "steps[0].on_missing: 'drop' is not one of ['dead_letter', 'unknown_member', 'retry', 'inferred_member']"),
     ({"steps": [{**BASE["steps"][0], "on_missing": "retry"}]},
      "steps[0].retry_grace_s: missing; expected the seconds a tuple waits for a late master row (on_missing 'retry')"),
     ({"steps": [{**BASE["steps"][0], "params": {"page_rows": 10}}]},
@@ -147,7 +147,7 @@ def test_factory_builds_a_dag_per_file_and_names_every_invalid_one(tmp_path):
     with pytest.raises(SpecError) as caught:
         dags_from_folder(tmp_path, namespace)
     assert str(caught.value).splitlines() == [
-        f"{tmp_path / 'other.yml'}: steps[1].on_missing: 'skip' is not one of ['dead_letter', 'unknown_member', 'retry']",
+        f"{tmp_path / 'other.yml'}: steps[1].on_missing: 'skip' is not one of ['dead_letter', 'unknown_member', 'retry', 'inferred_member']",
         f"{tmp_path / 'sales.yaml'}: dag_id: 'sales_keys' is already the DAG of copy.yaml; expected a DAG id of its own",
     ]
     dag = namespace["sales_keys"]
@@ -288,3 +288,19 @@ def test_an_operator_and_the_same_yaml_step_assemble_equal_specs(connections, tm
     assert from_operator == from_pipeline
     assert from_pipeline["steps"][0]["params"] == {"page_rows": 77}
     assert from_pipeline["sinks"]["dead_letter"]["path"] == str(tmp_path / "work" / "output" / "same" / JOIN_TASK / "dead_letter")
+
+
+def test_an_inferred_member_step_takes_the_dimensions_surrogate_key_for_its_sequence(tmp_path):
+    step = {**BASE["steps"][0], "on_missing": "inferred_member", "retry_grace_s": 30,
+            "inferred_member": {"defaults": {"name": "unknown"}, "sequence": "sk_seq"}}
+    import yaml
+
+    pipeline = load_pipeline(write(tmp_path, yaml.safe_dump({**BASE, "steps": [step]})))
+    (spec_step,) = pipeline.job_dict()["steps"]
+    assert (spec_step["on_missing"], spec_step["unknown_member"], spec_step["retry_grace_s"]) == ("inferred_member", None, 30)
+    assert spec_step["inferred_member"] == {"defaults": {"name": "unknown"}, "sequence": "sk_seq", "surrogate_key": "sk"}
+    bad = {**step, "inferred_member": {"flag_column": "in ferred"}}
+    path = write(tmp_path, yaml.safe_dump({**BASE, "steps": [bad]}), "bad.yaml")
+    with pytest.raises(SpecError, match=rf"^{re.escape(str(path))}: steps\[0\]\.inferred_member\.flag_column: "
+                                        r"'in ferred' is not a valid identifier"):
+        load_pipeline(path)

@@ -96,3 +96,47 @@ def test_a_source_of_each_kind_reads_and_writes_the_flat_form_of_earlier_spec_fi
     assert JobSpec.from_dict(spec.to_dict()) == spec
     short = JobSpec.from_dict({**BASE, "source": given})  # only its own fields: the same source
     assert short.source == spec.source
+
+
+def inferring(**options):
+    return lambda d: d["steps"][0].update(on_missing="inferred_member", **options)
+
+
+INFERRED_MALFORMED = [  # on_missing: inferred_member and its options (job/inferred.py)
+    (inferring(inferred_member={"flag": "x"}), r"^steps\[0\]\.inferred_member\.flag: not an option of inferred_member "
+                                               r"\(options: \['flag_column', 'defaults', 'sequence', 'surrogate_key'\]\)$"),
+    (inferring(inferred_member=["inferred"]), r"^steps\[0\]\.inferred_member: \['inferred'\] is not a mapping of "),
+    (inferring(inferred_member={"flag_column": "is inferred"}),
+     r"^steps\[0\]\.inferred_member\.flag_column: 'is inferred' is not a valid identifier"),
+    (inferring(inferred_member={"flag_column": "k"}),
+     r"^steps\[0\]\.inferred_member\.flag_column: 'k' is master\.key; expected a column of its own$"),
+    (inferring(inferred_member={"defaults": {"name": ["a"]}}),
+     r"^steps\[0\]\.inferred_member\.defaults\.name: \['a'\] is not a single value \(a string, number, true/false or null\)$"),
+    (inferring(inferred_member={"defaults": {"inferred": 0}}),
+     r"^steps\[0\]\.inferred_member\.defaults\.inferred: is the flag_column, which the placeholder sets itself$"),
+    (inferring(inferred_member={"defaults": {"k": 0}}),
+     r"^steps\[0\]\.inferred_member\.defaults\.k: is the master\.key, which the placeholder sets itself$"),
+    (inferring(inferred_member={"sequence": "s"}),
+     r"^steps\[0\]\.inferred_member\.sequence, surrogate_key: give both \(a MariaDB sequence and the column it fills\) "
+     r"or neither \(the table's auto-increment\)$"),
+    (inferring(retry_grace_s=-1), r"^steps\[0\]\.retry_grace_s: -1 is not a positive number$"),
+    (lambda d: d["steps"][0].update(inferred_member={}),
+     r"^steps\[0\]\.inferred_member: given, but on_missing is 'dead_letter' \(it needs 'inferred_member'\)$"),
+    (lambda d: d["steps"][0].update(on_missing="unknown_member", unknown_member={"sk": -1}, retry_grace_s=5),
+     r"^steps\[0\]\.retry_grace_s: given, but on_missing is 'unknown_member' \(it needs 'retry' or 'inferred_member'\)$"),
+]
+
+
+@pytest.mark.parametrize("change, message", INFERRED_MALFORMED, ids=[m[1][10:60] for m in INFERRED_MALFORMED])
+def test_malformed_inferred_member_options_name_the_field(change, message):
+    with pytest.raises(SpecError, match=message):
+        JobSpec.from_dict(spec_with(change))
+
+
+def test_inferred_member_options_are_kept_whole_and_retry_first_when_a_grace_period_is_given():
+    spec = JobSpec.from_dict(spec_with(inferring()))
+    (step,) = spec.steps
+    assert step.inferred_member == {"flag_column": "inferred", "defaults": {}, "sequence": None, "surrogate_key": None}
+    assert not step.retries and JobSpec.from_dict(spec.to_dict()) == spec
+    graced = JobSpec.from_dict(spec_with(inferring(retry_grace_s=30, inferred_member={"defaults": {"name": "?"}})))
+    assert graced.steps[0].retries and graced.steps[0].inferred_member["defaults"] == {"name": "?"}

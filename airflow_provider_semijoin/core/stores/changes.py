@@ -185,15 +185,16 @@ def pending_changes(conn_or_url, table: str) -> int:
 
 
 @contextlib.contextmanager
-def _install_lock(connection, cursor, table: str):
-    """MySQL: installs into one table take turns (each reads the last version and writes the
-    next); SQLite's BEGIN IMMEDIATE already serialises writers."""
+def writer_lock(connection, cursor, table: str, what: str = "install"):
+    """MySQL: the provider's writes into one table take turns - installs (each reads the last
+    version and writes the next) and inferred members (:mod:`.inferred`: each reads which keys
+    are missing and inserts them); SQLite's BEGIN IMMEDIATE already serialises writers."""
     if dialect_of(connection) is not MYSQL:
         yield
         return
     name = f"sj:{table}"
     if _execute(cursor, "SELECT GET_LOCK(%s, %s)", (name, LOCK_TIMEOUT_S))[0][0] != 1:
-        raise StoreError(f"install: another install into {table!r} held its lock for {LOCK_TIMEOUT_S} s")
+        raise StoreError(f"{what}: another writer of {table!r} held its lock for {LOCK_TIMEOUT_S} s")
     try:
         yield
     finally:
@@ -236,7 +237,7 @@ def install_changes(
         p = d.param
         cursor = connection.cursor()
         try:
-            with _install_lock(connection, cursor, table), write_transaction(connection, cursor):
+            with writer_lock(connection, cursor, table), write_transaction(connection, cursor):
                 if given is not None:
                     columns, rows = given
                     seqs = []
