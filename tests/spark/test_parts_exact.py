@@ -11,6 +11,9 @@ the oracle (:func:`..core.oracle.hash_join`, a plain hash join of each dimension
 
 from __future__ import annotations
 
+import json
+import signal
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,8 +26,11 @@ from airflow_provider_semijoin.core.oracle import hash_join
 from airflow_provider_semijoin.core.stores import store_for
 from airflow_provider_semijoin.job.spec import JobSpec
 from airflow_provider_semijoin.spark import partitioned
+from airflow_provider_semijoin.spark.partitioned import RangePartitioner
+from airflow_provider_semijoin.spark.joinstate import StateFiles
 from airflow_provider_semijoin.spark.runner import BatchProcessor
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
+from spark_jobs import run_driver
 
 UNKNOWN = -1  # the unknown member's surrogate key, on both steps
 GRACE_S = 2.5  # retry: how long a tuple whose product is unknown waits for it
@@ -205,6 +211,28 @@ def test_every_tuple_leaves_once_on_any_keys_at_any_partitions(tmp_path_factory,
         close_parts_held_here()
 
 
+def landing_folder(tmp_path, customers, products) -> list[pa.Table]:
+    """Six landing files of 700 tuples, the hot range moving from file to file (the cut points
+    follow): low in R for three files, then high."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    rng = np.random.default_rng(7)
+    streamed = [stream_batch(rng, 700 * day, 700, customers, products, hot, 0.0).drop_columns(["sj_arrival"])
+                for day, hot in enumerate([0.1, 0.2, 0.15, 0.9, 0.95, 0.5])]
+    for day, batch in enumerate(streamed):
+        pq.write_table(batch, landing / f"day{day}.parquet")
+    return streamed
+
+
+def assert_exact(backend, tables, spec: JobSpec, streamed: list[pa.Table]) -> None:
+    rows, dead = expected(backend, tables, pa.concat_tables(streamed))
+    got_rows, got_dead, n_out = sinks(spec)
+    assert n_out == sum(t.num_rows for t in streamed)  # each tuple once
+    assert got_rows == rows
+    assert got_dead == dead
+    assert {reason for _, reason in dead.values()} == {"not_in_master", "null_key", "bad_key"}
+
+
 @pytest.mark.parametrize("parts", [2, 4])
 @pytest.mark.parametrize("algorithms", [("cachejoin-pq", "ssij"), ("meshjoin", "hybridjoin-pq")])
 def test_the_surrogate_key_job_over_a_landing_folder_is_exact_at_partitions_n(spark, tmp_path, sqlite_backend, parts,
@@ -215,18 +243,28 @@ def test_the_surrogate_key_job_over_a_landing_folder_is_exact_at_partitions_n(sp
     from airflow_provider_semijoin.spark.runner import run_job
 
     customers, products, tables = dimensions(sqlite_backend, 7, 3000, 800)
-    landing = tmp_path / "landing"
-    landing.mkdir()
-    rng = np.random.default_rng(7)
-    streamed = [stream_batch(rng, 700 * day, 700, customers, products, hot, 0.0).drop_columns(["sj_arrival"])
-                for day, hot in enumerate([0.1, 0.9, 0.5, 0.05, 0.95, 0.3])]
-    for day, batch in enumerate(streamed):
-        pq.write_table(batch, landing / f"day{day}.parquet")
+    streamed = landing_folder(tmp_path, customers, products)
     spec = job(tmp_path, sqlite_backend.url, tables, algorithms, parts, (50, 20), retry=False, end_of_input=True)
     summary = run_job(spec, spark=spark)
-    rows, dead = expected(sqlite_backend, tables, pa.concat_tables(streamed))
-    got_rows, got_dead, n_out = sinks(spec)
-    assert summary["input_rows"] == n_out == 4200 and summary["batches"] >= 6
-    assert got_rows == rows
-    assert got_dead == dead
-    assert {reason for _, reason in dead.values()} == {"not_in_master", "null_key", "bad_key"}
+    assert summary["input_rows"] == 4200 and summary["batches"] >= 6
+    assert_exact(sqlite_backend, tables, spec, streamed)
+
+
+@pytest.mark.timeout(900)
+def test_the_job_restarted_after_a_kill_sends_the_carried_tuples_to_the_parts_of_its_own_cut_points(tmp_path, sqlite_backend):
+    """The driver killed once batch 3's state is written, before Spark commits it: the restarted
+    driver (its cut points start anew) replays batch 3 from the state after batch 2, whose
+    tuples were assigned to parts by the first driver's cuts, moved since by the hot range; a
+    tuple sent to the part of its old cut left not_in_master though its key is in R."""
+    customers, products, tables = dimensions(sqlite_backend, 7, 20_000, 800)  # 20 pages of the cut points
+    streamed = landing_folder(tmp_path, customers, products)
+    spec = job(tmp_path, sqlite_backend.url, tables, ("meshjoin", "hybridjoin-pq"), 2, (50, 20), retry=False,
+               end_of_input=True)
+    spec_file = tmp_path / "job.json"
+    spec_file.write_text(json.dumps(spec.to_dict()))
+    assert run_driver(spec_file, kill="state:3").returncode == -signal.SIGKILL
+    _, state = StateFiles(tmp_path / "checkpoint" / "sj_state", 10).read(0, 3)
+    fresh = RangePartitioner(store_for(sqlite_backend.connection, tables[0], "cust_nk"), 2, partitioned.CUT_PAGE_ROWS)
+    assert (fresh.part_of(state["cust_nk"]) != state["sj_part"].to_numpy()).any()  # the cuts had moved
+    assert run_driver(spec_file).returncode == 0
+    assert_exact(sqlite_backend, tables, spec, streamed)
