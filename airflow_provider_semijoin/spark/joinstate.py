@@ -281,12 +281,10 @@ def session_from(algorithm: JoinAlgorithm, column: str, rows: pa.Table | None, c
     """A session over a fresh ``algorithm`` fed with carried ``rows`` (in any order).
 
     A tuple whose key cannot be in R leaves unmatched with the next slice, with its reason, as
-    in :func:`slice_of` (:attr:`..core.session.JoinSession.settled`): a call that rebuilds a part
-    (:mod:`.partitioned`: every part's first call, one after the cut points moved, one on another
-    worker) sends this batch's new tuples with the carried ones, a null key among them; and a
-    store opened anew (a restart, a rebuilt part) holds string keys at the width of R's longest
-    key now, so a carried key longer than every key R has since its longest were deleted cannot
-    be in R any more."""
+    in :func:`slice_of` (:attr:`..core.session.JoinSession.settled`): a store opened anew (a
+    restart; a part rebuilt in another worker, :mod:`.partitioned`, whose driver routes a null or
+    bad key to no part) holds string keys at the width of R's longest key now, so a carried key
+    longer than every key R has since its longest were deleted cannot be in R any more."""
     session = JoinSession(algorithm, clock)
     if rows is not None and rows.num_rows:
         rows = in_seq_order(rows)

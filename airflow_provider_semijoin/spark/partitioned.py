@@ -2,14 +2,17 @@
 the algorithm, each running in a Spark task (``mapInArrow``) and reading only the pages of its
 own keys.
 
-The driver assigns every new tuple to a part by its key (:class:`RangePartitioner`): the cut
+The driver assigns every new tuple to a part by its key (:class:`RangePartitioner`; a key that
+cannot be in R, null or bad, to no part: it leaves at once on the driver with its reason): the cut
 points are page boundaries of R chosen so that each part receives about the same number of
 tuples, counted over the micro-batches seen so far (with decay), so a Zipf-hot range does not
 land on one instance together with half of R; the cuts move only when new ones would shrink the
 busiest part's load by :data:`REBALANCE`, since each part's store sees its own key range only
 (:meth:`..core.stores.base.MasterStore.restrict`: its page map, MESHJOIN's and SSIJ's cycles,
 its loads). When they move, every tuple still inside the join is assigned again by the new cut
-points and every part is rebuilt on its new range, so no part holds a tuple outside its range.
+points and every part is rebuilt on its new range, so no part holds a tuple outside its range;
+so are the tuples read back from the checkpoint (a restart, a replay), whose parts were those of
+the cut points when they were written.
 All parts of a micro-batch read R at the version the driver chose for it
 (:meth:`..core.stores.base.MasterStore.reading_at`), however late each task runs.
 
@@ -53,6 +56,8 @@ STATS_COLUMN = "sj_stats"
 DECAY = 0.8  # weight of the past micro-batches' key frequencies
 REBALANCE = 1.25  # re-cut when that shrinks the busiest part's share of the (decayed) tuples this much
 REBUILD_ATTEMPTS = 10  # calls that may find a part's state lost (each then sends the part whole)
+CUT_PAGE_ROWS = 1000  # distinct keys of R per page of the partitioner's map: the cut points' granularity
+OUTSIDE = -1  # the "part" of a tuple whose key cannot be in R (null, bad): no part gets it, it leaves at once
 
 _PARTS: dict[tuple[str, int], tuple[str, object]] = {}  # per Python worker: (step json, part) -> (token, session)
 
@@ -101,7 +106,9 @@ class RangePartitioner:
         ]
 
     def pages(self, keys: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-        """The page of each key, and which keys can be in R (null, bad: page 0)."""
+        """The page of each key, and which keys can be in R (null, bad: page 0). A key below
+        R's first page is on page 0, one above its last on the last page: :meth:`key_ranges`
+        gives the parts of those pages no bound there, so the part a key is routed to sees it."""
         normalized = normalize(keys, self.store.key_type)
         pages = np.zeros(len(normalized.valid), dtype=np.int64)
         if normalized.valid.any():
@@ -109,18 +116,20 @@ class RangePartitioner:
             pages[normalized.valid] = np.clip(found, 0, self.page_map.n_pages - 1)
         return pages, normalized.valid
 
+    def _parts_of(self, pages: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        return np.where(valid, np.searchsorted(self.cuts, pages, side="right"), OUTSIDE).astype(np.int32)
+
     def part_of(self, keys: pa.ChunkedArray) -> np.ndarray:
-        """The part of each key under the current cut points; a key that cannot be in R: part 0."""
-        return np.searchsorted(self.cuts, self.pages(keys)[0], side="right").astype(np.int32)
+        """The part of each key under the current cut points; a key that cannot be in R: :data:`OUTSIDE`."""
+        return self._parts_of(*self.pages(keys))
 
     def assign(self, keys: pa.ChunkedArray) -> np.ndarray:
         """The part of each tuple (the cut points may move first: :attr:`moved`); a key that
-        cannot be in R goes to part 0."""
+        cannot be in R: :data:`OUTSIDE`."""
         pages, valid = self.pages(keys)
         self._recut()
-        part = np.searchsorted(self.cuts, pages, side="right").astype(np.int32)
         self.frequency = DECAY * self.frequency + np.bincount(pages[valid], minlength=self.page_map.n_pages)
-        return part
+        return self._parts_of(pages, valid)
 
 
 def _part_session(step_json: str, part: int, memory: int, token: str, rows: pa.Table, key_range: tuple):
@@ -217,7 +226,9 @@ def _stats_row(schema: pa.Schema, stats: PartStats) -> pa.Table:
 
 
 class PartitionedJoin:
-    """Runs one join step's slice as N Spark tasks; returns what :func:`.joinstate.slice_of` returns."""
+    """Runs one join step's slice as N Spark tasks; returns what :func:`.joinstate.slice_of` returns.
+    ``spark`` None: the parts' function runs in this process, part after part, over the rows each
+    part's task would get (the code Spark's tasks run, tested without Spark)."""
 
     def __init__(self, spark, step: StepSpec, store, parts: int, one_row_per_match: bool, clock=time.time):
         self.spark = spark
@@ -225,7 +236,7 @@ class PartitionedJoin:
         self.step = step
         self.parts = parts
         self.clock = clock
-        self.partitioner = RangePartitioner(store, parts)
+        self.partitioner = RangePartitioner(store, parts, CUT_PAGE_ROWS)
         self.schema = store.schema
         self.step_json = json.dumps(dataclasses.asdict(step))
         self.memory = max(step.memory_bytes // parts, 1)
@@ -233,10 +244,25 @@ class PartitionedJoin:
         self.calls = 0
         self.rebuild: set[int] = set(range(parts))
         self.version_read_at: float | None = None  # when the driver chose the version the parts of the batch read
+        self._outside_carried = False  # carried tuples may have been assigned OUTSIDE (their parts were assigned again)
 
     def rebuild_all(self) -> None:
-        """The state was read from the checkpoint: every part starts again from it."""
+        """Every part starts again from the carried rows (the algorithm was sized anew, R is read anew)."""
         self.rebuild = set(range(self.parts))
+
+    def restored(self, carried: CarriedRows) -> None:
+        """The carried rows were read from the checkpoint: their parts are those of the cut
+        points when they were written (another driver's, before a restart; or the cuts moved
+        since, a replay), so they follow the current ones, and every part starts again from them."""
+        self._follow_cuts(carried)
+        self.rebuild_all()
+
+    def _follow_cuts(self, carried: CarriedRows) -> None:
+        """Assign every carried tuple again by the current cut points (a key R cannot hold any
+        more - a string longer than R's longest key now - gets :data:`OUTSIDE`: it leaves with the next call)."""
+        if carried.rows is not None:
+            carried.repart(self.partitioner.part_of(carried.rows[self.step.column]))
+            self._outside_carried = True
 
     def assign(self, keys: pa.ChunkedArray) -> np.ndarray:
         return self.partitioner.assign(keys)
@@ -248,10 +274,10 @@ class PartitionedJoin:
         ``replayed``: the version (and its time) the first attempt of this batch read."""
         started = self.clock()
         if self.partitioner.moved:  # the tuples inside follow the new cut points; every part is rebuilt from them
-            if carried.rows is not None:
-                carried.repart(self.partitioner.part_of(carried.rows[self.step.column]))
+            self._follow_cuts(carried)
             self.rebuild_all()
             self.partitioner.moved = False
+        outside = self._outside(tagged, carried)
         call, before = f"{self.run_id}:{self.calls}", f"{self.run_id}:{self.calls - 1}"
         tokens = {p: "" if p in self.rebuild else state_token(before, self._held_before(carried, tagged, p))
                   for p in range(self.parts)}
@@ -275,11 +301,22 @@ class PartitionedJoin:
             raise RuntimeError(f"steps ({self.step.algorithm}): parts {lost} lost their state {REBUILD_ATTEMPTS} times in a row")
         self.calls += 1
         self.rebuild = set()
-        result = JoinOutput.concat(out, self.schema)
+        result = JoinOutput.concat([outside, *out], self.schema)
         summary = PartsStats.merged(stats, self.parts, self.clock() - started, self.version_read_at)
+        summary.left += len(outside)
         if len(left_ids(result, self.one_row_per_match)) != summary.left:  # a tuple that left in two parts
             summary.balanced = False
         return result, summary
+
+    def _outside(self, tagged: pa.Table, carried: CarriedRows) -> JoinOutput:
+        """The tuples whose key cannot be in R (part :data:`OUTSIDE`: the new ones, and the carried
+        ones after their parts were assigned again), leaving at once with their reason, unmatched:
+        no part is sent them."""
+        rows = carried.of_part(OUTSIDE) if self._outside_carried else tagged.filter(pc.equal(tagged[PART], OUTSIDE))
+        self._outside_carried = False
+        reason = normalize(rows[self.step.column], self.partitioner.store.key_type).reason if rows is not None else []
+        seq = rows[SEQ].to_numpy() if rows is not None else np.zeros(0, np.int64)
+        return JoinOutput(np.zeros(0, np.int64), self.schema.empty_table(), seq, np.asarray(reason, np.int8))
 
     @staticmethod
     def _held_before(carried: CarriedRows, tagged: pa.Table, part: int) -> np.ndarray:
@@ -305,15 +342,17 @@ class PartitionedJoin:
 
     def _call(self, rows: pa.Table, ranges: list, version: int, call: str, horizon: float, until: float,
               drain: bool, max_pending: int | None) -> tuple[list[JoinOutput], list[PartStats]]:
-        from pyspark.sql.pandas.types import from_arrow_schema
-
         out_schema = pa.schema([pa.field(SEQ, pa.int64()), pa.field(REASON_CODE, pa.int8())] + list(self.schema)
                                + [pa.field(STATS_COLUMN, pa.string())])
-        frame = self.spark.createDataFrame(rows.combine_chunks()).repartition(self.parts, PART)  # (Spark 4.0 reads a table's first chunk only)
-        result = frame.mapInArrow(
-            join_parts(self.step_json, self.memory, out_schema, ranges, version, horizon, until, drain, call, max_pending),
-            from_arrow_schema(out_schema),
-        ).toArrow()
+        tasks = join_parts(self.step_json, self.memory, out_schema, ranges, version, horizon, until, drain, call, max_pending)
+        if self.spark is None:  # in this process: each part's rows, as its task would get them
+            result = pa.concat_tables([pa.Table.from_batches(list(tasks(rows.filter(pc.equal(rows[PART], p)).to_batches())),
+                                                             out_schema) for p in np.unique(rows[PART].to_numpy())])
+        else:
+            from pyspark.sql.pandas.types import from_arrow_schema
+
+            frame = self.spark.createDataFrame(rows.combine_chunks()).repartition(self.parts, PART)  # (Spark 4.0 reads a table's first chunk only)
+            result = frame.mapInArrow(tasks, from_arrow_schema(out_schema)).toArrow()
         is_stats = pc.is_valid(result[STATS_COLUMN])
         stats = [PartStats.from_json(s) for s in result.filter(is_stats)[STATS_COLUMN].to_pylist()]
         data = result.filter(pc.invert(is_stats))

@@ -152,7 +152,7 @@ class JoinStep:
         else:
             self.algorithm = create(self.spec.algorithm, self.store, self.algorithm_memory, self.spec.params)
         if self.partitioned is not None:
-            self.partitioned.rebuild_all()
+            self.partitioned.restored(self.carried)
         else:
             self.session = session_from(self.algorithm, self.spec.column, self.carried.carried(), self.clock)
         self.after_batch = batch_id - 1

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections import Counter
 
 import pyarrow as pa
+import kill_driver
 
 from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
 from airflow_provider_semijoin.core.progress import json_after
@@ -60,3 +65,18 @@ def assert_sinks_equal_oracle(store, spec: JobSpec, matched: pa.Table | None = N
 def driver_summary(output: str) -> dict:
     """The summary a driver run as a plain process printed (its ``SEMIJOIN_SUMMARY`` line)."""
     return next(found for line in output.splitlines() if (found := json_after(line, SUMMARY_PREFIX)) is not None)
+
+
+def run_driver(spec_file, kill: str | None = None) -> subprocess.CompletedProcess:
+    """The packaged driver as a plain process on ``spec_file`` (``kill``: ``point:batch id`` where
+    it kills itself, :mod:`kill_driver`); its stdout, and its exit code."""
+    command = [kill_driver.PATH, kill] if kill else ["-m", "airflow_provider_semijoin.spark.driver"]
+    process = subprocess.Popen(
+        [sys.executable, *command, "--spec", str(spec_file), "--master", "local[2]"], stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True, start_new_session=True, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    try:
+        out, _ = process.communicate(timeout=400)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(process.args, process.returncode, out)

@@ -4,33 +4,16 @@ same values for the same tuples, though R changed (plain SQL, captured) before t
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 
 import pyarrow.parquet as pq
 import pytest
-import kill_driver
-from spark_jobs import driver_summary, generator_job, write_master
+from spark_jobs import driver_summary, generator_job, run_driver, write_master
 
 from airflow_provider_semijoin.core.stores import DatabaseURL
 from airflow_provider_semijoin.job.spec import JobSpec
 
 KILLED_BATCH = 4
-
-
-def driver(spec_file, kill: str | None = None) -> subprocess.CompletedProcess:
-    command = [kill_driver.PATH, kill] if kill else ["-m", "airflow_provider_semijoin.spark.driver"]
-    process = subprocess.Popen(
-        [sys.executable, *command, "--spec", str(spec_file), "--master", "local[2]"], stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, text=True, start_new_session=True, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
-    try:
-        out, _ = process.communicate(timeout=400)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-    return subprocess.CompletedProcess(process.args, process.returncode, out)
 
 
 def batch_values(spec: JobSpec, batch_id: int) -> dict:
@@ -52,7 +35,7 @@ def test_a_replayed_batch_reads_the_version_its_first_attempt_read(tmp_path, sql
     spec_file = tmp_path / "job.json"
     spec_file.write_text(json.dumps(spec.to_dict()))
 
-    first = driver(spec_file, kill=f"sinks:{KILLED_BATCH}")  # the batch's sinks written, Spark not told
+    first = run_driver(spec_file, kill=f"sinks:{KILLED_BATCH}")  # the batch's sinks written, Spark not told
     assert first.returncode == -signal.SIGKILL
     before = batch_values(spec, KILLED_BATCH)
     assert before  # the first attempt's output
@@ -62,7 +45,7 @@ def test_a_replayed_batch_reads_the_version_its_first_attempt_read(tmp_path, sql
     finally:
         connection.close()
 
-    second = driver(spec_file)
+    second = run_driver(spec_file)
     assert second.returncode == 0, second.stdout[-2000:]
     assert driver_summary(second.stdout)["stopped_by"] == "end_of_input"
     after = batch_values(spec, KILLED_BATCH)  # the replay's (tuples the join worked ahead on may differ)
