@@ -51,7 +51,7 @@ from ..stores.base import MasterStore
 from .base import CacheProbes, Clock, JoinAlgorithm, JoinOutput, Param, StreamBuffer, StreamChunk, ranges, runs_of
 from .hybridjoin import HybridJoin, HybridJoinL, HybridJoinPQ
 from .master_cache import POLICIES, MasterCache
-from .plan import Plan, RStats
+from .plan import Plan, RStats, smallest_budget
 from .meshjoin import MeshJoin
 
 DECAY_PER_KEY = 32  # default halving period: 32 probed tuples per cached key
@@ -125,9 +125,8 @@ class FrontStage(JoinAlgorithm):
         pinned: :meth:`~.base.JoinAlgorithm.pinned`), leaving that smallest budget for the
         wrapped algorithm; the rest of M is the wrapped algorithm's plan (``inner_plan``)."""
         inner_settings = cls.inner.pinned(stats, memory, cls._inner_settings(settings))
-        inner_floor = cls.inner.min_memory(stats, inner_settings)
-        pages = stats.page(cls.inner.plan(stats, inner_floor, inner_settings).sizes["page_rows"])
-        per_key = MasterCache.bytes_per_key(stats.key_itemsize, stats.max_rows_per_key, pages.row_bytes)
+        inner_floor = stats.floor(cls.inner, inner_settings)
+        pages, per_key = cls._cached_key_bytes(stats, inner_settings, inner_floor)
         fixed = stats.result_overhead  # the row log's per-column overhead
         cache_keys = settings["cache_keys"] or best_cache_size(
             memory, pages.n_keys, per_key, settings["skew"], reserve=inner_floor + fixed + 1
@@ -140,6 +139,27 @@ class FrontStage(JoinAlgorithm):
         pinned = {k: v for k, v in inner_settings.items() if k == "page_rows" and v != cls.inner.params[k].default}
         return Plan(cls.name, memory, inner.capacity_with_waiting,
                     {"cache_keys": cache_keys, "cache_bytes": cache_bytes, "inner_plan": inner, "inner_pinned": pinned})
+
+    @classmethod
+    def min_memory(cls, stats: RStats, settings: dict) -> int:
+        """The wrapped algorithm's smallest budget, at the page size the budget pins
+        (:meth:`~.base.JoinAlgorithm.pinned`), and H_R: its row log's overhead, with the
+        ``cache_keys`` given (from the cost model none fit beside the smallest wrapped algorithm)."""
+        inner_settings = cls._inner_settings(settings)
+
+        def needed(pinned, memory):
+            floor = stats.floor(cls.inner, dict(pinned))
+            pages, per_key = cls._cached_key_bytes(stats, dict(pinned), floor)
+            return floor + int(math.ceil(min(settings["cache_keys"], pages.n_keys) * per_key)) + stats.result_overhead
+
+        return smallest_budget(needed, lambda memory: tuple(sorted(cls.inner.pinned(stats, memory, inner_settings).items())))
+
+    @classmethod
+    def _cached_key_bytes(cls, stats: RStats, inner_settings: dict, inner_floor: int) -> tuple:
+        """R's page map as the wrapped algorithm reads it at its smallest budget, and the bytes of a
+        key in H_R with its K rows (v_R of that map)."""
+        pages = stats.page(cls.inner.plan(stats, inner_floor, inner_settings).sizes["page_rows"])
+        return pages, MasterCache.bytes_per_key(stats.key_itemsize, stats.max_rows_per_key, pages.row_bytes)
 
     @classmethod
     def _inner_settings(cls, settings: dict) -> dict:

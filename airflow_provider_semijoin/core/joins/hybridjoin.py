@@ -64,7 +64,7 @@ from ..errors import BudgetError
 from ..keys import distinct_keys
 from ..stores.base import MasterPage
 from .base import RIDER_KEYS, Counters, JoinOutput, Param, ReadCosts, StreamBuffer, when_counted
-from .plan import PageStats, Plan, RStats
+from .plan import PageStats, Plan, RStats, smallest_budget
 from .stream_table import MAX_CHUNK, PagedJoin, StreamTable
 
 PAGE_ROWS_RANGE = (64, 8192)
@@ -177,9 +177,7 @@ class HybridJoin(PagedJoin):
         :data:`READ_AHEAD_SHARE`, H_S first) and H_S of the rest."""
         pages = stats.page(cls.page_rows_at(stats, memory, settings))
         key_size, n_pages = stats.key_itemsize, pages.n_pages
-        rider_rows = int(memory * RIDER_BUFFER_SHARE / pages.row_bytes)
-        buffer_rows = max(pages.max_page_rows, min(RIDER_KEYS * stats.max_rows_per_key, rider_rows))
-        disk_buffer_bytes = int(math.ceil(buffer_rows * pages.row_bytes))
+        buffer_rows, disk_buffer_bytes = cls._disk_buffer(stats, pages, memory)
         tuple_bytes = key_size + 8
         ahead_tuples = disk_buffer_bytes // tuple_bytes  # of one load in flight: a disk buffer's bytes of them
         per_load = disk_buffer_bytes + ahead_tuples * tuple_bytes  # and the rows read for them
@@ -191,12 +189,32 @@ class HybridJoin(PagedJoin):
             loads = ahead_tuples = 0
         capacity = StreamTable.capacity_for(rest - loads * per_load, n_pages, key_size)
         if capacity < 1:
-            raise cls.budget_error(memory, disk_buffer_bytes + pages.nbytes + 1024, "one disk page and the page map")
+            raise cls.budget_error(memory, cls.min_memory(stats, settings), "one disk page and the page map")
         return Plan(cls.name, memory, capacity + loads * ahead_tuples, {
             "page_rows": pages.page_rows, "buffer_rows": buffer_rows, "disk_buffer_bytes": disk_buffer_bytes,
             "page_map_bytes": pages.nbytes, "loads": loads, "ahead_tuples": ahead_tuples,
             "read_ahead_bytes": loads * per_load, "stream_table_capacity_tuples": capacity,
         })
+
+    @staticmethod
+    def _disk_buffer(stats: RStats, pages: PageStats, memory: int) -> tuple[int, int]:
+        """The disk buffer's rows and bytes: a page, or the rows of an IN query's riders (up to
+        :data:`~.base.RIDER_KEYS` keys) that :data:`RIDER_BUFFER_SHARE` of M holds."""
+        rider_rows = int(memory * RIDER_BUFFER_SHARE / pages.row_bytes)
+        buffer_rows = max(pages.max_page_rows, min(RIDER_KEYS * stats.max_rows_per_key, rider_rows))
+        return buffer_rows, int(math.ceil(buffer_rows * pages.row_bytes))
+
+    @classmethod
+    def min_memory(cls, stats: RStats, settings: dict) -> int:
+        """Eq. 1 at its smallest: the disk buffer, the page map, the structures beside H_S and H_S
+        of one tuple, no read-ahead - at the page size each budget chooses (:meth:`page_rows_at`)."""
+        def needed(page_rows, memory):
+            pages = stats.page(page_rows or settings["page_rows"])
+            return (cls._disk_buffer(stats, pages, memory)[1] + pages.nbytes + cls.reserved_bytes(pages.n_pages)
+                    + StreamTable.budget_for(1, pages.n_pages, stats.key_itemsize))
+
+        chooses = not settings["page_rows"]
+        return smallest_budget(needed, (lambda memory: cls.page_rows_at(stats, memory, settings)) if chooses else None)
 
     @classmethod
     def page_rows_at(cls, stats: RStats, memory: int, settings: dict) -> int:

@@ -90,7 +90,7 @@ from ..stores.base import MasterPage, PageMap
 from ..stores.changes import Installed, install_changes
 from .ssij_access import distinct_keys, in_spans, sparse, split_at_keep
 from .ssij_pages import TICK_SCALE, JoinPhaseEstimate, PageCache, max_dist, read_plan
-from .ssij_plan import PAIR_BYTES, PER_REQUESTED_BYTES, SsijStats, plan_ssij, shift
+from .ssij_plan import PAIR_BYTES, PER_REQUESTED_BYTES, SsijStats, min_ssij, plan_ssij, shift
 from .plan import Plan
 from .base import RIDER_KEYS, CacheProbes, JoinAlgorithm, JoinOutput, Param, ReadCosts, StreamBuffer, join_page, not_in_master, probe, ranges, when_counted
 
@@ -232,6 +232,11 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
     def plan(cls, stats: SsijStats, memory: int, settings: dict) -> Plan:
         """maxScan, SB_thresh, IB_thresh and the size of IB from the budget (sec. IV-A, :func:`.ssij_plan.plan_ssij`)."""
         return plan_ssij(cls, stats, memory, settings)
+
+    @classmethod
+    def min_memory(cls, stats: SsijStats, settings: dict) -> int:
+        """The page map, one read sequence and IB and SB at their smallest (:func:`.ssij_plan.min_ssij`)."""
+        return min_ssij(stats, settings)
 
     def _page_last_key(self, pages: np.ndarray) -> np.ndarray:
         """The largest key each page may hold (read live: inserts widen the page map, sec. IV-E)."""
