@@ -544,7 +544,15 @@ class JoinAlgorithm:
         return True
 
     def memory_split(self) -> dict:
-        """How the budget was divided between the structures, in bytes."""
+        """How the budget was divided between the structures, in bytes: the plan's
+        (:meth:`planned_split`), with what the structures hold now where an algorithm reports it."""
+        return self.planned_split(self.plan_used)
+
+    @classmethod
+    def planned_split(cls, plan: Plan) -> dict:
+        """The memory split (:meth:`memory_split`) the algorithm built from ``plan`` reports, from
+        the plan alone: what the cost models read (:func:`...prediction.predict` of a plan:
+        ``auto`` prices candidates without building them)."""
         return {}
 
     def invalidate(self, keys: np.ndarray) -> int:

@@ -98,7 +98,6 @@ class FrontStage(JoinAlgorithm):
         sizes, s = self.plan_used.sizes, self.settings
         self.cache = MasterCache(sizes["cache_keys"], store.max_rows_per_key, store.key_type.dtype, self.schema,
                                  s["eviction"], s["seed"])
-        self._cache_budget = sizes["cache_bytes"]
         inner_params = {**{k: v for k, v in params.items() if k in self.inner.params}, **sizes["inner_pinned"]}
         inner_plan = sizes["inner_plan"]
         self.algorithm = self.inner(store, inner_plan.memory, clock=clock, plan=inner_plan, **inner_params)
@@ -298,13 +297,18 @@ class FrontStage(JoinAlgorithm):
         return self.cache.nbytes + self.algorithm.structure_bytes() + waiting
 
     def memory_split(self) -> dict:
-        return {
-            "cache_keys": self.cache.capacity,
-            "cache_bytes": self._cache_budget,
-            "inner": self.algorithm.name,
-            "inner_budget_bytes": self.algorithm.memory,
-            **{f"inner.{k}": v for k, v in self.algorithm.memory_split().items()},
-        }
+        return self._with_inner(self.plan_used, self.algorithm.memory_split())
+
+    @classmethod
+    def planned_split(cls, plan: Plan) -> dict:
+        return cls._with_inner(plan, cls.inner.planned_split(plan.sizes["inner_plan"]))
+
+    @classmethod
+    def _with_inner(cls, plan: Plan, inner_split: dict) -> dict:
+        """H_R's share of ``plan`` and the wrapped algorithm's split, its fields prefixed ``inner.``."""
+        sizes = plan.sizes
+        return {"cache_keys": sizes["cache_keys"], "cache_bytes": sizes["cache_bytes"], "inner": cls.inner.name,
+                "inner_budget_bytes": sizes["inner_plan"].memory, **{f"inner.{k}": v for k, v in inner_split.items()}}
 
     def stats(self) -> dict:
         out = super().stats()

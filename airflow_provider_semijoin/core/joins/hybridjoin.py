@@ -144,14 +144,14 @@ class HybridJoin(PagedJoin):
         sizes = self.plan_used.sizes
         self._read_costs = ReadCosts.of(store)  # T per row (measured for the plan: the store keeps them)
         self.page_map = store.page_map(sizes["page_rows"])
-        self._buffer_rows, self._disk_buffer_bytes = sizes["buffer_rows"], sizes["disk_buffer_bytes"]
+        self._disk_buffer_bytes = sizes["disk_buffer_bytes"]
         self._under_way: deque[PageRequest] = deque()  # loads handed to the reader, oldest first
         self._repeats = np.ones(self.page_map.n_pages, np.float32)  # tuples per distinct key at each page's last load
         self._loads, self._ahead_tuples, self._ahead_bytes = sizes["loads"], sizes["ahead_tuples"], sizes["read_ahead_bytes"]
         if self._loads:
             store.reader(self._loads)  # a session for each load under way, opened now
         self.table = StreamTable(sizes["stream_table_capacity_tuples"], self.page_map.n_pages, store.key_type.dtype)
-        self._admit_tuples = max(1, min(int(sizes["stream_table_capacity_tuples"] * ADMIT_SHARE), MAX_CHUNK))
+        self._admit_tuples = sizes["admit_tuples"]
 
     # -- the plan: eq. 1's split of M from R's statistics -------------------------------------------
     @classmethod
@@ -192,8 +192,11 @@ class HybridJoin(PagedJoin):
             raise cls.budget_error(memory, cls.min_memory(stats, settings), "one disk page and the page map")
         return Plan(cls.name, memory, capacity + loads * ahead_tuples, {
             "page_rows": pages.page_rows, "buffer_rows": buffer_rows, "disk_buffer_bytes": disk_buffer_bytes,
-            "page_map_bytes": pages.nbytes, "loads": loads, "ahead_tuples": ahead_tuples,
+            "page_map_bytes": pages.nbytes, "pages": n_pages, "loads": loads, "ahead_tuples": ahead_tuples,
             "read_ahead_bytes": loads * per_load, "stream_table_capacity_tuples": capacity,
+            # keys one IN query with riders takes at most: RIDER_KEYS, or fewer where the disk buffer holds fewer keys' rows
+            "rider_keys": min(RIDER_KEYS, buffer_rows // max(stats.max_rows_per_key, 1)),
+            "admit_tuples": max(1, min(int(capacity * ADMIT_SHARE), MAX_CHUNK)),  # :meth:`_admit`
         })
 
     @staticmethod
@@ -334,9 +337,12 @@ class HybridJoin(PagedJoin):
     def structure_bytes(self) -> int:
         return super().structure_bytes() + self._ahead_bytes + self._reserved_bytes()
 
-    def memory_split(self) -> dict:
-        return {**super().memory_split(), "read_ahead_bytes": self._ahead_bytes, "page_repeats_bytes": self._repeats.nbytes,
-                "rider_keys": self._rider_room(), "admit_tuples": self._admit_tuples}
+    @classmethod
+    def planned_split(cls, plan: Plan) -> dict:
+        sizes = plan.sizes
+        return {**super().planned_split(plan), "read_ahead_bytes": sizes["read_ahead_bytes"],
+                "page_repeats_bytes": HybridJoin.reserved_bytes(sizes["pages"]), "rider_keys": sizes["rider_keys"],
+                "admit_tuples": sizes["admit_tuples"]}
 
     def _range_cost(self, page) -> float:
         """S + T * rows: a range load of ``page`` (pages: their rows each)."""
@@ -384,9 +390,8 @@ class HybridJoin(PagedJoin):
         return (riders, *self.table.pop_pages(riders))
 
     def _rider_room(self) -> int:
-        """Keys one IN query with riders takes at most: :data:`RIDER_KEYS`, or fewer where the
-        disk buffer holds fewer keys' rows."""
-        return min(RIDER_KEYS, self._buffer_rows // max(self.store.max_rows_per_key, 1))
+        """Keys one IN query with riders takes at most (the plan's ``rider_keys``)."""
+        return self.plan_used.sizes["rider_keys"]
 
     def _admit(self, buffer: StreamBuffer) -> JoinOutput:
         """Fig. 5 lines 3-5: fill the free slots of H_S (w of them) with arrived tuples - but
@@ -537,8 +542,9 @@ class HybridJoinPQ(HybridJoinL):
     def reserved_bytes(cls, n_pages: int) -> int:
         return super().reserved_bytes(n_pages) + cls._page_queue_bytes(n_pages)
 
-    def memory_split(self) -> dict:
-        return {**super().memory_split(), "page_queue_bytes": self._page_queue_bytes(self.page_map.n_pages)}
+    @classmethod
+    def planned_split(cls, plan: Plan) -> dict:
+        return {**super().planned_split(plan), "page_queue_bytes": cls._page_queue_bytes(plan.sizes["pages"])}
 
     @property
     def threshold(self) -> float:

@@ -87,7 +87,6 @@ class InListJoin(JoinAlgorithm):
     def __init__(self, store, memory, **kwargs):
         super().__init__(store, memory, **kwargs)
         self.batch_rows = self.plan_used.capacity_tuples
-        self._per_tuple = self.plan_used.sizes["bytes_per_tuple"]
         self._held = 0
 
     @classmethod
@@ -158,8 +157,9 @@ class InListJoin(JoinAlgorithm):
     def structure_bytes(self) -> int:
         return self._held
 
-    def memory_split(self) -> dict:
-        return {"batch_rows": self.batch_rows, "bytes_per_tuple": round(self._per_tuple, 1)}
+    @classmethod
+    def planned_split(cls, plan: Plan) -> dict:
+        return {"batch_rows": plan.capacity_tuples, "bytes_per_tuple": round(plan.sizes["bytes_per_tuple"], 1)}
 
 
 class InListLRUJoin(InListJoin):
@@ -213,8 +213,9 @@ class InListLRUJoin(InListJoin):
     def structure_bytes(self) -> int:
         return self._held + self.cache.nbytes
 
-    def memory_split(self) -> dict:
-        return {**super().memory_split(), "cache_keys": self.cache.capacity}
+    @classmethod
+    def planned_split(cls, plan: Plan) -> dict:
+        return {**super().planned_split(plan), "cache_keys": plan.sizes["cache_keys"]}
 
     def stats(self) -> dict:
         out = super().stats()

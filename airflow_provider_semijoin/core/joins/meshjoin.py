@@ -99,7 +99,8 @@ class MeshJoin(PagedJoin):
         partitions = math.ceil(n_pages / b)
         return Plan(cls.name, memory, w * partitions, {
             "page_rows": pages.page_rows, "partition_pages": b, "partitions": partitions, "chunk_tuples": w,
-            "disk_buffer_bytes": int(math.ceil(b * page_bytes)), "page_map_bytes": pages.nbytes,
+            "disk_buffer_bytes": int(math.ceil(b * page_bytes)), "page_map_bytes": pages.nbytes, "pages": pages.n_pages,
+            "stream_table_capacity_tuples": w * partitions,
         }, waiting_tuples=w)  # a chunk of w waiting for the next iteration
 
     @classmethod
@@ -151,10 +152,8 @@ class MeshJoin(PagedJoin):
         """H_S and one chunk of w tuples waiting for the next iteration (MESHJOIN sec. 3.1)."""
         return self.table.capacity + self.chunk_tuples
 
-    def memory_split(self) -> dict:
-        return {
-            **super().memory_split(),
-            "partition_pages": self.partition_pages,
-            "partitions": self.partitions,
-            "chunk_tuples": self.chunk_tuples,
-        }
+    @classmethod
+    def planned_split(cls, plan: Plan) -> dict:
+        sizes = plan.sizes
+        return {**super().planned_split(plan), "partition_pages": sizes["partition_pages"],
+                "partitions": sizes["partitions"], "chunk_tuples": sizes["chunk_tuples"]}

@@ -9,13 +9,16 @@ a quarter of it and IB holds two of its batches (Table II: IB 250,000, SB 1,000,
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import ConfigError
+from .base import RIDER_KEYS
 from .plan import Plan, RStats, smallest_budget
+from .ssij_pages import max_dist
 
 SB_SHARE = 0.3  # default SB_thresh: stream-buffer tuples filling this share of the usable budget (Fig. 13)
 IB_PER_SB = 4  # default IB_thresh = SB_thresh / 4 (Table II: IB 250,000, SB 1,000,000 tuples)
@@ -29,8 +32,8 @@ INT64 = np.iinfo(np.int64)
 
 @dataclass(frozen=True)
 class SsijStats:
-    """What SSIJ's plan reads of R: the key's width, a loaded result's overhead and the page map
-    (``r``), the rows of its k largest pages for each k (``largest_rows``: a read's worst case;
+    """What SSIJ's plan reads of R: the key's width, a loaded result's overhead, the page map, K
+    and S and T (``r``), the rows of its k largest pages for each k (``largest_rows``: a read's worst case;
     pages of a map brought up to date from the change log are uneven, :mod:`..stores.pagemaps`),
     and the most pages one tuple's key range overlaps (``pages_per_tuple``, 1 for an equi-join)."""
 
@@ -50,7 +53,8 @@ class SsijStats:
                 raise ConfigError(f"{name}.range_hi: {high} must be >= range_lo {low}")
         page_map = store.page_map(settings["page_rows"])
         sizes = page_map.sizes if page_map.sizes is not None else np.full(page_map.n_pages, settings["page_rows"], np.int64)
-        return cls(RStats.of(store, settings["page_rows"]), np.cumsum(np.sort(sizes)[::-1]),
+        r = dataclasses.replace(RStats.of(store, settings["page_rows"], costs=True), max_rows_per_key=store.max_rows_per_key)
+        return cls(r, np.cumsum(np.sort(sizes)[::-1]),
                    pages_per_tuple(page_map.bounds, high - low) if (low, high) != (0, 0) else 1)
 
 
@@ -116,9 +120,13 @@ def _sizes(stats: SsijStats, memory: int, s: dict) -> dict:
     while max_scan > 1 and fixed_bytes + scan_bytes_of(max_scan) + peak > memory:
         max_scan -= 1
     return {
-        "rows_per_page": rows_per_page, "page_bytes": page_bytes, "pages_per_tuple": stats.pages_per_tuple,
+        "page_rows": pages.page_rows, "rows_per_page": rows_per_page, "page_bytes": page_bytes,
+        "pages_per_tuple": stats.pages_per_tuple,
         "ib_tuple_bytes": ib_tuple_bytes, "sb_tuple_bytes": sb_tuple_bytes, "fixed_bytes": fixed_bytes,
         "max_scan": max_scan, "read_rows": read_rows(max_scan), "scan_bytes": scan_bytes_of(max_scan), "sb_thresh": sb,
         "ib_thresh": ib, "ib_size": ib_size, "stream_peak_bytes": peak,
+        "max_dist": max_dist(stats.r.costs[0], stats.r.costs[1] * rows_per_page),  # sec. IV-D, T: one more page
+        # the most keys one IN query asks for: up to RIDER_KEYS, whose rows fit the read buffer (maxScan's pages)
+        "in_query_keys": max(1, min(RIDER_KEYS, read_rows(max_scan) // max(stats.r.max_rows_per_key, 1))),
         "needed": fixed_bytes + scan_bytes_of(max_scan) + peak, "smallest": fixed_bytes + scan_bytes_of(1) + peak,
     }

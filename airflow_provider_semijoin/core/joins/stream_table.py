@@ -325,11 +325,12 @@ class PagedJoin(JoinAlgorithm):
         return self.table.nbytes + self._disk_buffer_bytes + self.page_map.nbytes
 
     def memory_split(self) -> dict:
-        return {
-            "stream_table_bytes": self.table.nbytes,
-            "stream_table_capacity_tuples": self.table.capacity,
-            "disk_buffer_bytes": self._disk_buffer_bytes,
-            "page_map_bytes": self.page_map.nbytes,
-            "page_rows": self.page_map.page_rows,
-            "pages": self.page_map.n_pages,
-        }
+        """The plan's split, with the bytes H_S and the page map (brought up to date by R's changes) hold now."""
+        return {"stream_table_bytes": self.table.nbytes, **self.planned_split(self.plan_used),
+                "page_map_bytes": self.page_map.nbytes, "pages": self.page_map.n_pages}
+
+    @classmethod
+    def planned_split(cls, plan) -> dict:
+        sizes = plan.sizes
+        return {name: sizes[name] for name in
+                ("stream_table_capacity_tuples", "disk_buffer_bytes", "page_map_bytes", "page_rows", "pages")}
