@@ -76,12 +76,27 @@ def ddl_row_bytes(ddl: str) -> float:
     return float(total)
 
 
+def rows_spill(on_missing: str) -> bool:
+    """Whether a step's carried rows live in the mapped state file between batches
+    (:meth:`CarriedRows.spill`): not with ``on_missing: retry``, whose held rows share the file
+    with another schema."""
+    return on_missing != "retry"
+
+
+def planned_row_bytes(on_missing: str, estimated: float) -> float:
+    """The bytes of a carried tuple's row a step's plan counts before its first micro-batch:
+    :data:`SPILLED_ROW_BYTES` where the rows spill (the step sizes its algorithm for them at
+    its start), else ``estimated`` (the step sizes it for the width of its first rows)."""
+    return float(SPILLED_ROW_BYTES) if rows_spill(on_missing) else float(estimated)
+
+
 def estimated_row_bytes(source, added_columns: int) -> float:
     """A carried row's bytes in a step (:class:`CarriedRows`), before its first micro-batch shows
     them: the stream's columns (``source``, a :class:`...job.sources.SourceSpec`), ``added_columns`` that
     earlier steps joined on (surrogate keys: 8 bytes each), the tuple's id as text and arrival
     time, and the join's own columns. ``algorithm: auto`` and the task's published memory split
-    use it; the step itself sizes its algorithm from the rows of its first micro-batch."""
+    use it (:func:`planned_row_bytes`); a step whose rows do not spill sizes its algorithm from
+    the rows of its first micro-batch."""
     ddl = source.stream_ddl  # its sj_arrival included
     stream = ddl_row_bytes(ddl) if ddl is not None else UNKNOWN_ROW_BYTES + 8  # + sj_arrival
     id_bytes = STRING_BYTES if source.tuple_id_column else 2 * STRING_BYTES  # else '<file>#<row>'

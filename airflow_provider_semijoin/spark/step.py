@@ -26,9 +26,10 @@ from ..core.stores import SnapshotLost, open_store
 from ..core.stores.capture import changes_seen
 from .ahead import WorkAhead
 from .joinstate import (JOIN_COLUMNS, RETRY_SINCE, SEQ, SPILLED_ROW_BYTES, CarriedRows, StateFiles, due_times,
-                        session_from, slice_of)
+                        rows_spill, session_from, slice_of)
 from .partitioned import PartitionedJoin
 from .sinks import dead_letter_rows
+from ..job.kept_plans import keep_plan, stats_stamp
 from ..job.spec import DeadlineSpec, StepSpec
 
 NOT_IN_MASTER = Unmatched.NOT_IN_MASTER.label
@@ -58,8 +59,10 @@ class JoinStep:
     structures' peak plus the carried bytes stay within M (``memory_peak_bytes``)."""
 
     def __init__(self, spec: StepSpec, index: int, deadline: DeadlineSpec | None = None,
-                 retry_max_s: float | None = None, spark=None, partitions: int = 1, clock=time.time):
+                 retry_max_s: float | None = None, spark=None, partitions: int = 1, clock=time.time,
+                 checkpoint: str | None = None):
         self.spec = spec
+        self.checkpoint = checkpoint  # where the step's plan is kept for the Airflow worker (:mod:`..job.kept_plans`)
         self.deadline = deadline
         self.index = index
         self.clock = clock
@@ -93,9 +96,8 @@ class JoinStep:
     # -- the state after a batch (written before Spark commits it) ------------------------------
     @property
     def spills(self) -> bool:
-        """The carried rows live in the mapped state file between batches (:meth:`CarriedRows.spill`);
-        not with ``on_missing: retry``, whose held rows share the file with another schema."""
-        return self.spec.on_missing != "retry"
+        """The carried rows live in the mapped state file between batches (:func:`.joinstate.rows_spill`)."""
+        return rows_spill(self.spec.on_missing)
 
     def write_state(self, files: StateFiles, batch_id: int) -> None:
         """What the checkpoint keeps: the carried rows and the rows held for a retry (no sequence
@@ -282,6 +284,11 @@ class JoinStep:
         its plan from the step's planner (R's statistics as read at the start), built once."""
         self.plan, share = planned_for_rows(self.planner, self.spec.memory_bytes, row_bytes)
         self._algorithm, self.algorithm_memory, self.sized = self.planner.build(self.plan), share, True
+        if self.checkpoint is not None:
+            keep_plan(self.checkpoint, self.index, self.spec, {
+                "memory_split": {**self._algorithm.memory_split(), "carried_rows_bytes": self.spec.memory_bytes - share},
+                "row_bytes": round(row_bytes, 1), "stats_stamp": stats_stamp(self.planner.stats), "planned_at": self.clock(),
+            })
         if self.partitioned is not None:
             self.partitioned.memory = max(share // self.partitioned.parts, 1)
             self.partitioned.rebuild_all()
