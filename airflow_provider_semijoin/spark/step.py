@@ -222,7 +222,7 @@ class JoinStep:
         done, error = self.ahead.stop()
         self._ahead_done = done
         if error is not None:
-            self._rebuild(self.carried.carried())
+            self._rebuild(self.carried.carried(), r_moved=isinstance(error, SnapshotLost))
 
     def _version_worked_ahead(self):
         """The slice reads R at the version the stepping ahead read, so every tuple leaving with
@@ -232,10 +232,18 @@ class JoinStep:
             return contextlib.nullcontext()
         return self.store.reading_at(self._ahead_done[1]["master_version"], self._ahead_done[1]["master_read_at"])
 
-    def _rebuild(self, inside: pa.Table | None) -> None:
-        """The algorithm anew (caches cold) in a session fed the carried rows ``inside``."""
-        self.algorithm.restart()
-        self.session = session_from(self.algorithm, self.spec.column, inside, self.clock)
+    def _rebuild(self, inside: pa.Table | None, r_moved: bool = True) -> None:
+        """The algorithm anew (caches cold, its counters carried on) in a session fed the carried
+        rows ``inside``: where R moved (a refresh, a snapshot lost while R changed) planned anew at
+        the same share on R's statistics read again; else (a session lost, R as it was) built
+        again from the step's plan, nothing of R read."""
+        if r_moved:
+            self.planner = planner(self.spec.algorithm, self.store, self.spec.params)
+            self.plan = self.planner.plan(self.algorithm_memory)
+        counters = self.algorithm.counters
+        self._algorithm = self.planner.build(self.plan)
+        self._algorithm.counters = counters
+        self.session = session_from(self._algorithm, self.spec.column, inside, self.clock)
 
     def _with_ahead(self, result, stats: dict) -> tuple:
         """The slice's output and figures with what was worked ahead before it."""
