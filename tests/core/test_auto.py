@@ -7,7 +7,6 @@ import pytest
 
 from airflow_provider_semijoin.core.calibration import calibrate
 from airflow_provider_semijoin.core.errors import ConfigError
-from airflow_provider_semijoin.core.joins import base
 from airflow_provider_semijoin.core.joins.registry import AUTO_CANDIDATES, create, planner
 from airflow_provider_semijoin.core.prediction import predict
 from airflow_provider_semijoin.core.session import sized_for_rows
@@ -41,19 +40,6 @@ def test_each_candidate_is_predicted_as_the_step_will_size_it(store):
     assert share < MEMORY and algorithm.memory_split() != create("hybridjoin", store, MEMORY).memory_split()
     name, rates = choose_algorithm(store, MEMORY, 1.0, row_bytes=100.0)
     assert name == max(rates, key=rates.get)
-
-
-@pytest.fixture
-def constructions(monkeypatch):
-    made = []
-    init = base.JoinAlgorithm.__init__
-
-    def counted(self, *args, **kwargs):
-        made.append(self.name)
-        init(self, *args, **kwargs)
-
-    monkeypatch.setattr(base.JoinAlgorithm, "__init__", counted)
-    return made
 
 
 @pytest.mark.parametrize("row_bytes", [None, 100.0])

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_semijoin.core.errors import BudgetError, ConfigError
-from airflow_provider_semijoin.core.joins import base
 from airflow_provider_semijoin.core.joins.frontstage import FrontStage
 from airflow_provider_semijoin.core.joins.registry import ALGORITHMS, create, planner
 from airflow_provider_semijoin.core.session import sized_for_rows
@@ -19,20 +18,6 @@ PLANNED = list(ALGORITHMS)
 @pytest.fixture
 def store(sqlite_backend):
     return sqlite_backend.make_master(master_table(20_000, seed=3).select(["nk", "sk"]))
-
-
-@pytest.fixture
-def constructions(monkeypatch):
-    """How many algorithms were constructed (a front stage and the algorithm it wraps: two)."""
-    made = []
-    init = base.JoinAlgorithm.__init__
-
-    def counted(self, *args, **kwargs):
-        made.append(self.name)
-        init(self, *args, **kwargs)
-
-    monkeypatch.setattr(base.JoinAlgorithm, "__init__", counted)
-    return made
 
 
 @pytest.mark.parametrize("name", PLANNED)

@@ -8,27 +8,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from airflow_provider_semijoin.core.joins import base
 from airflow_provider_semijoin.core.joins.frontstage import FrontStage
 from airflow_provider_semijoin.core.joins.registry import ALGORITHMS
 from airflow_provider_semijoin.spark.runner import BatchProcessor
 from airflow_provider_semijoin.workloads.stream import generator_rows
 
 from spark_jobs import generator_job, write_master
-
-
-@pytest.fixture
-def constructions(monkeypatch):
-    """The names of the algorithms constructed (a front stage and the algorithm it wraps: two)."""
-    made = []
-    init = base.JoinAlgorithm.__init__
-
-    def counted(self, *args, **kwargs):
-        made.append(self.name)
-        init(self, *args, **kwargs)
-
-    monkeypatch.setattr(base.JoinAlgorithm, "__init__", counted)
-    return made
 
 
 @pytest.mark.parametrize("on_missing", ["dead_letter", "retry"])
