@@ -148,8 +148,9 @@ class JoinStep:
         carried = self.carried.carried()
         if carried is not None and not self.spills:
             self._size(self._row_bytes(carried))  # sized for the width of the rows carried
-        elif self._algorithm is not None and self._algorithm.counters.tuples_in:
-            self._algorithm = self.planner.build(self.plan)  # caches cold (one that took no tuple is as built)
+        elif self._algorithm is not None and self._algorithm.counters.tuples_in:  # (one that took no tuple is as built)
+            self._replan()  # R may have moved since
+            self._algorithm = self.planner.build(self.plan)  # caches cold
         if self.partitioned is not None:
             self.partitioned.rebuild_all()
         elif self._algorithm is not None or carried is not None:
@@ -238,12 +239,18 @@ class JoinStep:
         the same share on R's statistics read again; else (a session lost, R as it was) built
         again from the step's plan, nothing of R read."""
         if r_moved:
-            self.planner = planner(self.spec.algorithm, self.store, self.spec.params)
-            self.plan = self.planner.plan(self.algorithm_memory)
-        counters = self.algorithm.counters
+            self._replan()
+        if self._algorithm is None:  # none built yet (no rows seen): built from the plan when asked for
+            return
+        counters = self._algorithm.counters
         self._algorithm = self.planner.build(self.plan)
         self._algorithm.counters = counters
         self.session = session_from(self._algorithm, self.spec.column, inside, self.clock)
+
+    def _replan(self) -> None:
+        """R moved: the step's plan anew, at the same share, on R's statistics read again."""
+        self.planner = planner(self.spec.algorithm, self.store, self.spec.params)
+        self.plan = self.planner.plan(self.algorithm_memory)
 
     def _with_ahead(self, result, stats: dict) -> tuple:
         """The slice's output and figures with what was worked ahead before it."""
