@@ -253,7 +253,10 @@ def planned_for_rows(planner: Planner, memory: int, row_bytes: float) -> tuple[P
     per_tuple = float(row_bytes) + LOG_BYTES_PER_TUPLE
     whole = planner.plan(memory)  # (refuses a budget too small for the structures alone, in the algorithm's words)
     share = int(memory * memory / (memory + whole.capacity_tuples * per_tuple))  # capacity about linear in m
-    plan = planner.plan(min(max(share, planner.min_memory()), memory))
+    try:
+        plan = planner.plan(max(share, 1))
+    except BudgetError:  # below the smallest budget (asked only then: where pages are sized from it, it reads their maps)
+        plan = planner.plan(min(planner.min_memory(), memory))
     share = max(share, plan.memory)
     rows_room = memory - share
     if plan.capacity_tuples * per_tuple > rows_room:

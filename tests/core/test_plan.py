@@ -8,7 +8,7 @@ import pytest
 from airflow_provider_semijoin.core.errors import BudgetError, ConfigError
 from airflow_provider_semijoin.core.joins.frontstage import FrontStage
 from airflow_provider_semijoin.core.joins.registry import ALGORITHMS, create, planner
-from airflow_provider_semijoin.core.session import sized_for_rows
+from airflow_provider_semijoin.core.session import planned_for_rows, sized_for_rows
 from airflow_provider_semijoin.workloads import master_table
 
 MEMORY = 2 << 20
@@ -101,3 +101,13 @@ def test_a_front_stage_plans_its_wrapped_algorithms_smallest_budget_once(store, 
 def test_a_budget_error_is_a_config_error_with_its_message(store):
     with pytest.raises(ConfigError, match=r"^memory: 16 bytes is too small for hybridjoin: one disk page"):
         create("hybridjoin", store, 16)
+
+
+@pytest.mark.parametrize("name", ["meshjoin", "hybridjoin", "cachejoin", "ssij"])
+def test_rows_that_leave_less_than_the_smallest_budget_get_the_smallest_plan(store, name):
+    """:func:`planned_for_rows`: wide rows of many tuples would leave the structures less than the
+    smallest budget; they get exactly that one (:meth:`~.plan.Planner.min_memory`), the rest holds rows."""
+    plans = planner(name, store)
+    smallest = plans.min_memory()
+    plan, share = planned_for_rows(plans, 4 * smallest, smallest)
+    assert plan.memory == share == smallest
