@@ -102,7 +102,8 @@ def page_rows_at(stats: RStats, memory: int, settings: dict) -> int:
     most = memory * PAGE_SHARE / stats.row_bytes
     measured = auto_page_rows(query_s, row_s, most=most)
     page_rows = auto_page_rows(query_s, row_s, stats.kept_page_rows, most)
-    kept = stats.page(page_rows)
-    if page_rows > measured and kept.max_page_rows > memory * RIDER_BUFFER_SHARE / kept.row_bytes:
-        return measured
+    if page_rows > measured:  # a kept map's (its pages are read only then)
+        kept = stats.page(page_rows)
+        if kept.max_page_rows > memory * RIDER_BUFFER_SHARE / kept.row_bytes:
+            return measured
     return page_rows

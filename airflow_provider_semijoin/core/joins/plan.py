@@ -141,32 +141,27 @@ def smallest_budget(needed, choice=None, start: int = 1) -> int:
     For one choice ``needed`` never falls as m grows (a share of m - the rider buffer - grows at
     most as fast as m), so what m lacks no budget below m + what it lacks holds: each try jumps
     by it, and the first that holds is the smallest (a closed form, within a few tries where a
-    share of m moves with it). A choice changes at few budgets (powers of two of the page size),
-    each found by halving; the budgets of one choice are tried before the next.
+    share of m moves with it). A choice changes at few budgets as they grow (powers of two of the
+    page size); where a jump crosses one, the budget it changes at is found by halving and tried
+    next - only budgets near the answer are asked for their choice (each may read a page map).
     Raises :class:`..errors.BudgetError` past :data:`MOST_BYTES`."""
     choose = choice or (lambda m: None)
     m = max(int(start), 1)
+    chosen = choose(m)
     while m <= MOST_BYTES:
-        chosen = choose(m)
-        end = MOST_BYTES + 1 if choice is None else _choice_ends(choose, m, chosen)
-        while m < end and (short := int(needed(chosen, m)) - m) > 0:
-            m += short
-        if m < end:
+        short = int(needed(chosen, m)) - m
+        if short <= 0:
             return m
-        m = end
+        jump = m + short
+        if choice is None or choose(jump) == chosen:
+            m = jump
+            continue
+        lo, hi = m, jump  # choose(lo) == chosen != choose(hi): hi comes down to the first budget of another choice
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if choose(mid) == chosen else (lo, mid)
+        m, chosen = hi, choose(hi)
     raise BudgetError(f"memory: no budget up to {MOST_BYTES} bytes holds the smallest structures")
-
-
-def _choice_ends(choose, m: int, chosen) -> int:
-    """The smallest budget above ``m`` at which ``choose`` chooses other than ``chosen`` (it
-    changes its choice once as budgets grow), or past :data:`MOST_BYTES`."""
-    if choose(MOST_BYTES) == chosen:
-        return MOST_BYTES + 1
-    lo, hi = m, MOST_BYTES  # choose(lo) == chosen != choose(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if choose(mid) == chosen else (lo, mid)
-    return hi
 
 
 class Planner:
