@@ -22,6 +22,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_semijoin.core.errors import ConfigError
+from airflow_provider_semijoin.core.joins import base
 from airflow_provider_semijoin.core.stores import DatabaseURL, MasterStore, store_for, write_table
 from airflow_provider_semijoin.core.stores.binlog import binlog_table
 from airflow_provider_semijoin.core.stores.capture import CLOCK_SUFFIX
@@ -266,3 +267,17 @@ def binlog_backend(binlog_server):
     db = Backend("mysql", binlog_server.url())
     yield db
     db.close()
+
+
+@pytest.fixture
+def constructions(monkeypatch):
+    """The names of the algorithms constructed, in order (a front stage and the algorithm it wraps: two)."""
+    made = []
+    init = base.JoinAlgorithm.__init__
+
+    def counted(self, *args, **kwargs):
+        made.append(self.name)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(base.JoinAlgorithm, "__init__", counted)
+    return made

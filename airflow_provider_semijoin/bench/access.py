@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.checks import check_positive
-from ..core.joins.hybridjoin import PAGE_ROWS_RANGE
+from ..core.joins.hybridjoin_plan import PAGE_ROWS_RANGE
 from ..core.stores import open_store, redact
 from ..workloads.master import key_array
 from .steady import bench_master

@@ -11,6 +11,7 @@ from __future__ import annotations
 from .costmodel import MODELS as PAGE_MODELS
 from .costmodel import RANDOM_SHAPE_SEED, Prediction, check_inputs, model, split_of
 from .errors import ConfigError
+from .joins.plan import Plan
 from .joins.registry import ALGORITHMS
 from .ssijmodel import ssij_model
 from .unitcosts import ComponentCosts
@@ -24,7 +25,8 @@ def explain(algorithm: str, split_or_algorithm, costs: ComponentCosts, n_keys: i
             shape: str = "noperm", *, shape_seed: int = RANDOM_SHAPE_SEED, p_n: float | None = None,
             settings: dict | None = None) -> Prediction | None:
     """The model of ``algorithm`` for the memory split it chose (``algorithm.memory_split()``,
-    or the algorithm itself), on R of ``n_keys`` distinct keys and a Zipf(``exponent``) stream
+    the algorithm itself, or the :class:`.joins.plan.Plan` it is built from - nothing built: its
+    :meth:`~.joins.base.JoinAlgorithm.planned_split`, with ``settings``), on R of ``n_keys`` distinct keys and a Zipf(``exponent``) stream
     of ``shape``; None for an algorithm without a model (``inlist-lru``: the LRU dict of the
     baseline a user writes). SSIJ's paper gives only a worst case (sec. V); its model is
     :func:`.ssijmodel.ssij_model`.
@@ -36,9 +38,11 @@ def explain(algorithm: str, split_or_algorithm, costs: ComponentCosts, n_keys: i
     pages, in another order.
     """
     n_keys, exponent = check_inputs(n_keys, exponent, shape, p_n)
-    split, own = split_of(split_or_algorithm)
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm: {algorithm!r} has no cost model (models: {sorted(MODELLED)})")
+    if isinstance(split_or_algorithm, Plan):
+        split_or_algorithm = ALGORITHMS[algorithm].planned_split(split_or_algorithm)
+    split, own = split_of(split_or_algorithm)
     family = ALGORITHMS[algorithm].cost_model
     if family is None:
         return None
@@ -51,6 +55,6 @@ def explain(algorithm: str, split_or_algorithm, costs: ComponentCosts, n_keys: i
 def predict(algorithm: str, split_or_algorithm, costs: ComponentCosts, n_keys: int, exponent: float = 1.0,
             shape: str = "noperm", **options) -> float | None:
     """Predicted service rate (stream tuples per second) of ``algorithm`` in the configuration
-    ``split_or_algorithm`` (its memory split, or the algorithm): :func:`explain`'s mu."""
+    ``split_or_algorithm`` (its memory split, the algorithm, or its plan): :func:`explain`'s mu."""
     found = explain(algorithm, split_or_algorithm, costs, n_keys, exponent, shape, **options)
     return None if found is None else found.service_rate_tps

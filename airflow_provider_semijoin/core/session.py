@@ -233,20 +233,30 @@ class JoinSession:
 
 
 def sized_for_rows(planner: Planner, memory: int, row_bytes: float) -> tuple[JoinAlgorithm, int]:
+    """The algorithm built once from :func:`planned_for_rows`' plan, and m, its structures' share."""
+    plan, share = planned_for_rows(planner, memory, row_bytes)
+    return planner.build(plan), share
+
+
+def planned_for_rows(planner: Planner, memory: int, row_bytes: float) -> tuple[Plan, int]:
     """For a caller that keeps each waiting tuple's full row (``row_bytes``, plus its log entry)
     next to the algorithm - a Spark step's carried rows (:mod:`...spark.joinstate`) - within one
-    budget of ``memory`` bytes: the algorithm with m, its structures' share, as large as
+    budget of ``memory`` bytes: the plan of m, its structures' share, as large as
     m + capacity_tuples(m) * (row + log bytes) <= memory allows (capacity grows with m, so a
-    smaller m than the first guess holds fewer rows). Returns the algorithm and m. Where even the
-    smallest m the algorithm accepts leaves rows for fewer tuples than it could hold, the
-    session's ``max_pending`` keeps the rest out (:meth:`JoinSession.advance`).
+    smaller m than the first guess holds fewer rows). Returns the plan and m. Where even the
+    smallest m the algorithm accepts (:meth:`.joins.plan.Planner.min_memory`) leaves rows for
+    fewer tuples than it could hold, the session's ``max_pending`` keeps the rest out
+    (:meth:`JoinSession.advance`).
 
     ``planner``: a :class:`.joins.plan.Planner`; the shares are compared on its plans (no I/O,
-    no construction) and the algorithm is built once from the one chosen."""
+    no construction): ``auto`` predicts from the plan, a Spark step builds from it once."""
     per_tuple = float(row_bytes) + LOG_BYTES_PER_TUPLE
     whole = planner.plan(memory)  # (refuses a budget too small for the structures alone, in the algorithm's words)
     share = int(memory * memory / (memory + whole.capacity_tuples * per_tuple))  # capacity about linear in m
-    plan = _smallest_accepted(planner.plan, share, memory, whole)
+    try:
+        plan = planner.plan(max(share, 1))
+    except BudgetError:  # below the smallest budget (asked only then: where pages are sized from it, it reads their maps)
+        plan = planner.plan(min(planner.min_memory(), memory))
     share = max(share, plan.memory)
     rows_room = memory - share
     if plan.capacity_tuples * per_tuple > rows_room:
@@ -260,24 +270,7 @@ def sized_for_rows(planner: Planner, memory: int, row_bytes: float) -> tuple[Joi
         raise BudgetError(
             f"memory: {memory} bytes leaves no room for the rows of the tuples {whole.name} holds "
             f"({per_tuple:.0f} bytes each) next to its structures ({share} bytes); give at least {2 * (share + int(per_tuple) * 64)} bytes")
-    return planner.build(plan), share
-
-
-def _smallest_accepted(plan_at, wanted: int, memory: int, whole: Plan) -> Plan:
-    """``plan_at(wanted)``, or when the algorithm refuses that budget, ``plan_at`` of about the
-    smallest budget between ``wanted`` and ``memory`` it accepts (``whole``: ``plan_at(memory)``)."""
-    try:
-        return plan_at(max(wanted, 1))
-    except BudgetError:
-        pass
-    lo, hi, best = max(wanted, 1), memory, whole
-    while hi - lo > max(hi // 64, 1):
-        mid = (lo + hi) // 2
-        try:
-            best, hi = plan_at(mid), mid
-        except BudgetError:
-            lo = mid
-    return best
+    return plan, share
 
 
 def left_ids(out: JoinOutput, one_row_per_match: bool) -> np.ndarray:

@@ -62,6 +62,12 @@ class MasterSpec:
         return f"MasterSpec(url={redact(self.url)!r}, table={self.table!r}, key={self.key!r}, select={self.select!r})"
 
 
+def holds_for_retry(on_missing: str, retry_grace_s: float | None) -> bool:
+    """Whether a step holds the tuples whose key R lacks for ``retry_grace_s`` (``retry``;
+    ``inferred_member`` with a grace period: a placeholder is inferred after it)."""
+    return on_missing == "retry" or (on_missing == "inferred_member" and retry_grace_s is not None)
+
+
 @dataclass
 class StepSpec:
     """One semi-join: the stream's ``column`` joined with R's key by ``algorithm`` in ``memory``.
@@ -168,7 +174,7 @@ class StepSpec:
     def retries(self) -> bool:
         """Tuples whose key R lacks are held for ``retry_grace_s`` (``retry``; ``inferred_member``
         with a grace period: then a placeholder is inferred)."""
-        return self.on_missing == "retry" or (self.on_missing == "inferred_member" and self.retry_grace_s is not None)
+        return holds_for_retry(self.on_missing, self.retry_grace_s)
 
     def describe(self) -> dict:
         data = _plain(self)

@@ -240,10 +240,11 @@ class SemiJoinJobOperator(BaseOperator):
         from ..spark.joinstate import estimated_row_bytes
 
         steps, added_columns = [], 0
-        for step, shown in zip(spec.steps, described["steps"]):
+        for index, (step, shown) in enumerate(zip(spec.steps, described["steps"])):
             row_bytes = estimated_row_bytes(spec.source, added_columns)
+            split, planned_by = self._memory_split(spec.checkpoint, index, step, row_bytes)
             steps.append({**shown, "memory_bytes": step.memory_bytes, "estimated_row_bytes": round(row_bytes, 1),
-                          "memory_split": self._memory_split(step, row_bytes)})
+                          "memory_split": split, "memory_split_planned_by": planned_by})
             added_columns += len(step.master.select)
         first = steps[0]
         return {
@@ -261,17 +262,26 @@ class SemiJoinJobOperator(BaseOperator):
         }
 
     @staticmethod
-    def _memory_split(step, row_bytes: float) -> dict:
-        """How the step divides its budget, as the job will (:func:`..core.session.sized_for_rows`):
-        the algorithm's structures, sized on R at its share, and the rows of the tuples it holds
-        (``carried_rows_bytes``: the rest, for rows of about ``row_bytes``)."""
+    def _memory_split(checkpoint: str, index: int, step, row_bytes: float) -> tuple[dict, str]:
+        """How step ``index`` divides its budget: the algorithm's structures at its share, and the
+        rows of the tuples it holds (``carried_rows_bytes``: the rest); and who planned it. The plan
+        the job's runner kept for the step as it is now (:mod:`..job.kept_plans`: ``runner``), read
+        without opening R; where there is none, planned here as the job will
+        (:func:`..core.session.sized_for_rows`, rows of about ``row_bytes`` where they do not
+        spill: ``worker``), on R's statistics."""
         from ..core.joins.registry import planner
         from ..core.session import sized_for_rows
         from ..core.stores import open_store
+        from ..job.kept_plans import kept_plan
+        from ..spark.joinstate import planned_row_bytes
 
+        kept = kept_plan(checkpoint, index, step)
+        if kept is not None:
+            return kept["memory_split"], "runner"
         with open_store(step.master.url, step.master.table, step.master.key, step.master.select) as store:
-            algorithm, share = sized_for_rows(planner(step.algorithm, store, step.params), step.memory_bytes, row_bytes)
-            return {**algorithm.memory_split(), "carried_rows_bytes": step.memory_bytes - share}
+            algorithm, share = sized_for_rows(planner(step.algorithm, store, step.params), step.memory_bytes,
+                                              planned_row_bytes(step.retries, row_bytes))
+            return {**algorithm.memory_split(), "carried_rows_bytes": step.memory_bytes - share}, "worker"
 
     def _run(self, spec, records: queue.Queue, outcome: dict) -> None:
         try:

@@ -1,13 +1,14 @@
 """``algorithm: auto``: the cost models choose a step's algorithm when the task starts.
 
-Each candidate is sized on the dimension table itself, and priced with unit costs measured on
+Each candidate is planned on the dimension table itself (:mod:`..core.joins.plan`: nothing is
+built), and priced with unit costs measured on
 this machine against that table (:func:`..core.calibration.calibrate`: S and T of the database,
 the engine's own costs); the papers' service-rate models (:func:`..core.prediction.predict`:
 MESHJOIN, HYBRIDJOIN eq. 1-4, SSJ eq. 1-10, CMESHJOIN eq. 4, INLJ) predict each one's rate for a
 Zipf stream of exponent ``skew``, and the fastest wins.
 
 A step's memory holds the algorithm's structures *and* the rows of the tuples inside it
-(:func:`..core.session.sized_for_rows`, as the Spark step splits it), so each candidate is
+(:func:`..core.session.planned_for_rows`, as the Spark step splits it), so each candidate is
 predicted at the share the rows leave it: a candidate that holds many tuples (MESHJOIN's and
 HYBRIDJOIN's H_S) gets less of M than one that holds few (INLJ). The rows' width is not known
 before the first micro-batch; :func:`..spark.joinstate.estimated_row_bytes` estimates it from the
@@ -21,7 +22,7 @@ import math
 from ..core.errors import BudgetError, ConfigError
 from ..core.joins.registry import ALGORITHMS, AUTO_CANDIDATES, planner
 from ..core.prediction import predict
-from ..core.session import sized_for_rows
+from ..core.session import planned_for_rows
 from ..core.stores import MasterStore
 
 
@@ -42,10 +43,10 @@ def predictions(store: MasterStore, memory: int, skew: float = 1.0, candidates=A
             continue
         try:
             plans = planner(name, store)
-            algorithm = plans.build(plans.plan(memory)) if row_bytes is None else sized_for_rows(plans, memory, row_bytes)[0]
+            plan = plans.plan(memory) if row_bytes is None else planned_for_rows(plans, memory, row_bytes)[0]
         except ConfigError:  # the budget is too small for this one
             continue
-        rate = predict(name, algorithm, costs, n_keys, skew)
+        rate = predict(name, plan, costs, n_keys, skew, settings=plans.settings)  # from the plan: nothing is built
         if rate is not None and not math.isnan(rate):  # NaN: the model is undefined here (0/0)
             rates[name] = rate
     return rates

@@ -37,20 +37,22 @@ class SemiJoinPipelineOperator(SemiJoinJobOperator):
 
     def _choose(self, step, url: str, memory) -> str:
         from ..core.stores import open_store
-        from ..spark.joinstate import estimated_row_bytes
+        from ..spark.joinstate import estimated_row_bytes, planned_row_bytes
         from ..job.sources import source_from_dict
+        from ..job.spec import holds_for_retry
         from .auto import choose_algorithm
 
         spec = PipelineSpec(**self.pipeline)
         earlier = spec.steps[:[s.column for s in spec.steps].index(step.column)]
-        row_bytes = estimated_row_bytes(source_from_dict(spec.source), sum(len(s.dimension.select) for s in earlier))
+        estimated = estimated_row_bytes(source_from_dict(spec.source), sum(len(s.dimension.select) for s in earlier))
+        row_bytes = planned_row_bytes(holds_for_retry(step.on_missing, step.retry_grace_s), estimated)  # as the step's runner will plan it
         dimension = step.dimension
         with open_store(url, dimension.table, dimension.natural_key, dimension.select) as store:
             name, rates = choose_algorithm(store, parse_bytes(memory), step.skew, row_bytes)
         # a rate without bound (every tuple served from memory) is shown as such: JSON has no inf
         shown = {k: round(v, 1) if math.isfinite(v) else "unbounded" for k, v in rates.items()}
         self.auto_choices[step.column] = {"algorithm": name, "predicted_tps": shown,
-                                          "estimated_row_bytes": round(row_bytes, 1)}
+                                          "estimated_row_bytes": round(estimated, 1)}
         self.log.info("Step %s: algorithm auto chose %s (predicted tuples/s at the share the carried rows of "
                       "~%.0f bytes leave it: %s)", step.column, name, row_bytes, shown)
         return name

@@ -79,12 +79,22 @@ def ddl_row_bytes(ddl: str) -> float:
     return float(total)
 
 
+def planned_row_bytes(retries: bool, estimated: float) -> float:
+    """The bytes of a carried tuple's row a step's plan counts before its first micro-batch:
+    :data:`SPILLED_ROW_BYTES` where the rows spill (the step sizes its algorithm for them at
+    its start), else ``estimated`` (the step sizes it for the width of its first rows): a step
+    that ``retries`` (:attr:`...job.spec.StepSpec.retries`) keeps its rows in memory, since its
+    held rows share the state file with another schema."""
+    return float(estimated) if retries else float(SPILLED_ROW_BYTES)
+
+
 def estimated_row_bytes(source, added_columns: int) -> float:
     """A carried row's bytes in a step (:class:`CarriedRows`), before its first micro-batch shows
     them: the stream's columns (``source``, a :class:`...job.sources.SourceSpec`), ``added_columns`` that
     earlier steps joined on (surrogate keys: 8 bytes each), the tuple's id as text and arrival
     time, and the join's own columns. ``algorithm: auto`` and the task's published memory split
-    use it; the step itself sizes its algorithm from the rows of its first micro-batch."""
+    use it (:func:`planned_row_bytes`); a step whose rows do not spill sizes its algorithm from
+    the rows of its first micro-batch."""
     ddl = source.stream_ddl  # its sj_arrival included
     stream = ddl_row_bytes(ddl) if ddl is not None else UNKNOWN_ROW_BYTES + 8  # + sj_arrival
     id_bytes = STRING_BYTES if source.tuple_id_column else 2 * STRING_BYTES  # else '<file>#<row>'

@@ -99,7 +99,7 @@ class BatchProcessor:
         retain = int(spark.conf.get(RETAIN_CONF, "100")) if spark is not None else 100
         self.files = StateFiles(Path(spec.checkpoint) / "sj_state", min(retain, MAX_STATE_FILES))
         self.steps = [
-            JoinStep(step, i, spec.deadline, spec.db_retry_max_s, spark, spec.partitions, clock)
+            JoinStep(step, i, spec.deadline, spec.db_retry_max_s, spark, spec.partitions, clock, spec.checkpoint)
             for i, step in enumerate(spec.steps)
         ]
         self.matched_sink = open_sink(spec.sinks.matched, spec.db_retry_max_s)

@@ -20,9 +20,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core.joins.base import CacheProbes, JoinOutput
-from ..core.joins.registry import create, planner
+from ..core.joins.registry import planner
 from ..core.reasons import Unmatched
-from ..core.session import LOG_BYTES_PER_TUPLE, JoinSession, sized_for_rows
+from ..core.session import LOG_BYTES_PER_TUPLE, JoinSession, planned_for_rows
 from ..core.stores import SnapshotLost, open_store
 from ..core.stores.capture import changes_seen
 from ..core.stores.inferred import InferredMembers
@@ -32,6 +32,7 @@ from .joinstate import (JOIN_COLUMNS, RETRY_SINCE, SEQ, SPILLED_ROW_BYTES, Carri
 from .partitioned import PartitionedJoin
 from .sinks import dead_letter_rows
 from .stepstats import SliceStats, StepStats
+from ..job.kept_plans import keep_plan, stats_stamp
 from ..job.spec import DeadlineSpec, StepSpec
 
 NOT_IN_MASTER = Unmatched.NOT_IN_MASTER.label
@@ -53,15 +54,18 @@ class JoinStep:
     replayed batch or a restart rebuilds them from the checkpoint's state (caches cold).
 
     The step's memory budget M covers the algorithm's structures *and* the full rows it carries
-    for the tuples inside: once the first rows show how wide a tuple is, the algorithm is
-    sized anew with the share of M that leaves room for the rows of every tuple it can hold
-    (:func:`..core.session.sized_for_rows`), and each slice may leave at most as many tuples
+    for the tuples inside: the algorithm is built once, with the share of M that leaves room
+    for the rows of every tuple it can hold (:func:`..core.session.planned_for_rows`) - at the
+    start where the rows spill to the state file (their bytes in memory are known then), else
+    once the first rows show how wide a tuple is - and each slice may leave at most as many tuples
     inside as the rest of M holds rows for (the oldest beyond are forced out), so the
     structures' peak plus the carried bytes stay within M (``memory_peak_bytes``)."""
 
     def __init__(self, spec: StepSpec, index: int, deadline: DeadlineSpec | None = None,
-                 retry_max_s: float | None = None, spark=None, partitions: int = 1, clock=time.time):
+                 retry_max_s: float | None = None, spark=None, partitions: int = 1, clock=time.time,
+                 checkpoint: str | None = None):
         self.spec = spec
+        self.checkpoint = checkpoint  # where the step's plan is kept for the Airflow worker (:mod:`..job.kept_plans`)
         self.deadline = deadline
         self.index = index
         self.clock = clock
@@ -78,19 +82,22 @@ class JoinStep:
                 self.follower.stop()
             self.store.close()
             raise
-        self.algorithm = create(spec.algorithm, self.store, spec.memory_bytes, spec.params)
         self.refreshed_at, self.refreshes = clock(), 0  # refresh: {every_s}: the last time R was read anew
-        self.algorithm_memory = spec.memory_bytes  # the structures' share of M (all of it until a row is seen)
-        self.sized = False  # the share was set from the width of real rows
+        self.planner = planner(spec.algorithm, self.store, spec.params)  # R's statistics, read once for the step's life
+        self.partitioned = None
+        self._plan_at_start()
         self._queue_peak = 0
         self.select = list(self.store.select)
         self.carried = CarriedRows()
         self.held: pa.Table | None = None  # retry: tuples waiting for their key, with RETRY_SINCE
         self.after_batch: int | None = None  # the batch the state in memory is after (None: fresh)
         self._hits = (0, 0)
-        self.partitioned = None if partitions <= 1 else PartitionedJoin(
-            spark, spec, self.store, partitions, self.algorithm.one_row_per_match, clock)
-        self.session: JoinSession | None = JoinSession(self.algorithm, clock) if self.partitioned is None else None
+        if partitions > 1:
+            self.partitioned = PartitionedJoin(spark, spec, self.store, partitions, self.algorithm.one_row_per_match, clock)
+            self.partitioned.memory = max(self.algorithm_memory // partitions, 1)
+        self.session: JoinSession | None = None  # made with the algorithm (:meth:`_size_on_first_rows`)
+        if self._algorithm is not None and self.partitioned is None:
+            self.session = JoinSession(self._algorithm, clock)
         self.ahead = WorkAhead(clock)  # the session stepped between micro-batches (:mod:`.ahead`)
         self._ahead_done: tuple | None = None  # what it completed: (output, figures), for the next batch
 
@@ -147,14 +154,15 @@ class JoinStep:
         table = table if table is not None and table.num_rows else None
         self.carried = CarriedRows(table, table.nbytes if mapped and table is not None else 0)
         carried = self.carried.carried()
-        if carried is not None:
-            self._size(self._row_bytes(carried))
-        else:
-            self.algorithm = create(self.spec.algorithm, self.store, self.algorithm_memory, self.spec.params)
+        if carried is not None and not self.spills:
+            self._size(self._row_bytes(carried))  # sized for the width of the rows carried
+        elif self._algorithm is not None and self._algorithm.counters.tuples_in:  # (one that took no tuple is as built)
+            self._replan()  # R may have moved since
+            self._algorithm = self.planner.build(self.plan)  # caches cold
         if self.partitioned is not None:
             self.partitioned.restored(self.carried)
-        else:
-            self.session = session_from(self.algorithm, self.spec.column, self.carried.carried(), self.clock)
+        elif self._algorithm is not None or carried is not None:
+            self.session = session_from(self.algorithm, self.spec.column, carried, self.clock)
         self.after_batch = batch_id - 1
 
     # -- the join ------------------------------------------------------------------------------
@@ -172,9 +180,7 @@ class JoinStep:
             self.held = None
         before = self.carried.count
         tagged = self.carried.add(rows, due_times(rows, self.spec.max_queue_time_s), self._parts(rows))
-        if not self.sized and before == 0 and tagged.num_rows:  # nothing inside yet: the algorithm may be replaced
-            self._size(self._row_bytes(tagged))
-            self.session = JoinSession(self.algorithm, self.clock) if self.partitioned is None else None
+        self._size_on_first_rows(tagged, before)
         max_pending = self._max_pending(tagged)
         if self.partitioned is not None:
             result, joined = self.partitioned.run(tagged, self.carried, horizon, until, drain, max_pending, replayed)
@@ -226,7 +232,7 @@ class JoinStep:
         done, error = self.ahead.stop()
         self._ahead_done = done
         if error is not None:
-            self._rebuild(self.carried.carried())
+            self._rebuild(self.carried.carried(), r_moved=isinstance(error, SnapshotLost))
 
     def _version_worked_ahead(self):
         """The slice reads R at the version the stepping ahead read, so every tuple leaving with
@@ -237,10 +243,24 @@ class JoinStep:
         figures = self._ahead_done[1]
         return self.store.reading_at(figures.master_version, figures.master_read_at)
 
-    def _rebuild(self, inside: pa.Table | None) -> None:
-        """The algorithm anew (caches cold) in a session fed the carried rows ``inside``."""
-        self.algorithm.restart()
-        self.session = session_from(self.algorithm, self.spec.column, inside, self.clock)
+    def _rebuild(self, inside: pa.Table | None, r_moved: bool = True) -> None:
+        """The algorithm anew (caches cold, its counters carried on) in a session fed the carried
+        rows ``inside``: where R moved (a refresh, a snapshot lost while R changed) planned anew at
+        the same share on R's statistics read again; else (a session lost, R as it was) built
+        again from the step's plan, nothing of R read."""
+        if r_moved:
+            self._replan()
+        if self._algorithm is None:  # none built yet (no rows seen): built from the plan when asked for
+            return
+        counters = self._algorithm.counters
+        self._algorithm = self.planner.build(self.plan)
+        self._algorithm.counters = counters
+        self.session = session_from(self._algorithm, self.spec.column, inside, self.clock)
+
+    def _replan(self) -> None:
+        """R moved: the step's plan anew, at the same share, on R's statistics read again."""
+        self.planner = planner(self.spec.algorithm, self.store, self.spec.params)
+        self.plan = self.planner.plan(self.algorithm_memory)
 
     def _with_ahead(self, result: JoinOutput, stats: SliceStats) -> tuple[JoinOutput, SliceStats]:
         """The slice's output and figures with what was worked ahead before it."""
@@ -251,11 +271,45 @@ class JoinStep:
         return JoinOutput.concat([ahead, result], self.algorithm.schema), stats.with_ahead(figures, ahead.nbytes)
 
     # -- the memory budget: structures + carried rows ------------------------------------------------
+    @property
+    def algorithm(self):
+        """The step's algorithm, built once from its plan (:meth:`_plan_at_start`); one asked for
+        before the first rows showed their width (an empty first batch) is built from the plan of
+        the whole M, and sized again with the first rows."""
+        if self._algorithm is None:
+            self._algorithm = self.planner.build(self.plan)
+        return self._algorithm
+
+    def _plan_at_start(self) -> None:
+        """The step's plan (``plan``): where the carried rows spill, a row's bytes are known
+        before any is seen (:data:`.joinstate.SPILLED_ROW_BYTES`), so the algorithm is sized for
+        them and built once, now; else the plan of the whole M, built once the first rows show
+        how wide they are (:meth:`_size_on_first_rows`)."""
+        self._algorithm = None
+        if self.spills:
+            self._size(float(SPILLED_ROW_BYTES))
+        else:
+            self.plan, self.algorithm_memory, self.sized = self.planner.plan(self.spec.memory_bytes), self.spec.memory_bytes, False
+
+    def _size_on_first_rows(self, tagged: pa.Table, before: int) -> None:
+        """With the first rows, nothing inside yet: the algorithm sized for their width (built
+        once: none was built before), and the session over it."""
+        if not self.sized and before == 0 and tagged.num_rows:
+            self._size(self._row_bytes(tagged))
+            self.session = JoinSession(self._algorithm, self.clock) if self.partitioned is None else None
+        elif self.session is None and self.partitioned is None:
+            self.session = JoinSession(self.algorithm, self.clock)
+
     def _size(self, row_bytes: float) -> None:
-        """Size the algorithm anew (fresh) for rows of ``row_bytes`` each (state columns included)."""
-        algorithm, share = sized_for_rows(
-            planner(self.spec.algorithm, self.store, self.spec.params), self.spec.memory_bytes, row_bytes)
-        self.algorithm, self.algorithm_memory, self.sized = algorithm, share, True
+        """Size the algorithm anew (fresh) for rows of ``row_bytes`` each (state columns included):
+        its plan from the step's planner (R's statistics as read at the start), built once."""
+        self.plan, share = planned_for_rows(self.planner, self.spec.memory_bytes, row_bytes)
+        self._algorithm, self.algorithm_memory, self.sized = self.planner.build(self.plan), share, True
+        if self.checkpoint is not None:
+            keep_plan(self.checkpoint, self.index, self.spec, {
+                "memory_split": {**self._algorithm.memory_split(), "carried_rows_bytes": self.spec.memory_bytes - share},
+                "row_bytes": round(row_bytes, 1), "stats_stamp": stats_stamp(self.planner.stats), "planned_at": self.clock(),
+            })
         if self.partitioned is not None:
             self.partitioned.memory = max(share // self.partitioned.parts, 1)
             self.partitioned.rebuild_all()

@@ -7,7 +7,8 @@ import pytest
 
 from airflow_provider_semijoin.core.calibration import calibrate
 from airflow_provider_semijoin.core.errors import ConfigError
-from airflow_provider_semijoin.core.joins.registry import create, planner
+from airflow_provider_semijoin.core.joins.registry import AUTO_CANDIDATES, create, planner
+from airflow_provider_semijoin.core.prediction import predict
 from airflow_provider_semijoin.core.session import sized_for_rows
 from airflow_provider_semijoin.pipeline.auto import choose_algorithm, predictions
 from airflow_provider_semijoin.spark.joinstate import JOIN_COLUMN_BYTES, STRING_BYTES, ddl_row_bytes, estimated_row_bytes
@@ -39,6 +40,23 @@ def test_each_candidate_is_predicted_as_the_step_will_size_it(store):
     assert share < MEMORY and algorithm.memory_split() != create("hybridjoin", store, MEMORY).memory_split()
     name, rates = choose_algorithm(store, MEMORY, 1.0, row_bytes=100.0)
     assert name == max(rates, key=rates.get)
+
+
+@pytest.mark.parametrize("row_bytes", [None, 100.0])
+def test_auto_predicts_from_plans_as_from_the_algorithms_built_from_them(store, constructions, row_bytes):
+    """``auto`` builds no candidate: the rate of each one's plan is the rate of the algorithm built
+    from it (what it priced before it predicted from plans), so it chooses as before."""
+    costs = calibrate(store)  # (measures the engine's costs on algorithms it builds)
+    constructions.clear()
+    rates = predictions(store, MEMORY, row_bytes=row_bytes, costs=costs)
+    assert constructions == [] and set(rates) == set(AUTO_CANDIDATES)
+    built = {}
+    for name in AUTO_CANDIDATES:
+        plans = planner(name, store)
+        algorithm = plans.build(plans.plan(MEMORY)) if row_bytes is None else sized_for_rows(plans, MEMORY, row_bytes)[0]
+        built[name] = predict(name, algorithm, costs, store.page_map().n_keys, 1.0)
+    assert rates == built
+    assert max(rates, key=rates.get) == max(built, key=built.get)
 
 
 def test_a_budget_the_rows_fill_leaves_no_candidate(store):

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_semijoin.core.joins import create
-from airflow_provider_semijoin.core.joins.hybridjoin import auto_page_rows
+from airflow_provider_semijoin.core.joins.hybridjoin_plan import auto_page_rows
 from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
 from airflow_provider_semijoin.core.runner import run_join
 from airflow_provider_semijoin.core.stores import install_changes, store_for

@@ -14,9 +14,8 @@ from hypothesis import strategies as st
 from airflow_provider_semijoin.core import costmodel as cm
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import JoinOutput, StreamBuffer, create
-from airflow_provider_semijoin.core.joins.hybridjoin import (
-    ADMIT_SHARE, READ_AHEAD_SHARE, HybridJoin, HybridJoinL, HybridJoinPQ,
-)
+from airflow_provider_semijoin.core.joins.hybridjoin import HybridJoin, HybridJoinL, HybridJoinPQ
+from airflow_provider_semijoin.core.joins.hybridjoin_plan import ADMIT_SHARE, READ_AHEAD_SHARE
 from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
 from airflow_provider_semijoin.core.prediction import explain
 from airflow_provider_semijoin.core.runner import feed_keys, run_join
@@ -341,7 +340,7 @@ def test_riders_fill_an_in_query_up_to_the_disk_buffer(backend, name, memory, qu
     store = measured_as(backend.make_master(master_of(range(0, 12_800, 2))), 1e-3, 1e-6, 1e-3, 1e-7)  # 100 pages of 64 keys
     stream = stream_of([page * 128 + 2 for page in range(100)])
     algorithm = create(name, store, memory, {"page_rows": 64})
-    buffer_rows = algorithm._buffer_rows
+    buffer_rows = algorithm.plan_used.sizes["buffer_rows"]
     assert buffer_rows >= 100 if queries == 1 else 64 <= buffer_rows < 100
     lookups = record_lookups(store)
     run = run_join(algorithm, stream, "sk")

@@ -164,7 +164,7 @@ def test_the_carried_rows_count_against_the_budget(tmp_path, sqlite_backend, alg
     store, spec = job(tmp_path, sqlite_backend, 6000, algorithm=algorithm, memory=str(memory))
     processor = BatchProcessor(spec, None, False, Clock())
     step = processor.steps[0]
-    whole = step.algorithm  # sized for the structures alone, as before any row is seen
+    whole = planner(algorithm, step.store, spec.steps[0].params).plan(memory)  # the structures alone
     records = [processor.process(rows_of(spec, start, start + 750, 1000.0), i) for i, start in enumerate(range(0, 6000, 750))]
     assert step.sized and step.algorithm_memory < memory
     assert whole.capacity_tuples > step.algorithm.capacity_tuples

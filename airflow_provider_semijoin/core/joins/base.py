@@ -27,7 +27,7 @@ from ..keys import KeyType, sorted_distinct
 from ..reasons import Unmatched
 from ..stores.base import MasterPage
 from ..stores.protocol import JoinStore
-from .plan import Plan, Planner, RStats, smallest_planned
+from .plan import Plan, Planner, RStats
 
 Clock = Callable[[], float]
 RIDER_KEYS = 4096  # keys of one IN query that serves several sparse pages at once (the end of a stream: HYBRIDJOIN's
@@ -456,8 +456,10 @@ class JoinAlgorithm:
 
     @classmethod
     def min_memory(cls, stats: RStats, settings: dict) -> int:
-        """About the smallest budget :meth:`plan` accepts (:func:`.plan.smallest_planned`), found without I/O."""
-        return smallest_planned(lambda m: cls.plan(stats, m, settings))
+        """The smallest budget :meth:`plan` accepts (``plan(min_memory - 1)`` raises the
+        :class:`..errors.BudgetError`), in closed form from the plan's structure sizes (no I/O,
+        no search over plans: :func:`.plan.smallest_budget`)."""
+        raise NotImplementedError
 
     def restart(self) -> None:
         """Forget every tuple held and everything cached of R: the same algorithm anew, on the
@@ -542,7 +544,15 @@ class JoinAlgorithm:
         return True
 
     def memory_split(self) -> dict:
-        """How the budget was divided between the structures, in bytes."""
+        """How the budget was divided between the structures, in bytes: the plan's
+        (:meth:`planned_split`), with what the structures hold now where an algorithm reports it."""
+        return self.planned_split(self.plan_used)
+
+    @classmethod
+    def planned_split(cls, plan: Plan) -> dict:
+        """The memory split (:meth:`memory_split`) the algorithm built from ``plan`` reports, from
+        the plan alone: what the cost models read (:func:`...prediction.predict` of a plan:
+        ``auto`` prices candidates without building them)."""
         return {}
 
     def invalidate(self, keys: np.ndarray) -> int:

@@ -51,7 +51,7 @@ from ..stores.base import MasterStore
 from .base import CacheProbes, Clock, JoinAlgorithm, JoinOutput, Param, StreamBuffer, StreamChunk, ranges, runs_of
 from .hybridjoin import HybridJoin, HybridJoinL, HybridJoinPQ
 from .master_cache import POLICIES, MasterCache
-from .plan import Plan, RStats
+from .plan import Plan, RStats, smallest_budget
 from .meshjoin import MeshJoin
 
 DECAY_PER_KEY = 32  # default halving period: 32 probed tuples per cached key
@@ -98,7 +98,6 @@ class FrontStage(JoinAlgorithm):
         sizes, s = self.plan_used.sizes, self.settings
         self.cache = MasterCache(sizes["cache_keys"], store.max_rows_per_key, store.key_type.dtype, self.schema,
                                  s["eviction"], s["seed"])
-        self._cache_budget = sizes["cache_bytes"]
         inner_params = {**{k: v for k, v in params.items() if k in self.inner.params}, **sizes["inner_pinned"]}
         inner_plan = sizes["inner_plan"]
         self.algorithm = self.inner(store, inner_plan.memory, clock=clock, plan=inner_plan, **inner_params)
@@ -125,9 +124,8 @@ class FrontStage(JoinAlgorithm):
         pinned: :meth:`~.base.JoinAlgorithm.pinned`), leaving that smallest budget for the
         wrapped algorithm; the rest of M is the wrapped algorithm's plan (``inner_plan``)."""
         inner_settings = cls.inner.pinned(stats, memory, cls._inner_settings(settings))
-        inner_floor = cls.inner.min_memory(stats, inner_settings)
-        pages = stats.page(cls.inner.plan(stats, inner_floor, inner_settings).sizes["page_rows"])
-        per_key = MasterCache.bytes_per_key(stats.key_itemsize, stats.max_rows_per_key, pages.row_bytes)
+        inner_floor = stats.floor(cls.inner, inner_settings)
+        pages, per_key = cls._cached_key_bytes(stats, inner_settings, inner_floor)
         fixed = stats.result_overhead  # the row log's per-column overhead
         cache_keys = settings["cache_keys"] or best_cache_size(
             memory, pages.n_keys, per_key, settings["skew"], reserve=inner_floor + fixed + 1
@@ -140,6 +138,27 @@ class FrontStage(JoinAlgorithm):
         pinned = {k: v for k, v in inner_settings.items() if k == "page_rows" and v != cls.inner.params[k].default}
         return Plan(cls.name, memory, inner.capacity_with_waiting,
                     {"cache_keys": cache_keys, "cache_bytes": cache_bytes, "inner_plan": inner, "inner_pinned": pinned})
+
+    @classmethod
+    def min_memory(cls, stats: RStats, settings: dict) -> int:
+        """The wrapped algorithm's smallest budget, at the page size the budget pins
+        (:meth:`~.base.JoinAlgorithm.pinned`), and H_R: its row log's overhead, with the
+        ``cache_keys`` given (from the cost model none fit beside the smallest wrapped algorithm)."""
+        inner_settings = cls._inner_settings(settings)
+
+        def needed(pinned, memory):
+            floor = stats.floor(cls.inner, dict(pinned))
+            pages, per_key = cls._cached_key_bytes(stats, dict(pinned), floor)
+            return floor + int(math.ceil(min(settings["cache_keys"], pages.n_keys) * per_key)) + stats.result_overhead
+
+        return smallest_budget(needed, lambda memory: tuple(sorted(cls.inner.pinned(stats, memory, inner_settings).items())))
+
+    @classmethod
+    def _cached_key_bytes(cls, stats: RStats, inner_settings: dict, inner_floor: int) -> tuple:
+        """R's page map as the wrapped algorithm reads it at its smallest budget, and the bytes of a
+        key in H_R with its K rows (v_R of that map)."""
+        pages = stats.page(cls.inner.plan(stats, inner_floor, inner_settings).sizes["page_rows"])
+        return pages, MasterCache.bytes_per_key(stats.key_itemsize, stats.max_rows_per_key, pages.row_bytes)
 
     @classmethod
     def _inner_settings(cls, settings: dict) -> dict:
@@ -278,13 +297,18 @@ class FrontStage(JoinAlgorithm):
         return self.cache.nbytes + self.algorithm.structure_bytes() + waiting
 
     def memory_split(self) -> dict:
-        return {
-            "cache_keys": self.cache.capacity,
-            "cache_bytes": self._cache_budget,
-            "inner": self.algorithm.name,
-            "inner_budget_bytes": self.algorithm.memory,
-            **{f"inner.{k}": v for k, v in self.algorithm.memory_split().items()},
-        }
+        return self._with_inner(self.plan_used, self.algorithm.memory_split())
+
+    @classmethod
+    def planned_split(cls, plan: Plan) -> dict:
+        return cls._with_inner(plan, cls.inner.planned_split(plan.sizes["inner_plan"]))
+
+    @classmethod
+    def _with_inner(cls, plan: Plan, inner_split: dict) -> dict:
+        """H_R's share of ``plan`` and the wrapped algorithm's split, its fields prefixed ``inner.``."""
+        sizes = plan.sizes
+        return {"cache_keys": sizes["cache_keys"], "cache_bytes": sizes["cache_bytes"], "inner": cls.inner.name,
+                "inner_budget_bytes": sizes["inner_plan"].memory, **{f"inner.{k}": v for k, v in inner_split.items()}}
 
     def stats(self) -> dict:
         out = super().stats()

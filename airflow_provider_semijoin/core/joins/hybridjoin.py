@@ -17,7 +17,7 @@ tail of one) leaves few distinct keys waiting on a page; then fetching just thos
 chosen from the calibrated costs: the range load costs ``S + T * rows of the page``, the probe
 ``S_in + c_in * distinct waiting keys`` (:meth:`..stores.base.MasterStore.calibrate_in`); both
 complete the same tuples, so the choice changes the I/O, never the result. The keys of other
-sparse pages ride along in the same IN query (nearest pages first, up to :data:`RIDER_KEYS`
+sparse pages ride along in the same IN query (nearest pages first, up to :data:`~.base.RIDER_KEYS`
 keys whose rows fit the disk buffer): one query and one step serve many pages. Once the stream
 has ended and every tuple is in H_S, every sparse page rides: a short stream spread over all
 pages costs a few queries instead of one per page. While the stream goes on, a page rides only
@@ -39,7 +39,7 @@ chosen from H_S as the paper has it at that point. A page's tuples leave ``read_
 later; what a step loads is the same. With ``read_ahead`` = 2 the database serves two loads at
 once, on two sessions. Each load's tuples in flight (at most :attr:`_ahead_tuples`, a larger
 page is read at once) and its rows have their own share of M (:attr:`_ahead_bytes`, at most
-:data:`READ_AHEAD_SHARE` of it: fewer loads under way where M holds fewer, or no read-ahead).
+:data:`.hybridjoin_plan.READ_AHEAD_SHARE` of it: fewer loads under way where M holds fewer, or no read-ahead).
 With a change log every run reads R in a snapshot on the store's own session, so there is no
 read-ahead and its share goes to H_S.
 
@@ -63,40 +63,13 @@ import numpy as np
 from ..errors import BudgetError
 from ..keys import distinct_keys
 from ..stores.base import MasterPage
-from .base import RIDER_KEYS, Counters, JoinOutput, Param, ReadCosts, StreamBuffer, when_counted
+from .base import Counters, JoinOutput, Param, ReadCosts, StreamBuffer, when_counted
+from .hybridjoin_plan import min_hybridjoin, plan_hybridjoin
 from .plan import PageStats, Plan, RStats
-from .stream_table import MAX_CHUNK, PagedJoin, StreamTable
+from .stream_table import PagedJoin, StreamTable
 
-PAGE_ROWS_RANGE = (64, 8192)
-PAGE_SHARE = 1 / 8  # of M at most for one page's rows (the disk buffer, d) when the page size is measured
-RIDER_BUFFER_SHARE = 1 / 64  # of M at most for the rows of one IN query beyond one page's (the disk buffer)
 RIDER_REPEATS = 1.5  # tuples per distinct key at a page's last load below which it rides while the stream goes on
 READ_AHEAD_LOADS = 2  # page loads under way at once by default (read_ahead)
-ADMIT_SHARE = 1 / 64  # of h_S: the free slots a backlog's tuples wait for before they are admitted at once
-READ_AHEAD_SHARE = 1 / 16  # of M at most for read-ahead (each load's tuples in flight and disk buffer);
-#                            a smaller M keeps fewer loads under way, or reads on its own session
-
-
-def auto_page_rows(query_s: float, row_s: float, kept=(), most: float = PAGE_ROWS_RANGE[1]) -> int:
-    """Rows per page from the measured costs: a load of ``4*S/T`` rows spends 80% of its time
-    reading rows rather than on the round trip, the flat part of HYBRIDJOIN's Fig. 6 curve.
-    Rounded down to a power of two, and to at most ``most`` rows (the rows a share of M holds:
-    a slow round trip measured on a loaded machine - S = 10 ms - asked for pages a small M could
-    not hold, and the join was refused); the page size in ``kept`` (the page maps kept beside R,
-    :mod:`..stores.pagemaps`) nearest to it within a factor of 2 either way is taken instead
-    (the smaller of two as near), so that runs measuring different costs read the same kept map
-    rather than build their own in O(R): two opens of R = 20M rows on MariaDB measured page
-    sizes of 1024 and 512 and built both, 16 s each, when only a smaller kept page was taken."""
-    lo, hi = PAGE_ROWS_RANGE
-    hi = min(hi, _pow2_at_most(most, lo))
-    best = min(hi, _pow2_at_most(4 * query_s / row_s, lo))
-    near = [k for k in kept if max(lo, best // 2) <= k <= min(hi, 2 * best)]
-    return int(min(near, key=lambda k: (abs(math.log2(k / best)), k)) if near else best)
-
-
-def _pow2_at_most(rows: float, lo: int) -> int:
-    """The largest power of two not above ``rows``, but at least ``lo``."""
-    return max(lo, 2 ** math.floor(math.log2(max(rows, 1.0))))
 
 
 @dataclass
@@ -144,16 +117,16 @@ class HybridJoin(PagedJoin):
         sizes = self.plan_used.sizes
         self._read_costs = ReadCosts.of(store)  # T per row (measured for the plan: the store keeps them)
         self.page_map = store.page_map(sizes["page_rows"])
-        self._buffer_rows, self._disk_buffer_bytes = sizes["buffer_rows"], sizes["disk_buffer_bytes"]
+        self._disk_buffer_bytes = sizes["disk_buffer_bytes"]
         self._under_way: deque[PageRequest] = deque()  # loads handed to the reader, oldest first
         self._repeats = np.ones(self.page_map.n_pages, np.float32)  # tuples per distinct key at each page's last load
         self._loads, self._ahead_tuples, self._ahead_bytes = sizes["loads"], sizes["ahead_tuples"], sizes["read_ahead_bytes"]
         if self._loads:
             store.reader(self._loads)  # a session for each load under way, opened now
         self.table = StreamTable(sizes["stream_table_capacity_tuples"], self.page_map.n_pages, store.key_type.dtype)
-        self._admit_tuples = max(1, min(int(sizes["stream_table_capacity_tuples"] * ADMIT_SHARE), MAX_CHUNK))
+        self._admit_tuples = sizes["admit_tuples"]
 
-    # -- the plan: eq. 1's split of M from R's statistics -------------------------------------------
+    # -- the plan: eq. 1's split of M from R's statistics (:mod:`.hybridjoin_plan`) ------------------
     @classmethod
     def statistics(cls, store, settings: dict) -> RStats:
         """S and T of a range and an IN query, K, whether R is read ahead on other sessions (asked
@@ -171,48 +144,13 @@ class HybridJoin(PagedJoin):
 
     @classmethod
     def plan(cls, stats: RStats, memory: int, settings: dict) -> Plan:
-        """Eq. 1, M = disk buffer + page map + H_S (+ the structures beside it): the page size
-        (:meth:`page_rows_at`), the disk buffer d holding a page or an IN query's riders (at most
-        :data:`RIDER_BUFFER_SHARE` of M), the loads under way with their share of M (at most
-        :data:`READ_AHEAD_SHARE`, H_S first) and H_S of the rest."""
-        pages = stats.page(cls.page_rows_at(stats, memory, settings))
-        key_size, n_pages = stats.key_itemsize, pages.n_pages
-        rider_rows = int(memory * RIDER_BUFFER_SHARE / pages.row_bytes)
-        buffer_rows = max(pages.max_page_rows, min(RIDER_KEYS * stats.max_rows_per_key, rider_rows))
-        disk_buffer_bytes = int(math.ceil(buffer_rows * pages.row_bytes))
-        tuple_bytes = key_size + 8
-        ahead_tuples = disk_buffer_bytes // tuple_bytes  # of one load in flight: a disk buffer's bytes of them
-        per_load = disk_buffer_bytes + ahead_tuples * tuple_bytes  # and the rows read for them
-        loads = min(settings["read_ahead"], int(memory * READ_AHEAD_SHARE // per_load))
-        rest = memory - disk_buffer_bytes - pages.nbytes - cls.reserved_bytes(n_pages)  # H_S and read-ahead
-        while loads and StreamTable.capacity_for(rest - loads * per_load, n_pages, key_size) < 1:
-            loads -= 1  # H_S first: a budget that holds a tuple without read-ahead is never refused for it
-        if not (loads and stats.reads_ahead):
-            loads = ahead_tuples = 0
-        capacity = StreamTable.capacity_for(rest - loads * per_load, n_pages, key_size)
-        if capacity < 1:
-            raise cls.budget_error(memory, disk_buffer_bytes + pages.nbytes + 1024, "one disk page and the page map")
-        return Plan(cls.name, memory, capacity + loads * ahead_tuples, {
-            "page_rows": pages.page_rows, "buffer_rows": buffer_rows, "disk_buffer_bytes": disk_buffer_bytes,
-            "page_map_bytes": pages.nbytes, "loads": loads, "ahead_tuples": ahead_tuples,
-            "read_ahead_bytes": loads * per_load, "stream_table_capacity_tuples": capacity,
-        })
+        """Eq. 1, M = disk buffer + page map + H_S (+ the structures beside it): :func:`.hybridjoin_plan.plan_hybridjoin`."""
+        return plan_hybridjoin(cls, stats, memory, settings)
 
     @classmethod
-    def page_rows_at(cls, stats: RStats, memory: int, settings: dict) -> int:
-        """R's page size (d): the one set, or :func:`auto_page_rows`' choice among the kept maps,
-        within :data:`PAGE_SHARE` of M - but not a kept page larger than the measured size whose
-        rows do not fit the rider buffer (its disk buffer would cost H_S room)."""
-        if settings["page_rows"]:
-            return settings["page_rows"]
-        query_s, row_s = stats.costs
-        most = memory * PAGE_SHARE / stats.row_bytes
-        measured = auto_page_rows(query_s, row_s, most=most)
-        page_rows = auto_page_rows(query_s, row_s, stats.kept_page_rows, most)
-        kept = stats.page(page_rows)
-        if page_rows > measured and kept.max_page_rows > memory * RIDER_BUFFER_SHARE / kept.row_bytes:
-            return measured
-        return page_rows
+    def min_memory(cls, stats: RStats, settings: dict) -> int:
+        """Eq. 1 at its smallest (:func:`.hybridjoin_plan.min_hybridjoin`)."""
+        return min_hybridjoin(cls, stats, settings)
 
     @classmethod
     def pinned(cls, stats: RStats, memory: int, settings: dict) -> dict:
@@ -316,9 +254,12 @@ class HybridJoin(PagedJoin):
     def structure_bytes(self) -> int:
         return super().structure_bytes() + self._ahead_bytes + self._reserved_bytes()
 
-    def memory_split(self) -> dict:
-        return {**super().memory_split(), "read_ahead_bytes": self._ahead_bytes, "page_repeats_bytes": self._repeats.nbytes,
-                "rider_keys": self._rider_room(), "admit_tuples": self._admit_tuples}
+    @classmethod
+    def planned_split(cls, plan: Plan) -> dict:
+        sizes = plan.sizes
+        return {**super().planned_split(plan), "read_ahead_bytes": sizes["read_ahead_bytes"],
+                "page_repeats_bytes": HybridJoin.reserved_bytes(sizes["pages"]), "rider_keys": sizes["rider_keys"],
+                "admit_tuples": sizes["admit_tuples"]}
 
     def _range_cost(self, page) -> float:
         """S + T * rows: a range load of ``page`` (pages: their rows each)."""
@@ -351,8 +292,8 @@ class HybridJoin(PagedJoin):
         far), nearest first while their tuples fit: ``(pages, row_ids, keys, counts)`` as
         :meth:`.stream_table.StreamTable.pop_pages` gives them. Unless ``final``, only pages
         whose last load had fewer than ``rider_repeats`` tuples per distinct key (a page never
-        loaded counts as one per key) - up to :data:`RIDER_KEYS` keys whose rows fit the
-        disk buffer (sized for them within :data:`RIDER_BUFFER_SHARE` of M)."""
+        loaded counts as one per key) - up to :data:`~.base.RIDER_KEYS` keys whose rows fit the
+        disk buffer (sized for them within :data:`.hybridjoin_plan.RIDER_BUFFER_SHARE` of M)."""
         waiting = np.flatnonzero(self.table.page_count)
         counts = self.table.page_count[waiting]  # tuples: at least the page's distinct keys
         sparse = self._read_costs.in_key_s * counts < self._range_cost(waiting)
@@ -366,14 +307,13 @@ class HybridJoin(PagedJoin):
         return (riders, *self.table.pop_pages(riders))
 
     def _rider_room(self) -> int:
-        """Keys one IN query with riders takes at most: :data:`RIDER_KEYS`, or fewer where the
-        disk buffer holds fewer keys' rows."""
-        return min(RIDER_KEYS, self._buffer_rows // max(self.store.max_rows_per_key, 1))
+        """Keys one IN query with riders takes at most (the plan's ``rider_keys``)."""
+        return self.plan_used.sizes["rider_keys"]
 
     def _admit(self, buffer: StreamBuffer) -> JoinOutput:
         """Fig. 5 lines 3-5: fill the free slots of H_S (w of them) with arrived tuples - but
         a backlog (more tuples arrived than slots are free, the stream going on) waits until
-        :data:`ADMIT_SHARE` of h_S is free, and fills it at once. A step frees the slots of
+        :data:`.hybridjoin_plan.ADMIT_SHARE` of h_S is free, and fills it at once. A step frees the slots of
         one page's tuples, so on the random shape (tuples of every page in every admission) an
         admission each step filed each page's tuples in groups of 1-2, and a page's load walked
         hundreds of them (issue 12); admitted together, a page gathers them in few groups. H_S
@@ -519,8 +459,9 @@ class HybridJoinPQ(HybridJoinL):
     def reserved_bytes(cls, n_pages: int) -> int:
         return super().reserved_bytes(n_pages) + cls._page_queue_bytes(n_pages)
 
-    def memory_split(self) -> dict:
-        return {**super().memory_split(), "page_queue_bytes": self._page_queue_bytes(self.page_map.n_pages)}
+    @classmethod
+    def planned_split(cls, plan: Plan) -> dict:
+        return {**super().planned_split(plan), "page_queue_bytes": cls._page_queue_bytes(plan.sizes["pages"])}
 
     @property
     def threshold(self) -> float:

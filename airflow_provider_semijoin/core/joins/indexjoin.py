@@ -40,10 +40,15 @@ class IndexNestedLoopJoin(JoinAlgorithm):
     @classmethod
     def plan(cls, stats: RStats, memory: int, settings: dict) -> Plan:
         """The one tuple in flight and the K rows of its key (v_R sampled with no page map: none is read)."""
-        needed = stats.key_itemsize + 8 + stats.result_bytes(stats.max_rows_per_key)
+        needed = cls.min_memory(stats, settings)
         if needed > memory:
             raise cls.budget_error(memory, needed, "one stream tuple with the rows of its key")
         return Plan(cls.name, memory, 1, {"tuple_bytes": needed})
+
+    @classmethod
+    def min_memory(cls, stats: RStats, settings: dict) -> int:
+        """The tuple's key and row id, and a loaded result of K rows."""
+        return stats.key_itemsize + 8 + stats.result_bytes(stats.max_rows_per_key)
 
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
         chunk = self._take(buffer, 1)
@@ -82,27 +87,42 @@ class InListJoin(JoinAlgorithm):
     def __init__(self, store, memory, **kwargs):
         super().__init__(store, memory, **kwargs)
         self.batch_rows = self.plan_used.capacity_tuples
-        self._per_tuple = self.plan_used.sizes["bytes_per_tuple"]
         self._held = 0
 
     @classmethod
     def plan(cls, stats: RStats, memory: int, settings: dict) -> Plan:
         """Per tuple of the batch: its key and row id (twice: the batch and the distinct keys) and,
         at worst, K rows of R for its key (v_R sampled with no page map: none is read)."""
-        per_tuple = 2 * (stats.key_itemsize + 8) + stats.max_rows_per_key * stats.row_bytes
-        fixed = stats.result_overhead
-        cache = cls._cache_plan(stats, memory, settings, reserve=int(math.ceil(fixed + per_tuple)))
+        per_tuple, fixed = cls._tuple_bytes(stats), stats.result_overhead
+        cache = cls._cache_plan(stats, memory, settings, reserve=cls._batch_bytes(stats, settings["batch_rows"]))
         batch_budget = memory - cache.get("cache_bytes", 0)
         batch_rows = settings["batch_rows"] or int((batch_budget - fixed) // per_tuple)
-        needed = int(math.ceil(fixed + max(batch_rows, 1) * per_tuple))
+        needed = cls._batch_bytes(stats, batch_rows)
         if batch_rows < 1 or needed > batch_budget:
             what = f"batch_rows={batch_rows} stream tuples with their master rows" if batch_rows else "one stream tuple with its master rows"
             raise cls.budget_error(memory, needed + memory - batch_budget, what)
         return Plan(cls.name, memory, batch_rows, {"batch_rows": batch_rows, "bytes_per_tuple": per_tuple, **cache})
 
+    @staticmethod
+    def _tuple_bytes(stats: RStats) -> float:
+        """A tuple of the batch: its key and row id (twice: the batch and the distinct keys) and,
+        at worst, K rows of R for its key."""
+        return 2 * (stats.key_itemsize + 8) + stats.max_rows_per_key * stats.row_bytes
+
+    @classmethod
+    def _batch_bytes(cls, stats: RStats, batch_rows: int) -> int:
+        """A batch of ``batch_rows`` tuples (at least one) and the result's per-column overhead."""
+        return int(math.ceil(stats.result_overhead + max(batch_rows, 1) * cls._tuple_bytes(stats)))
+
+    @classmethod
+    def min_memory(cls, stats: RStats, settings: dict) -> int:
+        """The batch of ``batch_rows`` tuples (one, when sized from the budget)."""
+        return cls._batch_bytes(stats, settings["batch_rows"])
+
     @classmethod
     def _cache_plan(cls, stats: RStats, memory: int, settings: dict, reserve: int) -> dict:
-        """The keys and bytes of the budget spent on a cache, leaving ``reserve`` for the smallest batch."""
+        """The keys and bytes of the budget spent on a cache, leaving ``reserve`` for the batch
+        (of ``batch_rows`` tuples, or one when sized from the budget)."""
         return {}
 
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
@@ -137,8 +157,9 @@ class InListJoin(JoinAlgorithm):
     def structure_bytes(self) -> int:
         return self._held
 
-    def memory_split(self) -> dict:
-        return {"batch_rows": self.batch_rows, "bytes_per_tuple": round(self._per_tuple, 1)}
+    @classmethod
+    def planned_split(cls, plan: Plan) -> dict:
+        return {"batch_rows": plan.capacity_tuples, "bytes_per_tuple": round(plan.sizes["bytes_per_tuple"], 1)}
 
 
 class InListLRUJoin(InListJoin):
@@ -155,6 +176,11 @@ class InListLRUJoin(InListJoin):
         super().__init__(store, memory, **kwargs)
         self.cache = MasterCache(self.plan_used.sizes["cache_keys"], store.max_rows_per_key, store.key_type.dtype,
                                  self.schema, "lru")
+
+    @classmethod
+    def min_memory(cls, stats: RStats, settings: dict) -> int:
+        """The batch, and the cache's row log with no key (its per-column overhead)."""
+        return super().min_memory(stats, settings) + stats.result_overhead
 
     @classmethod
     def _cache_plan(cls, stats: RStats, memory: int, settings: dict, reserve: int) -> dict:
@@ -187,8 +213,9 @@ class InListLRUJoin(InListJoin):
     def structure_bytes(self) -> int:
         return self._held + self.cache.nbytes
 
-    def memory_split(self) -> dict:
-        return {**super().memory_split(), "cache_keys": self.cache.capacity}
+    @classmethod
+    def planned_split(cls, plan: Plan) -> dict:
+        return {**super().planned_split(plan), "cache_keys": plan.sizes["cache_keys"]}
 
     def stats(self) -> dict:
         out = super().stats()

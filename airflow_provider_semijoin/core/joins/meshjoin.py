@@ -95,13 +95,24 @@ class MeshJoin(PagedJoin):
         else:
             b, w = best_partition_pages(capacity_for, n_pages, page_bytes, settings["page_rows"], *stats.costs)
         if w < 1:
-            needed = int(page_bytes + n_pages * StreamTable.bytes_per_tuple(stats.key_itemsize) + pages.nbytes)
-            raise cls.budget_error(memory, needed, "a one-page partition and one tuple per partition")
+            raise cls.budget_error(memory, cls.min_memory(stats, settings), "a disk partition and one tuple per partition")
         partitions = math.ceil(n_pages / b)
         return Plan(cls.name, memory, w * partitions, {
             "page_rows": pages.page_rows, "partition_pages": b, "partitions": partitions, "chunk_tuples": w,
-            "disk_buffer_bytes": int(math.ceil(b * page_bytes)), "page_map_bytes": pages.nbytes,
+            "disk_buffer_bytes": int(math.ceil(b * page_bytes)), "page_map_bytes": pages.nbytes, "pages": pages.n_pages,
+            "stream_table_capacity_tuples": w * partitions,
         }, waiting_tuples=w)  # a chunk of w waiting for the next iteration
+
+    @classmethod
+    def min_memory(cls, stats: RStats, settings: dict) -> int:
+        """The page map, a disk buffer of b pages and H_S of one tuple per partition (w = 1,
+        k = ceil(pages / b)): at the b given, or the least over every b the cost model may choose."""
+        pages = stats.page(settings["page_rows"])
+        n_pages = max(pages.n_pages, 1)
+        b = np.array([min(settings["partition_pages"], n_pages)]) if settings["partition_pages"] else np.arange(1, n_pages + 1)
+        partitions = -(-n_pages // b)
+        disk_buffer = np.ceil(b * (pages.max_page_rows * pages.row_bytes)).astype(np.int64)  # as :meth:`plan` rounds it
+        return int((pages.nbytes + disk_buffer + StreamTable.budget_for(partitions, pages.n_pages, stats.key_itemsize)).min())
 
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
         outputs = []
@@ -141,10 +152,8 @@ class MeshJoin(PagedJoin):
         """H_S and one chunk of w tuples waiting for the next iteration (MESHJOIN sec. 3.1)."""
         return self.table.capacity + self.chunk_tuples
 
-    def memory_split(self) -> dict:
-        return {
-            **super().memory_split(),
-            "partition_pages": self.partition_pages,
-            "partitions": self.partitions,
-            "chunk_tuples": self.chunk_tuples,
-        }
+    @classmethod
+    def planned_split(cls, plan: Plan) -> dict:
+        sizes = plan.sizes
+        return {**super().planned_split(plan), "partition_pages": sizes["partition_pages"],
+                "partitions": sizes["partitions"], "chunk_tuples": sizes["chunk_tuples"]}

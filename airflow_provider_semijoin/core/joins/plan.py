@@ -3,9 +3,10 @@
 Every algorithm sizes itself in two parts. :meth:`~.base.JoinAlgorithm.statistics`
 reads R's statistics from the store once (:class:`RStats`: the I/O); :meth:`~.base.JoinAlgorithm.plan`
 divides a budget M between the algorithm's structures from them alone (:class:`Plan`: no I/O, so a
-search over budgets - the smallest one accepted, :meth:`~.base.JoinAlgorithm.min_memory`; the share
-that leaves room for a Spark step's carried rows, :func:`..session.sized_for_rows` - costs arithmetic,
-not constructions). The algorithm is then built once from its plan. A budget too small for the
+search over budgets - the share that leaves room for a Spark step's carried rows,
+:func:`..session.planned_for_rows` - costs arithmetic, not constructions; the smallest budget
+accepted, :meth:`~.base.JoinAlgorithm.min_memory`, is in closed form from the plan's structure
+sizes, :func:`smallest_budget`). The algorithm is then built once from its plan. A budget too small for the
 smallest structures is a :class:`..errors.BudgetError`.
 
 :class:`Planner` is the one entry for the operator's display, ``auto``'s choice and the Spark runner:
@@ -70,6 +71,8 @@ class RStats:
     in_costs: tuple[float, float] | None = None
     kept_page_rows: tuple[int, ...] = ()
     reads_ahead: bool = False
+    # the smallest budgets planned on these statistics, by algorithm and settings (:meth:`floor`)
+    floors: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, store, page_rows: int | None = None, costs: bool = False, per_key: bool = False) -> "RStats":
@@ -95,6 +98,15 @@ class RStats:
         """These statistics and R's page map at ``page_rows`` (read from ``store``)."""
         return dataclasses.replace(self, page_maps=(*self.page_maps, PageStats.of(store, store.page_map(page_rows))))
 
+    def floor(self, cls, settings: dict) -> int:
+        """``cls.min_memory(self, settings)``, planned once per algorithm and settings: a front
+        stage's plan asks for its wrapped algorithm's at every budget it plans (MESHJOIN's is
+        O(pages)); the page maps read meanwhile change no floor (R is the same)."""
+        key = (cls.name, tuple(sorted(settings.items())))
+        if key not in self.floors:
+            self.floors[key] = cls.min_memory(self, settings)
+        return self.floors[key]
+
     def result_bytes(self, rows: int, row_bytes: float | None = None) -> int:
         """Bytes a loaded result of ``rows`` rows may take (:meth:`..stores.base.MasterStore.result_bytes`)."""
         return int(math.ceil(rows * (self.row_bytes if row_bytes is None else row_bytes))) + self.result_overhead
@@ -118,28 +130,38 @@ class Plan:
         return self.capacity_tuples + self.waiting_tuples
 
 
-def smallest_planned(plan_at, most: int = 1 << 40) -> int:
-    """About the smallest budget ``plan_at`` accepts: the first of 64 KiB, 256 KiB, ... accepted,
-    then halving between it and the one before down to 1 KiB or 1/64 (a search over a pure plan
-    costs no construction). Raises the :class:`..errors.BudgetError` past ``most`` bytes."""
-    hi = 1 << 16
-    while True:
-        try:
-            plan_at(hi)
-            break
-        except BudgetError:
-            if hi > most:
-                raise
-            hi *= 4
-    lo = hi // 4
-    while hi - lo > max(1024, hi // 64):
-        mid = (lo + hi) // 2
-        try:
-            plan_at(mid)
-            hi = mid
-        except BudgetError:
-            lo = mid
-    return hi
+MOST_BYTES = 1 << 50  # budgets beyond are no budget (a typo); :func:`smallest_budget` gives up there
+
+
+def smallest_budget(needed, choice=None, start: int = 1) -> int:
+    """The smallest budget m >= ``start`` that holds ``needed(choice(m), m)`` bytes: the bytes of
+    the smallest structures an algorithm's plan accepts at m, with what m chooses (``choice``: R's
+    page size where the budget sizes it, HYBRIDJOIN's ``page_rows`` 0; None: nothing is chosen).
+
+    For one choice ``needed`` never falls as m grows (a share of m - the rider buffer - grows at
+    most as fast as m), so what m lacks no budget below m + what it lacks holds: each try jumps
+    by it, and the first that holds is the smallest (a closed form, within a few tries where a
+    share of m moves with it). A choice changes at few budgets as they grow (powers of two of the
+    page size); where a jump crosses one, the budget it changes at is found by halving and tried
+    next - only budgets near the answer are asked for their choice (each may read a page map).
+    Raises :class:`..errors.BudgetError` past :data:`MOST_BYTES`."""
+    choose = choice or (lambda m: None)
+    m = max(int(start), 1)
+    chosen = choose(m)
+    while m <= MOST_BYTES:
+        short = int(needed(chosen, m)) - m
+        if short <= 0:
+            return m
+        jump = m + short
+        if choice is None or choose(jump) == chosen:
+            m = jump
+            continue
+        lo, hi = m, jump  # choose(lo) == chosen != choose(hi): hi comes down to the first budget of another choice
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if choose(mid) == chosen else (lo, mid)
+        m, chosen = hi, choose(hi)
+    raise BudgetError(f"memory: no budget up to {MOST_BYTES} bytes holds the smallest structures")
 
 
 class Planner:
@@ -150,14 +172,17 @@ class Planner:
         self.cls, self.store, self.params, self.kwargs = cls, store, dict(params or {}), kwargs
         self.settings = cls.settings_of(self.params)
         self.stats = cls.statistics(store, self.settings)
+        self._min_memory: int | None = None
 
     def plan(self, memory: int) -> Plan:
         """The plan at ``memory`` bytes."""
         return self._reading_pages(lambda stats: self.cls.plan(stats, int(memory), self.settings))
 
     def min_memory(self) -> int:
-        """About the smallest budget the algorithm accepts (:func:`smallest_planned`)."""
-        return self._reading_pages(lambda stats: self.cls.min_memory(stats, self.settings))
+        """The smallest budget the algorithm accepts (its :meth:`~.base.JoinAlgorithm.min_memory`), planned once."""
+        if self._min_memory is None:
+            self._min_memory = self._reading_pages(lambda stats: self.cls.min_memory(stats, self.settings))
+        return self._min_memory
 
     def _reading_pages(self, planning):
         """``planning(stats)``, a page map it needs read once into the statistics (:class:`PagesNeeded`)."""

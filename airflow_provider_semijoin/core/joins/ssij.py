@@ -89,10 +89,10 @@ from ..keys import sorted_distinct
 from ..stores.base import MasterPage, PageMap
 from ..stores.changes import Installed, install_changes
 from .ssij_access import distinct_keys, in_spans, sparse, split_at_keep
-from .ssij_pages import TICK_SCALE, JoinPhaseEstimate, PageCache, max_dist, read_plan
-from .ssij_plan import PAIR_BYTES, PER_REQUESTED_BYTES, SsijStats, plan_ssij, shift
+from .ssij_pages import TICK_SCALE, JoinPhaseEstimate, PageCache, read_plan
+from .ssij_plan import PAIR_BYTES, PER_REQUESTED_BYTES, SsijStats, min_ssij, plan_ssij, shift
 from .plan import Plan
-from .base import RIDER_KEYS, CacheProbes, JoinAlgorithm, JoinOutput, Param, ReadCosts, StreamBuffer, join_page, not_in_master, probe, ranges, when_counted
+from .base import CacheProbes, JoinAlgorithm, JoinOutput, Param, ReadCosts, StreamBuffer, join_page, not_in_master, probe, ranges, when_counted
 
 POLICIES = ("utility", "lru")
 DEADLINE_SAFETY = 2.0  # the join-phase estimate is doubled when deadlines decide (sec. IV-F)
@@ -201,7 +201,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         n_pages = self.page_map.n_pages
         self.rows_per_page = sizes["rows_per_page"]
         self.read_costs = ReadCosts.of(store, self.rows_per_page)  # S and T of sec. IV-D, T reading one more page
-        self.max_dist = max_dist(self.read_costs.query_s, self.read_costs.unit_s)
+        self.max_dist = sizes["max_dist"]
         for name in ("page_bytes", "pages_per_tuple", "ib_tuple_bytes", "sb_tuple_bytes", "fixed_bytes", "max_scan",
                      "scan_bytes", "sb_thresh", "ib_thresh", "ib_size"):
             setattr(self, name, sizes[name])
@@ -232,6 +232,11 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
     def plan(cls, stats: SsijStats, memory: int, settings: dict) -> Plan:
         """maxScan, SB_thresh, IB_thresh and the size of IB from the budget (sec. IV-A, :func:`.ssij_plan.plan_ssij`)."""
         return plan_ssij(cls, stats, memory, settings)
+
+    @classmethod
+    def min_memory(cls, stats: SsijStats, settings: dict) -> int:
+        """The page map, one read sequence and IB and SB at their smallest (:func:`.ssij_plan.min_ssij`)."""
+        return min_ssij(stats, settings)
 
     def _page_last_key(self, pages: np.ndarray) -> np.ndarray:
         """The largest key each page may hold (read live: inserts widen the page map, sec. IV-E)."""
@@ -276,23 +281,22 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         return self.fixed_bytes + self.scan_bytes + self._stream_bytes() + self.cache.nbytes
 
     def memory_split(self) -> dict:
+        """The plan's split, with the page map (brought up to date by R's changes) and CR as they are now."""
+        return {"page_map_bytes": self.page_map.nbytes, "page_arrays_bytes": self.fixed_bytes - self.page_map.nbytes,
+                **self.planned_split(self.plan_used), "cache_bytes_now": self.cache.nbytes,
+                "cache_pages_now": self.cache.pages, "pages": self.page_map.n_pages}
+
+    @classmethod
+    def planned_split(cls, plan: Plan) -> dict:
+        sizes = plan.sizes
         return {
-            "page_map_bytes": self.page_map.nbytes,
-            "page_arrays_bytes": self.fixed_bytes - self.page_map.nbytes,
-            "read_buffer_bytes": self.scan_bytes,
-            "stream_buffers_peak_bytes": self.plan_used.sizes["stream_peak_bytes"],
-            "cache_bytes_now": self.cache.nbytes,
-            "cache_pages_now": self.cache.pages,
-            "cache_room_bytes": self.memory - self.fixed_bytes - self.scan_bytes - self.plan_used.sizes["stream_peak_bytes"],
-            "page_rows": self.page_map.page_rows,
-            "pages": self.page_map.n_pages,
-            "page_bytes": self.page_bytes,
-            "ib_thresh": self.ib_thresh,
-            "sb_thresh": self.sb_thresh,
-            "ib_size": self.ib_size,
-            "max_scan": self.max_scan,
-            "max_dist": round(self.max_dist, 2),
-            "in_query_keys": self._in_keys(),
+            "read_buffer_bytes": sizes["scan_bytes"],
+            "stream_buffers_peak_bytes": sizes["stream_peak_bytes"],
+            "cache_room_bytes": plan.memory - sizes["fixed_bytes"] - sizes["scan_bytes"] - sizes["stream_peak_bytes"],
+            "page_rows": sizes["page_rows"],
+            **{name: sizes[name] for name in ("page_bytes", "ib_thresh", "sb_thresh", "ib_size", "max_scan")},
+            "max_dist": round(sizes["max_dist"], 2),
+            "in_query_keys": sizes["in_query_keys"],
         }
 
     def stats(self) -> dict:
@@ -572,9 +576,8 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self._make_room(0)  # the phase's arrays are the stream's: cached pages leave for them (no ToRemove in the last)
 
     def _in_keys(self) -> int:
-        """The most keys one IN query of the plan asks for: up to :data:`~.base.RIDER_KEYS`, whose
-        rows fit the read buffer (one sequence of the maxScan largest pages)."""
-        return max(1, min(RIDER_KEYS, self.plan_used.sizes["read_rows"] // max(self.store.max_rows_per_key, 1)))
+        """The most keys one IN query of the plan asks for (its ``in_query_keys``)."""
+        return self.plan_used.sizes["in_query_keys"]
 
     def _to_keep(self, requested: np.ndarray, priority: np.ndarray) -> np.ndarray:
         """Sec. IV-C: rank the cached pages and the pages of P_u by demand; the best that fit the

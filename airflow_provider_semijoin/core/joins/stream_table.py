@@ -72,13 +72,28 @@ class StreamTable:
     def bytes_per_tuple(key_itemsize: int) -> float:
         return ARENA_FACTOR * (key_itemsize + 8 + 1) + GROUP_BYTES + CHUNK_BYTES / CHUNKS_PER
 
+    @staticmethod
+    def _fixed_bytes(n_pages: int, key_itemsize: int) -> int:
+        """A table's bytes whatever its capacity: per page its count, head and tail; the fewest
+        chunk slots; the arena's rounding."""
+        return n_pages * (8 + 4 + 4) + MIN_CHUNKS * CHUNK_BYTES + 2 * (key_itemsize + 8 + 1)
+
     @classmethod
     def capacity_for(cls, budget, n_pages: int, key_itemsize: int):
         """The most tuples a table of ``budget`` bytes (a number or an array) holds over ``n_pages`` pages."""
-        per_page = 8 + 4 + 4
-        fixed = n_pages * per_page + MIN_CHUNKS * CHUNK_BYTES + 2 * (key_itemsize + 8 + 1)  # + arena rounding
+        fixed = cls._fixed_bytes(n_pages, key_itemsize)
         tuples = np.maximum(0, np.floor((np.asarray(budget) - fixed) / cls.bytes_per_tuple(key_itemsize)))
         return int(tuples) if tuples.ndim == 0 else tuples.astype(np.int64)
+
+    @classmethod
+    def budget_for(cls, tuples, n_pages: int, key_itemsize: int):
+        """The smallest budget (bytes; a number or an array) of a table that holds ``tuples``
+        tuples over ``n_pages`` pages: :meth:`capacity_for` inverted, to the byte."""
+        tuples = np.asarray(tuples)
+        budget = np.ceil(cls._fixed_bytes(n_pages, key_itemsize) + tuples * cls.bytes_per_tuple(key_itemsize)).astype(np.int64)
+        budget = np.where(cls.capacity_for(budget - 1, n_pages, key_itemsize) >= tuples, budget - 1, budget)  # float rounding
+        budget = np.where(cls.capacity_for(budget, n_pages, key_itemsize) < tuples, budget + 1, budget)
+        return int(budget) if budget.ndim == 0 else budget
 
     @property
     def free(self) -> int:
@@ -310,11 +325,12 @@ class PagedJoin(JoinAlgorithm):
         return self.table.nbytes + self._disk_buffer_bytes + self.page_map.nbytes
 
     def memory_split(self) -> dict:
-        return {
-            "stream_table_bytes": self.table.nbytes,
-            "stream_table_capacity_tuples": self.table.capacity,
-            "disk_buffer_bytes": self._disk_buffer_bytes,
-            "page_map_bytes": self.page_map.nbytes,
-            "page_rows": self.page_map.page_rows,
-            "pages": self.page_map.n_pages,
-        }
+        """The plan's split, with the bytes H_S and the page map (brought up to date by R's changes) hold now."""
+        return {"stream_table_bytes": self.table.nbytes, **self.planned_split(self.plan_used),
+                "page_map_bytes": self.page_map.nbytes, "pages": self.page_map.n_pages}
+
+    @classmethod
+    def planned_split(cls, plan) -> dict:
+        sizes = plan.sizes
+        return {name: sizes[name] for name in
+                ("stream_table_capacity_tuples", "disk_buffer_bytes", "page_map_bytes", "page_rows", "pages")}
