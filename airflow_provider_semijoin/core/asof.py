@@ -141,3 +141,17 @@ def _latest(out: JoinOutput, valid: np.ndarray, vf: np.ndarray, vt: np.ndarray, 
 
 def _sortable(data_type: pa.DataType) -> bool:
     return not (pa.types.is_nested(data_type) or pa.types.is_null(data_type))
+
+
+def check_version_columns(types: dict[str, pa.DataType], table: str, as_of: AsOf) -> None:
+    """R (``types``: its columns' Arrow types) has both version columns, of a type an as-of
+    lookup compares; one sentence naming the field otherwise. The index the lookup needs is the
+    natural key's (every store requires one whose first column is the key): a key's versions
+    are read together, so an index on ``(natural_key, valid_from)`` serves as its prefix does."""
+    for name, column in (("valid_from", as_of.valid_from), ("valid_to", as_of.valid_to)):
+        if column not in types:
+            raise ConfigError(f"as_of.{name}: column {column!r} is not in table {table!r} (columns: {sorted(types)}); "
+                              "expected the column that " + ("starts" if name == "valid_from" else "ends") + " a version")
+        if not comparable(types[column]):
+            raise ConfigError(f"as_of.{name}: column {column!r} of {table!r} is {types[column]}; "
+                              "expected a DATETIME/TIMESTAMP/DATE or an epoch number")

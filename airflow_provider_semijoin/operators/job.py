@@ -269,7 +269,7 @@ class SemiJoinJobOperator(BaseOperator):
         from ..core.session import sized_for_rows
         from ..core.stores import open_store
 
-        with open_store(step.master.url, step.master.table, step.master.key, step.master.select) as store:
+        with open_store(step.master.url, step.master.table, step.master.key, step.master_select) as store:
             algorithm, share = sized_for_rows(planner(step.algorithm, store, step.params), step.memory_bytes, row_bytes)
             return {**algorithm.memory_split(), "carried_rows_bytes": step.memory_bytes - share}
 

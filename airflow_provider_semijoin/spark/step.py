@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..core.asof import pick_versions
+from ..core.errors import ConfigError
 from ..core.joins.base import CacheProbes, JoinOutput
 from ..core.joins.registry import create, planner
 from ..core.reasons import Unmatched
@@ -33,6 +35,7 @@ from ..job.spec import DeadlineSpec, StepSpec
 
 NOT_IN_MASTER = Unmatched.NOT_IN_MASTER.label
 NULL_KEY = Unmatched.NULL_KEY.label
+NO_VERSION_VALID = Unmatched.NO_VERSION_VALID.label  # as-of: missing at the event time, on_missing's too
 SNAPSHOT_ATTEMPTS = 50  # slices a lost session may restart (each time R moved meanwhile)
 
 
@@ -62,7 +65,7 @@ class JoinStep:
         self.deadline = deadline
         self.index = index
         self.clock = clock
-        self.store = open_store(spec.master.url, spec.master.table, spec.master.key, spec.master.select,
+        self.store = open_store(spec.master.url, spec.master.table, spec.master.key, spec.master_select,
                                 retry_max_s=retry_max_s)
         try:
             self.follower = changes_seen(self.store, spec.change_capture, spec.master_static, spec.master.url,
@@ -76,6 +79,11 @@ class JoinStep:
         self.sized = False  # the share was set from the width of real rows
         self._queue_peak = 0
         self.select = list(self.store.select)
+        self.version_columns = []  # the columns an as-of lookup reads and the output leaves out
+        if spec.as_of is not None:
+            self.version_columns = [c for c in spec.as_of.lookup.version_columns if spec.master.select is not None
+                                    and c not in spec.master.select]
+            self.select = [c for c in self.select if c not in self.version_columns]
         self.carried = CarriedRows()
         self.held: pa.Table | None = None  # retry: tuples waiting for their key, with RETRY_SINCE
         self.after_batch: int | None = None  # the batch the state in memory is after (None: fresh)
@@ -175,7 +183,11 @@ class JoinStep:
                 result, stats = self._with_ahead(*self._slice(tagged, horizon, until, drain, max_pending))
         if stats.get("master_read_at") is None and self.spec.refresh is not None:
             stats["master_read_at"] = self.refreshed_at  # nothing cached is older than the last refresh
+        if self.spec.as_of is not None:
+            result = self._as_of(result)
         matched, unmatched = self.carried.take(result, self.algorithm.schema)
+        if self.version_columns:
+            matched = matched.drop_columns(self.version_columns)
         if not stats["balanced"] or self.carried.count != before + rows.num_rows - stats["left"]:
             raise RuntimeError(f"steps[{self.index}] ({self.algorithm.name}) broke exactly-once: {stats}")
         passed, dead, held_next = self._route(self._rename(matched), unmatched, now)
@@ -291,6 +303,16 @@ class JoinStep:
                 self._rebuild(inside.filter(pc.less(inside[SEQ], first)) if inside is not None else None)
         raise AssertionError("unreachable")
 
+    def _as_of(self, result: JoinOutput) -> JoinOutput:
+        """Of each tuple's matched rows, the version valid at its event time (:mod:`..core.asof`)."""
+        event_time = self.spec.as_of.event_time
+        if not len(result.matched_ids):
+            return result
+        if self.carried.rows is not None and event_time not in self.carried.rows.column_names:
+            raise ConfigError(f"steps[{self.index}].as_of.event_time: {event_time!r} is not a column of the stream "
+                              f"(columns: {sorted(set(self.carried.rows.column_names) - {*JOIN_COLUMNS, 'sj_arrival'})})")
+        return pick_versions(result, self.carried.values(event_time, result.matched_ids), self.spec.as_of.lookup)
+
     def _parts(self, rows: pa.Table) -> np.ndarray:
         if self.partitioned is None or rows.num_rows == 0:
             return np.zeros(rows.num_rows, np.int32)
@@ -301,13 +323,14 @@ class JoinStep:
         policy = self.spec.on_missing
         passed_parts, held_next = [matched], None
         if policy == "unknown_member":
-            fill = pc.is_in(unmatched["reason"], pa.array([NOT_IN_MASTER, NULL_KEY]))
+            fill = pc.is_in(unmatched["reason"], pa.array([NOT_IN_MASTER, NULL_KEY, NO_VERSION_VALID]))
             members = unmatched.filter(fill).drop_columns(["reason"])
             passed_parts.append(self._unknown_member(members, matched.schema))
             unmatched = unmatched.filter(pc.invert(fill))
         elif policy == "retry":
             waited = pc.subtract(now, unmatched[RETRY_SINCE])
-            keep = pc.and_(pc.equal(unmatched["reason"], NOT_IN_MASTER), pc.less(waited, self.spec.retry_grace_s))
+            keep = pc.and_(pc.is_in(unmatched["reason"], pa.array([NOT_IN_MASTER, NO_VERSION_VALID])),
+                           pc.less(waited, self.spec.retry_grace_s))
             held_next = unmatched.filter(keep).drop_columns(["reason"])
             held_next = held_next if held_next.num_rows else None
             unmatched = unmatched.filter(pc.invert(keep)).drop_columns([RETRY_SINCE])
