@@ -22,7 +22,7 @@ MODELLED: tuple[str, ...] = tuple(name for name, cls in ALGORITHMS.items() if cl
 
 def explain(algorithm: str, split_or_algorithm, costs: ComponentCosts, n_keys: int, exponent: float = 1.0,
             shape: str = "noperm", *, shape_seed: int = RANDOM_SHAPE_SEED, p_n: float | None = None,
-            settings: dict | None = None) -> Prediction | None:
+            settings: dict | None = None, rows_per_key: float = 1.0) -> Prediction | None:
     """The model of ``algorithm`` for the memory split it chose (``algorithm.memory_split()``,
     or the algorithm itself), on R of ``n_keys`` distinct keys and a Zipf(``exponent``) stream
     of ``shape``; None for an algorithm without a model (``inlist-lru``: the LRU dict of the
@@ -34,8 +34,14 @@ def explain(algorithm: str, split_or_algorithm, costs: ComponentCosts, n_keys: i
     parameters (taken from the algorithm when one is given). HYBRIDJOIN-L and -PQ (and
     CACHEJOIN-L, -PQ) use HYBRIDJOIN's model: their papers give none, and they read the same
     pages, in another order.
+
+    ``rows_per_key`` (K, :attr:`.stores.pagemaps.PageMap.rows_per_key`: the versions per key of
+    a type-2 dimension) makes a page of ``page_rows`` keys K times the rows: the models' range
+    load c_IO(rows) = S + T * rows of the models reads ``page_rows * K``.
     """
     n_keys, exponent = check_inputs(n_keys, exponent, shape, p_n)
+    if rows_per_key != 1.0:
+        costs = costs.with_io(costs.query_s, costs.row_s * max(float(rows_per_key), 1.0))
     split, own = split_of(split_or_algorithm)
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm: {algorithm!r} has no cost model (models: {sorted(MODELLED)})")
