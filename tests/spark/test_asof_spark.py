@@ -209,3 +209,28 @@ def wait_for(records: list, failure: list, condition) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"not reached within {WAIT_S} s; records: {records[-3:]}")
         time.sleep(0.1)
+
+
+@pytest.mark.parametrize("columns, schema, message", [
+    ("valid_from DATETIME", "tid BIGINT, nk BIGINT, sold_at TIMESTAMP",
+     r"steps\[0\]\.as_of\.valid_to: column 'valid_to' is not in table '\w+' \(columns: \['id', 'nk', 'sk', "
+     r"'valid_from'\]\); expected the column that ends a version$"),
+    ("valid_from BLOB, valid_to DATETIME", "tid BIGINT, nk BIGINT, sold_at TIMESTAMP",
+     r"steps\[0\]\.as_of\.valid_from: column 'valid_from' of '\w+' is binary; expected a DATETIME/TIMESTAMP/DATE "
+     r"or an epoch number$"),
+    ("valid_from DATETIME, valid_to DATETIME", "tid BIGINT, nk BIGINT",
+     r"steps\[0\]\.as_of\.event_time: 'sold_at' is not a column of the stream \(columns: \['nk', 'tid'\]\)$"),
+])
+def test_a_table_or_stream_without_what_the_lookup_needs_fails_before_the_query(tmp_path, sqlite_backend, columns,
+                                                                                  schema, message):
+    """One sentence at job start, before Spark is asked for anything (no session here)."""
+    from airflow_provider_semijoin.core.errors import ConfigError
+    from airflow_provider_semijoin.spark.runner import check_job
+
+    table = sqlite_backend.table_name()
+    sqlite_backend.execute(f'CREATE TABLE "{table}" (id INTEGER PRIMARY KEY, nk BIGINT, sk BIGINT, {columns})')
+    sqlite_backend.execute(f'CREATE INDEX "ix_{table}" ON "{table}" (nk)')
+    spec = job(tmp_path, sqlite_backend.url, table, 1)
+    spec.source.schema = schema
+    with pytest.raises(ConfigError, match=rf"^{message}"):
+        check_job(spec)
