@@ -78,12 +78,9 @@ class JoinStep:
         self.algorithm_memory = spec.memory_bytes  # the structures' share of M (all of it until a row is seen)
         self.sized = False  # the share was set from the width of real rows
         self._queue_peak = 0
-        self.select = list(self.store.select)
-        self.version_columns = []  # the columns an as-of lookup reads and the output leaves out
-        if spec.as_of is not None:
-            self.version_columns = [c for c in spec.as_of.lookup.version_columns if spec.master.select is not None
-                                    and c not in spec.master.select]
-            self.select = [c for c in self.select if c not in self.version_columns]
+        # the columns R is read for that the output leaves out (an as-of lookup's version columns)
+        self.version_columns = [c for c in self.store.select if c not in (spec.master.select or self.store.select)]
+        self.select = [c for c in self.store.select if c not in self.version_columns]
         self.carried = CarriedRows()
         self.held: pa.Table | None = None  # retry: tuples waiting for their key, with RETRY_SINCE
         self.after_batch: int | None = None  # the batch the state in memory is after (None: fresh)
@@ -194,12 +191,17 @@ class JoinStep:
         self.held, self.after_batch = held_next, batch_id
         held = held_next.num_rows if held_next is not None else 0
         going_on = stats["left"] - dead.num_rows - held  # tuples passed on (a 1:K match: K rows)
-        if going_on > passed.num_rows or (self.algorithm.one_row_per_match and going_on != passed.num_rows):
+        if going_on > passed.num_rows or (self.one_row_per_tuple and going_on != passed.num_rows):
             raise RuntimeError(f"steps[{self.index}]: {stats['left']} tuples left the join but {passed.num_rows} rows "
                                f"went on, {dead.num_rows} to the dead letter and {held} wait for a retry")
         stats.update(held_for_retry=held, retried=retried, carried=self.carried.count, passed_tuples=going_on,
                      memory_budget_bytes=self.spec.memory_bytes, algorithm_memory_bytes=self.algorithm_memory)
         return StepResult(passed, dead, stats)
+
+    @property
+    def one_row_per_tuple(self) -> bool:
+        """Each tuple going on is one row: a unique key's, or the one version an as-of lookup keeps."""
+        return self.algorithm.one_row_per_match or self.spec.as_of is not None
 
     # -- working ahead between micro-batches (:mod:`.ahead`) ----------------------------------------
     def refresh_if_due(self) -> None:

@@ -34,6 +34,8 @@ import pytest
 
 from airflow_provider_semijoin.core.joins import ALGORITHMS
 from airflow_provider_semijoin.job.spec import JobSpec
+
+from spark_jobs import landing_job
 from airflow_provider_semijoin.spark.runner import run_job
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 
@@ -102,18 +104,8 @@ def job(tmp_path, url: str, table: str, partitions: int) -> JobSpec:
               "rename": {"sk": out_column(name)}, "max_queue_time_s": 2.0, "change_capture": "triggers",
               "as_of": {"event_time": "sold_at", "valid_from": "valid_from", "valid_to": "valid_to"}}
              for name in ALGORITHMS_AT[partitions]]
-    (tmp_path / "landing").mkdir()
-    return JobSpec.from_dict({
-        "source": {"kind": "files", "path": str(tmp_path / "landing"), "format": "parquet",
-                   "schema": "tid BIGINT, nk BIGINT, sold_at TIMESTAMP", "max_files_per_trigger": 1},
-        "steps": steps,
-        "sinks": {"matched": {"path": str(tmp_path / "matched")}, "dead_letter": {"path": str(tmp_path / "dead")}},
-        "checkpoint": str(tmp_path / "checkpoint"),
-        "stop": {"stop_file": str(tmp_path / "stop")},
-        "partitions": partitions,
-        "trigger_interval_s": 0.2,
-        "work_ahead": False,  # (a slice reads R as of its start: the commit is seen by the next file's batch)
-    })
+    # work_ahead off: a slice reads R as of its start, so the commit is seen by the next file's batch
+    return landing_job(tmp_path, "tid BIGINT, nk BIGINT, sold_at TIMESTAMP", steps, partitions, work_ahead=False)
 
 
 def databases_join(backend, table: str, tuples: pa.Table) -> Counter:
