@@ -23,7 +23,7 @@ MODELLED: tuple[str, ...] = tuple(name for name, cls in ALGORITHMS.items() if cl
 
 def explain(algorithm: str, split_or_algorithm, costs: ComponentCosts, n_keys: int, exponent: float = 1.0,
             shape: str = "noperm", *, shape_seed: int = RANDOM_SHAPE_SEED, p_n: float | None = None,
-            settings: dict | None = None) -> Prediction | None:
+            settings: dict | None = None, rows_per_key: float = 1.0) -> Prediction | None:
     """The model of ``algorithm`` for the memory split it chose (``algorithm.memory_split()``,
     the algorithm itself, or the :class:`.joins.plan.Plan` it is built from - nothing built: its
     :meth:`~.joins.base.JoinAlgorithm.planned_split`, with ``settings``), on R of ``n_keys`` distinct keys and a Zipf(``exponent``) stream
@@ -36,8 +36,14 @@ def explain(algorithm: str, split_or_algorithm, costs: ComponentCosts, n_keys: i
     parameters (taken from the algorithm when one is given). HYBRIDJOIN-L and -PQ (and
     CACHEJOIN-L, -PQ) use HYBRIDJOIN's model: their papers give none, and they read the same
     pages, in another order.
+
+    ``rows_per_key`` (K, :attr:`.stores.pagemaps.PageMap.rows_per_key`: the versions per key of
+    a type-2 dimension) makes a page of ``page_rows`` keys K times the rows: the models' range
+    load c_IO(rows) = S + T * rows of the models reads ``page_rows * K``.
     """
     n_keys, exponent = check_inputs(n_keys, exponent, shape, p_n)
+    if rows_per_key != 1.0:
+        costs = costs.with_io(costs.query_s, costs.row_s * max(float(rows_per_key), 1.0))
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm: {algorithm!r} has no cost model (models: {sorted(MODELLED)})")
     if isinstance(split_or_algorithm, Plan):

@@ -15,6 +15,8 @@ class Unmatched(enum.IntEnum):
     NOT_IN_MASTER = 1  # the key is well formed but R holds no row with it
     NULL_KEY = 2  # the stream tuple's join key is null
     BAD_KEY = 3  # the join key cannot be a key of R (wrong type, not an integer, ...)
+    NO_VERSION_VALID = 4  # as-of lookup: R holds the key, but none of its versions is valid at the event time
+    NULL_EVENT_TIME = 5  # as-of lookup: the tuple's event time is null
 
     @property
     def label(self) -> str:
@@ -25,5 +27,6 @@ REASON_LABELS = np.array([""] + [r.label for r in Unmatched], dtype=object)
 
 
 def labels(codes: np.ndarray) -> np.ndarray:
-    """Reason codes -> their labels (``not_in_master``, ``null_key``, ``bad_key``)."""
+    """Reason codes -> their labels (``not_in_master``, ``null_key``, ``bad_key``, ``no_version_valid``,
+    ``null_event_time``)."""
     return REASON_LABELS[np.asarray(codes, dtype=np.int64)]

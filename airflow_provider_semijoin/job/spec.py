@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.asof import AsOf
 from ..core.checks import check_flag
 from ..core.errors import ConfigError, SpecError, shown, shown_key
 from ..core.joins.registry import ALGORITHMS, algorithm_class
@@ -69,6 +70,29 @@ def holds_for_retry(on_missing: str, retry_grace_s: float | None) -> bool:
 
 
 @dataclass
+class AsOfSpec:
+    """An as-of lookup on a type-2 dimension (:mod:`..core.asof`): each tuple gets the version of
+    its key valid at its ``event_time`` (a stream column), R's rows valid over the half-open
+    ``[valid_from, valid_to)`` (NULL ``valid_to``: the current version). A tuple with no version
+    valid then goes to the step's ``on_missing`` (reason ``no_version_valid``), one with a null
+    event time to the dead letter (``null_event_time``)."""
+
+    event_time: str
+    valid_from: str
+    valid_to: str
+
+    def __post_init__(self):
+        for name in ("event_time", "valid_from", "valid_to"):
+            identifier(name, getattr(self, name))
+        if self.valid_from == self.valid_to:
+            raise SpecError(f"valid_to: {shown(self.valid_to)} is valid_from too; expected the column that ends a version")
+
+    @property
+    def lookup(self) -> AsOf:
+        return AsOf(self.event_time, self.valid_from, self.valid_to)
+
+
+@dataclass
 class StepSpec:
     """One semi-join: the stream's ``column`` joined with R's key by ``algorithm`` in ``memory``.
 
@@ -94,6 +118,8 @@ class StepSpec:
     cache TTL); a change is then seen within N s and a micro-batch.
     Without any of them, a job on an R whose writes are not captured refuses to start
     (:func:`..core.stores.capture.changes_seen`): its answers would go stale without a word.
+    ``as_of: {event_time, valid_from, valid_to}``: R is a type-2 dimension, each tuple gets the
+    version valid at its event time (:class:`AsOfSpec`).
     """
 
     column: str
@@ -111,6 +137,7 @@ class StepSpec:
     master_static: bool = False
     refresh: dict | None = None
     inferred_member: dict | None = None
+    as_of: AsOfSpec | None = None
 
     def __post_init__(self):
         identifier("column", self.column)
@@ -165,6 +192,24 @@ class StepSpec:
             if not isinstance(self.refresh, dict) or set(self.refresh) != {"every_s"}:
                 raise SpecError(f"refresh: {shown(self.refresh)} is not a mapping {{every_s: seconds}}")
             positive("refresh.every_s", self.refresh["every_s"])
+        self._check_as_of()
+
+    def _check_as_of(self) -> None:
+        if isinstance(self.as_of, dict):
+            self.as_of = _build(AsOfSpec, self.as_of, "as_of")
+        elif self.as_of is not None and not isinstance(self.as_of, AsOfSpec):
+            raise SpecError(f"as_of: {shown(self.as_of)} is not a mapping of event_time, valid_from and valid_to")
+        if self.as_of is None:
+            return
+        if self.as_of.event_time == self.column:
+            raise SpecError(f"as_of.event_time: {shown(self.as_of.event_time)} is the join column; expected the "
+                            "stream's event-time column")
+        for name in ("valid_from", "valid_to"):
+            if getattr(self.as_of, name) == self.master.key:
+                raise SpecError(f"as_of.{name}: {shown(self.master.key)} is the master key; expected a version column of R")
+        if self.params.get("range_lo", 0) or self.params.get("range_hi", 0):
+            raise SpecError(f"as_of: given with a range join (params.range_lo/range_hi) of {self.algorithm}; "
+                            "expected an equality join, whose key's versions the lookup chooses from")
 
     @property
     def memory_bytes(self) -> int:
@@ -175,6 +220,15 @@ class StepSpec:
         """Tuples whose key R lacks are held for ``retry_grace_s`` (``retry``; ``inferred_member``
         with a grace period: then a placeholder is inferred)."""
         return holds_for_retry(self.on_missing, self.retry_grace_s)
+
+    @property
+    def master_select(self) -> list[str] | None:
+        """The columns the step's store reads from R: ``master.select`` and, for an as-of
+        lookup, the version columns it needs (None: every column, these among them)."""
+        select = self.master.select
+        if select is None or self.as_of is None:
+            return select
+        return select + [c for c in (self.as_of.valid_from, self.as_of.valid_to) if c not in select]
 
     def describe(self) -> dict:
         data = _plain(self)
@@ -337,6 +391,7 @@ _NESTED = {
     (JobSpec, "stop"): StopSpec,
     (JobSpec, "deadline"): DeadlineSpec,
     (StepSpec, "master"): MasterSpec,
+    (StepSpec, "as_of"): AsOfSpec,
     (SinkSpec, "matched"): TargetSpec,
     (SinkSpec, "dead_letter"): TargetSpec,
 }

@@ -278,7 +278,7 @@ class SemiJoinJobOperator(BaseOperator):
         kept = kept_plan(checkpoint, index, step)
         if kept is not None:
             return kept["memory_split"], "runner"
-        with open_store(step.master.url, step.master.table, step.master.key, step.master.select) as store:
+        with open_store(step.master.url, step.master.table, step.master.key, step.master_select) as store:
             algorithm, share = sized_for_rows(planner(step.algorithm, store, step.params), step.memory_bytes,
                                               planned_row_bytes(step.retries, row_bytes))
             return {**algorithm.memory_split(), "carried_rows_bytes": step.memory_bytes - share}, "worker"

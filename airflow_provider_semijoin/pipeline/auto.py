@@ -5,7 +5,8 @@ built), and priced with unit costs measured on
 this machine against that table (:func:`..core.calibration.calibrate`: S and T of the database,
 the engine's own costs); the papers' service-rate models (:func:`..core.prediction.predict`:
 MESHJOIN, HYBRIDJOIN eq. 1-4, SSJ eq. 1-10, CMESHJOIN eq. 4, INLJ) predict each one's rate for a
-Zipf stream of exponent ``skew``, and the fastest wins.
+Zipf stream of exponent ``skew``, and the fastest wins. A key of K rows (the versions of a
+type-2 dimension) makes each page K times the rows read (``rows_per_key``).
 
 A step's memory holds the algorithm's structures *and* the rows of the tuples inside it
 (:func:`..core.session.planned_for_rows`, as the Spark step splits it), so each candidate is
@@ -36,7 +37,8 @@ def predictions(store: MasterStore, memory: int, skew: float = 1.0, candidates=A
     from ..core.calibration import calibrate
 
     costs = calibrate(store) if costs is None else costs
-    n_keys = store.page_map().n_keys
+    page_map = store.page_map()
+    n_keys = page_map.n_keys
     rates = {}
     for name in candidates:
         if name not in ALGORITHMS:
@@ -46,7 +48,8 @@ def predictions(store: MasterStore, memory: int, skew: float = 1.0, candidates=A
             plan = plans.plan(memory) if row_bytes is None else planned_for_rows(plans, memory, row_bytes)[0]
         except ConfigError:  # the budget is too small for this one
             continue
-        rate = predict(name, plan, costs, n_keys, skew, settings=plans.settings)  # from the plan: nothing is built
+        rate = predict(name, plan, costs, n_keys, skew, settings=plans.settings,  # from the plan: nothing is built
+                       rows_per_key=page_map.rows_per_key)
         if rate is not None and not math.isnan(rate):  # NaN: the model is undefined here (0/0)
             rates[name] = rate
     return rates

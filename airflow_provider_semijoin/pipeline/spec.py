@@ -18,15 +18,20 @@ of a dimension table, through a semi-stream join::
         on_missing: unknown_member           # or dead_letter, retry (+ retry_grace_s), inferred_member
         unknown_member: -1
         max_queue_time_s: 5                  # and any other option of the job spec's step
+      - column: customer_id                  # a type-2 dimension: the version valid at sold_at
+        event_time: sold_at
+        dimension: {table: dim_customer, natural_key: customer_id, surrogate_key: customer_sk,
+                    scd: 2, valid_from: valid_from, valid_to: valid_to}
     sinks:
       matched: {kind: table, conn_id: warehouse, table: fact_sales}
       dead_letter: {path: /warehouse/dead_letters}
 
 A step takes every field of the job spec's step (:data:`..job.assemble.STEP_OPTIONS`) under
-its own name, but for four it says in the warehouse's words: the ``dimension`` (master table,
-natural key, surrogate key), ``algorithm`` (also ``auto``), ``unknown_member`` (one surrogate
-key value; ``on_missing`` defaults to it) and ``keep_natural_key`` (the spec's ``drop_column``
-negated). The pipeline takes every job option (``JOB_OPTIONS``: ``work_ahead``, ...) likewise.
+its own name, but for five it says in the warehouse's words: the ``dimension`` (master table,
+natural key, surrogate key; ``scd: 2`` with ``valid_from``/``valid_to`` and the step's
+``event_time`` for the spec's ``as_of``), ``algorithm`` (also ``auto``), ``unknown_member`` (one
+surrogate key value; ``on_missing`` defaults to it) and ``keep_natural_key`` (the spec's
+``drop_column`` negated). The pipeline takes every job option (``JOB_OPTIONS``: ``work_ahead``, ...) likewise.
 Options left out have the spec's defaults, or the ``[semijoin]`` option of their name.
 
 Everything is validated when the spec is built (``__post_init__``): the warehouse words here,
@@ -52,7 +57,8 @@ from ..job.assemble import JOB_OPTIONS, STEP_OPTIONS, Connections, job_dict, spe
 
 AUTO = "auto"
 # the step options a surrogate-key step says in the warehouse's words (fields of its own)
-WAREHOUSE_WORDS = ("algorithm", "on_missing", "unknown_member", "drop_column")
+WAREHOUSE_WORDS = ("algorithm", "on_missing", "unknown_member", "drop_column", "as_of")
+SCD_TYPES = (1, 2)
 _DAG_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}\Z")
 
 
@@ -97,10 +103,14 @@ class Dimension:
     surrogate_key: str
     conn_id: str | None = None
     columns: list = field(default_factory=list)
+    scd: int = 1
+    valid_from: str | None = None
+    valid_to: str | None = None
 
     def __post_init__(self):
         for name in ("table", "natural_key", "surrogate_key"):
             _identifier(name, getattr(self, name))
+        self._check_scd()
         if self.conn_id is not None and (not isinstance(self.conn_id, str) or not self.conn_id):
             raise SpecError(f"conn_id: {shown(self.conn_id)} is not an Airflow connection id")
         if not isinstance(self.columns, list):
@@ -109,6 +119,26 @@ class Dimension:
             _identifier(f"columns[{i}]", column)
         if self.surrogate_key == self.natural_key:
             raise SpecError(f"surrogate_key: {shown(self.surrogate_key)} is the natural key; expected the dimension's surrogate key column")
+
+    def _check_scd(self) -> None:
+        """``scd: 2`` (a slowly changing dimension of type 2: a row per version of a natural key)
+        needs the columns a version is valid between; type 1 has none."""
+        if isinstance(self.scd, bool) or self.scd not in SCD_TYPES:
+            raise SpecError(f"scd: {shown(self.scd)} is not 1 or 2; expected the dimension's slowly-changing type")
+        for name in ("valid_from", "valid_to"):
+            value = getattr(self, name)
+            if self.scd == 2 and value is None:
+                raise SpecError(f"{name}: missing; expected the column of a version's validity (scd: 2 needs "
+                                "valid_from and valid_to)")
+            if self.scd == 1 and value is not None:
+                raise SpecError(f"{name}: given, but scd is 1; expected scd: 2 for a dimension with versions")
+            if value is not None:
+                _identifier(name, value)
+                if value in (self.natural_key, self.surrogate_key):
+                    raise SpecError(f"{name}: {shown(value)} is the {'natural' if value == self.natural_key else 'surrogate'}"
+                                    " key; expected a column of the version's validity")
+        if self.scd == 2 and self.valid_from == self.valid_to:
+            raise SpecError(f"valid_to: {shown(self.valid_to)} is valid_from too; expected the column that ends a version")
 
     @property
     def select(self) -> list[str]:
@@ -138,10 +168,17 @@ class SurrogateKeyStep:
     unknown_member: Any = -1
     keep_natural_key: bool = False
     skew: float = 1.0
+    event_time: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.dimension, Dimension):
             self.dimension = from_mapping(Dimension, self.dimension, "dimension")
+        if self.dimension.scd == 2 and self.event_time is None:
+            raise SpecError("event_time: missing; expected the stream column whose time picks the dimension's "
+                            "version (the dimension is scd: 2)")
+        if self.dimension.scd == 1 and self.event_time is not None:
+            raise SpecError(f"event_time: given, but dimension {self.dimension.table!r} is scd 1; expected "
+                            "scd: 2 with valid_from and valid_to")
         if self.algorithm == AUTO and self.params:
             raise SpecError("params: given with algorithm 'auto'; expected no parameters (name an algorithm to set them)")
         if self.on_missing == "unknown_member" and (self.unknown_member is None or isinstance(self.unknown_member, (dict, list, bool))):
@@ -161,7 +198,7 @@ class SurrogateKeyStep:
             column=self.column, master_conn_id=self.dimension.conn_id, table=self.dimension.table,
             key=self.dimension.natural_key, select=self.dimension.select, connections=connections,
             options={**options, "algorithm": algorithm, "on_missing": self.on_missing, "unknown_member": unknown,
-                     "drop_column": not self.keep_natural_key},
+                     "drop_column": not self.keep_natural_key, "as_of": self.as_of},
         )
 
     def _inferred_member(self):
@@ -170,6 +207,14 @@ class SurrogateKeyStep:
         if isinstance(given, dict) and given.get("sequence") is not None and "surrogate_key" not in given:
             return {**given, "surrogate_key": self.dimension.surrogate_key}
         return given
+
+    @property
+    def as_of(self) -> dict | None:
+        """The job spec's as-of lookup (:class:`..job.spec.AsOfSpec`) of an ``scd: 2`` dimension."""
+        if self.dimension.scd != 2:
+            return None
+        return {"event_time": self.event_time, "valid_from": self.dimension.valid_from,
+                "valid_to": self.dimension.valid_to}
 
 
 @dataclass

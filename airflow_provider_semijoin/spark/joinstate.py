@@ -216,6 +216,11 @@ class CarriedRows:
                     self.rows = self.rows.combine_chunks()
         return matched.drop_columns(list(JOIN_COLUMNS)), unmatched.drop_columns(list(JOIN_COLUMNS))
 
+    def values(self, column: str, ids: np.ndarray) -> pa.ChunkedArray:
+        """``column`` of the carried rows of sequence numbers ``ids`` (each inside), in their order."""
+        (at,) = self._positions(ids)
+        return self.rows[column].take(pa.array(at, pa.int64()))
+
     def _positions(self, *ids: np.ndarray) -> list[np.ndarray]:
         """The rows of ``rows`` that hold each sequence number of ``ids`` (every one is there).
         The rows are in ``sj_seq`` order, with gaps where tuples left: while the numbers span

@@ -147,7 +147,7 @@ def _part_session(step_json: str, part: int, memory: int, token: str, rows: pa.T
         store.close()
         store = None
     if store is None:
-        store = open_store(step.master.url, step.master.table, step.master.key, step.master.select).restrict(*key_range)
+        store = open_store(step.master.url, step.master.table, step.master.key, step.master_select).restrict(*key_range)
     return session_from(create(step.algorithm, store, memory, step.params), step.column, rows)
 
 

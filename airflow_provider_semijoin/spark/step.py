@@ -19,6 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..core.asof import pick_versions
+from ..core.errors import ConfigError
 from ..core.joins.base import CacheProbes, JoinOutput
 from ..core.joins.registry import planner
 from ..core.reasons import Unmatched
@@ -37,6 +39,7 @@ from ..job.spec import DeadlineSpec, StepSpec
 
 NOT_IN_MASTER = Unmatched.NOT_IN_MASTER.label
 NULL_KEY = Unmatched.NULL_KEY.label
+NO_VERSION_VALID = Unmatched.NO_VERSION_VALID.label  # as-of: missing at the event time, on_missing's too
 SNAPSHOT_ATTEMPTS = 50  # slices a lost session may restart (each time R moved meanwhile)
 
 
@@ -69,7 +72,7 @@ class JoinStep:
         self.deadline = deadline
         self.index = index
         self.clock = clock
-        self.store = open_store(spec.master.url, spec.master.table, spec.master.key, spec.master.select,
+        self.store = open_store(spec.master.url, spec.master.table, spec.master.key, spec.master_select,
                                 retry_max_s=retry_max_s)
         self.follower = None
         try:
@@ -87,7 +90,9 @@ class JoinStep:
         self.partitioned = None
         self._plan_at_start()
         self._queue_peak = 0
-        self.select = list(self.store.select)
+        # the columns R is read for that the output leaves out (an as-of lookup's version columns)
+        self.version_columns = [c for c in self.store.select if c not in (spec.master.select or self.store.select)]
+        self.select = [c for c in self.store.select if c not in self.version_columns]
         self.carried = CarriedRows()
         self.held: pa.Table | None = None  # retry: tuples waiting for their key, with RETRY_SINCE
         self.after_batch: int | None = None  # the batch the state in memory is after (None: fresh)
@@ -189,19 +194,28 @@ class JoinStep:
                 result, joined = self._with_ahead(*self._slice(tagged, horizon, until, drain, max_pending))
         if joined.master_read_at is None and self.spec.refresh is not None:
             joined.master_read_at = self.refreshed_at  # nothing cached is older than the last refresh
+        if self.spec.as_of is not None:
+            result = self._as_of(result)
         matched, unmatched = self.carried.take(result, self.algorithm.schema)
+        if self.version_columns:
+            matched = matched.drop_columns(self.version_columns)
         if not joined.balanced or self.carried.count != before + rows.num_rows - joined.left:
             raise RuntimeError(f"steps[{self.index}] ({self.algorithm.name}) broke exactly-once: {joined.to_dict()}")
         passed, dead, held_next = self._route(self._rename(matched), unmatched, now)
         self.held, self.after_batch = held_next, batch_id
         held = held_next.num_rows if held_next is not None else 0
         going_on = joined.left - dead.num_rows - held  # tuples passed on (a 1:K match: K rows)
-        if going_on > passed.num_rows or (self.algorithm.one_row_per_match and going_on != passed.num_rows):
+        if going_on > passed.num_rows or (self.one_row_per_tuple and going_on != passed.num_rows):
             raise RuntimeError(f"steps[{self.index}]: {joined.left} tuples left the join but {passed.num_rows} rows "
                                f"went on, {dead.num_rows} to the dead letter and {held} wait for a retry")
         return StepResult(passed, dead, StepStats(
             joined, held_for_retry=held, retried=retried, carried=self.carried.count, passed_tuples=going_on,
             memory_budget_bytes=self.spec.memory_bytes, algorithm_memory_bytes=self.algorithm_memory))
+
+    @property
+    def one_row_per_tuple(self) -> bool:
+        """Each tuple going on is one row: a unique key's, or the one version an as-of lookup keeps."""
+        return self.algorithm.one_row_per_match or self.spec.as_of is not None
 
     # -- working ahead between micro-batches (:mod:`.ahead`) ----------------------------------------
     def refresh_if_due(self) -> None:
@@ -350,6 +364,16 @@ class JoinStep:
                 self._rebuild(inside.filter(pc.less(inside[SEQ], first)) if inside is not None else None)
         raise AssertionError("unreachable")
 
+    def _as_of(self, result: JoinOutput) -> JoinOutput:
+        """Of each tuple's matched rows, the version valid at its event time (:mod:`..core.asof`)."""
+        event_time = self.spec.as_of.event_time
+        if not len(result.matched_ids):
+            return result
+        if self.carried.rows is not None and event_time not in self.carried.rows.column_names:
+            raise ConfigError(f"steps[{self.index}].as_of.event_time: {event_time!r} is not a column of the stream "
+                              f"(columns: {sorted(set(self.carried.rows.column_names) - {*JOIN_COLUMNS, 'sj_arrival'})})")
+        return pick_versions(result, self.carried.values(event_time, result.matched_ids), self.spec.as_of.lookup)
+
     def _parts(self, rows: pa.Table) -> np.ndarray:
         if self.partitioned is None or rows.num_rows == 0:
             return np.zeros(rows.num_rows, np.int32)
@@ -363,7 +387,7 @@ class JoinStep:
             held_next, unmatched = self._hold(unmatched, now)
             passed_parts = [matched.drop_columns([RETRY_SINCE])]
         if policy == "unknown_member":
-            fill = pc.is_in(unmatched["reason"], pa.array([NOT_IN_MASTER, NULL_KEY]))
+            fill = pc.is_in(unmatched["reason"], pa.array([NOT_IN_MASTER, NULL_KEY, NO_VERSION_VALID]))
             members = unmatched.filter(fill).drop_columns(["reason"])
             passed_parts.append(self._unknown_member(members, matched.schema))
             unmatched = unmatched.filter(pc.invert(fill))
@@ -380,9 +404,11 @@ class JoinStep:
         return passed, dead, held_next
 
     def _hold(self, unmatched: pa.Table, now: float) -> tuple:
-        """(the tuples held for a retry: key not in R, waited less than ``retry_grace_s``; the rest)."""
+        """(the tuples held for a retry: key not in R, or no version valid at the event time, waited
+        less than ``retry_grace_s``; the rest)."""
         waited = pc.subtract(now, unmatched[RETRY_SINCE])
-        keep = pc.and_(pc.equal(unmatched["reason"], NOT_IN_MASTER), pc.less(waited, self.spec.retry_grace_s))
+        keep = pc.and_(pc.is_in(unmatched["reason"], pa.array([NOT_IN_MASTER, NO_VERSION_VALID])),
+                       pc.less(waited, self.spec.retry_grace_s))
         held = unmatched.filter(keep).drop_columns(["reason"])
         return (held if held.num_rows else None), unmatched.filter(pc.invert(keep)).drop_columns([RETRY_SINCE])
 

@@ -53,6 +53,7 @@ STEP = {
     "change_capture": "triggers",
     "master_static": True,
     "refresh": {"every_s": 30.0},
+    "as_of": {"event_time": "sold_at", "valid_from": "valid_from", "valid_to": "valid_to"},
 }
 # every field of JobSpec but the source, the steps and the sinks, given alike on both paths
 JOB = {"trigger_interval_s": 0.25, "partitions": 2, "arrival_column": "arrived_at", "db_retry_max_s": 33.0,
@@ -97,12 +98,13 @@ def test_every_step_and_job_field_reaches_the_same_spec_through_the_operator_and
     job_arguments = {**JOB, "deadline_max_latency_s": JOB_SHAPED["deadline"]["max_latency_s"]}
     operator = by_operator(step, **job_arguments)
 
-    yaml_step = {  # the warehouse's words for master, unknown_member and drop_column
+    yaml_step = {  # the warehouse's words for master, unknown_member, drop_column and as_of
         "column": step["column"],
         "dimension": {"conn_id": "dims", "table": "dim_product", "natural_key": "product_code", "surrogate_key": "sk",
-                      "columns": ["category"]},
-        **{k: v for k, v in step.items() if k not in ("column", "master", "unknown_member", "drop_column")},
+                      "columns": ["category"], "scd": 2, "valid_from": "valid_from", "valid_to": "valid_to"},
+        **{k: v for k, v in step.items() if k not in ("column", "master", "unknown_member", "drop_column", "as_of")},
         "keep_natural_key": not step["drop_column"],
+        "event_time": "sold_at",
     }
     if walk == "unknown_member":
         yaml_step["unknown_member"] = -7
@@ -115,8 +117,8 @@ def test_every_step_and_job_field_reaches_the_same_spec_through_the_operator_and
     (spec_step,) = from_operator.steps
     for name, value in step.items():
         expected = {**value, "url": spec_step.master.url} if name == "master" else value
-        got = dataclasses.asdict(spec_step.master) if name == "master" else getattr(spec_step, name)
-        assert got == expected, name
+        got = getattr(spec_step, name)
+        assert (dataclasses.asdict(got) if dataclasses.is_dataclass(got) else got) == expected, name
     for name, value in {**JOB, **JOB_SHAPED}.items():
         got = getattr(from_operator, name)
         assert (dataclasses.asdict(got) if dataclasses.is_dataclass(got) else got) == (

@@ -79,3 +79,22 @@ def test_the_estimate_counts_the_ids_the_join_columns_and_earlier_steps():
     assert estimated_row_bytes(GeneratorSource(), 2) == generator + 16
     files = FilesSource(path="/landing", format="parquet", schema="id BIGINT, nk BIGINT")
     assert estimated_row_bytes(files, 0) == 16 + 8 + 2 * STRING_BYTES + JOIN_COLUMN_BYTES
+
+
+def test_auto_counts_the_versions_per_key_of_a_type_2_dimension(sqlite_backend):
+    """Three versions per key: each page is three times the rows, so a page-reading candidate is
+    predicted slower than on the same keys with one row each, and auto prices it so."""
+    import numpy as np
+    import pyarrow as pa
+
+    from airflow_provider_semijoin.core.prediction import predict
+
+    keys = np.repeat(np.arange(0, 40_000, 2), 3)
+    store = sqlite_backend.make_master(pa.table({"id": np.arange(len(keys)), "nk": keys, "sk": np.arange(len(keys))}),
+                                       primary_key="id")
+    assert store.page_map().rows_per_key == 3.0
+    costs = calibrate(store)
+    algorithm = create("hybridjoin", store, MEMORY)
+    one, three = (predict("hybridjoin", algorithm, costs, 20_000, 1.0, rows_per_key=k) for k in (1.0, 3.0))
+    assert three < 0.9 * one
+    assert predictions(store, MEMORY, candidates=("hybridjoin",), costs=costs)["hybridjoin"] == pytest.approx(three)

@@ -39,6 +39,23 @@ def generator_job(tmp_path, url: str, table: str, *, algorithm="hybridjoin", tot
     return JobSpec.from_dict(data)
 
 
+def landing_job(tmp_path, schema: str, steps: list[dict], partitions: int, **extra) -> JobSpec:
+    """A landing folder of Parquet files (one per micro-batch, ``schema``) -> ``steps`` ->
+    Parquet sinks, until the file ``stop`` appears in ``tmp_path``."""
+    (tmp_path / "landing").mkdir()
+    return JobSpec.from_dict({
+        "source": {"kind": "files", "path": str(tmp_path / "landing"), "format": "parquet", "schema": schema,
+                   "max_files_per_trigger": 1},
+        "steps": steps,
+        "sinks": {"matched": {"path": str(tmp_path / "matched")}, "dead_letter": {"path": str(tmp_path / "dead")}},
+        "checkpoint": str(tmp_path / "checkpoint"),
+        "stop": {"stop_file": str(tmp_path / "stop")},
+        "partitions": partitions,
+        "trigger_interval_s": 0.2,
+        **extra,
+    })
+
+
 def write_master(backend, n_rows: int):
     """R of the generator's keys (odd keys, see workloads.master) on the test's backend."""
     return backend.make_master(master_table(n_rows), select=SELECT)

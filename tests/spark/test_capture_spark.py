@@ -75,7 +75,7 @@ from airflow_provider_semijoin.spark.joinstate import DUE, PART, SEQ, session_fr
 from airflow_provider_semijoin.spark.partitioned import REASON_CODE, STATS_COLUMN, TOKEN_COLUMN, join_part
 from airflow_provider_semijoin.spark.sinks import read_parquet_batch
 from airflow_provider_semijoin.job.spec import JobSpec, StepSpec
-from spark_jobs import driver_summary
+from spark_jobs import driver_summary, landing_job
 
 KEYS = list(range(10, 410, 4))  # R's keys at the start: gaps for inserts between, below and above
 HOT = [10, 14, 18, 22, 26, 34, 38]  # repeated in every file: the caches hold them when they change
@@ -100,18 +100,7 @@ def job(tmp_path: Path, url: str, table: str, partitions: int, capture: str = "t
               "memory": "1M", "params": {p: v for p, v in SMALL.items() if p in ALGORITHMS[name].params},
               "on_missing": "unknown_member", "unknown_member": {out_column(name): UNKNOWN}, "rename": {"v": out_column(name)},
               "max_queue_time_s": MAX_QUEUE_S[partitions], "change_capture": capture} for name in ALGORITHMS]
-    (tmp_path / "landing").mkdir()
-    return JobSpec.from_dict({
-        "source": {"kind": "files", "path": str(tmp_path / "landing"), "format": "parquet",
-                   "schema": "tid BIGINT, nk BIGINT, arrived DOUBLE", "max_files_per_trigger": 1},
-        "arrival_column": "arrived",
-        "steps": steps,
-        "sinks": {"matched": {"path": str(tmp_path / "matched")}, "dead_letter": {"path": str(tmp_path / "dead")}},
-        "checkpoint": str(tmp_path / "checkpoint"),
-        "stop": {"stop_file": str(tmp_path / "stop")},
-        "partitions": partitions,
-        "trigger_interval_s": 0.2,
-    })
+    return landing_job(tmp_path, "tid BIGINT, nk BIGINT, arrived DOUBLE", steps, partitions, arrival_column="arrived")
 
 
 # what another application commits, a transaction each, by what it does ({t}: R, {k}: its key)

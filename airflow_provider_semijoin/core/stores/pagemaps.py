@@ -61,6 +61,12 @@ class PageMap:
         return len(self.bounds)
 
     @property
+    def rows_per_key(self) -> float:
+        """K: R's rows per distinct key (the versions per key of a type-2 dimension; 1 for a
+        unique key), what a page of ``page_rows`` keys holds rows of each."""
+        return self.n_rows / self.n_keys if self.n_keys else 1.0
+
+    @property
     def max_page_rows(self) -> int:
         """The rows of the largest page: what a buffer of one page is sized for."""
         if self.sizes is None or not len(self.sizes):
