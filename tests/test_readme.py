@@ -25,8 +25,10 @@ import textwrap
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import yaml
 
 from airflow_provider_semijoin import __version__
+from airflow_provider_semijoin.pipeline.spec import SurrogateKeyStep
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -133,7 +135,10 @@ dags_from_folder(Path(__file__).parent / "pipelines", globals())
 
 def test_dag_and_yaml_examples_load_in_airflow(tmp_path):
     (python,) = fenced("python")
-    (pipeline,) = fenced("yaml")
+    pipeline, *pieces = fenced("yaml")  # the pipeline, then pieces of one: lists of steps
+    steps = [SurrogateKeyStep(**step) for piece in pieces for step in yaml.safe_load(piece)]  # or a SpecError
+    assert [step.as_of for step in steps] == [  # the type-2 section's step
+        {"event_time": "sold_at", "valid_from": "valid_from", "valid_to": "valid_to"}]
     assert len(python.strip().splitlines()) <= 16  # "a DAG in 15 lines" (+ one blank line)
     dags_folder = tmp_path / "dags"
     (dags_folder / "pipelines").mkdir(parents=True)
