@@ -10,7 +10,9 @@ state (the rows still inside, those held for a retry) is written under the check
 batch, before Spark commits it; a batch replayed after a crash restarts from the state after
 the one before and rewrites its sinks, which replace what an earlier attempt at the same batch
 wrote (:mod:`.sinks`), so every tuple leaves exactly once. End of input and a stop drain the
-steps in a last micro-batch.
+steps in a last micro-batch; at the end of input, where tuples are held for a retry
+(``on_missing: retry``), the micro-batches go on, one each trigger, until their key appears or
+their grace passes (:meth:`BatchProcessor._end_after`).
 
 The heartbeat (:func:`.sources.with_heartbeat`) makes Spark run a micro-batch every trigger
 even when the source is quiet, so a waiting tuple is forced out in time.
@@ -55,7 +57,8 @@ MAX_STATE_FILES = 10  # state files kept per step at most (each holds the whole 
 STEP_SHARE = 0.5  # a slice steps for at least this share of the trigger interval while tuples wait
 DUE_SAFETY = 2.0  # a tuple due within this many expected batch gaps is forced out now
 GAP_DECAY = 0.8  # the expected gap between batch ends forgets a slow batch at this rate
-DRAIN_WAIT_S = 120.0  # a stop waits this long for the draining micro-batch, then stops without it
+DRAIN_WAIT_S = 120.0  # a stop waits this long for the draining micro-batch (at the end of input: after the last grace), then stops without it
+END_OF_INPUT = "end_of_input"
 END_WAIT_S = 60.0  # after the draining micro-batch, the query is given this long to end on its own
 AHEAD_SWITCH_S = 0.0005  # the driver's GIL switch interval while steps work ahead (Python's default: 5 ms)
 
@@ -83,7 +86,9 @@ class BatchProcessor:
     A micro-batch drains the steps instead (every tuple inside leaves) when the job is to stop:
     a stop was requested (:meth:`request_drain`), the source ended (the bounded generator's last
     row, or a trigger that found no new file), or it is the last of ``max_batches``; the progress
-    record then says ``drained`` and why.
+    record then says ``drained`` and why. A stop is a pause: the tuples held for a retry stay in
+    the checkpoint's state for the next run. The end of input is the end: the job drains until no
+    tuple is held (:meth:`_end_after`).
 
     ``at_point(point, batch_id)`` is called at the named points of each batch (``batch``: before
     its sinks; ``sinks``: between the sinks and the state; ``state``: between the state and
@@ -114,14 +119,26 @@ class BatchProcessor:
         self.ending = threading.Event()  # the draining micro-batch is done; the query ends after its commit
         self.drain_reason: str | None = None  # a stop asked for: the next batch drains
         self.drained: str | None = None  # set once a batch drained every step
+        self.waits_for_grace = False  # the input ended with tuples held for a retry (:meth:`_end_after`)
         self._gap = spec.trigger_interval_s  # expected time to the end of the next batch (decayed)
         self._switch_interval = sys.getswitchinterval()
         if spec.work_ahead and spec.partitions == 1:  # Spark's calls here wait for the GIL a step working ahead holds
             sys.setswitchinterval(AHEAD_SWITCH_S)  # at most this long (measured: Spark's share of a batch 1.4 -> 1.2 s)
 
     def request_drain(self, reason: str) -> None:
-        """The next micro-batch drains every step (a stop: ``reason`` goes in its record)."""
-        self.drain_reason = self.drain_reason or reason
+        """The next micro-batch drains every step (a stop: ``reason`` goes in its record). A stop
+        asked while the end of input waits for held tuples' grace ends the job at that batch."""
+        if self.drain_reason in (None, END_OF_INPUT):
+            self.drain_reason = reason
+
+    def held_for_retry(self) -> int:
+        """Tuples the steps hold for a retry now."""
+        return sum(step.held.num_rows for step in self.steps if step.held is not None)
+
+    def grace_ends(self) -> float | None:
+        """When the grace of the last tuple held for a retry passes (None: none is held)."""
+        ends = [end for end in (step.grace_ends() for step in self.steps) if end is not None]
+        return max(ends, default=None)
 
     def __call__(self, frame, batch_id: int) -> None:
         """Join the micro-batch. One that Spark starts while the query is being stopped runs to
@@ -196,12 +213,38 @@ class BatchProcessor:
         record = self._record(BatchOutcome(batch_id, n_in, rows, dead_rows, step_stats, started, done, drain,
                                            cache_entries, cache_hit_ratio))
         if drain is not None:
-            self.drained = drain
+            self._end_after(drain)
         if self.print_progress:
             write_line(ProgressRecord.from_dict(record).to_line())
         if self.on_progress is not None:
             self.on_progress(record)
         return record
+
+    def _end_after(self, drain: str) -> None:
+        """After a batch that drained the steps: the job ends (the query, after Spark's commit),
+        unless the input ended while tuples are held for a retry (``on_missing: retry``, or
+        ``inferred_member`` with a grace). Then every later batch - one each trigger interval, the
+        heartbeat's, as while the stream ran: a held tuple is retried each micro-batch, so the
+        wait is no busier than the stream was - retries them, until each one's key appears in R
+        (matched) or its grace passes (the step's final on-missing policy); the last grace bounds
+        the wait (:func:`_await_stop`)."""
+        held = self.held_for_retry()
+        if drain != END_OF_INPUT or not held:
+            self.drained = drain
+            return
+        if self.drain_reason is None:  # the source's later batches need not say so (the generator's are empty)
+            self.drain_reason = END_OF_INPUT
+        if not self.waits_for_grace:
+            self.waits_for_grace = True
+            left = max(self.grace_ends() - self.clock(), 0.0)
+            self._say(f"end of input: the job waits up to {left:.1f} s for the grace of {held} tuples held for a "
+                      f"retry, retried every micro-batch until their key appears in R or their grace passes")
+
+    def _say(self, message: str) -> None:
+        """A line for the task log: logged, and printed beside the progress lines by the driver."""
+        log.info("%s", message)
+        if self.print_progress:
+            write_line(message)
 
     def _drain_now(self, batch: pa.Table, source_rows: int) -> str | None:
         """Why this batch drains the steps (None: it does not)."""
@@ -212,9 +255,9 @@ class BatchProcessor:
             return "max_batches"
         if spec.stop.end_of_input:
             if spec.source.ends_when_idle and source_rows == 0 and self.counts.batches > 0:
-                return "end_of_input"  # the trigger found no new file
+                return END_OF_INPUT  # the trigger found no new file
             if spec.source.bounded and batch.num_rows and pc.max(batch["tid"]).as_py() + 1 >= spec.source.total_rows:
-                return "end_of_input"
+                return END_OF_INPUT
         return None
 
     @staticmethod
@@ -438,7 +481,7 @@ def run_job(
         processor.close()
     return JobSummary(
         job=spec.name, stopped_by=reason, drained=processor.drained, counts=processor.counts,
-        held_for_retry=sum(step.held.num_rows for step in processor.steps if step.held is not None),
+        held_for_retry=processor.held_for_retry(),
         queue_tuples=sum(step.carried.count for step in processor.steps), duration_s=clock() - started,
     ).to_dict()
 
@@ -446,22 +489,30 @@ def run_job(
 def _await_stop(spec: JobSpec, processor: BatchProcessor, query, stop_event, started: float, clock,
                 poll_s: float) -> str:
     """Wait for a stop condition, have the next micro-batch drain the joins, and wait for it
-    (at most DRAIN_WAIT_S: then the tuples inside stay in the checkpoint's state); the reason."""
+    (at most DRAIN_WAIT_S, after the last held tuple's grace at the end of input: then the
+    tuples inside stay in the checkpoint's state); the reason. A stop asked while the end of
+    input waits for held tuples' grace is a pause: it ends the job at the next batch."""
     reason, asked = None, None
     while True:
         if _terminated(query, poll_s):
             return reason or processor.drained or "query_ended"
         if processor.drained is not None:
             return reason or processor.drained
-        if reason is None:
-            reason = _stop_reason(spec, processor.counts, stop_event, started, clock, query)
-            if reason is not None:
+        if reason in (None, END_OF_INPUT):
+            found = _stop_reason(spec, processor.counts, stop_event, started, clock, query)
+            if found is not None and found != reason:
+                reason, asked = found, clock()
                 processor.request_drain(reason)
-                asked = clock()
-        elif clock() - asked > DRAIN_WAIT_S:
+        if reason is not None and clock() - max(asked, _grace_ends(processor, reason)) > DRAIN_WAIT_S:
             log.warning("no micro-batch drained the joins within %.0f s of the stop (%s); the tuples inside "
                         "stay in the checkpoint's state", DRAIN_WAIT_S, reason)
             return reason
+
+
+def _grace_ends(processor: BatchProcessor, reason: str) -> float:
+    """At the end of input, when the last held tuple's grace passes (0: none is held, or a pause)."""
+    ends = processor.grace_ends() if reason == END_OF_INPUT else None
+    return ends if ends is not None else 0.0
 
 
 def end_after_batch(query) -> bool:
@@ -505,7 +556,7 @@ def _stop_reason(spec: JobSpec, counts: JobCounts, stop_event, started: float, c
     if stop.max_batches is not None and counts.batches >= stop.max_batches:
         return "max_batches"
     if stop.end_of_input and spec.source.bounded and _committed_rows(query) >= spec.source.total_rows:
-        return "end_of_input"
+        return END_OF_INPUT
     return None
 
 

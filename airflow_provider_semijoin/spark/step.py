@@ -333,6 +333,14 @@ class JoinStep:
         sequence number and alive flag; else the row itself (state columns included)."""
         return float(SPILLED_ROW_BYTES) if self.spills else rows.nbytes / rows.num_rows
 
+    def grace_ends(self) -> float | None:
+        """When the grace of the last tuple held for a retry passes (None: none is held); the
+        first micro-batch starting after it resolves the tuple (:meth:`_hold`)."""
+        held = self.held  # read from the thread awaiting the stop too: one reference, an immutable table
+        if held is None:
+            return None
+        return pc.max(held[RETRY_SINCE]).as_py() + self.spec.retry_grace_s
+
     def _held_bytes(self) -> int:
         return self.held.nbytes if self.held is not None else 0
 

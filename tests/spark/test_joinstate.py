@@ -140,6 +140,28 @@ def test_retry_holds_a_missing_key_in_the_state_until_it_appears(tmp_path, sqlit
     assert processor.steps[0].held is None
 
 
+def test_a_stop_while_the_end_of_input_waits_for_the_grace_is_a_pause(tmp_path, sqlite_backend):
+    """The end of input with tuples held for a retry: the batches drain but the job does not end
+    while their grace runs; a stop asked then ends it at the next batch (a pause), the held
+    tuples kept in the checkpoint's state for the next run."""
+    _, spec = job(tmp_path, sqlite_backend, 60, algorithm="hybridjoin", on_missing="retry", retry_grace_s=5.0)
+    clock = Clock()
+    processor = BatchProcessor(spec, None, False, clock)
+    record = processor.process(rows_of(spec, 0, 60, clock.now), 0)  # the generator's last row: the end of input
+    held = processor.held_for_retry()
+    assert record["drained"] == "end_of_input" and held > 0 and processor.drained is None
+    clock.now += 1.0
+    assert processor.process(rows_of(spec, 0, 0, clock.now), 1)["drained"] == "end_of_input"
+    assert processor.drained is None and processor.held_for_retry() == held
+    processor.request_drain("stop_requested")
+    clock.now += 1.0
+    assert processor.process(rows_of(spec, 0, 0, clock.now), 2)["drained"] == "stop_requested"
+    assert processor.drained == "stop_requested" and processor.held_for_retry() == held
+    state = StateFiles(spec.checkpoint + "/sj_state", 10).read(0, 3)[1]
+    assert state.filter(pa.compute.is_null(state["sj_seq"])).num_rows == held
+    processor.close()
+
+
 def test_the_queue_counts_in_the_memory_figures_and_the_structures_stay_in_budget(tmp_path, sqlite_backend):
     """MESHJOIN holds tuples for its cycle: while they are carried the progress records count
     the bytes of their rows, and the algorithm's structures, the queue's keys included, never
