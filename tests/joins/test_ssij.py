@@ -437,28 +437,40 @@ def test_a_range_condition_needs_an_integer_key(backend):
 # ------------------------------------------------------------------------------ deadlines
 
 
-def run_paced(algorithm, stream: pa.Table, rate: float, max_latency_s: float | None) -> tuple[np.ndarray, np.ndarray]:
-    """Tuples arrive at ``rate`` per second (real clock: the epoch's, as the Spark runner's, while
-    the algorithm was made with its default clock) and are appended as they arrive; the join is
-    stepped meanwhile. Returns (arrival, completion) per row."""
+class SteppedClock:
+    """Simulated seconds (from an epoch-like start, as the Spark runner's clock): every step of
+    the join costs ``step_s``, a wait for the next arrival ``idle_s`` - so a test of deadlines
+    asserts what the algorithm decides, not how fast a loaded machine ran it."""
+
+    def __init__(self, step_s: float, idle_s: float, start: float = 1.8e9):
+        self.now, self.step_s, self.idle_s = start, step_s, idle_s
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run_paced(algorithm, stream: pa.Table, rate: float, max_latency_s: float | None,
+              clock: SteppedClock) -> tuple[np.ndarray, np.ndarray]:
+    """Tuples arrive at ``rate`` per second of ``clock`` (the buffer's, which the algorithm times
+    its phases with) and are appended as they arrive; the join is stepped meanwhile. Returns
+    (arrival, completion) per row."""
     n = stream.num_rows
-    paced = Paced(algorithm, stream, clock=time.time)
-    start = time.time()
-    arrival = start + np.arange(n) / rate
+    paced = Paced(algorithm, stream, clock=clock)
+    arrival = clock() + np.arange(n) / rate
     completed = np.full(n, np.nan)
     while paced.sent < n or not (paced.buffer.exhausted and algorithm.pending == 0):
-        now = time.time()
-        due = int(np.searchsorted(arrival, now, side="right")) - paced.sent
+        due = int(np.searchsorted(arrival, clock(), side="right")) - paced.sent
         if due > 0:
             rows = slice(paced.sent, paced.sent + due)
             paced.send(due, None if max_latency_s is None else arrival[rows] + max_latency_s)
         if paced.sent == n and not paced.buffer.closed:
             paced.buffer.close()
         out = paced.step()
+        clock.now += clock.step_s
         done = np.concatenate([out.matched_ids, out.unmatched_ids])
-        completed[done] = time.time()
+        completed[done] = clock()
         if not len(done):
-            time.sleep(0.001)
+            clock.now += clock.idle_s
     paced.check_exactly_once()
     return arrival, completed
 
@@ -472,11 +484,11 @@ def test_a_generous_max_latency_is_met_at_a_moderate_rate(backend):
     stream = stream_of(zipf_keys(rng, np.arange(-10, 4010), 3000, 0.9).tolist())
     params = {"page_rows": 16, "ib_thresh": 50, "sb_thresh": 100_000}
     algorithm = create("ssij", store, 8 << 20, params)
-    arrival, completed = run_paced(algorithm, stream, rate=2000.0, max_latency_s=0.5)
+    arrival, completed = run_paced(algorithm, stream, rate=2000.0, max_latency_s=0.5, clock=SteppedClock(0.002, 0.001))
     assert np.all(completed - arrival <= 0.5)
     assert algorithm.counters.forced_join_phases >= 2
     control = create("ssij", store, 8 << 20, params)
-    arrival, completed = run_paced(control, stream, rate=2000.0, max_latency_s=None)
+    arrival, completed = run_paced(control, stream, rate=2000.0, max_latency_s=None, clock=SteppedClock(0.002, 0.001))
     assert np.mean(completed - arrival > 0.5) > 0.5  # without deadlines most would have missed
 
 
