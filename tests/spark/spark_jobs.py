@@ -22,6 +22,18 @@ from airflow_provider_semijoin.workloads.zipf import zipf_rows
 SELECT = ["name", "category"]
 
 
+class Clock:
+    """Epoch seconds that a test moves on between batches; each reading adds a millisecond (a
+    slice's time runs out after a few dozen steps)."""
+
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        self.now += 0.001
+        return self.now
+
+
 def generator_job(tmp_path, url: str, table: str, *, algorithm="hybridjoin", total_rows=3000, master_rows=400,
                   missing=0.1, params=None, memory="1M", **extra) -> JobSpec:
     """A bounded generator stream -> one join step -> Parquet sinks, stopping at the end of input."""

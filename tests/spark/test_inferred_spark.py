@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import kill_driver
-from spark_jobs import driver_summary, generator_job
+from spark_jobs import Clock, driver_summary, generator_job
 
 from airflow_provider_semijoin.core.stores.inferred import InferredMembers
 from airflow_provider_semijoin.job.spec import JobSpec
@@ -186,15 +186,6 @@ def test_the_real_load_updates_the_placeholders_and_a_later_join_finds_the_same_
     assert all(by_tid[tid] == sk for tid, sk in zip(later["tid"].to_pylist(), later["sk"].to_pylist()))
 
 
-class Clock:
-    """Epoch seconds the test moves on between batches (each reading adds a millisecond)."""
-
-    def __init__(self, now: float = 1000.0):
-        self.now = now
-
-    def __call__(self) -> float:
-        self.now += 0.001
-        return self.now
 
 
 def test_with_a_grace_period_the_real_row_is_awaited_then_a_placeholder_inferred_and_null_keys_die(

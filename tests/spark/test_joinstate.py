@@ -24,19 +24,9 @@ from airflow_provider_semijoin.spark.runner import BatchProcessor
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from airflow_provider_semijoin.workloads.stream import generator_rows
 
-from spark_jobs import assert_sinks_equal_oracle, generator_job, write_master
+from spark_jobs import Clock, assert_sinks_equal_oracle, generator_job, write_master
 
 
-class Clock:
-    """Epoch seconds that the test moves on between batches; each reading adds a millisecond (a
-    slice's time runs out after a few dozen steps)."""
-
-    def __init__(self, now: float = 1000.0):
-        self.now = now
-
-    def __call__(self) -> float:
-        self.now += 0.001
-        return self.now
 
 
 def rows_of(spec, start: int, end: int, arrival: float) -> pa.Table:

@@ -30,21 +30,12 @@ from airflow_provider_semijoin.spark.partitioned import RangePartitioner
 from airflow_provider_semijoin.spark.joinstate import StateFiles
 from airflow_provider_semijoin.spark.runner import BatchProcessor
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
-from spark_jobs import run_driver
+from spark_jobs import Clock, run_driver
 
 UNKNOWN = -1  # the unknown member's surrogate key, on both steps
 GRACE_S = 2.5  # retry: how long a tuple whose product is unknown waits for it
 
 
-class Clock:
-    """Epoch seconds the test moves on between batches; each reading adds a millisecond."""
-
-    def __init__(self, now: float = 1000.0):
-        self.now = now
-
-    def __call__(self) -> float:
-        self.now += 0.001
-        return self.now
 
 
 def dimensions(backend, seed: int, n_customers: int, n_products: int) -> tuple[np.ndarray, list[str], tuple[str, str]]:

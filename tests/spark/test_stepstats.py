@@ -18,21 +18,12 @@ from airflow_provider_semijoin.spark.step import JoinStep
 from airflow_provider_semijoin.spark.stepstats import PartsStats, PartStats, SliceStats
 from airflow_provider_semijoin.workloads.stream import generator_rows
 
-from spark_jobs import generator_job, write_master
+from spark_jobs import Clock, generator_job, write_master
 
 BEFORE = json.loads((Path(__file__).parent / "step_stats_before.json").read_text())
 TIMED = {"wall_s", "time", "batch_duration_s", "latency_ms_p50", "latency_ms_p99", "service_rate_tps"}  # from the clock
 
 
-class Clock:
-    """Epoch seconds; each reading adds a millisecond."""
-
-    def __init__(self, now: float = 1000.0):
-        self.now = now
-
-    def __call__(self) -> float:
-        self.now += 0.001
-        return self.now
 
 
 def meshjoin_job(tmp_path, backend, algorithm="meshjoin", **extra):
