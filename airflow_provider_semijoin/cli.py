@@ -263,7 +263,8 @@ def cmd_bench_as_of(args) -> int:
                              algorithms=_columns(args.algorithms) or list(DEFAULT_ALGORITHMS), seed=args.seed)
     report = run_asof_bench(config, out=functools.partial(print, flush=True))
     _write_report(report, args.out)
-    return 0 if all(report["same_as_sql"].values()) else 1
+    memory_ok = all(r["memory_ok"] for r in report["results"] if "memory_ok" in r)
+    return 0 if memory_ok and all(report["same_as_sql"].values()) else 1
 
 
 def cmd_bench_spark(args) -> int:

@@ -45,6 +45,7 @@ def test_the_as_of_bench_reports_every_way_and_the_as_of_results_agree_with_sql(
         assert as_of["matched_pairs"] == as_of["matched_tuples"] == sql["matched_pairs"] < 4000
         assert equality["matched_tuples"] == 4000 and equality["matched_pairs"] > 1.5 * as_of["matched_pairs"]
         for row in (as_of, equality):
+            assert row["memory_ok"] and 0 < row["structure_bytes_peak"] <= 2**20
             assert row["tuples_per_s"] == pytest.approx(4000 / row["seconds"], rel=1e-3)
             assert row["x_equality"] == pytest.approx(row["tuples_per_s"] / equality["tuples_per_s"], rel=1e-2)
             assert row["x_sql"] == pytest.approx(row["tuples_per_s"] / sql["tuples_per_s"], rel=1e-2)

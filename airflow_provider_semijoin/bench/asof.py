@@ -7,7 +7,8 @@ each with 1-5 versions (uniform), columns ``sk`` (the surrogate key, 1..n, prima
 version in five ends before the next starts, so there are gaps), indexed on ``(nk,
 valid_from)``. The stream is Zipf(``zipf``) over the keys (the ``random`` shape: hot keys spread
 over R), each tuple's event time uniform from its key's first ``valid_from`` to the end of the
-span - so a tuple in a gap leaves as ``no_version_valid``.
+span - so a tuple in a gap leaves as ``no_version_valid`` - or, one in twenty, the instant one of
+its versions starts (the half-open interval's edges).
 
 On the same stream, in the same memory, each algorithm runs through the core engine as a
 micro-batch step does (:class:`StreamBuffer` fed ``batch_rows`` tuples at a time, the reads of
@@ -49,6 +50,7 @@ DEFAULT_ALGORITHMS = ("hybridjoin", "cachejoin")
 MEAN_VERSIONS = 3  # versions per key, uniform 1-5
 SPAN_S = 10 * 365 * 86_400  # the versions' valid_from lie in [0, SPAN_S) (epoch seconds)
 GAP_SHARE = 0.2  # versions that end before the next one starts
+BOUNDARY_SHARE = 0.05  # tuples whose event time is the instant a version starts
 AS_OF = AsOf("t", "valid_from", "valid_to")
 SELECT = ["sk", "valid_from", "valid_to"]
 
@@ -100,13 +102,16 @@ def type2_table(keys: int, seed: int) -> pa.Table:
 
 def asof_stream(config: AsOfBenchConfig, r: pa.Table) -> pa.Table:
     """``stream_rows`` tuples ``(tid, nk, t)``: Zipf keys, ``t`` uniform from the key's first
-    version to the end of the span."""
+    version to the end of the span, or (a share :data:`BOUNDARY_SHARE`) the instant one of the
+    key's versions starts - where the previous one ends unless there is a gap."""
     stream = zipf_rows(0, config.stream_rows, config.keys, exponent=config.zipf, shape="random", seed=config.seed)
-    r_keys = r["nk"].to_numpy()
-    first = np.searchsorted(r_keys, stream["nk"].to_numpy())  # R is in (nk, valid_from) order
-    start = r["valid_from"].to_numpy()[first]
+    r_keys, starts, nk = r["nk"].to_numpy(), r["valid_from"].to_numpy(), stream["nk"].to_numpy()
+    first = np.searchsorted(r_keys, nk)  # R is in (nk, valid_from) order
+    versions = np.searchsorted(r_keys, nk, side="right") - first
     rng = np.random.default_rng(config.seed + 1)
-    t = start + (rng.random(len(start)) * (SPAN_S - start)).astype(np.int64)
+    t = starts[first] + (rng.random(len(nk)) * (SPAN_S - starts[first])).astype(np.int64)
+    on_a_start = rng.random(len(nk)) < BOUNDARY_SHARE
+    t[on_a_start] = starts[first + (rng.random(len(nk)) * versions).astype(np.int64)][on_a_start]
     return pa.table({"tid": stream["tid"], "nk": stream["nk"], "t": pa.array(t)})
 
 
@@ -170,9 +175,11 @@ def run_engine(config: AsOfBenchConfig, table: str, name: str, stream: pa.Table,
                 sks.append(out.master["sk"].to_numpy(zero_copy_only=False))
         store.wait_for_reads()
         seconds = watch.read()
+        peak = algorithm.stats()["structure_bytes_peak"]
     pairs = np.concatenate(matched), np.concatenate(sks)
     return ({"algorithm": name, "lookup": "as-of" if as_of else "equality", "tuples_per_s": _round(done / seconds),
-             "tuples": done, "seconds": round(seconds, 6), "matched_pairs": len(pairs[0]),
+             "tuples": done, "seconds": round(seconds, 6), "structure_bytes_peak": peak,
+             "memory_ok": peak <= config.memory, "matched_pairs": len(pairs[0]),
              "matched_tuples": len(np.unique(pairs[0]))}, *pairs)
 
 
@@ -235,10 +242,12 @@ def run_asof_bench(config: AsOfBenchConfig, out=print) -> dict:
     out(f"as-of lookups: R = {r.num_rows:,} rows of {config.keys:,} keys (1-5 versions), stream {config.stream_rows:,} "
         f"tuples Zipf({config.zipf:g}), micro-batch {config.batch_rows:,}, memory {config.memory / 2**20:g} MiB "
         f"({redact(config.master)})")
-    out(f"{'algorithm':<11} {'lookup':<31} {'tuples/s':>11} {'x equality':>10} {'x sql':>7} {'pairs':>10}")
+    out(f"{'algorithm':<11} {'lookup':<31} {'tuples/s':>11} {'x equality':>10} {'x sql':>7} {'pairs':>10} "
+        f"{'peak MiB':>8}")
     for row in results:
+        peak = f"{row['structure_bytes_peak'] / 2**20:.1f}" if "structure_bytes_peak" in row else "-"
         out(f"{row['algorithm']:<11} {row['lookup']:<31} {_tps(row['tuples_per_s']):>11} "
-            f"{_ratio_text(row['x_equality']):>10} {_ratio_text(row['x_sql']):>7} {row['matched_pairs']:>10,}")
+            f"{_ratio_text(row['x_equality']):>10} {_ratio_text(row['x_sql']):>7} {row['matched_pairs']:>10,} {peak:>8}")
     for name, same in checks.items():
         out(f"{name} as-of and sql: {'the same' if same else 'NOT the same'} multiset of (tuple, sk)")
     return {"config": {**config.__dict__, "master": redact(config.master)}, "table": table, "r_rows": r.num_rows,
