@@ -11,15 +11,16 @@ span - so a tuple in a gap leaves as ``no_version_valid`` - or, one in twenty, t
 its versions starts (the half-open interval's edges).
 
 On the same stream, in the same memory, each algorithm runs through the core engine as a
-micro-batch step does (:class:`StreamBuffer` fed ``batch_rows`` tuples at a time, the reads of
-HYBRIDJOIN sec. 4.1 / the cache front-stage of CACHEJOIN sec. 3 returning all of a key's
-versions): (a) with :func:`..core.asof.pick_versions` on each step's output, as the Spark step's
-``_as_of`` does, and (b) with plain equality (every version returned). The Spark step itself is
-not used: its per-micro-batch overhead (a few hundred ms at the bench's batch sizes, ``--spark``)
-is the same for (a) and (b) and would hide the lookup's own cost. (c) is the strongest simple
-alternative: per micro-batch, one query joining R with the batch's ``(tid, nk, t)`` as a table
-value constructor on ``nk = nk AND valid_from <= t AND (t < valid_to OR valid_to IS NULL)``, which
-the database serves from the ``(nk, valid_from)`` index.
+micro-batch step does (:class:`StreamBuffer` kept a backlog, fed ``batch_rows`` tuples at a
+time; the reads of HYBRIDJOIN sec. 4.1 / the cache front-stage of CMESHJOIN sec. 3.1 returning
+all of a key's versions): (a) with :func:`..core.asof.pick_versions` on each step's output, as
+the Spark step's ``_as_of`` does, and (b) with plain equality (every version returned). The
+Spark step itself is not used: its overhead a micro-batch (scheduling, the Arrow transfers;
+``--spark`` measures it) is the same for (a) and (b), and on this shared machine would hide the
+lookup's own cost in noise. (c) is the strongest simple alternative: per micro-batch, one query
+joining R with the batch's ``(tid, nk, t)`` as a table value constructor on ``nk = nk AND
+valid_from <= t AND (t < valid_to OR valid_to IS NULL)``, which the database serves from the
+``(nk, valid_from)`` index.
 
 Rates are the stream's tuples over the seconds each way took to serve all of them: for (a) and
 (b) from the first step (the stream a backlog, fed as the buffer runs low, its feeding not
