@@ -193,7 +193,8 @@ def cmd_bench(args) -> int:
         return cmd_bench_changes(args)
     if args.cold:
         return cmd_bench_cold(args)
-    modes = {"--micro": (args.micro, cmd_bench_micro), "--access": (args.access, cmd_bench_access)}
+    modes = {"--micro": (args.micro, cmd_bench_micro), "--access": (args.access, cmd_bench_access),
+             "--as-of": (args.as_of, cmd_bench_as_of)}
     for option, (chosen, command) in modes.items():
         if chosen:
             if args.set:  # a setting would be lost without a word
@@ -252,6 +253,18 @@ def cmd_bench_access(args) -> int:
                         out=functools.partial(print, flush=True))
     _write_report(report, args.out)
     return 0
+
+
+def cmd_bench_as_of(args) -> int:
+    from .bench.asof import DEFAULT_ALGORITHMS, AsOfBenchConfig, run_asof_bench
+
+    config = AsOfBenchConfig(master=args.master, rows=args.rows, stream_rows=args.stream_rows,
+                             batch_rows=args.as_of_batch_rows, memory=parse_bytes(args.memory), zipf=args.zipf,
+                             algorithms=_columns(args.algorithms) or list(DEFAULT_ALGORITHMS), seed=args.seed)
+    report = run_asof_bench(config, out=functools.partial(print, flush=True))
+    _write_report(report, args.out)
+    memory_ok = all(r["memory_ok"] for r in report["results"] if "memory_ok" in r)
+    return 0 if memory_ok and all(report["same_as_sql"].values()) else 1
 
 
 def cmd_bench_spark(args) -> int:
@@ -442,7 +455,7 @@ def _add_algorithms(sub) -> None:
 
 
 def _add_bench(sub) -> None:
-    """``semijoin bench``: the steady state, and one of --cold, --micro, --access, --spark."""
+    """``semijoin bench``: the steady state, and one of --cold, --micro, --access, --as-of, --spark."""
     b = sub.add_parser("bench", help="service rate of every algorithm on the same data, in one run")
     b.add_argument("--master", default="mysql://semijoin:semijoin@127.0.0.1:3306/semijoin_bench")
     b.add_argument("--rows", type=int, default=2_000_000)
@@ -484,7 +497,8 @@ def _add_bench(sub) -> None:
     modes.add_argument("--cold", action="store_true",
                        help="time a whole `semijoin join` (a fresh process, start-up included) of a short stream file "
                             "for every algorithm and the inlist / inlist-lru baselines, by wall clock")
-    b.add_argument("--stream-rows", type=int, default=400_000, help="with --cold: tuples of the stream file (default 400000)")
+    b.add_argument("--stream-rows", type=int, default=400_000,
+                   help="with --cold: tuples of the stream file; with --as-of: of the stream (default 400000)")
     modes.add_argument("--micro", action="store_true",
                        help="time the cache-hit path alone (H_R probe + take, CACHEJOIN's front stage) on one core, no "
                             "database, against a pandas hash index and Arrow's hash join")
@@ -496,6 +510,12 @@ def _add_bench(sub) -> None:
                             "2000 point queries, 40 range reads of 8192-row pages, IN lists of 1000-10000 keys, a "
                             "full scan; with MySQL/MariaDB, whether R fits in the server's buffer pool (uses "
                             "--master, --rows, --seed, --out)")
+    modes.add_argument("--as-of", action="store_true",
+                       help="as-of lookups on a type-2 R (asof_r<rows>_s<seed>: about rows/3 keys of 1-5 versions): "
+                            "hybridjoin and cachejoin (or --algorithms) as of the event time against the same with "
+                            "equality and against one SQL join a micro-batch; checks the as-of and SQL results agree")
+    b.add_argument("--as-of-batch-rows", type=int, default=10_000,
+                   help="with --as-of: tuples a micro-batch (default 10000)")
     b.add_argument("--out", help="write the report as JSON")
     modes.add_argument("--spark", action="store_true",
                        help="measure the Spark pipeline (HYBRIDJOIN and the best cache algorithm, or --algorithms) against "
