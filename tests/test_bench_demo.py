@@ -32,7 +32,7 @@ from airflow_provider_semijoin.bench.steady import BenchConfig, bench_master, me
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import ALGORITHMS
-from airflow_provider_semijoin.demo import move_customer, version_at
+from airflow_provider_semijoin.demo_warehouse import move_customer, version_at
 from airflow_provider_semijoin.workloads.scd import TIME_FORMAT, generate_versioned_master, iso_utc
 
 REPO = Path(__file__).resolve().parents[1]
