@@ -585,7 +585,7 @@ def _add_demo(sub) -> None:
     d.add_argument("--dir", default=".semijoin-home", help="AIRFLOW_HOME of the run (metadata DB, DAGs, warehouse)")
     d.add_argument("--stream-rows", type=int, default=200_000, help="sales in the stream")
     d.add_argument("--product-rows", type=int, default=200_000, help="rows of dim_product")
-    d.add_argument("--customer-rows", type=int, default=50_000, help="rows of dim_customer")
+    d.add_argument("--customer-rows", type=int, default=50_000, help="customers of dim_customer (type 2: a tenth of them with 2 or 3 versions)")
     d.add_argument("--rate", type=float, default=4000, help="sales per second the stream delivers")
     d.add_argument("--ui-port", type=int, default=8080,
                    help="port of the UI command printed at the end (another free one if it is taken)")

@@ -6,17 +6,18 @@ Everything lives in one folder (default ``./.semijoin-home``), the run's ``AIRFL
   (the join, the deadline monitor and the update sensors run side by side) and local Spark;
 * ``dags/``: the reference pipeline of the repository's ``dags/`` (its YAML spec, with the stream
   and dimension sizes of this run), turned into the DAG ``semijoin_sales_facts`` by the factory;
-* ``semijoin/master.db``: the embedded warehouse: ``dim_product`` and ``dim_customer``
-  (:func:`..workloads.master.generate_master`, seeds 0 and 3) and the fact table ``fact_sales``.
+* ``semijoin/master.db``: the embedded warehouse (:mod:`.demo_warehouse`): ``dim_product``, the
+  type-2 ``dim_customer`` and the fact table ``fact_sales``.
 
 The run: an API server (the Execution API the task processes talk to) starts, then
 ``dag.test(use_executor=True)`` runs one DAG run. While the join streams, an "upstream system"
-commits category changes to ``dim_product`` and name changes to ``dim_customer`` with plain SQL
+commits category changes to ``dim_product`` and customer moves to ``dim_customer`` with plain SQL
 from another process; the join captures every writer's changes (``change_capture: triggers``),
 so it sees them (SSIJ semantics), and the update sensors fire on the new versions.
 Afterwards the output is checked against an oracle: a plain hash join of the regenerated stream
-with the dimension tables - every sale leaves exactly once (a fact row or a dead letter with its
-reason), with the right surrogate keys, and a category of the version before or after the update.
+with the dimension tables, as of each sale's ``sold_at`` for the customers - every sale leaves
+exactly once (a fact row or a dead letter with its reason), with the product's surrogate key and
+a category of the version before or after the update, and the customer version valid at its time.
 """
 
 from __future__ import annotations
@@ -38,21 +39,25 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
 from .core.errors import ConfigError
 from .core.files import write_private_json
+from .demo_warehouse import (
+    CHANGED_KEYS,
+    FACT_TABLE,
+    check_against_oracle,
+    event_span,
+    move_candidates,
+    prepare_warehouse,
+    write_upstream_changes,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PIPELINE = REPO / "dags" / "pipelines" / "sales_facts.yaml"
 DAG_ID = "semijoin_sales_facts"
 JOIN_TASK = "surrogate_keys"
-FACT_TABLE = "fact_sales"
-PRODUCT_SEED, CUSTOMER_SEED = 0, 3
-CHANGED_KEYS = 40  # per dimension, staged by the "upstream system" while the join runs
 BAR_WIDTH = 30
 SIDE_GRACE_S = 30  # for the side process to end once its stdin closes (the upstream's last write included)
 UI_USER = "admin"  # [core] simple_auth_manager_users' default user (admin:admin)
@@ -135,56 +140,6 @@ def prepare_home(home: Path, spec: dict) -> None:
         shutil.rmtree(home / "semijoin" / name, ignore_errors=True)
 
 
-def prepare_warehouse(url: str, product_rows: int, customer_rows: int) -> dict:
-    """The two dimension tables as generated (the last run's upstream changed them), with no
-    change log yet (the join captures their changes from its start: ``change_capture: triggers``),
-    no facts. Returns the dimensions as they are before the run: {table: {nk: row}}."""
-    from .core.stores.sql import DatabaseURL, side_tables
-    from .core.stores.versions import before_table
-    from .workloads.master import generate_master
-
-    before = {}
-    for table, rows, seed in (("dim_product", product_rows, PRODUCT_SEED), ("dim_customer", customer_rows, CUSTOMER_SEED)):
-        generate_master(url, table, rows, seed=seed, reuse=False)
-        connection = DatabaseURL.parse(url).connect()
-        try:
-            for side in (*side_tables(table), before_table(table)):
-                connection.execute(f'DROP TABLE IF EXISTS "{side}"')
-            connection.execute(f'DROP TABLE IF EXISTS "{FACT_TABLE}"')
-            connection.commit()
-            before[table] = _dimension(connection, table)
-        finally:
-            connection.close()
-    return before
-
-
-def _dimension(connection, table: str) -> dict:
-    cursor = connection.execute(f'SELECT nk, sk, category FROM "{table}"')
-    return {int(nk): (int(sk), category) for nk, sk, category in cursor.fetchall()}
-
-
-def write_upstream_changes(url: str, keys: dict, started: threading.Event, seed: int = 11) -> None:
-    """The upstream system, another application writing the warehouse with plain SQL: once the
-    first facts are in, one transaction changes the category of CHANGED_KEYS products, another
-    the name of CHANGED_KEYS customers (surrogate keys stay: SCD type 1), drawn from ``keys``
-    (each dimension's keys, sorted). Nothing is staged: the running join sees the commits
-    because their triggers capture them."""
-    from .core.stores.sql import DatabaseURL
-
-    started.wait()
-    rng = np.random.default_rng(seed)
-    for table, column in (("dim_product", "category"), ("dim_customer", "name")):
-        connection = DatabaseURL.parse(url).connect()
-        try:
-            chosen = rng.choice(keys[table], CHANGED_KEYS, replace=False)
-            connection.execute("BEGIN")
-            connection.execute(f'UPDATE "{table}" SET "{column}" = "{column}" || \' (changed)\' '
-                               f'WHERE nk IN ({",".join(map(str, chosen))})')
-            connection.execute("COMMIT")
-        finally:
-            connection.close()
-
-
 def _latest_xcom(airflow_db: Path, key: str):
     try:
         connection = sqlite3.connect(f"file:{airflow_db}?mode=ro", uri=True, timeout=1)
@@ -250,14 +205,18 @@ def watch_progress(airflow_db: Path, total: int, done: threading.Event, first_ba
         console.write("\n")
 
 
-def side_process(airflow_db: str, url: str, keys: dict, total: int) -> None:
+def side_process(airflow_db: str, url: str, products: list, moves: dict, total: int) -> None:
     """The demo's second process: the progress bar (on its stdout) and the upstream system, until
     its stdin closes. They read and write SQLite from threads, so they run apart from the process
     that forks Airflow's LocalExecutor workers: a fork while another thread holds SQLite's
     allocator lock leaves the forked task deadlocked at its first SQLite call; and opening
     ``airflow.db`` there would drop that process's POSIX locks on it when closed."""
     done, first_batch = threading.Event(), threading.Event()
-    upstream = threading.Thread(target=write_upstream_changes, args=(url, keys, first_batch), daemon=True)
+    def seen_rows() -> int:
+        return (_latest_xcom(Path(airflow_db), "semijoin_metrics") or {}).get("total_input_rows") or 0
+
+    upstream = threading.Thread(target=write_upstream_changes, args=(url, seen_rows, products, moves, first_batch, done),
+                                daemon=True)
     upstream.start()
 
     def until_stdin_closes() -> None:
@@ -270,12 +229,15 @@ def side_process(airflow_db: str, url: str, keys: dict, total: int) -> None:
     upstream.join()
 
 
-def start_side_process(home: Path, url: str, before: dict, total: int, console) -> subprocess.Popen:
+def start_side_process(home: Path, url: str, spec: dict, before: dict, console) -> subprocess.Popen:
     """:func:`side_process` in a new interpreter, writing to ``console``. Its arguments go through a
-    file: the dimensions' keys are megabytes at the demo's sizes, and Linux caps one argument of a
+    file: the product keys are megabytes at the demo's sizes, and Linux caps one argument of a
     command at 128 KiB."""
-    arguments = {"airflow_db": str(home / "airflow.db"), "url": url, "total": total,
-                 "keys": {table: sorted(rows) for table, rows in before.items()}}
+    source = spec["source"]
+    moves = {"customers": move_candidates(spec, before), "first_s": event_span(spec)[0],
+             "rows_per_second": source["rows_per_second"], "ahead_rows": 3 * source["max_rows_per_batch"]}
+    arguments = {"airflow_db": str(home / "airflow.db"), "url": url, "total": source["total_rows"],
+                 "products": sorted(before["dim_product"]), "moves": moves}
     path = home / "semijoin" / "side-process.json"
     write_private_json(path, arguments)
     code = ("import json, pathlib, sys; from airflow_provider_semijoin.demo import side_process; "
@@ -353,52 +315,6 @@ def stop_process(process: subprocess.Popen, grace_s: float = 20, signal_first: b
         process.wait()
 
 
-def check_against_oracle(url: str, spec: dict, before: dict, dead_folder: Path) -> dict:
-    """Every sale of the stream left exactly once, as the hash join of the stream with the
-    dimensions says: a fact row with the product's and customer's surrogate keys (-1 for an
-    unknown product) and the category before or after the update, or a dead letter (unknown customer)."""
-    from .core.stores.sql import DatabaseURL
-    from .job.sources import source_from_dict
-    from .workloads.stream import generator_rows
-
-    settings = source_from_dict(spec["source"]).settings()
-    stream = generator_rows(settings, 0, settings["total_rows"])
-    connection = DatabaseURL.parse(url).connect()
-    try:
-        after = {table: _dimension(connection, table) for table in before}
-        created = connection.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (FACT_TABLE,)).fetchone()
-        facts = connection.execute(f'SELECT sj_id, product_sk, category, customer_sk FROM "{FACT_TABLE}"').fetchall() if created else []
-    finally:
-        connection.close()
-    dead = pq.read_table(dead_folder) if dead_folder.exists() else pa.table({"sj_id": pa.array([], pa.string())})
-    left = Counter([str(f[0]) for f in facts] + dead["sj_id"].to_pylist())
-    tids = [str(t) for t in stream["tid"].to_pylist()]
-    lost = sum(1 for t in tids if t not in left)
-    duplicated = sum(c - 1 for c in left.values() if c > 1)
-    unknown = len(set(left) - set(tids))
-    fact_of = {str(f[0]): f[1:] for f in facts}
-    wrong = 0
-    expected_dead = 0
-    for tid, product, customer in zip(tids, stream["nk"].to_pylist(), stream["customer_nk"].to_pylist()):
-        if customer not in before["dim_customer"]:
-            expected_dead += 1
-            wrong += tid in fact_of
-            continue
-        got = fact_of.get(tid)
-        if got is None:
-            wrong += 1
-            continue
-        product_sk, category, customer_sk = got
-        old, new = before["dim_product"].get(product), after["dim_product"].get(product)
-        want_product = -1 if old is None else old[0]
-        categories = {None} if old is None else {old[1], new[1]}
-        wrong += (product_sk != want_product) or (category not in categories) or (customer_sk != before["dim_customer"][customer][0])
-    unknown_products = sum(1 for p in stream["nk"].to_pylist() if p not in before["dim_product"])
-    return {"lost": lost, "duplicated": duplicated, "unknown_ids": unknown, "wrong": wrong, "unknown_products": unknown_products,
-            "dead_letters": dead.num_rows, "expected_dead_letters": expected_dead,
-            "ok": lost == duplicated == unknown == wrong == 0 and dead.num_rows == expected_dead}
-
-
 def load_dag(path: Path):
     module_spec = importlib.util.spec_from_file_location("semijoin_demo_pipelines", path)
     module = importlib.util.module_from_spec(module_spec)
@@ -427,9 +343,10 @@ def run_demo(home: Path, *, stream_rows: int, product_rows: int, customer_rows: 
     ensure_ui_password(home)
     os.environ.update(env)  # before airflow is imported: it reads its configuration once
     url = f"sqlite:///{home / 'semijoin' / 'master.db'}"
-    before = prepare_warehouse(url, product_rows, customer_rows)
+    before = prepare_warehouse(url, spec, product_rows, customer_rows)
     out(f"home     {home} (AIRFLOW_HOME: metadata DB airflow.db, DAGs, warehouse semijoin/master.db)")
-    out(f"master   dim_product {product_rows:,} rows, dim_customer {customer_rows:,} rows (SQLite)")
+    out(f"master   dim_product {product_rows:,} rows, dim_customer {customer_rows:,} customers in "
+        f"{sum(map(len, before['dim_customer'].values())):,} versions (type 2) (SQLite)")
     out(f"stream   {stream_rows:,} sales at {rows_per_second:,.0f}/s, Zipf product and customer keys "
         f"(2% unknown products -> unknown member -1, 1% unknown customers -> dead letter)")
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env={**os.environ, **env}, check=True,
@@ -440,7 +357,7 @@ def run_demo(home: Path, *, stream_rows: int, product_rows: int, customer_rows: 
     out(f"         (Airflow's and Spark's logs: {home / 'dag-run.log'}, task logs under {home / 'logs'})")
     try:
         with output_to(home / "dag-run.log") as console:
-            side = start_side_process(home, url, before, stream_rows, console)
+            side = start_side_process(home, url, spec, before, console)
             try:
                 run = load_dag(home / "dags" / "semijoin_pipelines.py").test(use_executor=True)
             except BaseException:
@@ -479,11 +396,15 @@ def report(run, home: Path, url: str, spec: dict, before: dict, started_at: floa
     out(f"latency  p99 {last.get('latency_ms_p99')} ms (last micro-batch); deadline {spec['deadline']['max_latency_s']} s: "
         f"{summary.get('deadline_misses', 0):,} of {n_in:,} sales missed it (the stream's clock starts after Spark's "
         "warm-up micro-batch, so every miss is a steady-state one)")
-    out(f"updates  {CHANGED_KEYS} product and {CHANGED_KEYS} customer changes committed with plain SQL by another process "
-        f"while the join ran, captured by triggers: changes_dim_product {states.get('changes_dim_product')}, "
+    out(f"updates  {CHANGED_KEYS} product category and {check['moves']} customer moves: changes committed with plain SQL by another "
+        f"process while the join ran, captured by triggers: changes_dim_product {states.get('changes_dim_product')}, "
         f"changes_dim_customer {states.get('changes_dim_customer')}")
-    out(f"check    exactly once against the oracle (hash join of the stream with the dimensions): "
-        f"{'yes' if check['ok'] else 'NO'} (lost {check['lost']}, duplicated {check['duplicated']}, "
+    out(f"customers type 2 ({check['customer_versions']:,} versions of {len(before['dim_customer']):,} customers at the start), "
+        f"{check['moves']} moves committed while the join ran (the current version closed, a new one inserted, one transaction "
+        f"each); every sale has the version valid at its sold_at: {'yes' if check['wrong'] == 0 else 'NO'} "
+        f"({check['sales_after_a_move']:,} sales after a move)")
+    out(f"check    exactly once against the as-of oracle (hash join of the stream with the dimensions, the customer as of "
+        f"sold_at): {'yes' if check['ok'] else 'NO'} (lost {check['lost']}, duplicated {check['duplicated']}, "
         f"wrong keys {check['wrong']}, dead letters {check['dead_letters']:,} of {check['expected_dead_letters']:,} expected)")
     out(f"time     {time.time() - started_at:.0f} s in all")
     ok = str(run.state) == "success" and check["ok"] and n_in == spec["source"]["total_rows"]

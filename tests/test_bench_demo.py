@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 import uuid
 
@@ -31,6 +32,8 @@ from airflow_provider_semijoin.bench.steady import BenchConfig, bench_master, me
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import ALGORITHMS
+from airflow_provider_semijoin.demo_warehouse import move_customer, version_at
+from airflow_provider_semijoin.workloads.scd import TIME_FORMAT, generate_versioned_master, iso_utc
 
 REPO = Path(__file__).resolve().parents[1]
 from airflow_provider_semijoin.core.stores import DatabaseURL
@@ -254,9 +257,15 @@ def test_the_readmes_first_command_runs_the_main_job_exactly_once_without_deadli
                      r"deadline_monitor (success|skipped), surrogate_keys success\)", out)
     assert "changes committed with plain SQL by another process while the join ran, captured by triggers: " \
            "changes_dim_product success, changes_dim_customer success" in out
-    assert "master   dim_product 200,000 rows, dim_customer 50,000 rows (SQLite)" in out
+    assert re.search(r"master   dim_product 200,000 rows, dim_customer 50,000 customers in 5[0-9],[0-9]{3} versions \(type 2\)", out)
     assert "input    200,000 sales" in out
-    assert "exactly once against the oracle (hash join of the stream with the dimensions): yes (lost 0, duplicated 0, wrong keys 0" in out
+    assert "updates  40 product category and 40 customer moves: changes committed" in out
+    moved = re.search(r"customers type 2 \(5[0-9],[0-9]{3} versions of 50,000 customers at the start\), 40 moves committed while "
+                      r"the join ran \(the current version closed, a new one inserted, one transaction each\); every sale has "
+                      r"the version valid at its sold_at: yes \(([\d,]+) sales after a move\)", out)
+    assert moved and int(moved.group(1).replace(",", "")) > 0, re.findall(r"^customers.*$", out, re.M)
+    assert ("exactly once against the as-of oracle (hash join of the stream with the dimensions, the customer as of sold_at): "
+            "yes (lost 0, duplicated 0, wrong keys 0") in out
     facts = int(re.search(r"matched  ([\d,]+) facts", out).group(1).replace(",", ""))
     dead = int(re.search(r"-> dead letters \(([\d,]+)\)", out).group(1).replace(",", ""))
     assert facts + dead == 200_000 and 0 < dead < 10_000  # 1% of customer keys are unknown, Zipf-drawn
@@ -271,6 +280,34 @@ def test_the_readmes_first_command_runs_the_main_job_exactly_once_without_deadli
     assert any(p.name == "api-server.log" for p in logs) and any(p.name == "dag-run.log" for p in logs)
     assert [str(p) for p in logs if password in p.read_text(errors="replace")] == []
     assert password not in out + proc.stderr
+
+
+def test_a_customer_move_closes_the_current_version_and_opens_a_new_one_in_one_transaction(tmp_path):
+    """The demo's upstream moves a customer of the type-2 dimension: its current version ends at
+    the move time, a new version (the next surrogate key, another city) is valid from then; a
+    move time before the current version began moves it a second after that instead."""
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    generate_versioned_master(url, "dim_customer", 50, share=0.0, max_versions=1, changes_from=1.7e9, changes_to=1.7e9 + 50)
+    connection = DatabaseURL.parse(url).connect()
+    try:
+        move_customer(connection, 7, 1.7e9 + 20, np.random.default_rng(0))
+        versions = connection.execute('SELECT sk, city, valid_from, valid_to FROM "dim_customer" WHERE nk = 7 ORDER BY valid_from').fetchall()
+        began = datetime.strptime(versions[1][2], TIME_FORMAT).replace(tzinfo=timezone.utc).timestamp()
+        move_customer(connection, 7, 1.7e9, np.random.default_rng(0))  # before the version it moves from began
+        latest = connection.execute('SELECT sk, valid_from, valid_to FROM "dim_customer" WHERE nk = 7 ORDER BY valid_from').fetchall()
+    finally:
+        connection.close()
+    (old_sk, old_city, _, old_to), (new_sk, new_city, new_from, new_to) = versions
+    assert (old_to, new_from, new_to) == (iso_utc(1.7e9 + 20), iso_utc(1.7e9 + 20), None)
+    assert new_sk == 51 and old_sk != new_sk and new_city != old_city
+    assert [row[0] for row in latest] == [old_sk, 51, 52]
+    assert latest[1][2] == latest[2][1] == iso_utc(began + 1) and latest[2][2] is None
+
+
+def test_the_oracle_picks_the_version_valid_at_the_sale_s_time():
+    versions = [(10, 0, 100), (11, 100, 250), (12, 250, None)]
+    assert [version_at(versions, t) for t in (-1, 0, 99, 100, 249, 250, 10**12)] == [None, 10, 10, 11, 11, 12, 12]
+    assert version_at([(10, 0, 100), (11, 50, None)], 60) is None  # overlapping versions: no single answer
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")

@@ -34,6 +34,7 @@ import dataclasses
 import os
 import socket
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import ClassVar
 
@@ -46,6 +47,8 @@ from .checks import identifier, one_of, positive, shown_options
 
 FILE_FORMATS = ("parquet", "csv", "json")
 GENERATOR_COLUMNS = ("tid", "nk", "qty", "amount", "sj_arrival")
+EVENT_TIME_SETTINGS = ("column", "start", "late", "max_lateness_s")
+EVENT_TIME_START = "2026-01-01T00:00:00+00:00"  # the generator's row 0 happened then, unless event_time.start says
 EXTRA_KEY_SETTINGS = ("master_rows", "exponent", "shape", "missing", "seed")
 ARRIVAL_DDL = "sj_arrival DOUBLE"  # the arrival time every source's stream carries (epoch seconds)
 
@@ -180,6 +183,7 @@ class GeneratorSource(SourceSpec):
     seed: int = 0
     max_rows_per_batch: int | None = None
     extra_keys: dict = field(default_factory=dict)
+    event_time: dict | None = None
 
     def __post_init__(self):
         super().__post_init__()
@@ -194,6 +198,33 @@ class GeneratorSource(SourceSpec):
         check_number("seed", self.seed, "an integer >= 0", integer=True, minimum=0, error=SpecError)
         check_flag("bursty", self.bursty, error=SpecError)
         self._check_extra_keys()
+        self._check_event_time()
+
+    def _check_event_time(self) -> None:
+        """``event_time: {column, start, late, max_lateness_s}``: a TIMESTAMP column of when each
+        row happened (:func:`..workloads.stream.event_times`); ``start`` (ISO, UTC when it names no
+        zone; default EVENT_TIME_START) is row 0's time."""
+        if self.event_time is None:
+            return
+        if not isinstance(self.event_time, dict) or "column" not in self.event_time:
+            raise SpecError(f"event_time: {shown(self.event_time)} is not a mapping with column (and start, late, max_lateness_s)")
+        unknown = sorted(set(self.event_time) - set(EVENT_TIME_SETTINGS), key=repr)
+        if unknown:
+            raise SpecError(f"event_time.{shown_key(unknown[0])}: not an event time setting (settings: {list(EVENT_TIME_SETTINGS)})")
+        column = self.event_time["column"]
+        identifier("event_time.column", column)
+        if column in GENERATOR_COLUMNS or column in self.extra_keys:
+            raise SpecError(f"event_time.column: {column!r} is already a column of the generator; expected a new column name")
+        start = self.event_time.get("start", EVENT_TIME_START)
+        try:
+            first = datetime.fromisoformat(start) if isinstance(start, str) else None
+        except ValueError:
+            first = None
+        if first is None:
+            raise SpecError(f"event_time.start: {shown(start)} is not an ISO time such as '2026-01-01T00:00:00Z'")
+        check_number("event_time.late", self.event_time.get("late", 0), "a fraction between 0 and 1", minimum=0, maximum=1,
+                     error=SpecError)
+        positive("event_time.max_lateness_s", self.event_time.get("max_lateness_s", 10))
 
     def _check_extra_keys(self) -> None:
         if not isinstance(self.extra_keys, dict):
@@ -222,6 +253,11 @@ class GeneratorSource(SourceSpec):
                                                            "exponent", "shape", "missing", "bursty", "seed",
                                                            "max_rows_per_batch")}
         settings["extra_keys"] = {column: self.extra_key_settings(column) for column in self.extra_keys}
+        if self.event_time is not None:
+            start = datetime.fromisoformat(self.event_time.get("start", EVENT_TIME_START))
+            settings["event_time"] = {"column": self.event_time["column"],
+                                      "start": (start if start.tzinfo else start.replace(tzinfo=timezone.utc)).isoformat(),
+                                      "late": self.event_time.get("late", 0), "max_lateness_s": self.event_time.get("max_lateness_s", 10)}
         return settings
 
     @property

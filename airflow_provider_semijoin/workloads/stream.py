@@ -2,7 +2,7 @@
 
 The generator is a Python streaming data source of Spark 4 (:mod:`pyspark.sql.datasource`):
 an offset is ``{"row": n, "t0": epoch}``; rows ``[start, end)`` are always the same tuples
-(:func:`.zipf.zipf_rows`) with arrival times ``t0 + a(i)`` where ``a`` is the pacing at
+(:func:`.zipf.zipf_rows`, and with ``event_time`` their event times: :func:`event_times`) with arrival times ``t0 + a(i)`` where ``a`` is the pacing at
 ``rows_per_second`` (uniform, or the self-similar bursts of :mod:`.bursty`). A replayed
 micro-batch therefore reads exactly what the first attempt read.
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime
 
 import numpy as np
 import pyarrow as pa
@@ -69,11 +70,33 @@ def arrived_rows(settings: dict, elapsed: float, done: int) -> int:
     return due if total is None else min(due, total)
 
 
+def event_times(start: int, end: int, rows_per_second: float, event_time: dict, seed: int) -> pa.Array:
+    """The event times of rows ``start`` .. ``end - 1`` (UTC timestamps): row i happened at
+    ``event_time["start"]`` + i / ``rows_per_second`` seconds, so sales arrive roughly in event-time
+    order, except a ``late`` share of rows that happened up to ``max_lateness_s`` earlier (out of
+    order). No row happened after its place in the stream. Drawn per block of ARRIVAL_BLOCK rows
+    (each seeded on its own), so any range of rows gives the same times."""
+    rows = np.arange(start, end, dtype=np.int64)
+    lateness = np.zeros(len(rows))
+    for block in np.unique(rows // ARRIVAL_BLOCK):
+        rng = np.random.default_rng([int(seed), 104729, int(block)])
+        late = rng.random(ARRIVAL_BLOCK) < event_time["late"]
+        by = rng.random(ARRIVAL_BLOCK) * event_time["max_lateness_s"]
+        inside = rows // ARRIVAL_BLOCK == block
+        at = rows[inside] - block * ARRIVAL_BLOCK
+        lateness[inside] = np.where(late[at], by[at], 0.0)
+    first = datetime.fromisoformat(event_time["start"]).timestamp()
+    micros = np.round((first + rows / float(rows_per_second) - lateness) * 1e6).astype(np.int64)
+    return pa.array(micros, pa.timestamp("us", "UTC"))
+
+
 def generator_schema(settings: dict) -> str:
     """The generator's columns (``settings`` as :meth:`...job.sources.GeneratorSource.settings` gives them)."""
     key = "BIGINT" if settings["key_type"] == "int" else "STRING"
     extra = "".join(f", {column} {key}" for column in settings["extra_keys"])
-    return f"tid BIGINT, nk {key}, qty BIGINT, amount DOUBLE{extra}, sj_arrival DOUBLE"
+    event_time = settings.get("event_time")
+    timed = f", {event_time['column']} TIMESTAMP" if event_time else ""
+    return f"tid BIGINT, nk {key}, qty BIGINT, amount DOUBLE{extra}{timed}, sj_arrival DOUBLE"
 
 
 def generator_rows(settings: dict, start: int, end: int) -> pa.Table:
@@ -85,6 +108,9 @@ def generator_rows(settings: dict, start: int, end: int) -> pa.Table:
         keys = zipf_rows(start, end, extra["master_rows"], exponent=extra["exponent"], shape=extra["shape"],
                          missing=extra["missing"], key_type=s["key_type"], seed=extra["seed"])
         rows = rows.append_column(column, keys["nk"])
+    event_time = s.get("event_time")
+    if event_time:
+        rows = rows.append_column(event_time["column"], event_times(start, end, s["rows_per_second"], event_time, s["seed"]))
     return rows
 
 

@@ -1,10 +1,11 @@
 """The source classes: what each kind answers for the runner, and the reader each names."""
 
 import importlib
+import re
 
 import pytest
 
-from airflow_provider_semijoin.core.errors import ConfigError
+from airflow_provider_semijoin.core.errors import ConfigError, SpecError
 from airflow_provider_semijoin.job.sources import SOURCE_CLASSES, FilesSource, GeneratorSource, SparkSource
 
 
@@ -37,3 +38,27 @@ def test_each_kind_answers_for_itself(tmp_path):
 def test_a_source_s_repr_shows_its_own_fields_and_hides_secrets():
     spark = SparkSource(format="kafka", id_column="k", options={"kafka.sasl.jaas.config": "pw=S3ntinel"})
     assert repr(spark) == "SparkSource(format='kafka', options={'kafka.sasl.jaas.config': '***'}, id_column='k')"
+
+
+@pytest.mark.parametrize(("event_time", "message"), [
+    ("sold_at", "event_time: 'sold_at' is not a mapping with column (and start, late, max_lateness_s)"),
+    ({"late": 0.1}, "event_time: {'late': 0.1} is not a mapping with column"),
+    ({"column": "sold_at", "lag": 1}, "event_time.lag: not an event time setting (settings: ['column', 'start'"),
+    ({"column": "sold at"}, "event_time.column: 'sold at' is not a valid identifier"),
+    ({"column": "amount"}, "event_time.column: 'amount' is already a column of the generator; expected a new column name"),
+    ({"column": "customer_nk"}, "event_time.column: 'customer_nk' is already a column of the generator"),
+    ({"column": "sold_at", "start": "monday"}, "event_time.start: 'monday' is not an ISO time such as '2026-01-01T00:00:00Z'"),
+    ({"column": "sold_at", "late": 1.5}, "event_time.late: 1.5 is not a fraction between 0 and 1"),
+    ({"column": "sold_at", "max_lateness_s": 0}, "event_time.max_lateness_s: 0 "),
+])
+def test_a_bad_event_time_of_the_generator_names_its_field(event_time, message):
+    with pytest.raises(SpecError, match=re.escape(message)):
+        GeneratorSource(extra_keys={"customer_nk": {"master_rows": 5}}, event_time=event_time)
+
+
+def test_the_generator_s_event_time_starts_in_utc_unless_its_start_names_a_zone():
+    plain = GeneratorSource(event_time={"column": "sold_at", "start": "2026-03-01 08:00:00"}).settings()["event_time"]
+    zoned = GeneratorSource(event_time={"column": "sold_at", "start": "2026-03-01T08:00:00+02:00"}).settings()["event_time"]
+    assert plain == {"column": "sold_at", "start": "2026-03-01T08:00:00+00:00", "late": 0, "max_lateness_s": 10}
+    assert zoned["start"] == "2026-03-01T08:00:00+02:00"
+    assert "event_time" not in GeneratorSource().settings()

@@ -79,7 +79,7 @@ def test_python_construction_validates_too():
 FLAT = {"kind": "generator", "path": None, "format": None, "schema": None, "options": {}, "id_column": None,
         "max_files_per_trigger": None, "rows_per_second": 1000.0, "total_rows": None, "master_rows": 100000,
         "key_type": "int", "exponent": 1.0, "shape": "noperm", "missing": 0.0, "bursty": False, "seed": 0,
-        "max_rows_per_batch": None, "extra_keys": {}}
+        "max_rows_per_batch": None, "extra_keys": {}, "event_time": None}
 FLAT_SOURCES = [
     ({"kind": "files", "path": "/in", "format": "csv", "schema": "id BIGINT, nk STRING", "max_files_per_trigger": 2}, FilesSource),
     ({"kind": "generator", "total_rows": 100, "master_rows": 50, "bursty": True, "extra_keys": {"c": {"master_rows": 9}}}, GeneratorSource),
