@@ -113,6 +113,8 @@ def cmd_join(args) -> int:
     retry_max_s = check_retry_max_s(args.db_retry_max_s, "--db-retry-max-s")
     params = _params(args.set)
     algorithm_class(args.algorithm)  # a wrong name fails before any connection is made
+    as_of = _as_of(args.as_of, args.stream_key, args.key, args.algorithm, params)
+    select = _columns(args.select)
     for path, what in ((args.out, "out"), (args.unmatched, "unmatched")):
         if path:
             file_format(path, what=what)
@@ -120,10 +122,15 @@ def cmd_join(args) -> int:
     stream = read_table(args.stream, what="stream")
     if stream.num_rows == 0:
         raise ConfigError(f"stream: {args.stream!r} has no rows; expected at least one stream tuple")
-    with open_store(args.master, args.table, args.key, _columns(args.select), retry_max_s=retry_max_s) as store:
+    read = select if as_of is None else as_of.read_columns(select)
+    if as_of is not None:  # the columns it names are there: one sentence before any work
+        with open_store(args.master, args.table, args.key, select, retry_max_s=retry_max_s) as store:
+            _check_as_of_columns(as_of, store, stream)
+    with open_store(args.master, args.table, args.key, read, retry_max_s=retry_max_s) as store:
         algorithm = create(args.algorithm, store, memory, params)
-        result = run_join(algorithm, stream, args.stream_key)
-    write_table(args.out, result.matched, what="out")
+        result = run_join(algorithm, stream, args.stream_key, as_of=None if as_of is None else as_of.lookup)
+    matched = result.matched.drop_columns([c for c in read or [] if c not in select])  # version columns read for the lookup
+    write_table(args.out, matched, what="out")
     if args.unmatched:
         write_table(args.unmatched, result.unmatched, what="unmatched")
     stats = result.stats
@@ -136,6 +143,34 @@ def cmd_join(args) -> int:
         f"exactly once: {'yes' if stats['exactly_once']['ok'] else 'NO'}"
     )
     return 0 if stats["exactly_once"]["ok"] else 1
+
+
+def _as_of(text: str | None, stream_key: str, key: str, algorithm: str, params: dict):
+    """``--as-of EVENT_TIME,VALID_FROM,VALID_TO`` as the job spec's ``as_of`` (checked by the
+    same code), or None."""
+    from .job.spec import AsOfSpec
+
+    if text is None:
+        return None
+    names = [c.strip() for c in text.split(",")]
+    if len(names) != 3 or not all(names):
+        raise ConfigError(f"--as-of: {text!r} is not EVENT_TIME,VALID_FROM,VALID_TO (the stream's event-time column "
+                          "and R's two version columns, comma separated)")
+    try:
+        as_of = AsOfSpec(*names)
+        as_of.check_join(stream_key, key, algorithm, params)
+    except ConfigError as exc:
+        raise ConfigError(f"--as-of: {exc}") from None
+    return as_of
+
+
+def _check_as_of_columns(as_of, store, stream) -> None:
+    from .core.asof import check_lookup
+
+    try:
+        check_lookup(as_of.lookup, {c.name: c.arrow_type for c in store.columns}, store.table, stream.schema)
+    except ConfigError as exc:
+        raise ConfigError(f"--as-of: {exc}") from None
 
 
 # -- changes ------------------------------------------------------------------------------------
@@ -427,6 +462,10 @@ def _add_join(sub) -> None:
     j.add_argument("--memory", default=DEFAULT_MEMORY, help=f"memory budget (default {DEFAULT_MEMORY})")
     j.add_argument("--set", action="append", metavar="NAME=VALUE", help="algorithm parameter (repeatable)")
     j.add_argument("--stats", help="write run statistics as JSON to this file")
+    j.add_argument("--as-of", metavar="EVENT_TIME,VALID_FROM,VALID_TO",
+                   help="R is a type-2 dimension: each tuple gets the version of its key valid at its EVENT_TIME "
+                        "(a stream column), R's rows valid over [VALID_FROM, VALID_TO), VALID_TO NULL for the current "
+                        "one; a tuple with none leaves unmatched, no_version_valid")
     j.add_argument("--db-retry-max-s", default=120.0, metavar="SECONDS",
                    help="how long to reconnect to a lost MySQL server before failing (default 120)")
     j.set_defaults(func=cmd_join)
@@ -513,7 +552,8 @@ def _add_bench(sub) -> None:
     modes.add_argument("--as-of", action="store_true",
                        help="as-of lookups on a type-2 R (asof_r<rows>_s<seed>: about rows/3 keys of 1-5 versions): "
                             "hybridjoin and cachejoin (or --algorithms) as of the event time against the same with "
-                            "equality and against one SQL join a micro-batch; checks the as-of and SQL results agree")
+                            "equality, against one SQL join a micro-batch and against an IN list of its keys a micro-batch "
+                            "picked in pandas; checks the as-of, SQL and IN-list results agree")
     b.add_argument("--as-of-batch-rows", type=int, default=10_000,
                    help="with --as-of: tuples a micro-batch (default 10000)")
     b.add_argument("--out", help="write the report as JSON")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from airflow_provider_semijoin.bench.asof import (
-    AsOfBenchConfig, asof_stream, run_engine, run_sql, same_pairs, type2_table, write_type2)
+    AsOfBenchConfig, asof_stream, run_engine, run_inlist, run_sql, same_pairs, type2_table, write_type2)
 from airflow_provider_semijoin.cli import main
 from airflow_provider_semijoin.core.errors import ConfigError
 
@@ -32,12 +32,16 @@ def test_the_as_of_bench_reports_every_way_and_the_as_of_results_agree_with_sql(
                  "--stream-rows", "4000", "--as-of-batch-rows", "500", "--memory", "1MB", "--out", str(out)])
     assert code == 0
     report = json.loads(out.read_text())
-    assert report["same_as_sql"] == {"hybridjoin": True, "cachejoin": True}
+    assert report["same_as_sql"] == {"inlist": True, "hybridjoin": True, "cachejoin": True}
     assert report["keys"] == 1000 and 1000 <= report["r_rows"] <= 5000 and report["table"] == "asof_r3000_s0"
     rows = {(r["algorithm"], r["lookup"]): r for r in report["results"]}
     assert list(rows) == [("hybridjoin", "as-of"), ("hybridjoin", "equality"), ("cachejoin", "as-of"),
-                          ("cachejoin", "equality"), ("sql", "as-of, one query a micro-batch")]
-    sql = rows["sql", "as-of, one query a micro-batch"]
+                          ("cachejoin", "equality"), ("sql", "as-of, one query a micro-batch"),
+                          ("inlist", "as-of, IN list + pandas pick")]
+    sql, inlist = rows["sql", "as-of, one query a micro-batch"], rows["inlist", "as-of, IN list + pandas pick"]
+    assert inlist["tuples"] == 4000 and inlist["matched_pairs"] == inlist["matched_tuples"] == sql["matched_pairs"]
+    assert inlist["x_inlist"] == sql["x_sql"] == 1.0
+    assert inlist["x_sql"] == pytest.approx(inlist["tuples_per_s"] / sql["tuples_per_s"], rel=1e-2)
     for name in ("hybridjoin", "cachejoin"):
         as_of, equality = rows[name, "as-of"], rows[name, "equality"]
         assert as_of["tuples"] == equality["tuples"] == sql["tuples"] == 4000
@@ -49,9 +53,11 @@ def test_the_as_of_bench_reports_every_way_and_the_as_of_results_agree_with_sql(
             assert row["tuples_per_s"] == pytest.approx(4000 / row["seconds"], rel=1e-3)
             assert row["x_equality"] == pytest.approx(row["tuples_per_s"] / equality["tuples_per_s"], rel=1e-2)
             assert row["x_sql"] == pytest.approx(row["tuples_per_s"] / sql["tuples_per_s"], rel=1e-2)
+            assert row["x_inlist"] == pytest.approx(row["tuples_per_s"] / inlist["tuples_per_s"], rel=1e-2)
     printed = capsys.readouterr().out
     assert "hybridjoin as-of and sql: the same multiset of (tuple, sk)" in printed
     assert "cachejoin as-of and sql: the same multiset of (tuple, sk)" in printed
+    assert "inlist and sql: the same multiset of (tuple, sk)" in printed
 
 
 @pytest.mark.parametrize("algorithm", ["hybridjoin", "cachejoin"])
@@ -64,7 +70,9 @@ def test_the_engine_and_the_sql_give_the_version_valid_at_each_tuples_time(tmp_p
     expected = oracle(r, stream)
     _, *engine = run_engine(config, table, algorithm, stream, True)
     _, *sql = run_sql(config, table, stream)
+    _, *inlist = run_inlist(config, table, stream)
     assert Counter(zip(*(a.tolist() for a in engine))) == expected == Counter(zip(*(a.tolist() for a in sql)))
+    assert Counter(zip(*(a.tolist() for a in inlist))) == expected
     assert max(expected.values()) == 1 and 0 < len(expected) < 1500  # some tuples fall before a key's first version or in a gap
 
 

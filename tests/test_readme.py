@@ -137,8 +137,9 @@ def test_dag_and_yaml_examples_load_in_airflow(tmp_path):
     (python,) = fenced("python")
     pipeline, *pieces = fenced("yaml")  # the pipeline, then pieces of one: lists of steps
     steps = [SurrogateKeyStep(**step) for piece in pieces for step in yaml.safe_load(piece)]  # or a SpecError
-    assert [step.as_of for step in steps] == [  # the type-2 section's step
-        {"event_time": "sold_at", "valid_from": "valid_from", "valid_to": "valid_to"}]
+    assert [step.as_of for step in steps] == [  # the type-2 section's steps: columns, system periods
+        {"event_time": "sold_at", "valid_from": "valid_from", "valid_to": "valid_to"},
+        {"event_time": "sold_at", "system_time": True}]
     assert len(python.strip().splitlines()) <= 16  # "a DAG in 15 lines" (+ one blank line)
     dags_folder = tmp_path / "dags"
     (dags_folder / "pipelines").mkdir(parents=True)

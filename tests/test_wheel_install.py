@@ -4,7 +4,7 @@ writing .pyc files), and in that venv, on a SQLite metadata DB:
 
 * ``airflow providers list`` and ``airflow plugins`` show the provider and its UI plugin;
 * ``airflow dags test`` runs a HYBRIDJOIN task over the embedded SQLite master (made by the
-  ``semijoin`` CLI of the venv) with ``partitions: 2`` (``mapInArrow``) and the generator source
+  ``semijoin`` CLI of the venv) with ``partitions: 2`` (a Spark job of Python tasks a batch) and the generator source
   (a Python data source): both run Python workers, which a clashing pyspark-client breaks; the
   sinks equal the hash-join oracle's;
 * a ``spark://`` connection without the ``spark-submit`` extra is refused in one sentence;

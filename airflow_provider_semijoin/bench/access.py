@@ -10,10 +10,16 @@ joins pay on this server; whether R fits in the server's buffer pool
 (:func:`.server.server_cache`) says which case they are. Each query runs once: part of R may be
 in the pool already (the bench's check of R counts its rows), so where R does not fit, a
 scattered key is mostly, not always, a disk read.
+
+:func:`served_page_reads` times the page reads over several connections at once, each in its own
+process (as each part of ``partitions: N`` is its own Python worker): what the server serves
+(queries/s, rows/s), the ceiling of ``bench.partitions``' estimate.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import queue
 import time
 from dataclasses import dataclass
 
@@ -96,3 +102,46 @@ def _row(access: str, count: int, unit: str, seconds: float, found: int, per: in
     if per:
         row["ms_per_query"] = round(seconds / per * 1e3, 2)
     return row
+
+
+def _read_pages_at_once(master: str, table: str, key: str, page_rows: int, pages: list[int], barrier, results) -> None:
+    """One connection of :func:`served_page_reads`: its store and page map opened, it waits for
+    the others, then reads ``pages`` one range query each and reports when it started and ended
+    (``time.perf_counter`` is the system's monotonic clock, the same in every process)."""
+    with open_store(master, table, key) as store:
+        page_map = store.page_map(page_rows)
+        barrier.wait()
+        started = time.perf_counter()
+        rows = sum(len(store.load_pages(page_map, page)) for page in pages)
+        results.put((started, time.perf_counter(), len(pages), rows))
+
+
+def served_page_reads(master: str, table: str, page_rows: int, connections: int, pages_each: int = 300,
+                      seed: int = 0, key: str = "nk", timeout_s: float = 600.0) -> dict:
+    """Range reads of a page of ``page_rows`` keys of R (``table`` on ``master``) at places drawn
+    uniformly, over ``connections`` connections at once, each in its own process reading
+    ``pages_each`` pages: the queries and rows the server served a second, from the first
+    connection's start to the last one's end. The clients' processes run on the same machine as
+    the server when it is local, as the parts' workers do."""
+    check_positive("connections", connections, "a positive whole number", integer=True)
+    with open_store(master, table, key) as store:
+        n_pages = store.page_map(page_rows).n_pages  # (built once here, kept beside R for the connections)
+    rng = np.random.default_rng(seed)
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(connections), context.Queue()
+    readers = [context.Process(target=_read_pages_at_once, daemon=True, args=(
+        master, table, key, page_rows, rng.integers(0, n_pages, pages_each).tolist(), barrier, results))
+        for _ in range(connections)]
+    for reader in readers:
+        reader.start()
+    try:
+        done = [results.get(timeout=timeout_s) for _ in readers]
+    except queue.Empty:
+        raise RuntimeError(f"served_page_reads: a connection reported nothing in {timeout_s:g} s "
+                           f"(exit codes {[r.exitcode for r in readers]})") from None
+    for reader in readers:
+        reader.join()
+    seconds = max(end for _, end, _, _ in done) - min(start for start, _, _, _ in done)
+    queries, rows = sum(d[2] for d in done), sum(d[3] for d in done)
+    return {"connections": connections, "page_rows": page_rows, "queries": queries, "rows": rows,
+            "seconds": round(seconds, 4), "queries_per_s": round(queries / seconds, 1), "rows_per_s": round(rows / seconds, 1)}

@@ -1,38 +1,65 @@
 """``python -m airflow_provider_semijoin.bench.partitions``: ``partitions = 1`` next to
-``partitions = 2`` on a real standalone cluster (a master and two one-core workers started
-here), where a micro-batch's time goes, and a scaling estimate for 8-64 workers.
+``partitions = 2`` and ``4`` on a real standalone cluster (a master and two one-core workers
+started here: 4 parts on 2 cores measure the overhead of more parts than cores), where a
+micro-batch's time goes, and a scaling estimate for 8-64 workers with the master database's
+capacity as its ceiling.
 
-Both run the runner's own join step (:class:`.step.JoinStep`, its queue carried across
+All run the runner's own join step (:class:`.step.JoinStep`, its queue carried across
 micro-batches, the last batch drained) on the same micro-batches of the same Zipf stream against
-the same R: ``partitions = 1`` joins in the driver, ``partitions = 2`` through
-:class:`.partitioned.PartitionedJoin` (one Spark task per key range of R, each with its own
-restricted store and session). Every batch's output goes through the same Parquet sink. The
-first ``warmup`` batches (instances built, page maps read, caches cold) are left out. Per batch
-of ``partitions = 2`` it splits the time into the parts' engine time (the slice inside the
-task: the slowest part bounds the batch), Spark (createDataFrame, the shuffle by part, task
-launch, ``toArrow`` collect: the step's wall time minus the slowest part) and the sinks (the
-driver's Parquet write).
+the same R: ``partitions = 1`` joins in the driver, ``partitions = N`` through
+:class:`.partitioned.PartitionedJoin` (one Spark job a batch, a task per worker serving the
+parts it holds, each part with its own restricted store and session). Every batch's output goes
+through the same Parquet sink. Before any run the cluster's JVMs are warmed with
+``--jvm-warmup-jobs`` jobs shaped like a call (a fresh JVM's first jobs cost several times the
+CPU of later ones, as a stream's first minutes do); the first ``warmup`` batches (instances
+built, page maps read, caches cold) are left out, and so is the last (it drains). Per
+configuration: tuples/s and its ratio to ``partitions = 1``; CPU seconds a tuple of every
+process under the bench (the driver, its JVM, the cluster's master and workers, their
+executors' JVMs and Python workers: :func:`cpu_seconds`) and its ratio; per batch of
+``partitions = N`` the parts' engine time (the slice inside the task: the slowest part bounds
+the batch), Spark (building the requests, the job, task launch, the collect, reading the
+results: the step's wall time minus the slowest part), the sinks (the driver's Parquet write),
+and the parts rebuilt (their state not found where it was left: 0 in steady state).
+
+Before the runs it times a Spark job that carries nothing (:func:`job_floor`), and reports for
+each N the most this design could reach on this machine (:func:`ceiling_ratio`): p=1's batch
+against the slowest part + that job + the sinks, as if the driver's own work of a call cost nothing.
 
 The estimate (a model, not a measurement): a batch of ``n`` tuples over ``N`` parts costs
 
     T(N) = D + S + max_p (a * n_p + b * r_p)
 
 with ``D`` the driver's sinks (measured; they do not shrink with N), ``S`` the rest of the
-step's time outside the parts - assigning tuples to parts, createDataFrame, the shuffle, task
+step's time outside the parts - assigning tuples to parts, the requests, the job, task
 launch, the collect of ``n`` result rows - measured at N = 2 and taken as constant (one wave of
 N tasks on N cores; the rows shipped do not shrink), ``n_p`` the part's tuples - ``n/N``,
 but never less than the hottest page's share, which one part must take whole - and ``r_p`` the
 rows of R the part reads per batch, measured at N = 2 and taken as ``r_2 * 2/N`` (each part
 reads pages of its own range only). ``a`` and ``b`` are fitted by least squares to the
-measured parts (tuples, rows read, engine seconds). It assumes N cores for N parts and a
-master database that serves N parts' reads as fast as it served two (one MariaDB on two shared
-cores does not: the estimate is an upper bound there).
+measured parts (tuples, rows read, engine seconds). It assumes N cores for N parts.
+
+Its ceiling is the master database: the parts' reads of R at N = 2, ``q`` queries and ``r`` rows
+of R a tuple (taken as constant in N: each page is read by the one part that owns it), against
+what the server serves of that access measured in the same invocation after the cluster is
+stopped (:func:`.access.served_page_reads`: range reads of a page of the parts' measured rows
+a query, at random places, over 1, 2 and 4 connections at once, each its own process): the most
+queries/s ``Q`` and its rows/s ``W`` it reached. The estimate is
+
+    min(n / T(N), Q / q, W / r)   tuples/s
+
+and the report says which bound binds at each N (:func:`bound`). The ceiling assumes one
+MariaDB on this 2-core machine, shared with the clients that time it (their processes convert
+the rows as the parts' do) and R in its buffer pool; a bigger server, or replicas each serving
+some parts, scale it, and R larger than the pool lowers it to the disk's rate.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -40,6 +67,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pyarrow as pa
 
 from ..core.stores import open_store, redact
@@ -50,8 +78,11 @@ from ..spark.step import JoinStep
 from ..job.spec import StepSpec
 from ..spark.sinks import ParquetSink
 from ..spark.standalone import standalone_cluster
+from .access import served_page_reads
 
 WORKERS = (8, 16, 32, 64)
+CEILING_CONNECTIONS = (1, 2, 4)  # connections at once reading R for the database's ceiling
+PARTS = (1, 2, 4)  # on the cluster's two one-core workers: 4 measures the overhead of more parts than cores
 
 
 def batches(rows: int, batch_rows: int, count: int, exponent: float, seed: int):
@@ -70,55 +101,147 @@ def write_sinks(sinks: tuple, batch_id: int, result) -> float:
     return time.perf_counter() - started
 
 
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and every process under it: the driver's
+    JVM, the cluster's master and workers, their executors' JVMs and Python workers. (A process
+    that ended between two readings takes its seconds with it: Python workers are reused.)"""
+    total = 0.0
+    me = psutil.Process()
+    for process in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            times = process.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def _echoed(sent, indices):
+    return [bytes(len(sent.value[i]) * 3 // 2) for i in indices]
+
+
+def warm_jvms(spark, jobs: int, workers: int = 2) -> float:
+    """Run ``jobs`` Spark jobs shaped like a partitioned call (a task per worker, 1 MB in, 1.5 MB
+    out) so the cluster's JVMs have compiled their hot paths before anything is measured, as a
+    stream's do after its first minutes: the first jobs of a fresh JVM cost several times the
+    CPU of later ones. Returns the seconds it took."""
+    return sum(call_seconds(spark, jobs, 1 << 20, workers))
+
+
+def call_seconds(spark, jobs: int, request_bytes: int, workers: int = 2) -> list[float]:
+    """The seconds of each of ``jobs`` Spark jobs shaped like a partitioned call: a task per
+    worker, its request of ``request_bytes`` in a broadcast, and half as much again out."""
+    context = spark.sparkContext
+    seconds = []
+    for _ in range(jobs):
+        started = time.perf_counter()
+        sent = context.broadcast([bytes(request_bytes)] * workers)
+        context.parallelize(range(workers), workers).mapPartitions(functools.partial(_echoed, sent)).collect()
+        sent.destroy(blocking=False)
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def job_floor(spark, jobs: int = 20, workers: int = 2) -> float:
+    """The median seconds of a Spark job shaped like a call but carrying nothing (a task per
+    worker, nothing in or out): what a call costs whatever the parts do (scheduling, task
+    launch, the Python workers' hand-over, the collect)."""
+    return statistics.median(call_seconds(spark, jobs, 0, workers))
+
+
+def ceiling_ratio(one: dict, run: dict, floor_s: float) -> float:
+    """The most ``run`` (partitions N) could reach against ``one`` (partitions 1) in this design
+    on this machine: one part's batch against N parts' that cost nothing but their slowest part
+    (the hottest page is one part's whole), one job at its :func:`job_floor` and the sinks."""
+    return one["median_batch_s"] / (run["median_slowest_part_s"] + floor_s + run["median_sink_s"])
+
+
 def measure(spark, step: StepSpec, parts: int, stream: list[pa.Table], warmup: int, out: Path) -> dict:
-    """One configuration over every batch: per-batch seconds and, for parts > 1, the split."""
+    """One configuration over every batch: per-batch seconds, CPU seconds of every process and,
+    for parts > 1, the split and the parts rebuilt."""
     join = JoinStep(step, 0, spark=spark, partitions=parts)
     sinks = (ParquetSink(str(out / f"p{parts}" / "matched")), ParquetSink(str(out / f"p{parts}" / "dead")))
     rows = []
     for batch_id, batch in enumerate(stream):
-        started = time.perf_counter()
+        cpu, started = cpu_seconds(), time.perf_counter()
         result = join.run(batch, batch_id, time.time(), -np.inf, -np.inf, batch_id == len(stream) - 1)  # (it checks exactly-once)
         joined = time.perf_counter() - started
         sink_s = write_sinks(sinks, batch_id, result)
-        row = {"tuples": result.stats.join.left, "batch_s": joined + sink_s, "join_s": joined, "sink_s": sink_s}
+        row = {"tuples": result.stats.join.left, "batch_s": joined + sink_s, "join_s": joined, "sink_s": sink_s,
+               "cpu_s": cpu_seconds() - cpu}
         if parts > 1:
             part_stats = result.stats.join.part_figures()
-            slowest = max(p["wall_s"] for p in part_stats)
-            row.update(parts=part_stats, slowest_part_s=slowest, spark_s=joined - slowest)
+            slowest = max(p["wall_s"] for p in part_stats if p["wall_s"] is not None)
+            row.update(parts=part_stats, slowest_part_s=slowest, spark_s=joined - slowest, rebuilds=result.stats.join.rebuilds)
         rows.append(row)
     join.close()
     kept = rows[warmup:-1]  # (the last batch drains)
-    summary = {"partitions": parts, "batches": len(kept),
-               "tuples_per_s": round(sum(r["tuples"] for r in kept) / sum(r["batch_s"] for r in kept), 1)}
+    tuples = sum(r["tuples"] for r in kept)
+    summary = {"partitions": parts, "batches": len(kept), "tuples_per_s": round(tuples / sum(r["batch_s"] for r in kept), 1),
+               "cpu_us_per_tuple": round(sum(r["cpu_s"] for r in kept) / tuples * 1e6, 3)}
     for name in ("batch_s", "join_s", "sink_s", "slowest_part_s", "spark_s"):
         if name in kept[0]:
             summary[f"median_{name}"] = round(statistics.median(r[name] for r in kept), 4)
+    if parts > 1:
+        summary["rebuilds"] = [r["rebuilds"] for r in kept]
     return {**summary, "per_batch": kept}
 
 
 def fit_parts(runs: list[dict]) -> tuple[float, float]:
     """``(a, b)``: engine seconds per tuple and per row of R read, least squares over the parts."""
-    parts = [p for r in runs for p in r["parts"]]
+    parts = [p for r in runs for p in r["parts"] if p["wall_s"] is not None]
     x = np.array([[p["fed"], p["disk_rows"]] for p in parts], dtype=float)
     y = np.array([p["wall_s"] for p in parts])
     (a, b), *_ = np.linalg.lstsq(x, y, rcond=None)
     return max(float(a), 0.0), max(float(b), 0.0)
 
 
-def estimate(two: dict, batch_rows: int, hot_share: float) -> dict:
-    """Throughput of N parts from the model of the module docstring, fitted on ``two``."""
+def bound(model_tuples_per_s: float, queries_per_tuple: float, rows_per_tuple: float, db_queries_per_s: float,
+          db_rows_per_s: float) -> tuple[float, str]:
+    """The estimate's tuples/s and the bound that binds (``"model"``, ``"DB queries/s"`` or
+    ``"DB rows/s"``): the least of the model's throughput and what the database's queries/s and
+    rows/s serve at the parts' queries and rows a tuple (a tuple that reads nothing: no DB bound)."""
+    bounds = {"model": model_tuples_per_s,
+              "DB queries/s": db_queries_per_s / queries_per_tuple if queries_per_tuple > 0 else np.inf,
+              "DB rows/s": db_rows_per_s / rows_per_tuple if rows_per_tuple > 0 else np.inf}
+    binds = min(bounds, key=bounds.get)
+    return bounds[binds], binds
+
+
+def reads_per_tuple(two: dict) -> dict:
+    """Queries and rows of R a tuple, and rows a query, over the parts of the ``partitions = 2`` run."""
+    batches = two["per_batch"]
+    tuples = sum(r["tuples"] for r in batches)
+    queries = sum(p["disk_queries"] or 0 for r in batches for p in r["parts"])
+    rows = sum(p["disk_rows"] or 0 for r in batches for p in r["parts"])
+    return {"queries_per_tuple": queries / tuples, "rows_per_tuple": rows / tuples,
+            "rows_per_query": rows / queries if queries else 0.0}
+
+
+def estimate(two: dict, batch_rows: int, hot_share: float, ceiling: dict) -> dict:
+    """Throughput of N parts from the model of the module docstring, fitted on ``two``, bounded by
+    the database's ``ceiling`` (the best of :func:`.access.served_page_reads`)."""
     a, b = fit_parts(two["per_batch"])
-    read = statistics.median(sum(p["disk_rows"] for p in r["parts"]) for r in two["per_batch"])  # rows of R, both parts
+    read = statistics.median(sum(p["disk_rows"] or 0 for p in r["parts"]) for r in two["per_batch"])  # rows of R, both parts
     driver = two["median_sink_s"]
     spark = two["median_spark_s"]
-    out = {"a_s_per_tuple": a, "b_s_per_row_read": b, "driver_s": driver, "spark_s": spark, "workers": {}}
+    reads = reads_per_tuple(two)
+    out = {"a_s_per_tuple": a, "b_s_per_row_read": b, "driver_s": driver, "spark_s": spark, **reads,
+           "ceiling": ceiling, "workers": {}}
     for n in (2, *WORKERS):
         tuples = max(batch_rows / n, hot_share * batch_rows)
         part = a * tuples + b * read / n
-        out["workers"][n] = {"batch_s": round(driver + spark + part, 4),
-                             "tuples_per_s": round(batch_rows / (driver + spark + part), 1),
-                             "part_s": round(part, 4)}
+        model = batch_rows / (driver + spark + part)
+        tuples_per_s, binds = bound(model, reads["queries_per_tuple"], reads["rows_per_tuple"],
+                                    ceiling["queries_per_s"], ceiling["rows_per_s"])
+        out["workers"][n] = {"batch_s": round(driver + spark + part, 4), "part_s": round(part, 4),
+                             "model_tuples_per_s": round(model, 1), "tuples_per_s": round(tuples_per_s, 1), "binds": binds}
     return out
+
+
+def database_ceiling(master: str, table: str, rows_per_query: float) -> list[dict]:
+    """What the server serves of the parts' access (a page of their rows a query, at random
+    places) over each of :data:`CEILING_CONNECTIONS` at once."""
+    page_rows = max(int(round(rows_per_query)), 1)
+    return [served_page_reads(master, table, page_rows, connections) for connections in CEILING_CONNECTIONS]
 
 
 def hottest_page_share(store, stream: list[pa.Table], parts: int) -> float:
@@ -138,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--algorithm", default="hybridjoin")
     parser.add_argument("--memory", default="8M")
     parser.add_argument("--zipf", type=float, default=1.0)
+    parser.add_argument("--jvm-warmup-jobs", type=int, default=100, help="Spark jobs run before measuring (JIT)")
     parser.add_argument("--out", default=None, help="write the JSON report here")
     args = parser.parse_args(argv)
     from ..spark.session import get_spark
@@ -151,14 +275,22 @@ def main(argv: list[str] | None = None) -> int:
         spark = get_spark(url, app_name="semijoin-partitions-bench", conf={
             "spark.executor.cores": "1", "spark.cores.max": "2", "spark.executor.memory": "1g"})
         try:
-            runs = [measure(spark, step, parts, stream, args.warmup, Path(folder)) for parts in (1, 2)]
+            warmed_s = warm_jvms(spark, args.jvm_warmup_jobs)
+            floor_s = job_floor(spark)
+            runs = [measure(spark, step, parts, stream, args.warmup, Path(folder)) for parts in PARTS]
         finally:
             spark.stop()
     with open_store(args.master, table, "nk") as store:
         hot = hottest_page_share(store, stream, 2)
+    served = database_ceiling(args.master, table, reads_per_tuple(runs[1])["rows_per_query"])  # (the cluster stopped)
+    ceiling = max(served, key=lambda s: s["queries_per_s"])
     report = {"master": redact(args.master), "rows": args.rows, "batch_rows": args.batch_rows,
               "algorithm": args.algorithm, "memory": args.memory, "hottest_page_share": round(hot, 4),
-              "runs": runs, "estimate": estimate(runs[1], args.batch_rows, hot)}
+              "runs": runs, "job_floor_s": round(floor_s, 4),
+              "ceiling_x_p1": {r["partitions"]: round(ceiling_ratio(runs[0], r, floor_s), 3) for r in runs[1:]},
+              "served": served, "estimate": estimate(runs[1], args.batch_rows, hot, ceiling),
+              "load_average": os.getloadavg(),
+              "jvm_warmup": {"jobs": args.jvm_warmup_jobs, "seconds": round(warmed_s, 1)}}
     print_report(report)
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1, default=str))
@@ -166,21 +298,41 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_report(report: dict) -> None:
-    one, two = report["runs"]
+    one = report["runs"][0]
     print(f"R = {report['rows']:,} rows, batches of {report['batch_rows']:,}, {report['algorithm']}, "
-          f"memory {report['memory']} (per part: / N), hottest page {report['hottest_page_share']:.1%} of the tuples")
-    print("| partitions | tuples/s | batch s | join s | slowest part s | Spark s | sinks s |")
-    print("|---|---|---|---|---|---|---|")
-    for run in (one, two):
-        print(f"| {run['partitions']} | {run['tuples_per_s']:,.0f} | {run['median_batch_s']} | {run['median_join_s']} | "
-              f"{run.get('median_slowest_part_s', '-')} | {run.get('median_spark_s', '-')} | {run['median_sink_s']} |")
+          f"memory {report['memory']} (per part: / N), hottest page {report['hottest_page_share']:.1%} of the tuples; "
+          f"load average {', '.join(f'{x:.2f}' for x in report['load_average'])}; JVMs warmed with "
+          f"{report['jvm_warmup']['jobs']} jobs ({report['jvm_warmup']['seconds']} s)")
+    print("| partitions | tuples/s | x p=1 | CPU us/tuple | x p=1 | batch s | join s | slowest part s | Spark s | sinks s "
+          "| rebuilds a batch |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for run in report["runs"]:
+        print(f"| {run['partitions']} | {run['tuples_per_s']:,.0f} | {run['tuples_per_s'] / one['tuples_per_s']:.2f} | "
+              f"{run['cpu_us_per_tuple']:.2f} | {run['cpu_us_per_tuple'] / one['cpu_us_per_tuple']:.2f} | "
+              f"{run['median_batch_s']} | {run['median_join_s']} | {run.get('median_slowest_part_s', '-')} | "
+              f"{run.get('median_spark_s', '-')} | {run['median_sink_s']} | {run.get('rebuilds', '-')} |")
+    print(f"a Spark job carrying nothing: {report['job_floor_s']} s (median of 20); so at most "
+          + ", ".join(f"{x:.2f}x p=1 at p={n}" for n, x in report["ceiling_x_p1"].items())
+          + " in this design here (p=1's batch against the slowest part + that job + the sinks)")
     e = report["estimate"]
     print(f"model: part s = {e['a_s_per_tuple'] * 1e6:.2f} us/tuple + {e['b_s_per_row_read'] * 1e6:.2f} us/row of R read; "
-          f"driver {e['driver_s']} s + Spark {e['spark_s']} s per batch")
-    print("| workers | est. batch s | est. part s | est. tuples/s |")
-    print("|---|---|---|---|")
+          f"driver {e['driver_s']} s + Spark {e['spark_s']} s per batch; the parts read "
+          f"{e['queries_per_tuple']:.5f} queries and {e['rows_per_tuple']:.3f} rows of R a tuple "
+          f"({e['rows_per_query']:,.0f} rows a query)")
+    print("the database (range reads of a page of that many rows at random places, connections at once):")
+    print("| connections | queries | seconds | queries/s | rows/s |")
+    print("|---|---|---|---|---|")
+    for s in report["served"]:
+        print(f"| {s['connections']} | {s['queries']:,} | {s['seconds']} | {s['queries_per_s']:,.0f} | {s['rows_per_s']:,.0f} |")
+    c = e["ceiling"]
+    print(f"ceiling: {c['queries_per_s']:,.0f} queries/s / {e['queries_per_tuple']:.5f} = "
+          f"{c['queries_per_s'] / e['queries_per_tuple']:,.0f} tuples/s; {c['rows_per_s']:,.0f} rows/s / "
+          f"{e['rows_per_tuple']:.3f} = {c['rows_per_s'] / e['rows_per_tuple']:,.0f} tuples/s")
+    print("| workers | est. batch s | est. part s | model tuples/s | est. tuples/s | binds |")
+    print("|---|---|---|---|---|---|")
     for n, w in e["workers"].items():
-        print(f"| {n} | {w['batch_s']} | {w['part_s']} | {w['tuples_per_s']:,.0f} |")
+        print(f"| {n} | {w['batch_s']} | {w['part_s']} | {w['model_tuples_per_s']:,.0f} | {w['tuples_per_s']:,.0f} "
+              f"| {w['binds']} |")
 
 
 if __name__ == "__main__":

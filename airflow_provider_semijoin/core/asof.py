@@ -19,6 +19,10 @@ latest ``valid_from`` wins, then the latest ``valid_to`` (NULL latest), then the
 values of the other selected columns in their order. A row with a NULL ``valid_from`` is never
 valid (as in the SQL above).
 
+A MariaDB system-versioned R is the same lookup over its system periods ``[ROW_START,
+ROW_END)``: its store reads every version with them under the names of :class:`AsOf`'s version
+columns (:mod:`.stores.system_time`).
+
 Instants are compared in one type: where any of the three columns is a date, timestamp or
 text (SQLite keeps DATETIME as ISO text), all become int64 microseconds since the epoch - a
 number then counts epoch seconds, a timestamp without a zone is UTC; where all are numbers they
@@ -39,6 +43,7 @@ from .keys import sorted_distinct
 from .reasons import Unmatched
 
 MICROS = 1_000_000
+DENSE_SPAN = 4  # tuple ids spanning at most this many values a pair are flagged, not sorted
 
 
 @dataclass(frozen=True)
@@ -109,11 +114,11 @@ def pick_versions(out: JoinOutput, event_time: pa.Array | pa.ChunkedArray, as_of
     vf, vf_null = instants(start, timed, as_of.valid_from)
     vt, vt_null = instants(end, timed, as_of.valid_to)
     valid = ~t_null & ~vf_null & (vf <= t) & (vt_null | (t < vt))
-    chosen = _latest(out, np.flatnonzero(valid), vf, vt, vt_null, as_of)
-    tuples = sorted_distinct(out.matched_ids)
-    kept_ids = out.matched_ids[chosen]
-    left = tuples[~np.isin(tuples, kept_ids, assume_unique=True)]
-    null_time = np.isin(left, out.matched_ids[t_null])
+    ids = out.matched_ids
+    span = dense_span(ids)
+    chosen = _latest(out, np.flatnonzero(valid), vf, vt, vt_null, as_of, span)
+    kept_ids = ids[chosen]
+    left, null_time = tuples_left(ids, kept_ids, ids[t_null], span)
     reasons = np.where(null_time, Unmatched.NULL_EVENT_TIME, Unmatched.NO_VERSION_VALID).astype(np.int8)
     return JoinOutput(
         kept_ids, master.take(pa.array(chosen, pa.int64())),
@@ -122,12 +127,58 @@ def pick_versions(out: JoinOutput, event_time: pa.Array | pa.ChunkedArray, as_of
     )
 
 
+def dense_span(ids: np.ndarray) -> tuple[int, int] | None:
+    """``(smallest, span)`` of the tuple ids of a slice's pairs when they span at most
+    :data:`DENSE_SPAN` values a pair (a slice's ids are mostly consecutive): one flag a value
+    then finds each tuple's pairs without a sort; None otherwise (or no ids)."""
+    if not len(ids):
+        return None
+    lo = int(ids.min())
+    span = int(ids.max()) - lo + 1
+    return (lo, span) if span <= DENSE_SPAN * len(ids) else None
+
+
+def tuples_left(ids: np.ndarray, kept_ids: np.ndarray, untimed_ids: np.ndarray,
+                span: tuple[int, int] | None) -> tuple[np.ndarray, np.ndarray]:
+    """``(the tuples of ``ids`` (pairs' tuple ids) none of whose pairs was kept, in id order;
+    whether each had a null event time)``: a tuple with a null event time (``untimed_ids``) is
+    never kept. By flags over the ids' ``span`` (:func:`dense_span`), or by a sort."""
+    if span is None:
+        tuples = sorted_distinct(ids)
+        left = tuples[~np.isin(tuples, kept_ids, assume_unique=True)]
+        return left, np.isin(left, untimed_ids)
+    lo, size = span
+    state = np.zeros(size, np.int8)  # 1: a tuple left without a version, 2: one with a null event time
+    state[ids - lo] = 1
+    state[kept_ids - lo] = 0
+    state[untimed_ids - lo] = 2
+    at = np.flatnonzero(state)
+    return at + lo, state[at] == 2
+
+
 def _latest(out: JoinOutput, valid: np.ndarray, vf: np.ndarray, vt: np.ndarray, vt_open: np.ndarray,
-            as_of: AsOf) -> np.ndarray:
-    """Of the ``valid`` pairs (positions), the one per tuple that wins: the latest valid_from,
-    then the latest valid_to (an open one latest), then the smallest other master columns."""
-    if not len(valid):
+            as_of: AsOf, span: tuple[int, int] | None) -> np.ndarray:
+    """Of the ``valid`` pairs (positions, ascending), the one per tuple that wins: the latest
+    valid_from, then the latest valid_to (an open one latest), then the smallest other master
+    columns. A sound type-2 table has one valid version a tuple: then ``valid`` itself, found
+    without the sort (:func:`one_each`)."""
+    if not len(valid) or one_each(out.matched_ids[valid], span):
         return valid
+    return latest_sorted(out, valid, vf, vt, vt_open, as_of)
+
+
+def one_each(ids: np.ndarray, span: tuple[int, int] | None) -> bool:
+    """Whether no tuple id occurs twice in ``ids`` (by a count over ``span`` of ids, or a sort)."""
+    if span is not None:
+        return int(np.bincount(ids - span[0], minlength=1).max()) <= 1
+    ordered = np.sort(ids)
+    return not bool(np.any(ordered[1:] == ordered[:-1]))
+
+
+def latest_sorted(out: JoinOutput, valid: np.ndarray, vf: np.ndarray, vt: np.ndarray, vt_open: np.ndarray,
+                  as_of: AsOf) -> np.ndarray:
+    """:func:`_latest` by one sort of the valid pairs on (tuple, valid_from desc, valid_to desc,
+    the other columns): any number of valid versions a tuple."""
     top = np.iinfo(np.int64).max if vt.dtype.kind == "i" else np.inf
     others = [n for n in out.master.column_names if n not in as_of.version_columns]
     order = pa.table({"id": out.matched_ids[valid], "vf": vf[valid], "vt": np.where(vt_open[valid], top, vt[valid]),
@@ -155,3 +206,24 @@ def check_version_columns(types: dict[str, pa.DataType], table: str, as_of: AsOf
         if not comparable(types[column]):
             raise ConfigError(f"as_of.{name}: column {column!r} of {table!r} is {types[column]}; "
                               "expected a DATETIME/TIMESTAMP/DATE or an epoch number")
+
+
+def check_lookup(as_of: AsOf, types: dict[str, pa.DataType], table: str, stream: set[str] | pa.Schema | None) -> None:
+    """Before any work: R (``types``) has the version columns (:func:`check_version_columns`)
+    and the stream (its column names, or its schema: then the type is checked too; None: not
+    known yet) the event time; one sentence otherwise."""
+    check_version_columns(types, table, as_of)
+    check_event_time(as_of, stream)
+
+
+def check_event_time(as_of: AsOf, stream: set[str] | pa.Schema | None) -> None:
+    """The stream (as :func:`check_lookup` takes it) has the lookup's event time, of a type it
+    can be compared in; one sentence otherwise."""
+    if stream is None:
+        return
+    names = set(stream.names) if isinstance(stream, pa.Schema) else stream
+    if as_of.event_time not in names:
+        raise ConfigError(f"as_of.event_time: {as_of.event_time!r} is not a column of the stream (columns: {sorted(names)})")
+    if isinstance(stream, pa.Schema) and not comparable(stream.field(as_of.event_time).type):
+        raise ConfigError(f"as_of.event_time: column {as_of.event_time!r} of the stream is "
+                          f"{stream.field(as_of.event_time).type}; expected a timestamp, date or number")

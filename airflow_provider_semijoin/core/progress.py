@@ -68,6 +68,7 @@ class ProgressRecord:
     reconnect_wait_s: float = 0.0  # seconds spent waiting for the database to come back
     total_reconnects: int = 0
     total_reconnect_wait_s: float = 0.0
+    part_rebuilds: int = 0  # parts (partitions: N) whose state was not found on a worker where it was left, built again from the driver's copy
 
     def to_dict(self) -> dict:
         return asdict(self)

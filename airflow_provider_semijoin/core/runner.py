@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from .asof import AsOf, check_lookup, pick_versions
 from .errors import ConfigError
 from .joins.base import Clock, JoinAlgorithm, JoinOutput
 from .keys import normalize, sorted_distinct
@@ -98,14 +99,22 @@ def feed_keys(algorithm: JoinAlgorithm, keys: pa.ChunkedArray, row_ids: np.ndarr
 
 
 def _run_inputs(algorithm: JoinAlgorithm, stream: pa.Table, stream_key: str, arrival, deadline,
-                max_latency_s: float | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+                max_latency_s: float | None, as_of: AsOf | None) -> tuple[np.ndarray | None, np.ndarray | None]:
     """:func:`run_join`'s arguments checked before any work: the stream key is a column, no master
-    column clashes with a stream column, the per-row times are finite; ``(arrived, deadlines)``
-    per row, None where not given (``max_latency_s`` is applied once the run starts)."""
+    column clashes with a stream column, the per-row times are finite, an as-of lookup's columns
+    are there; ``(arrived, deadlines)`` per row, None where not given (``max_latency_s`` is
+    applied once the run starts)."""
     if stream_key not in stream.column_names:
         raise ConfigError(
             f"stream-key: column {stream_key!r} is not in the stream (columns: {stream.column_names})"
         )
+    if as_of is not None:
+        store = algorithm.store
+        check_lookup(as_of, {c.name: c.arrow_type for c in store.columns}, store.table, stream.schema)
+        unread = [c for c in as_of.version_columns if c not in store.select]
+        if unread:
+            raise ConfigError(f"as_of: the store of {store.table!r} does not read {unread[0]!r}; "
+                              "expected its select to hold the version columns")
     clash = sorted(set(algorithm.schema.names) & set(stream.column_names))
     if clash:
         raise ConfigError(
@@ -160,6 +169,7 @@ def run_join(
     arrival=None,
     deadline=None,
     max_latency_s: float | None = None,
+    as_of: AsOf | None = None,
 ) -> JoinRun:
     """Join ``stream`` (an Arrow table) with R through ``algorithm``; the stream is taken whole.
 
@@ -168,9 +178,11 @@ def run_join(
     deadline is its arrival + max_latency_s (SSIJ sec. IV-F). The stats report
     ``latency_ms_p50``/``latency_ms_p99`` (completion - arrival), ``deadline_misses`` (tuples
     completed after their deadline, unmatched ones included) and ``tuples_with_deadline``.
+    ``as_of``: R is a type-2 dimension, each tuple keeps the version valid at its event time
+    (:func:`.asof.pick_versions`; one with none leaves unmatched, ``no_version_valid``).
     """
     n = stream.num_rows
-    arrived, deadlines = _run_inputs(algorithm, stream, stream_key, arrival, deadline, max_latency_s)
+    arrived, deadlines = _run_inputs(algorithm, stream, stream_key, arrival, deadline, max_latency_s, as_of)
     store = algorithm.store
     io_before = store.counters.as_dict()
     started = clock()
@@ -194,6 +206,8 @@ def run_join(
             algorithm.restart()
     wall = clock() - started
     result = JoinOutput.concat(outputs, algorithm.schema)
+    if as_of is not None:
+        result = pick_versions(result, stream[as_of.event_time].take(result.matched_ids), as_of)
     matched, unmatched = materialise(stream, result, algorithm.schema)
     io = {k: round(v - io_before[k], 6) for k, v in store.counters.as_dict().items()}
     stats = {

@@ -20,6 +20,7 @@ from ..core.checks import check_flag
 from ..core.errors import ConfigError, SpecError, shown, shown_key
 from ..core.joins.registry import ALGORITHMS, algorithm_class
 from ..core.stores.sql import redact
+from ..core.stores.system_time import PERIOD_NAMES
 from ..core.units import parse_bytes
 from ..get_provider_info import CONFIG_OPTIONS
 from .checks import database_url, identifier, one_of, positive
@@ -75,21 +76,63 @@ class AsOfSpec:
     its key valid at its ``event_time`` (a stream column), R's rows valid over the half-open
     ``[valid_from, valid_to)`` (NULL ``valid_to``: the current version). A tuple with no version
     valid then goes to the step's ``on_missing`` (reason ``no_version_valid``), one with a null
-    event time to the dead letter (``null_event_time``)."""
+    event time to the dead letter (``null_event_time``). ``system_time: true`` instead of
+    ``valid_from``/``valid_to``: R is a MariaDB system-versioned table, its versions valid over
+    their system periods ``[ROW_START, ROW_END)`` (:mod:`..core.stores.system_time`)."""
 
     event_time: str
-    valid_from: str
-    valid_to: str
+    valid_from: str | None = None
+    valid_to: str | None = None
+    system_time: bool = False
 
     def __post_init__(self):
-        for name in ("event_time", "valid_from", "valid_to"):
-            identifier(name, getattr(self, name))
-        if self.valid_from == self.valid_to:
+        identifier("event_time", self.event_time)
+        check_flag("system_time", self.system_time, error=SpecError)
+        for name in ("valid_from", "valid_to"):
+            if self.system_time and getattr(self, name) is not None:
+                raise SpecError(f"{name}: given with system_time: true; expected one of them (a system-versioned "
+                                "table's versions are its system periods)")
+            if not self.system_time:
+                if getattr(self, name) is None:
+                    raise SpecError(f"{name}: missing; expected the column that " + (
+                        "starts" if name == "valid_from" else "ends") + " a version (or system_time: true)")
+                identifier(name, getattr(self, name))
+        if not self.system_time and self.valid_from == self.valid_to:
             raise SpecError(f"valid_to: {shown(self.valid_to)} is valid_from too; expected the column that ends a version")
 
     @property
     def lookup(self) -> AsOf:
+        if self.system_time:  # the periods, under the names the store reads them as
+            return AsOf(self.event_time, *PERIOD_NAMES)
         return AsOf(self.event_time, self.valid_from, self.valid_to)
+
+    def check_join(self, column: str, key: str, algorithm: str, params: dict) -> None:
+        """The lookup fits its join of the stream's ``column`` with R's ``key`` by ``algorithm``
+        with ``params``: one sentence otherwise (a step's spec and ``semijoin join --as-of``)."""
+        if self.event_time == column:
+            raise SpecError(f"as_of.event_time: {shown(self.event_time)} is the join column; expected the "
+                            "stream's event-time column")
+        for name in ("valid_from", "valid_to"):
+            if getattr(self, name) == key:
+                raise SpecError(f"as_of.{name}: {shown(key)} is the master key; expected a version column of R")
+        if not all(_zero(params.get(name, 0)) for name in ("range_lo", "range_hi")):
+            raise SpecError(f"as_of: given with a range join (params.range_lo/range_hi) of {algorithm}; "
+                            "expected an equality join, whose key's versions the lookup chooses from")
+
+    def read_columns(self, select: list[str] | None) -> list[str] | None:
+        """The columns a store reads from R for ``select``: those and the version columns the
+        lookup needs (None: every column, these among them)."""
+        if select is None:
+            return None
+        return select + [c for c in self.lookup.version_columns if c not in select]
+
+
+def _zero(value) -> bool:
+    """Whether a parameter (a number, or the text of one from ``--set``) is zero."""
+    try:
+        return float(value) == 0
+    except (TypeError, ValueError):
+        return False
 
 
 @dataclass
@@ -119,7 +162,13 @@ class StepSpec:
     Without any of them, a job on an R whose writes are not captured refuses to start
     (:func:`..core.stores.capture.changes_seen`): its answers would go stale without a word.
     ``as_of: {event_time, valid_from, valid_to}``: R is a type-2 dimension, each tuple gets the
-    version valid at its event time (:class:`AsOfSpec`).
+    version valid at its event time (:class:`AsOfSpec`); ``{event_time, system_time: true}``:
+    R is a MariaDB system-versioned table, the versions its system periods (never with
+    ``inferred_member``: a placeholder's period would start when it is inserted, after the
+    facts that asked for it); with ``inferred_member`` a key R lacks
+    altogether gets a placeholder valid from the beginning of time, open-ended (its version
+    columns set by the placeholder, never by ``defaults``), a key whose versions miss the event
+    time is never inferred (``no_version_valid``).
     """
 
     column: str
@@ -198,18 +247,26 @@ class StepSpec:
         if isinstance(self.as_of, dict):
             self.as_of = _build(AsOfSpec, self.as_of, "as_of")
         elif self.as_of is not None and not isinstance(self.as_of, AsOfSpec):
-            raise SpecError(f"as_of: {shown(self.as_of)} is not a mapping of event_time, valid_from and valid_to")
+            raise SpecError(f"as_of: {shown(self.as_of)} is not a mapping of event_time, valid_from and valid_to "
+                           "(or system_time)")
         if self.as_of is None:
             return
-        if self.as_of.event_time == self.column:
-            raise SpecError(f"as_of.event_time: {shown(self.as_of.event_time)} is the join column; expected the "
-                            "stream's event-time column")
-        for name in ("valid_from", "valid_to"):
-            if getattr(self.as_of, name) == self.master.key:
-                raise SpecError(f"as_of.{name}: {shown(self.master.key)} is the master key; expected a version column of R")
-        if self.params.get("range_lo", 0) or self.params.get("range_hi", 0):
-            raise SpecError(f"as_of: given with a range join (params.range_lo/range_hi) of {self.algorithm}; "
-                            "expected an equality join, whose key's versions the lookup chooses from")
+        self.as_of.check_join(self.column, self.master.key, self.algorithm, self.params)
+        if self.as_of.system_time and self.change_capture == "binlog":
+            raise SpecError("as_of.system_time: given with change_capture: binlog; expected change_capture: triggers "
+                            "(the binary log's before-images of a system-versioned R lack its history)")
+        if self.as_of.system_time and self.master.select is None:
+            raise SpecError("as_of.system_time: master.select is missing; expected the columns of R to add (a "
+                            "system-versioned R is read with its periods beside them)")
+        if self.as_of.system_time and self.on_missing == "inferred_member":
+            raise SpecError("as_of.system_time: given with on_missing: inferred_member; expected dead_letter, "
+                            "unknown_member or retry (a placeholder's system period starts when it is inserted, "
+                            "after the facts that asked for it)")
+        defaults = (self.inferred_member or {}).get("defaults", {})
+        named = next((c for c in self.as_of.lookup.version_columns if c in defaults), None)
+        if named is not None:
+            raise SpecError(f"inferred_member.defaults.{named}: is a version column of as_of, which the placeholder sets "
+                            "itself (valid from the beginning of time, open-ended)")
 
     @property
     def memory_bytes(self) -> int:
@@ -225,10 +282,7 @@ class StepSpec:
     def master_select(self) -> list[str] | None:
         """The columns the step's store reads from R: ``master.select`` and, for an as-of
         lookup, the version columns it needs (None: every column, these among them)."""
-        select = self.master.select
-        if select is None or self.as_of is None:
-            return select
-        return select + [c for c in (self.as_of.valid_from, self.as_of.valid_to) if c not in select]
+        return self.master.select if self.as_of is None else self.as_of.read_columns(self.master.select)
 
     def describe(self) -> dict:
         data = _plain(self)

@@ -241,7 +241,7 @@ class SemiJoinJobOperator(BaseOperator):
 
         steps, added_columns = [], 0
         for index, (step, shown) in enumerate(zip(spec.steps, described["steps"])):
-            row_bytes = estimated_row_bytes(spec.source, added_columns)
+            row_bytes = estimated_row_bytes(spec.source, added_columns, spec.deadline is not None)
             split, planned_by = self._memory_split(spec.checkpoint, index, step, row_bytes)
             steps.append({**shown, "memory_bytes": step.memory_bytes, "estimated_row_bytes": round(row_bytes, 1),
                           "memory_split": split, "memory_split_planned_by": planned_by})

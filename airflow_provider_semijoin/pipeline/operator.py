@@ -44,7 +44,8 @@ class SemiJoinPipelineOperator(SemiJoinJobOperator):
 
         spec = PipelineSpec(**self.pipeline)
         earlier = spec.steps[:[s.column for s in spec.steps].index(step.column)]
-        estimated = estimated_row_bytes(source_from_dict(spec.source), sum(len(s.dimension.select) for s in earlier))
+        estimated = estimated_row_bytes(source_from_dict(spec.source), sum(len(s.dimension.select) for s in earlier),
+                                        spec.deadline is not None)
         row_bytes = planned_row_bytes(holds_for_retry(step.on_missing, step.retry_grace_s), estimated)  # as the step's runner will plan it
         dimension = step.dimension
         with open_store(url, dimension.table, dimension.natural_key, dimension.select) as store:

@@ -28,8 +28,9 @@ of a dimension table, through a semi-stream join::
 
 A step takes every field of the job spec's step (:data:`..job.assemble.STEP_OPTIONS`) under
 its own name, but for five it says in the warehouse's words: the ``dimension`` (master table,
-natural key, surrogate key; ``scd: 2`` with ``valid_from``/``valid_to`` and the step's
-``event_time`` for the spec's ``as_of``), ``algorithm`` (also ``auto``), ``unknown_member`` (one
+natural key, surrogate key; ``scd: 2`` with ``valid_from``/``valid_to`` - or ``system_time:
+true`` for a MariaDB system-versioned table - and the step's ``event_time`` for the spec's
+``as_of``), ``algorithm`` (also ``auto``), ``unknown_member`` (one
 surrogate key value; ``on_missing`` defaults to it) and ``keep_natural_key`` (the spec's
 ``drop_column`` negated). The pipeline takes every job option (``JOB_OPTIONS``: ``work_ahead``, ...) likewise.
 Options left out have the spec's defaults, or the ``[semijoin]`` option of their name.
@@ -106,6 +107,7 @@ class Dimension:
     scd: int = 1
     valid_from: str | None = None
     valid_to: str | None = None
+    system_time: bool = False
 
     def __post_init__(self):
         for name in ("table", "natural_key", "surrogate_key"):
@@ -125,11 +127,17 @@ class Dimension:
         needs the columns a version is valid between; type 1 has none."""
         if isinstance(self.scd, bool) or self.scd not in SCD_TYPES:
             raise SpecError(f"scd: {shown(self.scd)} is not 1 or 2; expected the dimension's slowly-changing type")
+        check_flag("system_time", self.system_time, error=SpecError)
+        if self.system_time and self.scd != 2:
+            raise SpecError("system_time: given, but scd is 1; expected scd: 2 (a system-versioned table's versions)")
         for name in ("valid_from", "valid_to"):
             value = getattr(self, name)
-            if self.scd == 2 and value is None:
+            if self.system_time and value is not None:
+                raise SpecError(f"{name}: given with system_time: true; expected one of them (a system-versioned "
+                                "table's versions are its system periods)")
+            if self.scd == 2 and value is None and not self.system_time:
                 raise SpecError(f"{name}: missing; expected the column of a version's validity (scd: 2 needs "
-                                "valid_from and valid_to)")
+                                "valid_from and valid_to, or system_time: true)")
             if self.scd == 1 and value is not None:
                 raise SpecError(f"{name}: given, but scd is 1; expected scd: 2 for a dimension with versions")
             if value is not None:
@@ -137,7 +145,7 @@ class Dimension:
                 if value in (self.natural_key, self.surrogate_key):
                     raise SpecError(f"{name}: {shown(value)} is the {'natural' if value == self.natural_key else 'surrogate'}"
                                     " key; expected a column of the version's validity")
-        if self.scd == 2 and self.valid_from == self.valid_to:
+        if self.scd == 2 and not self.system_time and self.valid_from == self.valid_to:
             raise SpecError(f"valid_to: {shown(self.valid_to)} is valid_from too; expected the column that ends a version")
 
     @property
@@ -213,6 +221,8 @@ class SurrogateKeyStep:
         """The job spec's as-of lookup (:class:`..job.spec.AsOfSpec`) of an ``scd: 2`` dimension."""
         if self.dimension.scd != 2:
             return None
+        if self.dimension.system_time:
+            return {"event_time": self.event_time, "system_time": True}
         return {"event_time": self.event_time, "valid_from": self.dimension.valid_from,
                 "valid_to": self.dimension.valid_to}
 

@@ -19,8 +19,8 @@ A batch N replayed after a crash reads the state after N-1 (the newest file of a
 N), builds a fresh algorithm fed with those tuples in their order (caches start cold, the queue
 is whole) and rewrites batch N's sinks (which replace what the first attempt wrote), so every
 tuple leaves exactly once. Spark's own state store (``transformWithStateInPandas`` + RocksDB)
-does not serve here: the join runs in ``foreachBatch`` on the driver (and in ``mapInArrow`` for
-partitions), outside any stateful operator, and a state store can only be written from inside
+does not serve here: the join runs in ``foreachBatch`` on the driver (and in one Spark job of
+plain tasks a batch for partitions, :mod:`.partitioned`), outside any stateful operator, and a state store can only be written from inside
 one; making the join such an operator would move it into grouped tasks whose per-key calls
 cannot step one algorithm over the whole queue.
 
@@ -57,6 +57,7 @@ RETRY_SINCE = "sj_retry_since"  # set on rows held for a retry (not inside the j
 DEADLINE = "sj_deadline"  # with a job's deadline: a tuple's, epoch seconds (NaN: none), carried until it leaves the job
 JOIN_COLUMNS = (SEQ, DUE, PART)
 JOIN_COLUMN_BYTES = 8 + 8 + 4  # what the join columns add to a carried row (int64, float64, int32)
+DEADLINE_BYTES = 8  # what a job's deadline adds to it (DEADLINE: float64)
 MAX_CHUNKS = 1024  # chunks the carried rows may be in before they are made one (a take over many small ones is slow)
 STATE_CHUNK_ROWS = 65_536  # rows per record batch of a state file: what a spill or a write copies at a time
 SPILLED_ROW_BYTES = 8 + 1  # memory per carried tuple whose row is in the mapped state file: sj_seq looked up, alive flag
@@ -88,17 +89,17 @@ def planned_row_bytes(retries: bool, estimated: float) -> float:
     return float(estimated) if retries else float(SPILLED_ROW_BYTES)
 
 
-def estimated_row_bytes(source, added_columns: int) -> float:
+def estimated_row_bytes(source, added_columns: int, deadline: bool = False) -> float:
     """A carried row's bytes in a step (:class:`CarriedRows`), before its first micro-batch shows
     them: the stream's columns (``source``, a :class:`...job.sources.SourceSpec`), ``added_columns`` that
     earlier steps joined on (surrogate keys: 8 bytes each), the tuple's id as text and arrival
-    time, and the join's own columns. ``algorithm: auto`` and the task's published memory split
-    use it (:func:`planned_row_bytes`); a step whose rows do not spill sizes its algorithm from
-    the rows of its first micro-batch."""
+    time, the join's own columns, and with the job's ``deadline`` each tuple's (:func:`with_deadlines`).
+    ``algorithm: auto`` and the task's published memory split use it (:func:`planned_row_bytes`);
+    a step whose rows do not spill sizes its algorithm from the rows of its first micro-batch."""
     ddl = source.stream_ddl  # its sj_arrival included
     stream = ddl_row_bytes(ddl) if ddl is not None else UNKNOWN_ROW_BYTES + 8  # + sj_arrival
     id_bytes = STRING_BYTES if source.tuple_id_column else 2 * STRING_BYTES  # else '<file>#<row>'
-    return float(stream + 8 * added_columns + id_bytes + JOIN_COLUMN_BYTES)
+    return float(stream + 8 * added_columns + id_bytes + JOIN_COLUMN_BYTES + (DEADLINE_BYTES if deadline else 0))
 
 
 def with_deadlines(rows: pa.Table, deadline: DeadlineSpec | None) -> pa.Table:
@@ -277,6 +278,13 @@ class CarriedRows:
             self._mapped_part_bytes = 0
             self.rows = self.rows.set_column(self.rows.schema.get_field_index(PART), PART, pa.array(parts, pa.int32()))
 
+    def seq_and_part(self) -> tuple[np.ndarray, np.ndarray]:
+        """The sequence number and part of each tuple inside (without reading the rows' other columns)."""
+        if not self._count:
+            return np.zeros(0, np.int64), np.zeros(0, np.int32)
+        seq, part = self.rows[SEQ].to_numpy(), self.rows[PART].to_numpy()
+        return (seq, part) if self._alive is None else (seq[self._alive], part[self._alive])
+
     def of_part(self, part: int) -> pa.Table | None:
         if self.rows is None:
             return None
@@ -286,7 +294,7 @@ class CarriedRows:
 
 def in_seq_order(rows: pa.Table) -> pa.Table:
     """``rows`` sorted by ``sj_seq``, the order a session takes them in (rows that crossed a
-    shuffle, e.g. a part's rows after ``repartition``, come in any order)."""
+    shuffle come in any order; the driver's own are in order already)."""
     if rows.num_rows < 2 or (np.diff(rows[SEQ].to_numpy()) > 0).all():  # the driver's own rows are in order already
         return rows
     return rows.sort_by(SEQ)

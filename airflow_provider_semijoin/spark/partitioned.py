@@ -1,13 +1,15 @@
 """``partitions = N``: a step's tuples split by page-aligned key ranges of R over N instances of
-the algorithm, each running in a Spark task (``mapInArrow``) and reading only the pages of its
-own keys.
+the algorithm, each kept in a Spark executor's Python worker between micro-batches and reading
+only the pages of its own keys.
 
 The driver assigns every new tuple to a part by its key (:class:`RangePartitioner`; a key that
 cannot be in R, null or bad, to no part: it leaves at once on the driver with its reason): the cut
-points are page boundaries of R chosen so that each part receives about the same number of
-tuples, counted over the micro-batches seen so far (with decay), so a Zipf-hot range does not
-land on one instance together with half of R; the cuts move only when new ones would shrink the
-busiest part's load by :data:`REBALANCE`, since each part's store sees its own key range only
+points are page boundaries of R chosen so that each part receives about the same load, counted
+over the micro-batches seen so far (with decay) - a page's tuples, saturating at
+:data:`SATURATION` times a page's mean, since one read of a page serves all its tuples waiting -
+so a Zipf-hot range does not land on one instance together with half of R; the first keys seen
+cut at once, and later cuts move only when new ones would shrink the busiest part's load by
+:data:`REBALANCE`, since each part's store sees its own key range only
 (:meth:`..core.stores.base.MasterStore.restrict`: its page map, MESHJOIN's and SSIJ's cycles,
 its loads). When they move, every tuple still inside the join is assigned again by the new cut
 points and every part is rebuilt on its new range, so no part holds a tuple outside its range;
@@ -17,22 +19,36 @@ All parts of a micro-batch read R at the version the driver chose for it
 (:meth:`..core.stores.base.MasterStore.reading_at`), however late each task runs.
 
 Each part's :class:`~..core.session.JoinSession` (the algorithm with its queue) lives across
-micro-batches in the Python worker (``spark.python.worker.reuse``), one per (step, part), with
-memory budget M/N each. The driver keeps the full rows of the tuples inside (:mod:`.joinstate`)
-and sends a task only the new tuples' sequence numbers, keys and due times, plus one control
-row per part saying which state the part must be in (a token: the run, the call before this one
-and the tuples it holds). A part whose worker does not hold that state - a new worker, another
-worker than last time, a task retried after a failure, a session to R lost inside its snapshot
-(:class:`..core.stores.SnapshotLost`) - says so without emitting anything, and the driver sends
-it again with every tuple of the part (from its copy of the state after the batch before),
-rebuilt on a fresh instance: warm-up costs, never correctness. Tasks return only the sequence
-numbers that completed, with the master rows or the reason; the driver materialises them.
+micro-batches in a Python worker (``spark.python.worker.reuse``), one per (step, part), with
+memory budget M/N each. The driver keeps the full rows of the tuples inside (:mod:`.joinstate`). A
+call is one Spark job of exactly as many tasks as requests, without a shuffle
+(``sc.parallelize(range(len(requests))).mapPartitions(serve_sent)``, the requests one broadcast):
+one request per core of the executors (so every Python worker gets one; at least one per worker
+that holds parts' states), each naming every held part with its new tuples' sequence numbers, keys
+and due times (zstd Arrow IPC) and the state it must hold (a token the worker named in its last
+output, and a digest of the tuples held), so that a task serves the parts its worker holds
+wherever the scheduler runs it - Spark places tasks without regard to Python state, and the
+DataFrame path this replaced (createDataFrame, a shuffle by part, ``mapInArrow``, ``toArrow``)
+found a part's state again only by chance, rebuilding about one part a batch at 2 s of Spark a
+batch - and one request per part to build (its first call, after a re-cut) with every tuple of the
+part. A part that no task served - its worker went away, restarted, or lost its session to R
+inside its snapshot (:class:`..core.stores.SnapshotLost`) - is sent again with every tuple of the
+part (from the driver's copy of the state after the batch before) and rebuilt on a fresh instance:
+warm-up costs, never correctness, counted in the step's stats (``rebuilds``) and the progress
+record (``part_rebuilds``). A token is a nonce known to the driver only once the output it names
+has reached it, so the state of a task whose output was lost (a task failed, retried elsewhere)
+never matches again. Tasks return only the sequence numbers that completed, with the master rows
+or the reason (zstd Arrow IPC, with the task's status: ``spark.task.maxDirectResultSize``); the
+driver materialises them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import os
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -50,20 +66,25 @@ from ..job.spec import StepSpec
 from .joinstate import DUE, PART, SEQ, CarriedRows, session_from, slice_of
 from .stepstats import PartStats, PartsStats
 
-TOKEN_COLUMN = "sj_token"  # control rows: the state the part must hold ("" = rebuild from the rows sent)
 REASON_CODE = "sj_reason"  # output: the unmatched reason code (null: matched)
-STATS_COLUMN = "sj_stats"
 DECAY = 0.8  # weight of the past micro-batches' key frequencies
-REBALANCE = 1.25  # re-cut when that shrinks the busiest part's share of the (decayed) tuples this much
+REBALANCE = 1.25  # re-cut when that shrinks the busiest part's share of the (decayed) load this much
 REBUILD_ATTEMPTS = 10  # calls that may find a part's state lost (each then sends the part whole)
 CUT_PAGE_ROWS = 1000  # distinct keys of R per page of the partitioner's map: the cut points' granularity
+SATURATION = 10  # a page of more than this many times the mean tuples of a page weighs no more (:class:`RangePartitioner`)
 OUTSIDE = -1  # the "part" of a tuple whose key cannot be in R (null, bad): no part gets it, it leaves at once
+
+IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
 
 _PARTS: dict[tuple[str, int], tuple[str, object]] = {}  # per Python worker: (step json, part) -> (token, session)
 
 
 class RangePartitioner:
-    """Cut R's page map into N ranges of about equal observed stream frequency."""
+    """Cut R's page map into N ranges of about equal observed load: a page's tuples, but no
+    more than the mean tuples of a page (a page's reads serve all its tuples waiting: a hot
+    page's many cost little more than a page's few). By tuples alone a Zipf stream's hottest
+    page (58% of the partitions bench's tuples, 2 pages read a batch) made a part of its own, and
+    the other part read the rest of R (14-48 pages a batch): 0.03 s against 0.08-0.35 s."""
 
     def __init__(self, store, parts: int, page_rows: int = 1000):
         self.parts = parts
@@ -72,6 +93,7 @@ class RangePartitioner:
         self.frequency = np.ones(self.page_map.n_pages)  # before any batch: every page alike
         self.cuts = self.cut_pages()
         self.moved = False  # the cut points moved since the flag was last cleared
+        self.seen = False  # keys of R were assigned: the frequencies are the stream's
 
     def cut_pages(self) -> np.ndarray:
         """First page of parts 1..N-1 (non-decreasing) balancing the observed frequency."""
@@ -127,108 +149,158 @@ class RangePartitioner:
         """The part of each tuple (the cut points may move first: :attr:`moved`); a key that
         cannot be in R: :data:`OUTSIDE`."""
         pages, valid = self.pages(keys)
-        self._recut()
-        self.frequency = DECAY * self.frequency + np.bincount(pages[valid], minlength=self.page_map.n_pages)
+        tuples = np.bincount(pages[valid], minlength=self.page_map.n_pages)
+        counts = np.minimum(tuples, SATURATION * tuples.sum() / len(tuples))
+        if self.seen:
+            self._recut()
+            self.frequency = DECAY * self.frequency + counts
+        elif valid.any():  # the first keys seen: cut by them at once (re-cutting after them would rebuild every part)
+            self.frequency = DECAY * self.frequency + counts
+            self._recut()
+            self.seen = True
         return self._parts_of(pages, valid)
 
 
-def _part_session(step_json: str, part: int, memory: int, token: str, rows: pa.Table, key_range: tuple):
-    """The part's session in this worker when it holds the state ``token`` names; a fresh one
-    over the store restricted to ``key_range``, fed with ``rows``, when ``token`` is empty (a
-    rebuild); None when the state is not here."""
-    key = (step_json, part)
-    if token:
-        held = _PARTS.get(key)
-        return held[1] if held is not None and held[0] == token else None
-    step = StepSpec(**json.loads(step_json))
-    held = _PARTS.pop(key, None)
+@dataclasses.dataclass(frozen=True)
+class PartCall:
+    """What every part of one call shares: the step, each part's memory and key range, the
+    version of R to read and the slice's bounds (:func:`.joinstate.slice_of`)."""
+
+    step_json: str
+    memory: int
+    ranges: list
+    version: int
+    horizon: float
+    until: float
+    drain: bool
+    call: str  # names this call (the run and its number): a part's state token starts with it
+    max_pending: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PartInput:
+    """One part's input in a request: ``token`` names the state the worker must hold to serve it
+    ("": build the part here, afresh, from ``rows``: every tuple it holds), ``held`` the tuples
+    that state holds (:func:`held_digest`), ``rows`` the new tuples (or every tuple, to build it)
+    as Arrow IPC."""
+
+    token: str
+    held: str
+    rows: bytes
+
+
+def held_digest(seq: np.ndarray) -> str:
+    """Names a set of sequence numbers (how many, and their sum): what a part's state holds."""
+    return f"{len(seq)}:{int(np.sum(seq, dtype=np.int64))}"
+
+
+def to_ipc(table: pa.Table) -> bytes:
+    """``table`` as Arrow IPC, zstd-compressed: a part's output (its master rows: 6.6 MB for 59k
+    tuples of the partitions bench) in a quarter of the bytes, its input (sequence numbers, keys,
+    due times) in a ninth, for 5-16 ms to write; each byte less is one the JVMs need not copy."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=IPC_OPTIONS) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+def worker_name() -> str:
+    """The Python worker this runs in (the process whose module globals hold the parts)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def serve(call: PartCall, requests: Iterator[dict[int, PartInput]]) -> Iterator[tuple[str, bytes]]:
+    """A Spark task (``mapPartitions``): of each request, the parts this worker serves - those it
+    builds, and those whose state it holds - each as its stats (JSON) and what completed (IPC).
+    A part whose state is not here yields nothing: another task serves it, or the driver sends it
+    whole again. (Module-level functions are pickled by reference: the per-worker registry is
+    this module's.)"""
+    for request in requests:
+        for part, sent in request.items():
+            served = serve_part(call, part, sent)
+            if served is not None:
+                yield served
+
+
+def serve_sent(call: PartCall, sent, indices: Iterator[int]) -> Iterator[tuple[str, bytes]]:
+    """:func:`serve` over the requests at ``indices`` of the broadcast ``sent`` (a Spark task)."""
+    requests = sent.value
+    return serve(call, (requests[i] for i in indices))
+
+
+def _held_session(call: PartCall, part: int, sent: PartInput):
+    """The part's session when this worker holds the state ``sent`` names; a state of an earlier
+    call that is not it is stale (the part was rebuilt elsewhere): dropped."""
+    key = (call.step_json, part)
+    held = _PARTS.get(key)
+    if held is None:
+        return None
+    token, session = held
+    if token == sent.token and held_digest(session.pending_ids()) == sent.held:
+        return session
+    if not token.startswith(f"{call.call}:"):  # (served already in this call by another task here: keep it)
+        _PARTS.pop(key)
+        session.algorithm.store.close()
+    return None
+
+
+def _built_session(call: PartCall, part: int, rows: pa.Table):
+    """A fresh session of the part over the store restricted to its key range (the one this
+    worker held for the part reused when the range is the same), fed with ``rows``."""
+    step = StepSpec(**json.loads(call.step_json))
+    key_range = call.ranges[part]
+    held = _PARTS.pop((call.step_json, part), None)
     store = held[1].algorithm.store if held is not None else None
     if store is not None and store.key_range != key_range:  # the cuts moved
         store.close()
         store = None
     if store is None:
         store = open_store(step.master.url, step.master.table, step.master.key, step.master_select).restrict(*key_range)
-    return session_from(create(step.algorithm, store, memory, step.params), step.column, rows)
+    else:  # built anew (a refresh among the reasons): R's pages read anew too
+        store.forget_page_maps()
+    return session_from(create(step.algorithm, store, call.memory, step.params), step.column, rows)
 
 
-def join_parts(step_json: str, memory: int, out_schema: pa.Schema, ranges: list, version: int, horizon: float,
-               until: float, drain: bool, call: str, max_pending: int | None = None):
-    """The ``mapInArrow`` function: one slice of each part of this task with its session.
-
-    (A closure is pickled with copies of the module globals it names: the per-worker registry
-    is reached only through module-level functions, which are pickled by reference.)"""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        batches = list(batches)
-        if not batches:
-            return
-        table = pa.Table.from_batches(batches)
-        for part in np.unique(table[PART].to_numpy()):
-            rows = table.filter(pc.equal(table[PART], part))
-            yield from join_part(step_json, int(part), memory, rows, out_schema, ranges[part], version, horizon, until,
-                                 drain, call, max_pending).to_batches()
-
-    return run
-
-
-def join_part(step_json: str, part: int, memory: int, rows: pa.Table, out_schema: pa.Schema, key_range: tuple,
-              version: int, horizon: float, until: float, drain: bool, call: str, max_pending: int | None = None) -> pa.Table:
-    """One part's slice in this worker, reading R at ``version``: what completed and a stats
-    row (or only a stats row saying ``lost`` when this worker does not hold the state the
-    control row names, or lost its snapshot of R: the driver sends the part whole)."""
-    token = rows.filter(pc.is_null(rows[SEQ]))[TOKEN_COLUMN][0].as_py()
-    rows = rows.filter(pc.is_valid(rows[SEQ]))
-    if key_range is None:  # a part with no page of R (more parts than pages): no tuple maps to it
-        if rows.num_rows:
-            raise RuntimeError(f"part {part} has no key range of R but was sent {rows.num_rows} tuples")
-        return _stats_row(out_schema, PartStats(part))
-    lost = _stats_row(out_schema, PartStats(part, lost=True))
-    session = _part_session(step_json, part, memory, token, rows, key_range)
-    if session is None:
-        return lost
+def serve_part(call: PartCall, part: int, sent: PartInput) -> tuple[str, bytes] | None:
+    """One part's slice in this worker, reading R at the call's version: its stats and what
+    completed; None when this worker does not hold the state ``sent`` names, or lost its
+    snapshot of R (the driver then sends the part whole)."""
+    if sent.token:  # the state held here, fed the new tuples (another worker's part: not even read)
+        session = _held_session(call, part, sent)
+        if session is None:
+            return None
+        new = from_ipc(sent.rows)
+    else:  # built here from every tuple of the part: none is new to it
+        rows = from_ipc(sent.rows)
+        session, new = _built_session(call, part, rows), rows.slice(0, 0)
     try:
-        with session.algorithm.store.reading_at(version):
-            result, stats = slice_of(session, json.loads(step_json)["column"], rows if token else rows.slice(0, 0),
-                                     horizon, until, drain, max_pending=max_pending)
-    except SnapshotLost:  # the session's state is half stepped: forget it, the driver resends the part
-        _PARTS.pop((step_json, part), None)
+        with session.algorithm.store.reading_at(call.version):
+            result, stats = slice_of(session, json.loads(call.step_json)["column"], new,
+                                     call.horizon, call.until, call.drain, max_pending=call.max_pending)
+    except SnapshotLost:  # the session's state is half stepped: forget it
+        _PARTS.pop((call.step_json, part), None)
         session.algorithm.store.close()
-        return lost
-    _PARTS[(step_json, part)] = (state_token(call, session.pending_ids()), session)
-    return pa.concat_tables([_output(result, out_schema), _stats_row(out_schema, PartStats(part, slice=stats))])
+        return None
+    token = f"{call.call}:{uuid.uuid4().hex}"  # known to the driver only when this output reaches it
+    _PARTS[(call.step_json, part)] = (token, session)
+    return PartStats(part, slice=stats, token=token, worker=worker_name()).to_json(), to_ipc(_output(result))
 
 
-def state_token(call: str, seq: np.ndarray) -> str:
-    """Names the state of a part after ``call``: the tuples it holds (how many, and their sum)."""
-    return f"{call}:{len(seq)}:{int(np.sum(seq, dtype=np.int64))}"
-
-
-def _output(result: JoinOutput, schema: pa.Schema) -> pa.Table:
+def _output(result: JoinOutput) -> pa.Table:
     """What a part completed: sequence numbers, with the master row (matched) or the reason code."""
-    n_matched, n_unmatched = len(result.matched_ids), len(result.unmatched_ids)
-    columns = []
-    for f in schema:
-        if f.name == SEQ:
-            columns.append(pa.array(np.concatenate([result.matched_ids, result.unmatched_ids]), pa.int64()))
-        elif f.name == REASON_CODE:
-            columns.append(pa.concat_arrays([pa.nulls(n_matched, pa.int8()), pa.array(result.unmatched_reason, pa.int8())]))
-        elif f.name == STATS_COLUMN:
-            columns.append(pa.nulls(n_matched + n_unmatched, pa.string()))
-        else:
-            master = result.master[f.name].combine_chunks().cast(f.type) if n_matched else pa.array([], f.type)
-            columns.append(pa.concat_arrays([master, pa.nulls(n_unmatched, f.type)]))
-    return pa.Table.from_arrays(columns, schema=schema)
-
-
-def _stats_row(schema: pa.Schema, stats: PartStats) -> pa.Table:
-    columns = [pa.array([stats.to_json()] if f.name == STATS_COLUMN else [None], f.type) for f in schema]
-    return pa.Table.from_arrays(columns, schema=schema)
+    matched = result.master.append_column(SEQ, pa.array(result.matched_ids, pa.int64()))
+    unmatched = pa.table({SEQ: pa.array(result.unmatched_ids, pa.int64()), REASON_CODE: pa.array(result.unmatched_reason, pa.int8())})
+    return pa.concat_tables([matched, unmatched], promote_options="default")
 
 
 class PartitionedJoin:
-    """Runs one join step's slice as N Spark tasks; returns what :func:`.joinstate.slice_of` returns.
-    ``spark`` None: the parts' function runs in this process, part after part, over the rows each
-    part's task would get (the code Spark's tasks run, tested without Spark)."""
+    """Runs one join step's slice over N parts as one Spark job a call; returns what
+    :func:`.joinstate.slice_of` returns. ``spark`` None: the tasks' function runs in this
+    process, request after request (the code Spark's tasks run, tested without Spark)."""
 
     def __init__(self, spark, step: StepSpec, store, parts: int, one_row_per_match: bool, clock=time.time):
         self.spark = spark
@@ -243,6 +315,8 @@ class PartitionedJoin:
         self.run_id = uuid.uuid4().hex
         self.calls = 0
         self.rebuild: set[int] = set(range(parts))
+        self.tokens: dict[int, str] = {}  # the state each part's worker named in its last output
+        self.owners: dict[int, str] = {}  # the Python worker that holds each part's state
         self.version_read_at: float | None = None  # when the driver chose the version the parts of the batch read
         self._outside_carried = False  # carried tuples may have been assigned OUTSIDE (their parts were assigned again)
 
@@ -278,31 +352,43 @@ class PartitionedJoin:
             self.rebuild_all()
             self.partitioner.moved = False
         outside = self._outside(tagged, carried)
-        call, before = f"{self.run_id}:{self.calls}", f"{self.run_id}:{self.calls - 1}"
-        tokens = {p: "" if p in self.rebuild else state_token(before, self._held_before(carried, tagged, p))
-                  for p in range(self.parts)}
         ranges = self.partitioner.key_ranges()
         if replayed is None:
             version = self.partitioner.store.version()  # one version of R for every part of this batch
-            self.version_read_at = self.clock()
+            # when that version was R's newest; unknown without a change log (as for one part):
+            # then the step bounds it by its last refresh, if any
+            self.version_read_at = self.clock() if self.partitioner.store.has_change_log() else None
         else:
             version, self.version_read_at = replayed
-        out, stats = [], []
+        call = PartCall(self.step_json, self.memory, ranges, version, horizon, until, drain, f"{self.run_id}:{self.calls}",
+                        None if max_pending is None else max_pending // self.parts)
+        for part, key_range in enumerate(ranges):
+            if key_range is None and (tagged.num_rows and pc.any(pc.equal(tagged[PART], part)).as_py()):
+                raise RuntimeError(f"part {part} has no key range of R but was sent tuples")
+        wanted = {p for p, key_range in enumerate(ranges) if key_range is not None}
+        stats = [PartStats(p) for p in range(self.parts) if p not in wanted]  # (a part with no page of R holds nothing)
+        requests, out, rebuilds = self._requests(tagged, carried, wanted), [], 0
         for _ in range(REBUILD_ATTEMPTS):
-            more_out, more = self._call(self._rows(tagged, carried, tokens), ranges, version, call, horizon, until, drain,
-                                        None if max_pending is None else max_pending // self.parts)
-            out += more_out
-            stats += [s for s in more if not s.lost]
-            lost = sorted(s.part for s in more if s.lost)
-            if not lost:
+            for stats_json, table in self._call(call, requests):
+                part = PartStats.from_json(stats_json)
+                if part.part not in wanted:
+                    raise RuntimeError(f"steps ({self.step.algorithm}): part {part.part} was served twice in one call")
+                wanted.discard(part.part)
+                self.tokens[part.part], self.owners[part.part] = part.token, part.worker
+                stats.append(part)
+                out.append(from_ipc(table))
+            if not wanted:
                 break
-            tokens = {p: "" for p in lost}  # those workers do not hold the part's state: send each whole
+            rebuilds += len(wanted)  # those workers do not hold the part's state: send each whole
+            requests = [{p: self._whole(carried, tagged, p)} for p in sorted(wanted)]
         else:
-            raise RuntimeError(f"steps ({self.step.algorithm}): parts {lost} lost their state {REBUILD_ATTEMPTS} times in a row")
+            raise RuntimeError(f"steps ({self.step.algorithm}): parts {sorted(wanted)} lost their state "
+                               f"{REBUILD_ATTEMPTS} times in a row")
         self.calls += 1
         self.rebuild = set()
-        result = JoinOutput.concat([outside, *out], self.schema)
-        summary = PartsStats.merged(stats, self.parts, self.clock() - started, self.version_read_at)
+        result = JoinOutput.concat([outside, *(self._output(t) for t in out)], self.schema)
+        summary = PartsStats.merged(sorted(stats, key=lambda s: s.part), self.parts, self.clock() - started,
+                                    self.version_read_at, rebuilds)
         summary.left += len(outside)
         if len(left_ids(result, self.one_row_per_match)) != summary.left:  # a tuple that left in two parts
             summary.balanced = False
@@ -318,46 +404,53 @@ class PartitionedJoin:
         seq = rows[SEQ].to_numpy() if rows is not None else np.zeros(0, np.int64)
         return JoinOutput(np.zeros(0, np.int64), self.schema.empty_table(), seq, np.asarray(reason, np.int8))
 
-    @staticmethod
-    def _held_before(carried: CarriedRows, tagged: pa.Table, part: int) -> np.ndarray:
-        """Sequence numbers part ``part`` held after the last call: its carried ones but the new."""
+    def _requests(self, tagged: pa.Table, carried: CarriedRows, parts: set[int]) -> list[dict[int, PartInput]]:
+        """The call's first requests: one per Python worker (:meth:`_slots`; at least one per worker
+        that holds parts' states), each naming every held part with its new tuples (a task serves
+        those its worker holds, wherever Spark runs it), and one per part to build, with every
+        tuple of the part."""
+        kept = {p for p in parts if p not in self.rebuild and p in self.tokens}
+        new = tagged.select([SEQ, self.step.column, DUE])
+        new_part = tagged[PART].to_numpy()
+        seq, part_of = carried.seq_and_part()
+        if tagged.num_rows:
+            before = seq < tagged[SEQ][0].as_py()  # held after the last call: the carried tuples but the new
+            seq, part_of = seq[before], part_of[before]
+        served = {p: PartInput(self.tokens[p], held_digest(seq[part_of == p]), to_ipc(new.filter(pa.array(new_part == p))))
+                  for p in sorted(kept)}
+        tasks = max(len({self.owners[p] for p in kept}), self._slots()) if kept else 0
+        return [served] * tasks + [{p: self._whole(carried, tagged, p)} for p in sorted(parts - kept)]
+
+    def _slots(self) -> int:
+        """Tasks that reach every Python worker: one per core of the executors (Spark gives a
+        task no worker of our choosing; fewer tasks than cores - one part held on a two-core
+        cluster - miss the part's worker half the time). Each carries every part's new tuples:
+        on a cluster of many cores, placing tasks by executor would be the step beyond."""
+        return 1 if self.spark is None else self.spark.sparkContext.defaultParallelism
+
+    def _whole(self, carried: CarriedRows, tagged: pa.Table, part: int) -> PartInput:
+        """Every tuple of ``part`` (the new ones among them), to build it afresh."""
         rows = carried.of_part(part)
-        seq = rows[SEQ].to_numpy() if rows is not None else np.zeros(0, np.int64)
-        return seq[seq < tagged[SEQ][0].as_py()] if tagged.num_rows else seq
+        return PartInput("", "", to_ipc((rows if rows is not None else tagged.slice(0, 0)).select([SEQ, self.step.column, DUE])))
 
-    def _rows(self, tagged: pa.Table, carried: CarriedRows, tokens: dict[int, str]) -> pa.Table:
-        """Per part of ``tokens``: a control row with its token, and its new tuples (token "":
-        every tuple of the part, to rebuild it)."""
-        column = self.step.column
-        n = len(tokens)
-        pieces = [pa.table({SEQ: pa.nulls(n, pa.int64()), column: pa.nulls(n, tagged.schema.field(column).type),
-                            DUE: pa.nulls(n, pa.float64()), PART: pa.array(list(tokens), pa.int32()),
-                            TOKEN_COLUMN: pa.array(list(tokens.values()), pa.string())})]
-        kept = [p for p, token in tokens.items() if token]
-        pieces.append(tagged.filter(pc.is_in(tagged[PART], pa.array(kept, pa.int32()))))
-        pieces += [carried.of_part(p) for p, token in tokens.items() if not token]
-        return pa.concat_tables([pieces[0]] + [
-            t.select([SEQ, column, DUE, PART]).append_column(TOKEN_COLUMN, pa.nulls(t.num_rows, pa.string()))
-            for t in pieces[1:] if t is not None])
+    def _call(self, call: PartCall, requests: list[dict[int, PartInput]]) -> list[tuple[str, bytes]]:
+        """Every request as a Spark task (one job of exactly that many tasks, no shuffle), or in
+        this process. The requests travel as one broadcast, read once by each Python worker: the
+        held parts' new tuples are the same in every task's request, and as the tasks' own data
+        the driver serialised them once a core (1 MB a task at 100k tuples a batch, a warning from
+        Spark's scheduler each time), 64 copies a batch on 64 cores."""
+        if self.spark is None:
+            return list(serve(call, iter(requests)))
+        context = self.spark.sparkContext
+        sent = context.broadcast(requests)
+        try:
+            return context.parallelize(range(len(requests)), len(requests)).mapPartitions(
+                functools.partial(serve_sent, call, sent)).collect()
+        finally:
+            sent.destroy(blocking=False)
 
-    def _call(self, rows: pa.Table, ranges: list, version: int, call: str, horizon: float, until: float,
-              drain: bool, max_pending: int | None) -> tuple[list[JoinOutput], list[PartStats]]:
-        out_schema = pa.schema([pa.field(SEQ, pa.int64()), pa.field(REASON_CODE, pa.int8())] + list(self.schema)
-                               + [pa.field(STATS_COLUMN, pa.string())])
-        tasks = join_parts(self.step_json, self.memory, out_schema, ranges, version, horizon, until, drain, call, max_pending)
-        if self.spark is None:  # in this process: each part's rows, as its task would get them
-            result = pa.concat_tables([pa.Table.from_batches(list(tasks(rows.filter(pc.equal(rows[PART], p)).to_batches())),
-                                                             out_schema) for p in np.unique(rows[PART].to_numpy())])
-        else:
-            from pyspark.sql.pandas.types import from_arrow_schema
-
-            frame = self.spark.createDataFrame(rows.combine_chunks()).repartition(self.parts, PART)  # (Spark 4.0 reads a table's first chunk only)
-            result = frame.mapInArrow(tasks, from_arrow_schema(out_schema)).toArrow()
-        is_stats = pc.is_valid(result[STATS_COLUMN])
-        stats = [PartStats.from_json(s) for s in result.filter(is_stats)[STATS_COLUMN].to_pylist()]
-        data = result.filter(pc.invert(is_stats))
-        matched = data.filter(pc.is_null(data[REASON_CODE]))
-        unmatched = data.filter(pc.is_valid(data[REASON_CODE]))
-        output = JoinOutput(matched[SEQ].to_numpy(), matched.select(self.schema.names),
-                            unmatched[SEQ].to_numpy(), unmatched[REASON_CODE].to_numpy().astype(np.int8))
-        return [output], stats
+    def _output(self, table: pa.Table) -> JoinOutput:
+        matched = table.filter(pc.is_null(table[REASON_CODE]))
+        unmatched = table.filter(pc.is_valid(table[REASON_CODE]))
+        return JoinOutput(matched[SEQ].to_numpy(), matched.select(self.schema.names).cast(self.schema),
+                          unmatched[SEQ].to_numpy(), unmatched[REASON_CODE].to_numpy().astype(np.int8))

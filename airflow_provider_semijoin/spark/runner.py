@@ -36,7 +36,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core.asof import check_version_columns
+from ..core.asof import check_event_time, check_lookup
+from ..core.stores.system_time import check_declared
 from ..core.errors import ConfigError, SemiJoinError
 from ..core.metrics import latency_ms
 from ..core.progress import ProgressRecord, write_line
@@ -339,6 +340,7 @@ class BatchProcessor:
             reconnect_wait_s=round(counts.reconnect_wait_s, 3),
             total_reconnects=total.reconnects,
             total_reconnect_wait_s=round(total.reconnect_wait_s, 3),
+            part_rebuilds=sum(j.rebuilds for j in joins),
         ).to_dict()
         total.last_record = record
         return record
@@ -368,16 +370,23 @@ class BatchProcessor:
         self.dead_sink.close()
 
 
-def check_as_of(step, index: int, table: str, types: dict, available: set | None) -> None:
-    """An as-of step's table has its version columns, and the stream (when its columns are
-    known) its event time: one sentence before any work (:mod:`..core.asof`)."""
+def check_as_of(step, index: int, store, types: dict, available: set | None) -> None:
+    """An as-of step's table has its version columns - or is system-versioned, as declared -
+    and the stream (when its columns are known) its event time: one sentence before any work
+    (:mod:`..core.asof`, :mod:`..core.stores.system_time`)."""
     try:
-        check_version_columns(types, table, step.as_of.lookup)
+        check_declared(store.connection, store.table, step.as_of.system_time, step.as_of.lookup.version_columns)
+        stream = None if available is None else available - {"sj_arrival"}
+        if not step.as_of.system_time:
+            check_lookup(step.as_of.lookup, types, store.table, stream)
+            return
+        if store.captured_from_binlog():
+            raise ConfigError(f"as_of.system_time: {store.table!r} has its changes captured from the binary log, whose "
+                              "before-images of a system-versioned R lack its history; expected triggers "
+                              "(semijoin changes disable, then change_capture: triggers)")
+        check_event_time(step.as_of.lookup, stream)
     except ConfigError as exc:
         raise ConfigError(f"steps[{index}].{exc}") from None
-    if available is not None and step.as_of.event_time not in available:
-        raise ConfigError(f"steps[{index}].as_of.event_time: {step.as_of.event_time!r} is not a column of the stream "
-                          f"(columns: {sorted(available - {'sj_arrival'})})")
 
 
 def _count(values: pa.ChunkedArray) -> dict:
@@ -391,13 +400,14 @@ def check_job(spec: JobSpec) -> None:
     available = _source_columns(spec)
     for i, step in enumerate(spec.steps):
         try:
-            with open_store(step.master.url, step.master.table, step.master.key, step.master.select) as store:
-                select = list(store.select)
-                types = {c.name: c.arrow_type for c in store.columns}
+            store = open_store(step.master.url, step.master.table, step.master.key, step.master.select)
         except SemiJoinError as exc:
             raise ConfigError(f"steps[{i}].master: {exc}") from None
-        if step.as_of is not None:
-            check_as_of(step, i, store.table, types, available)
+        with store:
+            select = list(store.select)
+            types = {c.name: c.arrow_type for c in store.columns}
+            if step.as_of is not None:
+                check_as_of(step, i, store, types, available)
         if available is not None and step.column not in available:
             raise ConfigError(
                 f"steps[{i}].column: {step.column!r} is not a column of the stream (columns: {sorted(available - {'sj_arrival'})})"

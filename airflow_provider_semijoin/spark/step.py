@@ -23,7 +23,7 @@ from ..core.asof import pick_versions
 from ..core.errors import ConfigError
 from ..core.joins.base import CacheProbes, JoinOutput
 from ..core.joins.registry import planner
-from ..core.reasons import Unmatched
+from ..core.reasons import Unmatched, labels
 from ..core.session import LOG_BYTES_PER_TUPLE, JoinSession, planned_for_rows
 from ..core.stores import SnapshotLost, open_store
 from ..core.stores.capture import changes_seen
@@ -79,7 +79,8 @@ class JoinStep:
             self.follower = changes_seen(self.store, spec.change_capture, spec.master_static, spec.master.url,
                                          f"steps[{index}].master", refresh=spec.refresh is not None)
             self.inferred = None if spec.on_missing != "inferred_member" else InferredMembers(
-                self.store, spec.master.url, spec.inferred_member, f"steps[{index}].inferred_member", retry_max_s)
+                self.store, spec.master.url, spec.inferred_member, f"steps[{index}].inferred_member", retry_max_s,
+                spec.as_of.lookup if spec.as_of is not None else None)
         except BaseException:
             if self.follower is not None:
                 self.follower.stop()
@@ -270,6 +271,20 @@ class JoinStep:
         self._algorithm = self.planner.build(self.plan)
         self._algorithm.counters = counters
         self.session = session_from(self._algorithm, self.spec.column, inside, self.clock)
+        if r_moved and self.sized:  # planned anew: the operator shows this plan
+            self._keep_plan()
+
+    def _keep_plan(self) -> None:
+        """The plan the step runs with (its memory split, the rows' bytes it was sized for and a
+        stamp of R's statistics it was planned on) kept beside the checkpoint for the operator
+        (:mod:`..job.kept_plans`)."""
+        if self.checkpoint is not None:
+            keep_plan(self.checkpoint, self.index, self.spec, {
+                "memory_split": {**self._algorithm.memory_split(),
+                                 "carried_rows_bytes": self.spec.memory_bytes - self.algorithm_memory},
+                "row_bytes": round(self.row_bytes, 1), "stats_stamp": stats_stamp(self.planner.stats),
+                "planned_at": self.clock(),
+            })
 
     def _replan(self) -> None:
         """R moved: the step's plan anew, at the same share, on R's statistics read again."""
@@ -300,6 +315,7 @@ class JoinStep:
         them and built once, now; else the plan of the whole M, built once the first rows show
         how wide they are (:meth:`_size_on_first_rows`)."""
         self._algorithm = None
+        self.row_bytes: float | None = None  # a carried row's bytes the algorithm is sized for (once sized)
         if self.spills:
             self._size(float(SPILLED_ROW_BYTES))
         else:
@@ -319,11 +335,8 @@ class JoinStep:
         its plan from the step's planner (R's statistics as read at the start), built once."""
         self.plan, share = planned_for_rows(self.planner, self.spec.memory_bytes, row_bytes)
         self._algorithm, self.algorithm_memory, self.sized = self.planner.build(self.plan), share, True
-        if self.checkpoint is not None:
-            keep_plan(self.checkpoint, self.index, self.spec, {
-                "memory_split": {**self._algorithm.memory_split(), "carried_rows_bytes": self.spec.memory_bytes - share},
-                "row_bytes": round(row_bytes, 1), "stats_stamp": stats_stamp(self.planner.stats), "planned_at": self.clock(),
-            })
+        self.row_bytes = row_bytes
+        self._keep_plan()
         if self.partitioned is not None:
             self.partitioned.memory = max(share // self.partitioned.parts, 1)
             self.partitioned.rebuild_all()
@@ -402,9 +415,16 @@ class JoinStep:
         elif policy == "inferred_member":  # a null or bad key is never inferred: dead letter
             fits = self.inferred.can_hold(unmatched[self.spec.column])
             infer = pc.and_kleene(pc.equal(unmatched["reason"], NOT_IN_MASTER), fits)
+            if self.spec.as_of is not None:  # nor a tuple without an event time
+                infer = pc.and_kleene(infer, pc.is_valid(unmatched[self.spec.as_of.event_time]))
             members = unmatched.filter(infer).drop_columns(["reason"])
-            passed_parts.append(self._inferred_member(members, passed_parts[0].schema))
             unmatched = unmatched.filter(pc.invert(infer))
+            if self.spec.as_of is None:
+                passed_parts.append(self._inferred_member(members, passed_parts[0].schema))
+            else:
+                inferred, left = self._inferred_versions(members, passed_parts[0].schema)
+                passed_parts.append(inferred)
+                unmatched = pa.concat_tables([unmatched, left.select(unmatched.column_names)])
         dead = dead_letter_rows(unmatched.drop_columns(["reason"]), self.index, unmatched["reason"])
         passed = pa.concat_tables(passed_parts, promote_options="default")
         if self.spec.drop_column:
@@ -435,15 +455,47 @@ class JoinStep:
             rows = rows.append_column(out, values.cast(schema.field(out).type))
         return rows.select(schema.names)
 
+    def _inferred_versions(self, rows: pa.Table, schema: pa.Schema) -> tuple[pa.Table, pa.Table]:
+        """``inferred_member`` with ``as_of``: the tuples whose key R lacked, each matched with the
+        version of its key valid at its event time - the placeholder (valid at every time), or, where
+        R's real rows arrived meanwhile, theirs (:func:`..core.asof.pick_versions`); (the tuples going
+        on, those left with their reason: no version valid)."""
+        if not rows.num_rows:
+            return self._inferred_member(rows, schema), rows.append_column("reason", pa.array([], pa.string()))
+        keys = rows[self.spec.column]
+        distinct = pc.unique(keys)
+        found, of_key = self.inferred.versions_of(distinct)
+        at = pc.index_in(keys, value_set=distinct).to_numpy(zero_copy_only=False).astype(np.int64)
+        per_key = np.bincount(of_key, minlength=len(distinct))  # found's rows are in key order (of_key sorted)
+        first_of_key = np.cumsum(per_key) - per_key
+        pairs = per_key[at]  # each tuple with every row of its key
+        tuples = np.repeat(np.arange(rows.num_rows), pairs)
+        rank = np.arange(len(tuples)) - np.repeat(np.cumsum(pairs) - pairs, pairs)  # the pair's among its tuple's
+        versions = np.repeat(first_of_key[at], pairs) + rank
+        master = found.drop_columns([self.spec.master.key]).take(pa.array(versions, pa.int64()))
+        picked = pick_versions(JoinOutput(tuples, master, np.zeros(0, np.int64), np.zeros(0, np.int8)),
+                               rows[self.spec.as_of.event_time].take(pa.array(tuples, pa.int64())),
+                               self.spec.as_of.lookup)
+        going_on = rows.take(pa.array(picked.matched_ids, pa.int64()))
+        for column in self.select:
+            out = self.spec.rename.get(column, column)
+            going_on = going_on.append_column(out, picked.master[column].cast(schema.field(out).type))
+        left = rows.take(pa.array(picked.unmatched_ids, pa.int64()))
+        reasons = pa.array(labels(picked.unmatched_reason), pa.string())
+        return going_on.select(schema.names), left.append_column("reason", reasons)
+
     def _rename(self, matched: pa.Table) -> pa.Table:
         names = [self.spec.rename.get(n, n) if n in self.select else n for n in matched.column_names]
         return matched.rename_columns(names)
 
     def _unknown_member(self, rows: pa.Table, schema: pa.Schema) -> pa.Table:
+        """``on_missing: unknown_member``: R's columns of ``rows`` set to the step's values, each
+        one Arrow scalar repeated (no Python list a row)."""
         for column in self.select:
             out = self.spec.rename.get(column, column)
             value = self.spec.unknown_member.get(out, self.spec.unknown_member.get(column))
-            rows = rows.append_column(out, pa.array([value] * rows.num_rows).cast(schema.field(out).type))
+            field_type = schema.field(out).type
+            rows = rows.append_column(out, pa.repeat(pa.scalar(value).cast(field_type), rows.num_rows))
         return rows.select(schema.names)
 
     def cache_hit_ratio_delta(self) -> float | None:

@@ -36,6 +36,7 @@ class SliceStats:
     log_bytes: int  # the session's log of the tuples inside
     ahead_s: float = 0.0  # of which: stepped ahead before the slice, between micro-batches (:mod:`.ahead`)
     ahead_bytes: int = 0  # bytes of what the stepping ahead completed, held until this batch took it
+    rebuilds: ClassVar[int] = 0  # one slice in the driver: no part to rebuild
 
     def with_ahead(self, ahead: SliceStats, ahead_bytes: int) -> SliceStats:
         """These figures with those of the stepping ahead before the slice (``ahead``), whose
@@ -50,12 +51,13 @@ class SliceStats:
 
 @dataclass
 class PartStats:
-    """One part's report from its Spark task (:func:`.partitioned.join_part`), as the stats row
-    of its output carries it (:meth:`to_json`)."""
+    """One part's report from its Spark task (:func:`.partitioned.serve_part`), as the task returns
+    it (:meth:`to_json`)."""
 
     part: int
-    lost: bool = False  # the worker does not hold the part's state (the driver sends the part whole)
-    slice: SliceStats | None = None  # None: lost, or a part with no key range of R (it holds no tuple)
+    slice: SliceStats | None = None  # None: a part with no key range of R (it holds no tuple)
+    token: str = ""  # names the state the part's worker holds after the slice
+    worker: str = ""  # the Python worker that holds it
 
     @property
     def balanced(self) -> bool:
@@ -66,12 +68,13 @@ class PartStats:
         return {name: None if self.slice is None else getattr(self.slice, name) for name in PART_FIGURES}
 
     def to_json(self) -> str:
-        return json.dumps({"part": self.part, "lost": self.lost, "slice": None if self.slice is None else asdict(self.slice)})
+        return json.dumps({"part": self.part, "slice": None if self.slice is None else asdict(self.slice),
+                           "token": self.token, "worker": self.worker})
 
     @classmethod
     def from_json(cls, text: str) -> PartStats:
         data = json.loads(text)
-        return cls(data["part"], data["lost"], None if data["slice"] is None else SliceStats(**data["slice"]))
+        return cls(data["part"], None if data["slice"] is None else SliceStats(**data["slice"]), data["token"], data["worker"])
 
 
 _SUMMED = ("disk_queries", "disk_rows", "fed", "left", "pending", "forced_steps", "structure_bytes",
@@ -95,20 +98,23 @@ class PartsStats:
     wall_s: float
     master_version: int
     master_read_at: float | None
-    part_stats: list[PartStats]  # the parts that ran (none lost): where the time goes
+    part_stats: list[PartStats]  # the parts that ran: where the time goes
     balanced: bool
+    rebuilds: int = 0  # parts whose state was not found where it was left (sent whole again, built afresh)
     ahead_s: ClassVar[float] = 0.0  # the parts do not work ahead between micro-batches
     ahead_bytes: ClassVar[int] = 0
 
     @classmethod
-    def merged(cls, parts: list[PartStats], expected_parts: int, wall_s: float, master_read_at: float | None) -> PartsStats:
-        """The sum of ``parts`` (each ran, none lost); balanced when all ``expected_parts`` ran
+    def merged(cls, parts: list[PartStats], expected_parts: int, wall_s: float, master_read_at: float | None,
+               rebuilds: int = 0) -> PartsStats:
+        """The sum of ``parts`` (each ran once); balanced when all ``expected_parts`` ran
         and each is balanced."""
         ran = [p.slice for p in parts if p.slice is not None]
         return cls(
             **{name: sum(getattr(s, name) for s in ran) for name in _SUMMED},
             wall_s=wall_s, master_version=max((s.master_version for s in ran), default=0), master_read_at=master_read_at,
             part_stats=list(parts), balanced=len(parts) == expected_parts and all(p.balanced for p in parts),
+            rebuilds=rebuilds,
         )
 
     def part_figures(self) -> list[dict]:

@@ -120,16 +120,13 @@ def connections(monkeypatch):
 
 @pytest.fixture(scope="session")
 def spark():
-    """One local[2] Spark session for the whole test session (about 8 s to start)."""
-    from pyspark.sql import SparkSession
+    """One local[2] Spark session for the whole test session (about 8 s to start), configured as
+    the product configures its own (:func:`...spark.session.get_spark`): the Spark tests that run
+    after these get this session, and its static settings (the Python workers' sockets) stay."""
+    from airflow_provider_semijoin.spark.session import get_spark
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("semijoin-airflow-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
+    session = get_spark("local[2]", app_name="semijoin-airflow-tests",
+                        conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"})
     yield session
     session.stop()
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its connection close at exit logs to closed streams

@@ -4,6 +4,7 @@ where it exists, planned on R (as the runner will) where it does not."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -12,9 +13,11 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_semijoin.core.errors import ConfigError
-from airflow_provider_semijoin.job.kept_plans import plan_file
+from airflow_provider_semijoin.job.kept_plans import plan_file, stats_stamp
+from airflow_provider_semijoin.job.spec import StepSpec
 from airflow_provider_semijoin.operators.join import HybridJoinOperator
 from airflow_provider_semijoin.spark.runner import BatchProcessor
+from airflow_provider_semijoin.spark.step import JoinStep
 from airflow_provider_semijoin.workloads.stream import generator_rows
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spark"))
@@ -81,3 +84,31 @@ def test_a_step_changed_since_its_plan_was_kept_is_planned_anew(tmp_path, sqlite
     run_one_batch(spec)
     spec.steps[0].memory = "2M"  # not the step whose plan was kept
     assert operator().job_info(spec, "link")["steps"][0]["memory_split_planned_by"] == "worker"
+
+
+def test_a_refresh_that_plans_anew_keeps_the_new_plan(tmp_path, sqlite_backend):
+    """``refresh: {every_s}`` reads R's statistics again and plans the step anew: the kept plan,
+    what the operator shows, is the new one (it kept the plan of the start, with its stamp)."""
+    store = sqlite_backend.make_master(pa.table({"nk": pa.array(range(0, 4000, 2), pa.int64()),
+                                                 "v": pa.array(range(2000), pa.int64())}))
+    step = StepSpec(column="nk", master={"url": sqlite_backend.url, "table": store.table, "key": "nk", "select": ["v"]},
+                    algorithm="hybridjoin", memory="1M", params={"page_rows": 50}, refresh={"every_s": 10.0})
+    now = [1000.0]
+    join = JoinStep(step, 0, clock=lambda: now[0], checkpoint=str(tmp_path / "checkpoint"))
+    rows = pa.table({"sj_id": pa.array([str(i) for i in range(300)]), "nk": pa.array(range(0, 900, 3), pa.int64()),
+                     "sj_arrival": pa.array(np.full(300, now[0]))})
+    try:
+        join.run(rows, 0, now[0], -np.inf, -np.inf, False)
+        first = json.loads(plan_file(str(tmp_path / "checkpoint"), 0).read_text())
+        sqlite_backend.connection.executemany(f'INSERT INTO "{store.table}" (nk, v) VALUES (?, ?)',
+                                              [(k, k) for k in range(4000, 40_000, 2)])  # R ten times as large
+        sqlite_backend.connection.commit()
+        now[0] = 1011.0
+        join.refresh_if_due()
+        kept = json.loads(plan_file(str(tmp_path / "checkpoint"), 0).read_text())
+        assert join.refreshes == 1 and kept["planned_at"] == 1011.0
+        assert kept["stats_stamp"] == stats_stamp(join.planner.stats) != first["stats_stamp"]
+        assert kept["memory_split"] == {**join.algorithm.memory_split(),
+                                        "carried_rows_bytes": step.memory_bytes - join.algorithm_memory}
+    finally:
+        join.close()

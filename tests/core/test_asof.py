@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_semijoin.core.asof import AsOf, instants, pick_versions
+from airflow_provider_semijoin.core.asof import (
+    AsOf, _latest, dense_span, instants, latest_sorted, pick_versions, tuples_left)
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins.base import JoinOutput
 from airflow_provider_semijoin.core.reasons import Unmatched
@@ -71,16 +72,74 @@ version = st.tuples(st.integers(0, 3), st.integers(0, 10**6), st.one_of(st.none(
 @settings(max_examples=300, deadline=None)
 @given(versions=st.lists(version, max_size=12),
        times=st.lists(st.tuples(st.integers(0, 4), st.one_of(st.none(), st.integers(-2, 42))), max_size=20),
-       seed=st.integers(0, 2**31))
-def test_pick_versions_matches_the_oracle(versions, times, seed):
+       seed=st.integers(0, 2**31), spread=st.sampled_from([1, 1000]))
+def test_pick_versions_matches_the_oracle(versions, times, seed, spread):
     """Gaps, overlaps, open and null bounds, out-of-order event times, shuffled pairs: one row per
-    valid tuple, exactly the oracle's, every other matched tuple unmatched once with its reason."""
+    valid tuple, exactly the oracle's, every other matched tuple unmatched once with its reason;
+    tuple ids consecutive (flagged) or far apart (sorted: :func:`dense_span`)."""
     versions = [(k, sk * 8 + k, vf, vt) for k, sk, vf, vt in versions]  # surrogate keys distinct enough
-    tuples = [(i, key, t) for i, (key, t) in enumerate(times)]
+    tuples = [(i * spread, key, t) for i, (key, t) in enumerate(times)]
     out, event_time = pairs(tuples, versions, np.random.default_rng(seed))
     picked = pick_versions(out, event_time, AS_OF)
     assert outcome(picked) == oracle(tuples, versions)
     assert len(picked.matched_ids) == len(set(picked.matched_ids.tolist()))
+
+
+def sound(cuts: list[tuple[int, list[int], bool]]) -> list[tuple]:
+    """A sound type-2 table: per key, versions from one sorted cut to the next, without overlaps,
+    the last one open or closed."""
+    versions, sks = [], iter(range(1, 10**6))
+    for key, points, open_end in {k: (k, p, o) for k, p, o in cuts}.values():
+        points = sorted(points)
+        for i, start in enumerate(points[:-1]):
+            versions.append((key, next(sks), start, None if open_end and i == len(points) - 2 else points[i + 1]))
+    return versions
+
+
+cuts = st.lists(st.tuples(st.integers(0, 3), st.lists(st.integers(0, 40), min_size=2, max_size=6, unique=True),
+                          st.booleans()), max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.one_of(cuts.map(sound), st.lists(version, max_size=12)),
+       times=st.lists(st.tuples(st.integers(0, 4), st.one_of(st.none(), st.integers(-2, 42))), max_size=20),
+       seed=st.integers(0, 2**31), spread=st.sampled_from([1, 1000]))
+def test_the_fast_path_picks_what_the_sort_picks(data, times, seed, spread):
+    """Where no tuple has two valid versions (a sound table: most examples) the valid pairs are
+    taken as they are, without the sort; the general sort picks the same, and on overlapping
+    versions both take the sort."""
+    versions = [(k, sk * 8 + k, vf, vt) for k, sk, vf, vt in data]
+    out, event_time = pairs([(i * spread, key, t) for i, (key, t) in enumerate(times)], versions,
+                            np.random.default_rng(seed))
+    t, t_null = instants(event_time, False, "t")
+    vf, vf_null = instants(out.master["valid_from"], False, "valid_from")
+    vt, vt_null = instants(out.master["valid_to"], False, "valid_to")
+    valid = np.flatnonzero(~t_null & ~vf_null & (vf <= t) & (vt_null | (t < vt)))
+    general = latest_sorted(out, valid, vf, vt, vt_null, AS_OF) if len(valid) else valid
+    for span in (dense_span(out.matched_ids), None):
+        assert _latest(out, valid, vf, vt, vt_null, AS_OF, span).tolist() == general.tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(ids=st.lists(st.integers(0, 60), max_size=40), kept=st.sets(st.integers(0, 60)),
+       untimed=st.sets(st.integers(0, 60)), offset=st.sampled_from([0, 10**12]))
+def test_the_tuples_left_are_the_same_by_flags_and_by_a_sort(ids, kept, untimed, offset):
+    """Which tuples left without a version, and which of them for a null event time: a flag per
+    id over the ids' span, or a sort - the same answer, in id order."""
+    ids_array = np.array(ids, np.int64) + offset
+    kept_ids = np.array(sorted(set(ids) & kept - untimed), np.int64) + offset
+    untimed_ids = np.array(sorted(set(ids) & untimed), np.int64) + offset
+    expected = sorted(set(ids) - set(kept_ids - offset))
+    for span in ({*ids} and (min(ids) + offset, max(ids) - min(ids) + 1) or None, None):
+        left, null_time = tuples_left(ids_array, kept_ids, untimed_ids, span)
+        assert (left - offset).tolist() == expected
+        assert null_time.tolist() == [i in untimed for i in expected]
+
+
+def test_the_ids_span_decides_flags_or_a_sort():
+    assert dense_span(np.array([7, 5, 9, 5], np.int64)) == (5, 5)
+    assert dense_span(np.array([0, 10**9], np.int64)) is None
+    assert dense_span(np.zeros(0, np.int64)) is None
 
 
 def test_the_winner_does_not_depend_on_the_order_of_the_pairs():

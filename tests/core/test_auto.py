@@ -81,6 +81,20 @@ def test_the_estimate_counts_the_ids_the_join_columns_and_earlier_steps():
     assert estimated_row_bytes(files, 0) == 16 + 8 + 2 * STRING_BYTES + JOIN_COLUMN_BYTES
 
 
+def test_the_estimate_counts_a_deadline_as_the_rows_carry_it():
+    """A job's deadline adds each tuple's to the carried rows (:func:`with_deadlines`): the
+    estimate grows by the bytes it adds a row (it counted none, 8 too few)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from airflow_provider_semijoin.job.spec import DeadlineSpec
+    from airflow_provider_semijoin.spark.joinstate import with_deadlines
+
+    rows = pa.table({"sj_arrival": pa.array(np.arange(1000, dtype=np.float64))})
+    added = (with_deadlines(rows, DeadlineSpec(max_latency_s=5.0)).nbytes - rows.nbytes) / rows.num_rows
+    assert estimated_row_bytes(GeneratorSource(), 0, deadline=True) - estimated_row_bytes(GeneratorSource(), 0) == added
+
+
 def test_auto_counts_the_versions_per_key_of_a_type_2_dimension(sqlite_backend):
     """Three versions per key: each page is three times the rows, so a page-reading candidate is
     predicted slower than on the same keys with one row each, and auto prices it so."""

@@ -10,7 +10,7 @@ from airflow_provider_semijoin.core.joins import ALGORITHMS
 from airflow_provider_semijoin.core.joins.base import CacheProbes, Counters
 from airflow_provider_semijoin.core.joins.frontstage import FrontStageCounters
 from airflow_provider_semijoin.core.joins.hybridjoin import HybridJoinCounters
-from airflow_provider_semijoin.core.joins.ssij import SSIJCounters
+from airflow_provider_semijoin.core.joins.ssij_state import SSIJCounters
 
 
 def test_a_family_reports_its_own_counters_by_name_and_a_when_counted_one_from_its_first_count():

@@ -40,11 +40,11 @@ def make_dimension(backend, *, nk_type="BIGINT", auto=True, extra="", nk_index="
     return table
 
 
-def inferrer(backend, table, select=SELECT, **options) -> InferredMembers:
+def inferrer(backend, table, select=SELECT, as_of=None, **options) -> InferredMembers:
     store = open_store(backend.url, table, "nk", select)
     normalised = inferred_member_options({"defaults": {"category": "unknown"}, **options}, "inferred_member", "nk")
     try:
-        return InferredMembers(store, backend.url, normalised, "steps[0].inferred_member")
+        return InferredMembers(store, backend.url, normalised, "steps[0].inferred_member", as_of=as_of)
     except BaseException:
         store.close()
         raise
@@ -192,6 +192,30 @@ def test_a_sequence_fills_the_surrogate_key_on_mariadb(mysql_backend):
         closing(members)
 
 
+def test_a_type_2_placeholder_is_valid_from_the_beginning_of_time_to_the_end_in_the_columns_types(backend):
+    """As-of (the version columns NOT NULL, so the end of time rather than NULL): MariaDB TIMESTAMP
+    and DATE take their types' bounds, SQLite epoch numbers 0 and 2**31 - 1; a key R holds is read
+    back with every version, a placeholder as its key's one version."""
+    import datetime as dt
+
+    from airflow_provider_semijoin.core.asof import AsOf
+
+    versions = (", valid_from TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, valid_to DATE NOT NULL DEFAULT '2000-01-01'"
+                if backend.name == "mysql" else ", valid_from INTEGER NOT NULL DEFAULT 5, valid_to INTEGER NOT NULL DEFAULT 9")
+    table = make_dimension(backend, extra=versions, real=(1, 1, 3))  # key 1: two versions
+    members = inferrer(backend, table, [*SELECT, "valid_from", "valid_to"], AsOf("sold_at", "valid_from", "valid_to"))
+    try:
+        found, positions = members.versions_of(pa.array([1, 7], pa.int64()))
+        assert positions.tolist() == [0, 0, 1] and found["sk"].to_pylist()[:2] == [100, 101]
+        (placeholder,) = found.slice(2).to_pylist()
+        bounds = ((dt.datetime(1970, 1, 2), dt.date(9999, 12, 31)) if backend.name == "mysql" else (0, 2**31 - 1))
+        assert (placeholder["valid_from"], placeholder["valid_to"]) == bounds
+        assert placeholder["category"] == "unknown" and members.inserted == 1
+        assert backend.execute(f"SELECT inferred FROM {backend.quote(table)} WHERE nk = 7") == [(1,)]
+    finally:
+        closing(members)
+
+
 START_ERRORS = [  # (table extras, inferrer options, message after the field path)
     ({}, {"flag_column": "is_inferred"}, r"\.flag_column: column 'is_inferred' is not in table '\w+' \(columns: "),
     ({}, {"defaults": {"colour": "red"}}, r"\.defaults\.colour: column 'colour' is not in table '\w+'"),
@@ -226,3 +250,4 @@ def test_a_missing_sequence_fails_at_start_on_mariadb(mysql_backend):
     with pytest.raises(ConfigError, match=r"^steps\[0\]\.inferred_member\.sequence: 'no_such_seq' is not a sequence "
                                           r"of the database; expected one made by CREATE SEQUENCE$"):
         inferrer(mysql_backend, table, sequence="no_such_seq", surrogate_key="sk")
+

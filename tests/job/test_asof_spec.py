@@ -99,3 +99,60 @@ def test_a_bad_scd_step_fails_when_the_dag_is_parsed(tmp_path, step, message):
     path = pipeline(tmp_path, step)
     with pytest.raises(SpecError, match=rf"^{re.escape(str(path))}: {re.escape(message)}[^\n]*$"):
         load_pipeline(path)
+
+
+SYSTEM_TIME = {"event_time": "sold_at", "system_time": True}
+
+
+def test_system_time_round_trips_and_the_store_reads_the_periods_under_their_names():
+    """``as_of: {event_time, system_time: true}``: the store reads R's system periods as the
+    version columns (:mod:`airflow_provider_semijoin.core.stores.system_time`), left out of the output."""
+    spec = JobSpec.from_dict(with_as_of(SYSTEM_TIME))
+    (step,) = spec.steps
+    assert step.as_of == AsOfSpec("sold_at", system_time=True)
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+    assert step.master_select == ["sk", "sj_row_start", "sj_row_end"] and step.master.select == ["sk"]
+    assert step.as_of.lookup.version_columns == ("sj_row_start", "sj_row_end")
+
+
+@pytest.mark.parametrize("as_of, step, message", [
+    ({**SYSTEM_TIME, "valid_from": "vf"}, {}, "steps[0].as_of.valid_from: given with system_time: true; expected one"),
+    ({**SYSTEM_TIME, "system_time": "yes"}, {}, "steps[0].as_of.system_time: 'yes' is not"),
+    ({"event_time": "sold_at"}, {}, "steps[0].as_of.valid_from: missing; expected the column that starts a version "
+                                    "(or system_time: true)"),
+    (SYSTEM_TIME, {"change_capture": "binlog"}, "steps[0].as_of.system_time: given with change_capture: binlog; "
+                                                "expected change_capture: triggers"),
+    (SYSTEM_TIME, {"on_missing": "inferred_member", "inferred_member": {"flag_column": "inferred"}},
+     "steps[0].as_of.system_time: given with on_missing: inferred_member; expected dead_letter, unknown_member or retry"),
+])
+def test_a_bad_system_time_is_one_sentence_naming_the_field(as_of, step, message):
+    with pytest.raises(SpecError, match=rf"^{re.escape(message)}[^\n]*$"):
+        JobSpec.from_dict(with_as_of(as_of, **step))
+
+
+def test_system_time_needs_the_columns_to_add():
+    data = with_as_of(SYSTEM_TIME)
+    del data["steps"][0]["master"]["select"]
+    with pytest.raises(SpecError, match=r"^steps\[0\]\.as_of\.system_time: master\.select is missing; expected the "
+                                        r"columns of R to add \(a system-versioned R is read with its periods beside them\)$"):
+        JobSpec.from_dict(data)
+
+
+SYSTEM_STEP = {**SCD_STEP, "dimension": {**without(without(SCD_STEP["dimension"], "valid_from"), "valid_to"),
+                                         "system_time": True}}
+
+
+def test_the_yaml_system_time_gives_the_spec_s_system_time(tmp_path):
+    (step,) = JobSpec.from_dict(load_pipeline(pipeline(tmp_path, SYSTEM_STEP)).job_dict()).steps
+    assert step.as_of == AsOfSpec("sold_at", system_time=True)
+    assert step.master_select == ["customer_sk", "sj_row_start", "sj_row_end"]
+
+
+@pytest.mark.parametrize("dimension, message", [
+    ({"valid_from": "valid_from"}, "steps[0].dimension.valid_from: given with system_time: true; expected one of them"),
+    ({"scd": 1}, "steps[0].dimension.system_time: given, but scd is 1; expected scd: 2"),
+])
+def test_a_bad_yaml_system_time_fails_when_the_dag_is_parsed(tmp_path, dimension, message):
+    path = pipeline(tmp_path, {**SYSTEM_STEP, "dimension": {**SYSTEM_STEP["dimension"], **dimension}})
+    with pytest.raises(SpecError, match=rf"^{re.escape(str(path))}: {re.escape(message)}[^\n]*$"):
+        load_pipeline(path)

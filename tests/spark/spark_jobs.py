@@ -13,6 +13,7 @@ import kill_driver
 
 from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
 from airflow_provider_semijoin.core.progress import json_after
+from airflow_provider_semijoin.spark import partitioned
 from airflow_provider_semijoin.spark.driver import SUMMARY_PREFIX
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from airflow_provider_semijoin.job.spec import JobSpec
@@ -20,6 +21,13 @@ from airflow_provider_semijoin.workloads.master import master_table
 from airflow_provider_semijoin.workloads.zipf import zipf_rows
 
 SELECT = ["name", "category"]
+
+
+def close_parts_held_here() -> None:
+    """The parts' sessions this process held (as a Spark worker would until it ends)."""
+    while partitioned._PARTS:
+        _, (_, session) = partitioned._PARTS.popitem()
+        session.algorithm.store.close()
 
 
 class Clock:

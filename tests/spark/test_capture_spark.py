@@ -72,7 +72,7 @@ from airflow_provider_semijoin.core.progress import parse_line
 from airflow_provider_semijoin.core.reasons import Unmatched, labels
 from airflow_provider_semijoin.core.stores import DatabaseURL, open_store, store_for
 from airflow_provider_semijoin.spark.joinstate import DUE, PART, SEQ, session_from, slice_of
-from airflow_provider_semijoin.spark.partitioned import REASON_CODE, STATS_COLUMN, TOKEN_COLUMN, join_part
+from airflow_provider_semijoin.spark.partitioned import _PARTS, REASON_CODE, PartCall, PartInput, from_ipc, serve_part, to_ipc
 from airflow_provider_semijoin.spark.sinks import read_parquet_batch
 from airflow_provider_semijoin.job.spec import JobSpec, StepSpec
 from spark_jobs import driver_summary, landing_job
@@ -463,13 +463,10 @@ def test_a_part_rebuilt_with_new_tuples_whose_key_cannot_be_in_r_lets_them_leave
     store = sqlite_backend.make_master(master())
     step = StepSpec(column="nk", master={"url": sqlite_backend.url, "table": store.table, "key": "nk", "select": ["v"]},
                     master_static=True)
-    schema = pa.schema([pa.field(SEQ, pa.int64()), pa.field(REASON_CODE, pa.int8()), *store.schema,
-                        pa.field(STATS_COLUMN, pa.string())])
-    rows = pa.table({SEQ: pa.array([None, 0, 1], pa.int64()), "nk": pa.array([None, 14, None], pa.int64()),
-                     DUE: [None, math.inf, math.inf], PART: pa.array([0, 0, 0], pa.int32()),
-                     TOKEN_COLUMN: pa.array(["", None, None], pa.string())})  # the control row: rebuild
-    out = join_part(json.dumps(dataclasses.asdict(step)), 0, 1 << 20, rows, schema, (None, None), 0, math.inf, 0.0,
-                    True, "call:0")
-    left = out.filter(pc.is_valid(out[SEQ]))
+    rows = pa.table({SEQ: pa.array([0, 1], pa.int64()), "nk": pa.array([14, None], pa.int64()), DUE: [math.inf, math.inf]})
+    call = PartCall(json.dumps(dataclasses.asdict(step)), 1 << 20, [(None, None)], 0, math.inf, 0.0, True, "call:0")
+    _, out = serve_part(call, 0, PartInput("", "", to_ipc(rows)))  # token "": build the part from every tuple sent
+    _PARTS.pop((call.step_json, 0))[1].algorithm.store.close()  # (what this process, as a worker, held)
+    left = from_ipc(out)
     assert dict(zip(left[SEQ].to_pylist(), left[REASON_CODE].to_pylist())) == {0: None, 1: int(Unmatched.NULL_KEY)}
     assert left.filter(pc.is_null(left[REASON_CODE]))["v"].to_pylist() == [140]

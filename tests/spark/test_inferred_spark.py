@@ -1,9 +1,10 @@
-"""``on_missing: inferred_member`` through Spark, on SQLite and MariaDB, with R's writes captured
-(triggers): facts whose product the dimension lacks get a placeholder row each - exactly one per
-key, through a SIGKILL between the placeholders' commit and the batch's commit and the replay -
-and carry its surrogate key; the dimension's later load UPDATEs the placeholders in place and a
-join after it finds the same keys, now real, inserting nothing. With a grace period the real row
-is awaited first; a null key is never inferred."""
+"""``on_missing: inferred_member`` through Spark at partitions 1 and 2, on SQLite and MariaDB,
+with R's writes captured (triggers): facts whose product the dimension lacks get a placeholder
+row each - exactly one per key, through a SIGKILL between the placeholders' commit and the
+batch's commit and the replay - and carry its surrogate key; the dimension's later load UPDATEs
+the placeholders in place and a join after it finds the same keys, now real, inserting nothing.
+With a grace period the real row is awaited first; a null key is never inferred. At partitions 2
+also with the parts in this process, through a crash and replay of the draining batch."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import kill_driver
-from spark_jobs import Clock, driver_summary, generator_job
+from spark_jobs import Clock, close_parts_held_here, driver_summary, generator_job
 
 from airflow_provider_semijoin.core.stores.inferred import InferredMembers
 from airflow_provider_semijoin.job.spec import JobSpec
@@ -104,9 +105,11 @@ def finished(driver: subprocess.Popen, timeout: float) -> str:
 
 
 @pytest.mark.timeout(900)
-def test_a_sigkill_after_the_placeholders_commit_replays_to_the_same_keys_on_sqlite(tmp_path, sqlite_backend):
+@pytest.mark.parametrize("partitions", [1, 2])
+def test_a_sigkill_after_the_placeholders_commit_replays_to_the_same_keys_on_sqlite(tmp_path, sqlite_backend, partitions):
     table = make_dimension(sqlite_backend)
     spec = inferring_job(tmp_path, sqlite_backend, table, "run")
+    spec.partitions = partitions
     spec_file = tmp_path / "job.json"
     spec_file.write_text(json.dumps(spec.to_dict()))
     killed_at = 2
@@ -130,11 +133,15 @@ def test_a_sigkill_after_the_placeholders_commit_replays_to_the_same_keys_on_sql
     dimension = dimension_rows(sqlite_backend, table)
     assert all(dimension[nk][0] == sk for nk, sk in inferred_before.items())  # no second placeholder, same key
     replayed = read_parquet_batch(batch_folder)
-    assert sorted(zip(replayed["tid"].to_pylist(), replayed["sk"].to_pylist())) == sorted(
-        zip(first_attempt["tid"].to_pylist(), first_attempt["sk"].to_pylist()))
+    first_keys = dict(zip(first_attempt["tid"].to_pylist(), first_attempt["sk"].to_pylist()))
+    replayed_keys = dict(zip(replayed["tid"].to_pylist(), replayed["sk"].to_pylist()))
+    both = first_keys.keys() & replayed_keys.keys()
+    assert both and all(first_keys[tid] == replayed_keys[tid] for tid in both)  # written by both: the same keys
+    if partitions == 1:  # and the same rows (at 2 the parts, rebuilt cold, let other tuples complete in the replay)
+        assert replayed_keys == first_keys
     facts = read_parquet_sink(spec.sinks.matched.path)
     assert read_parquet_sink(spec.sinks.dead_letter.path).num_rows == 0
-    assert_facts_carry_their_keys(spec, facts, dimension)
+    assert_facts_carry_their_keys(spec, facts, dimension)  # each tuple once
     # the product feed lands: the load UPDATEs each placeholder in place, and every fact's key stays valid
     sqlite_backend.execute(f"UPDATE {sqlite_backend.quote(table)} SET name = 'product ' || nk, inferred = 0 "
                            "WHERE inferred = 1")
@@ -146,13 +153,16 @@ def test_a_sigkill_after_the_placeholders_commit_replays_to_the_same_keys_on_sql
 
 @pytest.mark.mysql
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("partitions", [1, 2])
 def test_the_real_load_updates_the_placeholders_and_a_later_join_finds_the_same_keys_on_mariadb(
-        spark, tmp_path, mysql_backend, monkeypatch):
-    """Also: a key is inferred once - the running join sees each placeholder through change
-    capture, so no later tuple of its key leaves unmatched to be inferred again (the real
-    transactions, watched: each call's keys asked and placeholders inserted)."""
+        spark, tmp_path, mysql_backend, monkeypatch, partitions):
+    """Also: a key is inferred once - the running join (at partitions 2: each part in its Spark
+    task) sees each placeholder through change capture, so no later tuple of its key leaves
+    unmatched to be inferred again (the real transactions, watched: each call's keys asked and
+    placeholders inserted)."""
     table = make_dimension(mysql_backend)
     spec = inferring_job(tmp_path, mysql_backend, table, "before")
+    spec.partitions = partitions
     calls = []
     infer_once = InferredMembers._infer_once
 
@@ -177,6 +187,7 @@ def test_the_real_load_updates_the_placeholders_and_a_later_join_finds_the_same_
     loaded = dimension_rows(mysql_backend, table)
     assert all(loaded[nk][0] == dimension[nk][0] and loaded[nk][2] == 0 for nk in dimension)
     again = inferring_job(tmp_path, mysql_backend, table, "after")  # the same stream again, a new query
+    again.partitions = partitions
     assert run_job(again, spark=spark)["stopped_by"] == "end_of_input"
     later = read_parquet_sink(again.sinks.matched.path)
     assert dimension_rows(mysql_backend, table) == loaded  # nothing inferred: every key is real now
@@ -230,3 +241,103 @@ def test_with_a_grace_period_the_real_row_is_awaited_then_a_placeholder_inferred
     for nk, sk, name in zip(*(facts[c].to_pylist() for c in ("nk", "sk", "name"))):
         assert dimension[nk][:2] == (sk, name)
     assert {name for nk, name in zip(facts["nk"].to_pylist(), facts["name"].to_pylist()) if nk == late} == {"arrived"}
+
+
+def test_at_partitions_2_one_placeholder_per_key_through_a_crash_and_replay(tmp_path, backend, monkeypatch):
+    """``partitions: 2`` with the parts' code in this process (``BatchProcessor(spec, None, ...)``,
+    as ``test_parts_exact``): the parts return the tuples whose key R lacks, the driver infers
+    them. The last batch drains the join; once its placeholders and sinks are written the
+    driver's memory and the parts' sessions are lost (a crash before Spark's commit) and it is
+    replayed, reading R as its first attempt did (before its placeholders): it asks for the same
+    keys, inserts none, and its facts carry the keys of the first attempt; every fact carries its
+    key's row, one placeholder per key; the later real load keeps the facts' keys valid."""
+    table = make_dimension(backend)
+    spec = inferring_job(tmp_path, backend, table, "parts")
+    spec.partitions, spec.work_ahead = 2, False
+    clock = Clock()
+    batches = [generator_rows(spec.source.settings(), first, first + 300) for first in range(0, 2400, 300)]
+    last = len(batches) - 1
+    last_folder = Path(spec.sinks.matched.path) / f"batch={last}"
+
+    def process(processor: BatchProcessor, batch_id: int) -> None:
+        if batch_id == last:
+            processor.request_drain("end_of_input")
+        rows = batches[batch_id]
+        processor.process(rows.append_column("sj_arrival", pa.array([clock.now] * rows.num_rows)), batch_id)
+        clock.now += 1.0
+
+    processor = BatchProcessor(spec, None, False, clock)
+    try:
+        assert processor.steps[0].partitioned is not None
+        for batch_id in range(last):
+            process(processor, batch_id)
+        inferred_earlier = {nk for nk, row in dimension_rows(backend, table).items() if row[2] == 1}
+        process(processor, last)
+        assert processor.drained == "end_of_input"
+        inferred_before = {nk: row[0] for nk, row in dimension_rows(backend, table).items() if row[2] == 1}
+        first_attempt = read_parquet_batch(last_folder)
+    finally:
+        processor.close()  # the crash: the driver's memory lost ...
+        close_parts_held_here()  # ... and the parts' sessions with its workers
+    inferred_by_the_crashed = set(inferred_before) - inferred_earlier
+    assert inferred_earlier and inferred_by_the_crashed  # placeholders committed by the batch then lost
+    asked, rows_of = set(), InferredMembers.rows_of
+
+    def watched(members, keys):
+        asked.update(keys.to_pylist())
+        return rows_of(members, keys)
+
+    monkeypatch.setattr(InferredMembers, "rows_of", watched)
+    processor = BatchProcessor(spec, None, False, clock)
+    try:
+        process(processor, last)  # again: Spark had not committed it
+        assert processor.drained == "end_of_input" and processor.steps[0].inferred.inserted == 0
+    finally:
+        processor.close()
+        close_parts_held_here()
+    assert inferred_by_the_crashed <= asked  # read back, not inserted again
+    dimension = dimension_rows(backend, table)
+    assert {nk: row[0] for nk, row in dimension.items() if row[2] == 1} == inferred_before  # one placeholder each
+    replayed = read_parquet_batch(last_folder)
+    assert sorted(zip(replayed["tid"].to_pylist(), replayed["sk"].to_pylist())) == sorted(
+        zip(first_attempt["tid"].to_pylist(), first_attempt["sk"].to_pylist()))
+    facts = read_parquet_sink(spec.sinks.matched.path)
+    assert read_parquet_sink(spec.sinks.dead_letter.path).num_rows == 0
+    assert_facts_carry_their_keys(spec, facts, dimension)  # each tuple once, with its key's placeholder or row
+    # the product feed lands: the load UPDATEs each placeholder in place, and every fact's key stays valid
+    backend.execute(f"UPDATE {backend.quote(table)} SET name = 'loaded', inferred = 0 WHERE inferred = 1")
+    loaded = dimension_rows(backend, table)
+    assert {nk: row[0] for nk, row in loaded.items()} == {nk: row[0] for nk, row in dimension.items()}
+    by_sk = {row[0]: (nk, row[2]) for nk, row in loaded.items()}
+    assert all(by_sk[sk] == (nk, 0) for sk, nk in zip(facts["sk"].to_pylist(), facts["nk"].to_pylist()))
+
+
+@pytest.mark.mysql
+def test_a_user_who_may_read_but_not_insert_into_the_dimension_is_refused_at_start_on_mariadb(
+        tmp_path, mysql_backend, mysql_url):
+    """A real user with SELECT on R but not INSERT (made as root over the socket, dropped at the
+    end): the job refuses to start, in one sentence, and writes nothing."""
+    import MySQLdb
+
+    from airflow_provider_semijoin.core.errors import ConfigError
+    from airflow_provider_semijoin.core.stores.sql import DatabaseURL
+
+    table = make_dimension(mysql_backend)
+    url = DatabaseURL.parse(mysql_url)
+    reader = f"mysql://sj_readonly:pw@{url.host}:{url.port}/{url.database}"
+    spec = inferring_job(tmp_path, mysql_backend, table, "readonly")
+    spec.steps[0].master.url, spec.steps[0].master_static, spec.steps[0].change_capture = reader, True, None
+    root = MySQLdb.connect(unix_socket="/run/mysqld/mysqld.sock", user="root", autocommit=True)
+    cursor = root.cursor()
+    cursor.execute("CREATE OR REPLACE USER 'sj_readonly'@'127.0.0.1' IDENTIFIED BY 'pw'")
+    try:
+        cursor.execute(f"GRANT SELECT ON `{url.database}`.`{table}` TO 'sj_readonly'@'127.0.0.1'")
+        with pytest.raises(ConfigError, match=rf"^steps\[0\]\.inferred_member: cannot insert placeholders into "
+                                              rf"'{table}' \(INSERT command denied to user 'sj_readonly'@"
+                                              rf"'127\.0\.0\.1' for table .*{table}.*\); expected a user who may "
+                                              r"write the table$"):
+            BatchProcessor(spec, None, False, Clock())
+    finally:
+        cursor.execute("DROP USER IF EXISTS 'sj_readonly'@'127.0.0.1'")
+        root.close()
+    assert len(dimension_rows(mysql_backend, table)) == MASTER_ROWS  # nothing written

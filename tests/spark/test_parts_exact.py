@@ -4,8 +4,8 @@ cannot hold - over N parts, with the cut points moving as the hot range moves, p
 worker lost them, crashes with and without a replay of the batch, and tuples held for a retry.
 
 The parts run in this process (``BatchProcessor(..., spark=None)``): the driver's routing and
-state, and each part's :func:`..spark.partitioned.join_parts` - the function Spark's
-``mapInArrow`` task runs - over the rows its task would get. Every tuple leaves exactly once, as
+state, and the requests of each call through :func:`..spark.partitioned.serve` - the function
+Spark's tasks run - as its tasks would get them. Every tuple leaves exactly once, as
 the oracle (:func:`..core.oracle.hash_join`, a plain hash join of each dimension) says.
 """
 
@@ -30,7 +30,7 @@ from airflow_provider_semijoin.spark.partitioned import RangePartitioner
 from airflow_provider_semijoin.spark.joinstate import StateFiles
 from airflow_provider_semijoin.spark.runner import BatchProcessor
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
-from spark_jobs import Clock, run_driver
+from spark_jobs import Clock, close_parts_held_here, run_driver
 
 UNKNOWN = -1  # the unknown member's surrogate key, on both steps
 GRACE_S = 2.5  # retry: how long a tuple whose product is unknown waits for it
@@ -130,13 +130,6 @@ def sinks(spec: JobSpec) -> tuple[dict, dict, int]:
     left = {int(i): (s, r) for i, s, r in zip(dead["sj_id"].to_pylist(), dead["step"].to_pylist(),
                                               dead["reason"].to_pylist())} if dead.num_rows else {}
     return rows, left, matched.num_rows + dead.num_rows
-
-
-def close_parts_held_here() -> None:
-    """The parts' sessions this process held (as a Spark worker would until it ends)."""
-    while partitioned._PARTS:
-        _, (_, session) = partitioned._PARTS.popitem()
-        session.algorithm.store.close()
 
 
 # after a batch: nothing; a step's parts lost (by part number: their worker went away); a crash, then the

@@ -92,7 +92,10 @@ def test_a_driver_steps_stats_and_the_records_are_what_the_plain_dicts_were(tmp_
 def test_a_partitioned_steps_stats_have_the_keys_order_and_types_they_had(spark, tmp_path, sqlite_backend):
     spec = meshjoin_job(tmp_path, sqlite_backend, algorithm="hybridjoin")
     got = step_stats(tmp_path, spec, Clock(), spark, parts=2)
-    assert all(shape(g) == BEFORE["partitioned_step_shape"] for g in got)
+    # master_read_at: unknown for an R without a change log, as one part's is (it was the call's time, a claim
+    # the parts' caches did not keep: test_parts_affinity's refresh test)
+    expected = [[k, "NoneType" if k == "master_read_at" else t] for k, t in BEFORE["partitioned_step_shape"]]
+    assert all(shape(g) == expected for g in got)
     assert all(g["parts"] == 2 and g["balanced"] for g in got)
     assert [sum(p["left"] for p in g["part_stats"]) for g in got] == [g["left"] for g in got]
     assert sum(g["left"] for g in got) == 1200 and got[-1]["carried"] == 0

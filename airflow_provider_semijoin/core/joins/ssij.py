@@ -17,8 +17,8 @@ Three phases (sec. IV-B, Algorithms 1 and 2):
 Here one :meth:`step` is the pending/online decision (plus the first read of a join phase it
 starts) or one sequence of the running join phase, so arrivals between steps land in IB while
 a join phase runs, as in the paper. The read plan, the join-phase estimate and CR are in
-:mod:`.ssij_pages`, the access path per page in :mod:`.ssij_access`; this module runs the
-phases over them.
+:mod:`.ssij_pages`, the access path per page in :mod:`.ssij_access`, IB, SB, II and a join
+phase's state in :mod:`.ssij_state`; this module runs the phases over them.
 
 The page cache CR (sec. IV-A, IV-C) keeps whole pages with a utility counter each. At the start
 of a join phase the utility of every page is known without I/O (cached pages: their counters;
@@ -79,7 +79,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -91,89 +90,15 @@ from ..stores.changes import Installed, install_changes
 from .ssij_access import distinct_keys, in_spans, sparse, split_at_keep
 from .ssij_pages import TICK_SCALE, JoinPhaseEstimate, PageCache, read_plan
 from .ssij_plan import PAIR_BYTES, PER_REQUESTED_BYTES, SsijStats, min_ssij, plan_ssij, shift
+from .ssij_state import JoinPhase, SSIJCounters, StreamBufferState, Tuples
 from .plan import Plan
-from .base import CacheProbes, JoinAlgorithm, JoinOutput, Param, ReadCosts, StreamBuffer, join_page, not_in_master, probe, ranges, when_counted
+from .base import JoinAlgorithm, JoinOutput, Param, ReadCosts, StreamBuffer, join_page, not_in_master, probe, ranges
 
 POLICIES = ("utility", "lru")
 DEADLINE_SAFETY = 2.0  # the join-phase estimate is doubled when deadlines decide (sec. IV-F)
 DEADLINE_SLACK = 0.1  # a tuple is due when a tenth of its time from arrival to deadline is left
 GAP_DECAY = 0.9  # the time between steps a deadline check allows for: a slowly decaying maximum
 KEEP_MARGIN = 2.0  # a page of P_u displaces a cached page only with KEEP_MARGIN times its demand (see _to_keep)
-
-
-# -- the stream tuples: IB, SB, II ----------------------------------------------------------------
-@dataclass
-class _Tuples:
-    """Stream tuples as columns (IB in arrival order; SB in the order they entered it)."""
-
-    row_ids: np.ndarray
-    keys: np.ndarray
-    deadlines: np.ndarray  # inf: none
-    due: np.ndarray  # when a join phase must start for the tuple to meet its deadline (sec. IV-F)
-
-    def __len__(self) -> int:
-        return len(self.row_ids)
-
-    def take(self, idx) -> "_Tuples":
-        return _Tuples(self.row_ids[idx], self.keys[idx], self.deadlines[idx], self.due[idx])
-
-    @classmethod
-    def concat(cls, parts: list["_Tuples"]) -> "_Tuples":
-        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("row_ids", "keys", "deadlines", "due")))
-
-
-@dataclass
-class _StreamBuffer:
-    """SB with its inverted index II: per tuple whether it matched yet and how many of its pages
-    are still to be joined; per II entry (``pair_sb``, ``pair_page``) a page it waits for."""
-
-    tuples: list[_Tuples] = field(default_factory=list)
-    matched: list[np.ndarray] = field(default_factory=list)
-    remaining: list[np.ndarray] = field(default_factory=list)
-    pair_sb: list[np.ndarray] = field(default_factory=list)
-    pair_page: list[np.ndarray] = field(default_factory=list)
-    size: int = 0
-    pairs: int = 0
-    min_due: float = math.inf
-
-
-@dataclass
-class _JoinPhase:
-    """A running join phase: SB and II (sorted by page) as arrays, the plan and where it is."""
-
-    sb: _Tuples
-    matched: np.ndarray
-    remaining: np.ndarray
-    pair_sb: np.ndarray
-    pair_page: np.ndarray
-    plan: list[tuple[int, int]]
-    requested: np.ndarray  # P_u: the pages to read, in position order
-    keep: np.ndarray  # per page of P_u: in ToKeep
-    recency: np.ndarray  # per page of P_u: its time of use once read (LRU)
-    priority: np.ndarray  # per page of P_u: what ranks it (its demand, or its recency for LRU)
-    started: float
-    open: int
-    next: int = 0
-    by_in: set[int] = field(default_factory=set)  # entries of the plan read by one IN query (:func:`.ssij_access.in_spans`)
-
-
-@dataclass
-class SSIJCounters(CacheProbes):
-    """SSIJ's phases (sec. IV): online phases, join phases (forced ones: a deadline or an update
-    could not wait), the sequences a join phase read, the pages it asked for and those read by
-    range (``pages_by_in``: by an IN query, ``in_loads`` of them), updates installed and the
-    cached pages they invalidated. ``cache_hits``: probed stream tuples whose pages were all in CR."""
-
-    online_phases: int = 0
-    join_phases: int = 0
-    forced_join_phases: int = 0
-    sequences: int = 0
-    pages_requested: int = 0
-    pages_read: int = 0
-    updates_installed: int = 0
-    invalidated_pages: int = 0
-    in_loads: int = when_counted()
-    pages_by_in: int = when_counted()
 
 
 class SemiStreamedIndexJoin(JoinAlgorithm):
@@ -207,12 +132,12 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
             setattr(self, name, sizes[name])
         self.cache = PageCache(n_pages, store.key_type.dtype, self.schema, s["cache_policy"])
         self.estimate = JoinPhaseEstimate(self.read_costs.range_s(1))
-        self._ib = _Tuples(np.zeros(0, np.int64), np.zeros(0, store.key_type.dtype), np.zeros(0), np.zeros(0))
-        self._sb = _StreamBuffer()
+        self._ib = Tuples(np.zeros(0, np.int64), np.zeros(0, store.key_type.dtype), np.zeros(0), np.zeros(0))
+        self._sb = StreamBufferState()
         self._ii_count = np.zeros(n_pages, dtype=np.int32)
         self._asked_in_phase = np.full(n_pages, -2, dtype=np.int32)  # the last join phase each page was in P_u of
         self._requested = 0  # pages with an II entry: |P_u| of the next join phase
-        self._phase: _JoinPhase | None = None
+        self._phase: JoinPhase | None = None
         self._phase_ended = False  # the last step ended a join phase (:attr:`cycle_ended`)
         self._online_s = 0.0  # duration of the last online phase
         self._gap_s = 0.0  # time between the last two steps: how late a deadline check may come
@@ -434,10 +359,10 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         ahead = np.isfinite(deadlines) & (deadlines > now)  # (no deadline, or past it: due at the deadline)
         due = deadlines.copy()
         due[ahead] -= DEADLINE_SLACK * (deadlines[ahead] - now)
-        self._ib = _Tuples.concat([self._ib, _Tuples(chunk.row_ids, chunk.keys, deadlines, due)])
+        self._ib = Tuples.concat([self._ib, Tuples(chunk.row_ids, chunk.keys, deadlines, due)])
 
     # -- the online phase (Alg. 1) ------------------------------------------------------------------
-    def _take_ib(self, n: int) -> _Tuples:
+    def _take_ib(self, n: int) -> Tuples:
         """The ``n`` tuples of IB with the closest deadlines (arrival order among equals, sec. IV-F)."""
         ib = self._ib
         if n >= len(ib):
@@ -517,7 +442,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self._online_s = self._time() - started
         return JoinOutput.concat(outputs, self.schema)
 
-    def _to_stream_buffer(self, batch: _Tuples, waits: np.ndarray, matched: np.ndarray, missing: np.ndarray,
+    def _to_stream_buffer(self, batch: Tuples, waits: np.ndarray, matched: np.ndarray, missing: np.ndarray,
                           pair_t: np.ndarray, pair_p: np.ndarray) -> None:
         sb = self._sb
         position = np.cumsum(waits) - 1 + sb.size  # where each waiting tuple goes in SB
@@ -547,9 +472,9 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         order = np.argsort(np.concatenate(sb.pair_page), kind="stable")  # II, page by page
         pair_page = np.concatenate(sb.pair_page)[order]
         pair_sb = np.concatenate(sb.pair_sb)[order]
-        tuples = _Tuples.concat(sb.tuples)
+        tuples = Tuples.concat(sb.tuples)
         matched, remaining = np.concatenate(sb.matched), np.concatenate(sb.remaining)
-        self._sb = _StreamBuffer()
+        self._sb = StreamBufferState()
         requested = np.flatnonzero(self._ii_count)  # P_u in position order (line 2)
         utility = self._ii_count[requested].astype(np.int64)
         self._ii_count[requested] = 0
@@ -559,7 +484,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         recency = self.cache.tick + 1 + np.arange(len(requested))  # the plan reads in position order
         demand = self.cache.settle(requested, utility)
         priority = recency.astype(np.float64) if self.cache.policy == "lru" else demand + recency * TICK_SCALE
-        phase = self._phase = _JoinPhase(tuples, matched, remaining, pair_sb, pair_page, plan, requested,
+        phase = self._phase = JoinPhase(tuples, matched, remaining, pair_sb, pair_page, plan, requested,
                                          np.zeros(len(requested), bool), recency, priority, self._time(), len(tuples))
         equi = self.range == (0, 0)
         phase_no = self.counters.join_phases
@@ -623,7 +548,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
             self._phase_ended = True
         return out
 
-    def _read(self, phase: _JoinPhase, first: int, count: int, pair_sb: np.ndarray) -> MasterPage:
+    def _read(self, phase: JoinPhase, first: int, count: int, pair_sb: np.ndarray) -> MasterPage:
         """Line 5: read the sequence by one range query; or, for a span of the plan that
         :func:`.ssij_access.in_spans` gave to IN, only the distinct keys waiting on it by one IN query
         (issue 12: sparse pages, e.g. of a short stream, need not be read whole)."""
@@ -635,7 +560,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self.counters.pages_read += count
         return self.store.load_pages(self.page_map, first, count)
 
-    def _join_ranges(self, phase: _JoinPhase, loaded: MasterPage, pair_sb: np.ndarray, pair_page: np.ndarray) -> JoinOutput:
+    def _join_ranges(self, phase: JoinPhase, loaded: MasterPage, pair_sb: np.ndarray, pair_page: np.ndarray) -> JoinOutput:
         lo, hi = self._key_ranges(phase.sb.keys[pair_sb])
         pair_idx, row_idx = self._match(loaded.keys, loaded.rows, lo, hi, pair_page)
         hit = pair_sb[pair_idx]
@@ -651,7 +576,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         out.matched_keys = phase.sb.keys[hit]
         return out
 
-    def _keep(self, phase: _JoinPhase, loaded: MasterPage, first: int, count: int) -> None:
+    def _keep(self, phase: JoinPhase, loaded: MasterPage, first: int, count: int) -> None:
         """Lines 11-13: pages of ToKeep stay cached, the others (and unrequested pages the scan
         read on the way) are dropped. A keep that no longer fits (IB grew) evicts only pages of
         lower utility; otherwise it is given up (ToKeep shrinks, sec. IV-C)."""

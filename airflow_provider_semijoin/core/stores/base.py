@@ -35,6 +35,7 @@ from .pagemaps import PageMap
 from .sql import Dialect
 from .versioned import VersionedReads
 from .binlog_reads import BinlogOverlay, SideSession
+from .system_time import PERIOD_NAMES, period_of, period_sql, system_period
 from .versions import Overlay
 
 DEFAULT_PAGE_ROWS = 500
@@ -121,18 +122,24 @@ class MasterStore(VersionedReads):
             select = [c.name for c in columns if c.name != key]
         for name in select:
             self.dialect.quote(name, "select column")
-            if name not in by_name:
+            if name not in by_name and name not in PERIOD_NAMES:
                 raise StoreError(
                     f"select: column {name!r} is not in table {table!r} (columns: {sorted(by_name)})"
                 )
         self.columns = columns
         self.select = list(select)
-        self.schema = pa.schema([(n, by_name[n].arrow_type) for n in self.select])
-        self.key_unique = self._check_index(by_name[key])
+        self.system_period = system_period(connection, table)  # R's period columns when system-versioned
+        # a system-versioned R read with its periods: every version (:mod:`.system_time`)
+        self.period = self._period() if set(self.select) & set(PERIOD_NAMES) else None
+        self.source_sql = self.quoted_table + (" FOR SYSTEM_TIME ALL" if self.period else "")
+        self.schema = pa.schema([(n, pa.timestamp("us") if n in PERIOD_NAMES else by_name[n].arrow_type)
+                                 for n in self.select])
+        self.key_unique = self._check_index(by_name[key]) and self.period is None  # versions share a key
         self.key_type = self._key_type(by_name[key])
-        cols = ", ".join([self.page_key_sql()] + [self.dialect.quote(n) for n in self.select])
+        cols = ", ".join([self.page_key_sql()] + [
+            period_sql(self, n) if n in PERIOD_NAMES else self.dialect.quote(n) for n in self.select])
         self._cols_sql = cols
-        self._select_sql = f"SELECT {cols} FROM {self.quoted_table}"
+        self._select_sql = f"SELECT {cols} FROM {self.source_sql}"
         self.key_range: tuple = (None, None)  # [lo, hi) of R this store sees (:meth:`restrict`)
         self.read_version: int | None = None  # the version snapshots read at (:meth:`reading_at`)
         self._overlay: Overlay | None = None
@@ -150,6 +157,13 @@ class MasterStore(VersionedReads):
         self.seen_version = self.version()  # what R's page maps and the caches built on it reflect
 
     # -- catalogue (per dialect) -------------------------------------------------------------
+    def _period(self) -> tuple[str, str]:
+        """R's system period columns, which ``select`` names as :data:`.system_time.PERIOD_NAMES`."""
+        try:
+            return period_of(self.connection, self.table)
+        except StoreError as exc:
+            raise StoreError(f"select: {list(PERIOD_NAMES)} read a system-versioned table's periods, but {exc}") from None
+
     def _describe(self) -> list[ColumnInfo]:
         raise NotImplementedError
 
@@ -302,7 +316,7 @@ class MasterStore(VersionedReads):
             else:
                 where, params = self._within("")
                 self._max_rows_per_key = int(self._scalar(
-                    f"SELECT COALESCE(MAX(c), 1) FROM (SELECT COUNT(*) AS c FROM {self.quoted_table}"
+                    f"SELECT COALESCE(MAX(c), 1) FROM (SELECT COUNT(*) AS c FROM {self.source_sql}"
                     f"{' WHERE ' + where if where else ''} GROUP BY {self.quoted_key}) g", params
                 ))
         return self._max_rows_per_key
@@ -315,7 +329,9 @@ class MasterStore(VersionedReads):
             raise ConfigError(f"page_rows: {page_rows!r} must be a positive integer")
         if page_rows not in self._page_maps:
             # kept maps: for the whole of R, and not inside a snapshot (whose transaction a write would end)
-            stamp = self.map_stamp() if self.key_range == (None, None) and not self._in_snapshot else None
+            # (not of every version of a system-versioned R: a store of its current rows keeps R's)
+            kept = self.key_range == (None, None) and not self._in_snapshot and self.period is None
+            stamp = self.map_stamp() if kept else None
             page_map = None if stamp is None else pagemaps.load(self, page_rows, stamp)
             if page_map is None:
                 version = self.version()  # read before R is: a change meanwhile makes the kept map old
@@ -332,7 +348,7 @@ class MasterStore(VersionedReads):
 
     def kept_page_rows(self) -> list[int]:
         """The page sizes whose maps are kept beside R (:mod:`.pagemaps`; none for a key range)."""
-        return pagemaps.kept_page_rows(self) if self.key_range == (None, None) else []
+        return pagemaps.kept_page_rows(self) if self.key_range == (None, None) and self.period is None else []
 
     def _build_page_map(self, page_rows: int) -> PageMap:
         """One pass over R's index in key order, ``BUILD_CHUNK`` distinct keys per keyset query
@@ -348,7 +364,7 @@ class MasterStore(VersionedReads):
             where, params = self._within("" if last is None else f"{self.quoted_key} > {self.dialect.param}",
                                          [] if last is None else [last])
             rows = self._execute(
-                f"SELECT {self.page_key_sql()}, {count}{texts} FROM {self.quoted_table}{' WHERE ' + where if where else ''}"
+                f"SELECT {self.page_key_sql()}, {count}{texts} FROM {self.source_sql}{' WHERE ' + where if where else ''}"
                 f"{group} ORDER BY {self.quoted_key} LIMIT {BUILD_CHUNK}", params,
             )
             if not rows:
@@ -385,8 +401,8 @@ class MasterStore(VersionedReads):
         """R's smallest and largest key (two index dives): as page keys, or ``text``: as R spells them."""
         column = self.quoted_key if text else self.page_key_sql()
         rows = self.bookkeeping_query(
-            f"SELECT {column} FROM (SELECT MIN({self.quoted_key}) AS {self.quoted_key} FROM {self.quoted_table} "
-            f"UNION ALL SELECT MAX({self.quoted_key}) FROM {self.quoted_table}) m"
+            f"SELECT {column} FROM (SELECT MIN({self.quoted_key}) AS {self.quoted_key} FROM {self.source_sql} "
+            f"UNION ALL SELECT MAX({self.quoted_key}) FROM {self.source_sql}) m"
         )
         if rows[0][0] is None:
             return None, None
@@ -444,7 +460,7 @@ class MasterStore(VersionedReads):
             saved = IOCounters(**vars(self.counters))
             t0 = time.perf_counter()
             where, params = self._within("")
-            start = self._scalar(f"SELECT MIN({self.quoted_key}) FROM {self.quoted_table}{' WHERE ' + where if where else ''}", params)
+            start = self._scalar(f"SELECT MIN({self.quoted_key}) FROM {self.source_sql}{' WHERE ' + where if where else ''}", params)
             if start is None:  # R is empty: no row to time, and no row will ever be read
                 self.counters = saved
                 self._costs = (time.perf_counter() - t0, 1e-6)
@@ -481,7 +497,7 @@ class MasterStore(VersionedReads):
         if self._in_costs is None:
             saved = IOCounters(**vars(self.counters))
             where, params = self._within("")
-            start = self._scalar(f"SELECT MIN({self.quoted_key}) FROM {self.quoted_table}{' WHERE ' + where if where else ''}", params)
+            start = self._scalar(f"SELECT MIN({self.quoted_key}) FROM {self.source_sql}{' WHERE ' + where if where else ''}", params)
             chosen = np.unique(self.load_range(start, keys).keys) if start is not None else np.zeros(0)
             if len(chosen) < 2:
                 self.counters = saved

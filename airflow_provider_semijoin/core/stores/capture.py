@@ -36,6 +36,7 @@ from .binlog import BinlogCapture, BinlogFollower, binlog_table
 from .changes import create_change_tables
 from .sql import MYSQL, side_tables, table_exists
 from .triggers import CLOCK_SUFFIX, TRIGGERS, capture_enabled, existing_triggers, trigger_names  # noqa: F401 (this API too)
+from .system_time import history_columns
 from .versions import before_table
 
 class _Bodies:
@@ -48,8 +49,10 @@ class _Bodies:
         self.qlog = d.quote(side_tables(store.table)[0])
         self.qbefore = d.quote(before_table(store.table))
         self.qclock = d.quote(store.table + CLOCK_SUFFIX)
-        self.columns = ", ".join(d.quote(c.name) for c in store.columns)
-        self.r_columns = ", ".join(f"r.{d.quote(c.name)}" for c in store.columns)
+        names = [c.name for c in store.columns] + history_columns(store)  # a system-versioned R: its periods too
+        self.columns = ", ".join(d.quote(n) for n in names)
+        self.r_columns = ", ".join(f"r.{d.quote(n)}" for n in names)
+        self.history = " FOR SYSTEM_TIME ALL" if store.system_period else ""  # and every version
 
     @property
     def version(self) -> str:
@@ -60,7 +63,7 @@ class _Bodies:
         """The rows of ``keys`` (``OLD.k``, ``NEW.k``) before the change, under this version."""
         where = " OR ".join(f"r.{self.qk} = {k}" for k in keys)
         return (f"INSERT INTO {self.qbefore} (version, {self.columns}) "
-                f"SELECT {self.version}, {self.r_columns} FROM {self.qt} r WHERE {where};")
+                f"SELECT {self.version}, {self.r_columns} FROM {self.qt}{self.history} r WHERE {where};")
 
     def logged(self, key: str, op: str) -> str:
         """``key`` into the change log under this version (after :meth:`before_images`: on

@@ -114,7 +114,7 @@ class MySqlStore(MasterStore):
         return f"{updated[0][0] if updated else None}|{lo!r}|{hi!r}"[:400]
 
     def _key_width_sql(self) -> str:
-        return f"SELECT MAX(LENGTH({self.page_key_sql()})) FROM {self.quoted_table}"
+        return f"SELECT MAX(LENGTH({self.page_key_sql()})) FROM {self.source_sql}"
 
     # -- a key in a collation: keys are its sort keys (see .collation) ------------------------
     def page_key_sql(self) -> str:

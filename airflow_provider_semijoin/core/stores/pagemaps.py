@@ -174,7 +174,7 @@ def _refresh(store, page_map: PageMap, page_keys: np.ndarray, since: int, versio
     for page in touched[touched >= 0]:
         where, params = store.pages_sql(page_map, int(page), 1)
         n_rows, n_keys = store.bookkeeping_query(
-            f"SELECT COUNT(*), COUNT(DISTINCT {store.quoted_key}) FROM {store.quoted_table} WHERE {where}", params
+            f"SELECT COUNT(*), COUNT(DISTINCT {store.quoted_key}) FROM {store.source_sql} WHERE {where}", params
         )[0]
         page_map.sizes[page], page_keys[page] = int(n_rows), int(n_keys)
     page_map.n_rows, page_map.n_keys = int(page_map.sizes.sum()), int(page_keys.sum())

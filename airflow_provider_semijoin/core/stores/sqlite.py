@@ -97,4 +97,4 @@ class SqliteStore(MasterStore):
         return True
 
     def _key_width_sql(self) -> str:
-        return f"SELECT MAX(LENGTH(CAST({self.quoted_key} AS BLOB))) FROM {self.quoted_table}"
+        return f"SELECT MAX(LENGTH(CAST({self.quoted_key} AS BLOB))) FROM {self.source_sql}"

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from ..errors import StoreError
 from .sql import SQLITE
+from .system_time import add_history_columns, current_rows_sql, history_columns
 
 BEFORE_SUFFIX = "__sj_before"
 KEEP_VERSIONS = 100  # installs whose before-images are kept: a micro-batch's parts read within them
@@ -60,7 +61,8 @@ def create_before_table(cursor, store) -> str:
     """Create R's before-images table if missing; its quoted name."""
     d = store.dialect
     name = d.quote(before_table(store.table))
-    columns = ", ".join(f"{d.quote(c.name)} {c.declaration or c.sql_type}" for c in store.columns)
+    columns = ", ".join([f"{d.quote(c.name)} {c.declaration or c.sql_type}" for c in store.columns]
+                        + [f"{d.quote(c)} TIMESTAMP(6) NULL" for c in history_columns(store)])
     engine = "" if d is SQLITE else " ENGINE=InnoDB"
     if d is SQLITE:
         cursor.execute(f"CREATE TABLE IF NOT EXISTS {name} (version BIGINT NOT NULL, {columns})")
@@ -71,6 +73,7 @@ def create_before_table(cursor, store) -> str:
             f"CREATE TABLE IF NOT EXISTS {name} (version BIGINT NOT NULL, {columns}, "
             f"KEY (version, {d.quote(store.key)})){engine}"
         )
+    add_history_columns(cursor, store, name)
     key_version_index(cursor, store, before_table(store.table))
     return name
 
@@ -80,11 +83,12 @@ def save_before_images(cursor, store, version: int, keys: list) -> None:
     ``version`` and drop the before-images no read may need any more."""
     d = store.dialect
     name = d.quote(before_table(store.table))
-    columns = ", ".join(d.quote(c.name) for c in store.columns)
+    columns = ", ".join(d.quote(n) for n in [c.name for c in store.columns] + history_columns(store))
+    every_version = " FOR SYSTEM_TIME ALL" if store.system_period else ""  # a system-versioned R's history too
     for at in range(0, len(keys), BATCH):
         part = keys[at : at + BATCH]
         cursor.execute(
-            f"INSERT INTO {name} (version, {columns}) SELECT {d.param}, {columns} FROM {d.quote(store.table)} "
+            f"INSERT INTO {name} (version, {columns}) SELECT {d.param}, {columns} FROM {d.quote(store.table)}{every_version} "
             f"WHERE {d.quote(store.key)} IN ({d.placeholders(len(part))})",
             (version, *part),
         )
@@ -110,9 +114,9 @@ class Overlay:
             return f"FROM {store._qlog} l WHERE l.version > {d.param} AND l.version <= {d.param} AND l.{qk} = {alias}.{qk}"
 
         sql = (
-            f"SELECT {columns} FROM {store.quoted_table} r WHERE ({where}) AND NOT EXISTS (SELECT 1 {changed_since('r')}) "
+            f"SELECT {columns} FROM {store.source_sql} r WHERE ({where}) AND NOT EXISTS (SELECT 1 {changed_since('r')}) "
             f"UNION ALL SELECT {columns} FROM {d.quote(before_table(store.table))} b WHERE ({where}) "
-            f"AND b.version = (SELECT MIN(l.version) {changed_since('b')}) ORDER BY 1{suffix}"
+            f"AND b.version = (SELECT MIN(l.version) {changed_since('b')}){current_rows_sql(store, 'b')} ORDER BY 1{suffix}"
         )
         span = [self.version, self.newest]
         return sql, [*params, *span, *params, *span]
