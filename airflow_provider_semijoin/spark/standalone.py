@@ -36,13 +36,13 @@ def spark_env() -> dict:
     return {**os.environ, "SPARK_HOME": spark_home(), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
 
 
-def _daemon(args: list[str], log: Path) -> subprocess.Popen:
+def start_daemon(args: list[str], log: Path) -> subprocess.Popen:
     with open(log, "w") as out:
         return subprocess.Popen([f"{spark_home()}/bin/spark-class", *args], env=spark_env(), stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _state(ui_port: int) -> dict | None:
+def master_state(ui_port: int) -> dict | None:
     """The master's state from its UI, None while it cannot say: not listening yet, or - seen on
     a loaded machine, a page before the master is up - answering with something not JSON."""
     try:
@@ -56,21 +56,21 @@ def standalone_cluster(folder: Path, workers: int = 1, cores: int = 2, memory: s
     """Yields ``(master URL, master UI port)`` once ``workers`` workers have registered; the
     daemons' logs and work folders (``work``, ``work1``...) are under ``folder``."""
     port, master_ui = free_port(), free_port()
-    daemons = [_daemon(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+    daemons = [start_daemon(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
                         "--webui-port", str(master_ui)], folder / "master.log")]
     url = f"spark://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
-        while _state(master_ui) is None and time.monotonic() < deadline:
+        while master_state(master_ui) is None and time.monotonic() < deadline:
             time.sleep(0.5)
         for i in range(workers):
-            daemons.append(_daemon(
+            daemons.append(start_daemon(
                 ["org.apache.spark.deploy.worker.Worker", "--cores", str(cores), "--memory", memory,
                  "--webui-port", str(free_port()), "--work-dir", str(folder / f"work{i or ''}"), url],
                 folder / f"worker{i or ''}.log"))
         deadline = time.monotonic() + START_TIMEOUT_S * workers
         while time.monotonic() < deadline:
-            if (_state(master_ui) or {}).get("aliveworkers", 0) >= workers:
+            if (master_state(master_ui) or {}).get("aliveworkers", 0) >= workers:
                 break
             time.sleep(0.5)
         else:

@@ -13,13 +13,11 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 import uuid
 from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pyspark
 import pytest
 from harness import SELECT, Versions, exactly_once, free_port, record_fault
 from harness import mariadb, seed  # noqa: F401 (fixtures)
@@ -27,43 +25,26 @@ from harness import mariadb, seed  # noqa: F401 (fixtures)
 from airflow_provider_semijoin.core.progress import parse_line
 from airflow_provider_semijoin.spark.driver import driver_path
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
+from airflow_provider_semijoin.spark.standalone import master_state, spark_env, spark_home, start_daemon
 from airflow_provider_semijoin.workloads.zipf import zipf_rows
 
-SPARK_HOME = str(Path(pyspark.__file__).parent)
 TOTAL_ROWS = 15_000
-
-
-def spark_env() -> dict:
-    return {**os.environ, "SPARK_HOME": SPARK_HOME, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-
-
-def daemon(tmp_path, name: str, *args) -> subprocess.Popen:
-    return subprocess.Popen([f"{SPARK_HOME}/bin/spark-class", *args], env=spark_env(),
-                            stdout=open(tmp_path / f"{name}.log", "w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
-
-
-def alive_workers(ui_port: int) -> int:
-    try:
-        return json.load(urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2)).get("aliveworkers", 0)
-    except OSError:
-        return 0
 
 
 @pytest.fixture
 def two_worker_cluster(tmp_path):
     """``(spark://url, {name: worker process})``; every daemon killed at teardown."""
     port, ui = free_port(), free_port()
-    daemons = {"master": daemon(tmp_path, "master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                                "--port", str(port), "--webui-port", str(ui))}
+    daemons = {"master": start_daemon(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
+                                       str(port), "--webui-port", str(ui)], tmp_path / "master.log")}
     url = f"spark://127.0.0.1:{port}"
     try:
         for name in ("worker-a", "worker-b"):
-            daemons[name] = daemon(tmp_path, name, "org.apache.spark.deploy.worker.Worker", "--cores", "1",
-                                   "--memory", "1g", "--webui-port", str(free_port()),
-                                   "--work-dir", str(tmp_path / name), url)
+            daemons[name] = start_daemon(["org.apache.spark.deploy.worker.Worker", "--cores", "1", "--memory", "1g",
+                                          "--webui-port", str(free_port()), "--work-dir", str(tmp_path / name), url],
+                                         tmp_path / f"{name}.log")
         deadline = time.monotonic() + 120
-        while alive_workers(ui) < 2:
+        while (master_state(ui) or {}).get("aliveworkers", 0) < 2:
             assert time.monotonic() < deadline, f"the workers did not register: {(tmp_path / 'worker-a.log').read_text()[-2000:]}"
             time.sleep(0.5)
         yield url, daemons
@@ -119,7 +100,7 @@ def test_worker_killed_mid_batch_tasks_rerun_output_exact(tmp_path, mariadb, two
     spec_file.write_text(json.dumps(spec))
     ui = free_port()
     driver = subprocess.Popen(
-        [f"{SPARK_HOME}/bin/spark-submit", "--master", url, "--conf", "spark.executor.memory=512m",
+        [f"{spark_home()}/bin/spark-submit", "--master", url, "--conf", "spark.executor.memory=512m",
          "--conf", "spark.executor.cores=1", "--conf", f"spark.ui.port={ui}",
          "--conf", f"spark.executorEnv.PYSPARK_PYTHON={sys.executable}", driver_path(), "--spec", str(spec_file)],
         env=spark_env(), stdout=subprocess.PIPE, stderr=open(tmp_path / "driver.err", "w"), text=True,
