@@ -30,9 +30,22 @@ def python_environment() -> dict[str, str]:
     return {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
 
 
+def submitted_conf() -> dict[str, str]:
+    """What ``spark-submit`` set (its ``--conf``, ``spark-defaults.conf``) when it launched this
+    process ({} otherwise): the JVM it started holds them as system properties."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return {}
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to the JVM spark-submit started
+    return dict(SparkConf().getAll())
+
+
 def get_spark(master: str | None = None, app_name: str = "semijoin", conf: dict | None = None):
     """The active session, or a new one on ``master`` (default ``local[2]``); first checks that
-    pyspark is whole (:func:`.install_check.check_pyspark`)."""
+    pyspark is whole (:func:`.install_check.check_pyspark`). The product's defaults below give way
+    to what ``spark-submit`` was told (a user's ``--conf``, the hook's ``conf`` on a cluster) and to
+    ``conf``."""
     check_pyspark()
     os.environ.update(python_environment())
     from pyspark.sql import SparkSession
@@ -56,7 +69,8 @@ def get_spark(master: str | None = None, app_name: str = "semijoin", conf: dict 
         "spark.sql.streaming.stopTimeout": "60s",
         "spark.task.maxDirectResultSize": DIRECT_RESULT_BYTES,
     }
-    for key, value in {**defaults, **(conf or {})}.items():
+    submitted = submitted_conf()
+    for key, value in {**{k: v for k, v in defaults.items() if k not in submitted}, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

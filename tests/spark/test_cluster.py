@@ -43,3 +43,28 @@ def test_driver_runs_on_a_standalone_cluster_via_spark_submit(tmp_path, sqlite_b
     apps = json.load(urllib.request.urlopen(f"http://127.0.0.1:{master_ui}/json/", timeout=2))
     assert any(app["name"] == "semijoin-semijoin" for app in apps["completedapps"] + apps["activeapps"])
     assert_sinks_equal_oracle(store, spec)
+
+
+SHOW_CONF = """
+import json, sys
+from airflow_provider_semijoin.spark.session import get_spark
+conf = get_spark(app_name="semijoin-conf").sparkContext.getConf()
+print("CONF " + json.dumps({key: conf.get(key) for key in sys.argv[1:]}))
+"""
+
+
+def test_what_spark_submit_was_told_wins_over_the_products_defaults(tmp_path):
+    """A user's ``--conf`` (or the hook's ``conf``, which SparkSubmitHook passes as ``--conf``)
+    reaches the session: the product's defaults fill in only what spark-submit was not told."""
+    script = tmp_path / "show_conf.py"
+    script.write_text(SHOW_CONF)
+    keys = ["spark.sql.shuffle.partitions", "spark.task.maxDirectResultSize", "spark.python.worker.reuse", "spark.app.name"]
+    submit = subprocess.run(
+        [f"{SPARK_HOME}/bin/spark-submit", "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=7",
+         "--conf", "spark.task.maxDirectResultSize=2m", str(script), *keys],
+        env=spark_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert submit.returncode == 0, submit.stderr[-3000:]
+    shown = json.loads(next(line for line in submit.stdout.splitlines() if line.startswith("CONF "))[5:])
+    assert shown == {"spark.sql.shuffle.partitions": "7", "spark.task.maxDirectResultSize": "2m",
+                     "spark.python.worker.reuse": "true", "spark.app.name": "semijoin-conf"}
