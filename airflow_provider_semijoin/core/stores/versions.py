@@ -40,6 +40,11 @@ def before_table(table: str) -> str:
     return table + BEFORE_SUFFIX
 
 
+def key_version_index_name(table: str) -> str:
+    """The name of the ``(<key>, version)`` index on R's side table ``table``."""
+    return f"ix_kv_{table}" if len(table) <= 58 else f"ix_kv_{hashlib.sha1(table.encode()).hexdigest()[:20]}"
+
+
 def key_version_index(cursor, store, table: str) -> None:
     """An index ``(<key>, version)`` on R's side table ``table`` if missing: a read of R at an
     older version looks up, for each row it reads, that key's changes after the version
@@ -47,7 +52,7 @@ def key_version_index(cursor, store, table: str) -> None:
     alone, each is a scan of every version since, growing with every before-image kept (found
     by ``semijoin bench --changes``; the timings: ``docs/measurements.md``)."""
     d = store.dialect
-    name = f"ix_kv_{table}" if len(table) <= 58 else f"ix_kv_{hashlib.sha1(table.encode()).hexdigest()[:20]}"
+    name = key_version_index_name(table)
     if d is SQLITE:
         cursor.execute(f"CREATE INDEX IF NOT EXISTS {d.quote(name)} ON {d.quote(table)} ({d.quote(store.key)}, version)")
         return
@@ -107,19 +112,27 @@ class Overlay:
     newest: int
 
     def query(self, store, columns: str, where: str, params: list, suffix: str) -> tuple[str, list]:
-        """The rows of R at ``version`` that satisfy ``where``, in key order."""
+        """The rows of R at ``version`` that satisfy ``where``, in key order. The before-images
+        read are those of ``(version, newest]`` only, by the ``(<key>, version)`` index: a hot
+        key changed all day has thousands of before-images (the change bench's hottest key,
+        changed 80 times a second: 8,876 after two of its runs), and a read that took all of them
+        to keep the one the look-up names grew with the table's history, not with the span it
+        reads across (``docs/measurements.md``)."""
         d, qk = store.dialect, store.quoted_key
+        before = before_table(store.table)
 
         def changed_since(alias: str) -> str:
             return f"FROM {store._qlog} l WHERE l.version > {d.param} AND l.version <= {d.param} AND l.{qk} = {alias}.{qk}"
 
+        by_key = "" if d is SQLITE else f" FORCE INDEX ({d.quote(key_version_index_name(before))})"
         sql = (
             f"SELECT {columns} FROM {store.source_sql} r WHERE ({where}) AND NOT EXISTS (SELECT 1 {changed_since('r')}) "
-            f"UNION ALL SELECT {columns} FROM {d.quote(before_table(store.table))} b WHERE ({where}) "
+            f"UNION ALL SELECT {columns} FROM {d.quote(before)} b{by_key} WHERE ({where}) "
+            f"AND b.version > {d.param} AND b.version <= {d.param} "
             f"AND b.version = (SELECT MIN(l.version) {changed_since('b')}){current_rows_sql(store, 'b')} ORDER BY 1{suffix}"
         )
         span = [self.version, self.newest]
-        return sql, [*params, *span, *params, *span]
+        return sql, [*params, *span, *params, *span, *span]
 
 
 def overlay(store, version: int, newest: int, range_sql: str, range_params: list, *, pruned: bool = True) -> Overlay | None:
