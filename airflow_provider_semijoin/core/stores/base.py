@@ -153,6 +153,7 @@ class MasterStore(VersionedReads):
         self.pinned_at: float | None = None  # reading_at's ``at``
         self._captures_writes = False
         self._binlog = False  # R's changes are captured from the binary log (:mod:`.binlog_reads`)
+        self.before_by_key = False  # MySQL: R's before-images have their (key, version) index (.versions)
         self.side = SideSession(self)  # its second session, for the change log of such an R
         self.seen_version = self.version()  # what R's page maps and the caches built on it reflect
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from ..errors import StoreError
 from .binlog_positions import snapshot_position, wait_captured
 from .sql import query_rows
-from .versions import before_table
+from .versions import first_before_images_sql
 
 WAIT_CAPTURED_S = 30.0  # how long a snapshot waits for the capture to reach its position
 
@@ -91,17 +91,14 @@ class BinlogOverlay:
         :meth:`.base.MasterStore._execute` returns them (the key, or its sort key, first);
         ``suffix``: nothing or `` LIMIT n`` (the first n of them)."""
         limit = _limit(suffix)
-        d, qk, qlog = store.dialect, store.quoted_key, store._qlog
+        d, qlog = store.dialect, store._qlog
         span = [self.version, self.newest]
         changed = {r[0] for r in store.side.query(
             f"SELECT DISTINCT {store.page_key_sql()} FROM {qlog} WHERE version > {d.param} AND version <= {d.param}",
             span, raw=True)}
         more = "" if limit is None else f" ORDER BY {store.page_key_sql()} LIMIT {limit + len(changed)}"  # n left once they go
         own = [r for r in store._execute(f"{store._select_sql} WHERE {where}{more}", params, raw=True) if r[0] not in changed]
-        before = store.side.query(
-            f"SELECT {store._cols_sql} FROM {d.quote(before_table(store.table))} b WHERE ({where}) AND b.version = "
-            f"(SELECT MIN(l.version) FROM {qlog} l WHERE l.version > {d.param} AND l.version <= {d.param} "
-            f"AND l.{qk} = b.{qk})", [*params, *span], raw=True)
+        before = store.side.query(first_before_images_sql(store, store._cols_sql, where), [*params, *span, *span], raw=True)
         order = (lambda r: int(r[0])) if store.key_type.kind == "int" else (lambda r: bytes(r[0]))
         return sorted(own + before, key=order)[:limit]
 

@@ -56,10 +56,16 @@ def key_version_index(cursor, store, table: str) -> None:
     if d is SQLITE:
         cursor.execute(f"CREATE INDEX IF NOT EXISTS {d.quote(name)} ON {d.quote(table)} ({d.quote(store.key)}, version)")
         return
-    cursor.execute("SELECT 1 FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s "
-                   "AND INDEX_NAME = %s", (table, name))
-    if not cursor.fetchall():
+    if not has_key_version_index(cursor, table):
         cursor.execute(f"CREATE INDEX {d.quote(name)} ON {d.quote(table)} ({d.quote(store.key)}, version)")
+
+
+def has_key_version_index(cursor, table: str) -> bool:
+    """Whether MySQL's side table ``table`` has its ``(<key>, version)`` index (tables made before
+    it existed get it when their change tables are next created: an install, a capture enabled)."""
+    cursor.execute("SELECT 1 FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s "
+                   "AND INDEX_NAME = %s", (table, key_version_index_name(table)))
+    return bool(cursor.fetchall())
 
 
 def create_before_table(cursor, store) -> str:
@@ -119,20 +125,28 @@ class Overlay:
         to keep the one the look-up names grew with the table's history, not with the span it
         reads across (``docs/measurements.md``)."""
         d, qk = store.dialect, store.quoted_key
-        before = before_table(store.table)
-
-        def changed_since(alias: str) -> str:
-            return f"FROM {store._qlog} l WHERE l.version > {d.param} AND l.version <= {d.param} AND l.{qk} = {alias}.{qk}"
-
-        by_key = "" if d is SQLITE else f" FORCE INDEX ({d.quote(key_version_index_name(before))})"
         sql = (
-            f"SELECT {columns} FROM {store.source_sql} r WHERE ({where}) AND NOT EXISTS (SELECT 1 {changed_since('r')}) "
-            f"UNION ALL SELECT {columns} FROM {d.quote(before)} b{by_key} WHERE ({where}) "
-            f"AND b.version > {d.param} AND b.version <= {d.param} "
-            f"AND b.version = (SELECT MIN(l.version) {changed_since('b')}){current_rows_sql(store, 'b')} ORDER BY 1{suffix}"
+            f"SELECT {columns} FROM {store.source_sql} r WHERE ({where}) AND NOT EXISTS (SELECT 1 FROM {store._qlog} l "
+            f"WHERE l.version > {d.param} AND l.version <= {d.param} AND l.{qk} = r.{qk}) "
+            f"UNION ALL {first_before_images_sql(store, columns, where)}{current_rows_sql(store, 'b')} ORDER BY 1{suffix}"
         )
         span = [self.version, self.newest]
         return sql, [*params, *span, *params, *span, *span]
+
+
+def first_before_images_sql(store, columns: str, where: str) -> str:
+    """The before-images (alias ``b``) that satisfy ``where``, each of its key's first change in
+    ``(V, V']``; its parameters: ``where``'s, then ``V, V'`` twice. Only the before-images of that
+    span are read, by the ``(<key>, version)`` index (:meth:`Overlay.query`; MariaDB is told to, its
+    optimiser took the ``(version, <key>)`` one: 0.22 s against 0.04 s for the change bench's page)."""
+    d, qk = store.dialect, store.quoted_key
+    before = before_table(store.table)
+    by_key = f" FORCE INDEX ({d.quote(key_version_index_name(before))})" if store.before_by_key else ""  # (SQLite: by itself)
+    return (
+        f"SELECT {columns} FROM {d.quote(before)} b{by_key} WHERE ({where}) AND b.version > {d.param} "
+        f"AND b.version <= {d.param} AND b.version = (SELECT MIN(l.version) FROM {store._qlog} l "
+        f"WHERE l.version > {d.param} AND l.version <= {d.param} AND l.{qk} = b.{qk})"
+    )
 
 
 def overlay(store, version: int, newest: int, range_sql: str, range_params: list, *, pruned: bool = True) -> Overlay | None:
