@@ -449,11 +449,8 @@ class JoinStep:
         distinct = pc.unique(keys)
         found = self.inferred.rows_of(distinct) if rows.num_rows else None
         at = pc.index_in(keys, value_set=distinct)
-        for i, column in enumerate(self.select):
-            out = self.spec.rename.get(column, column)
-            values = found.column(1 + i).take(at) if found is not None else pa.array([], schema.field(out).type)
-            rows = rows.append_column(out, values.cast(schema.field(out).type))
-        return rows.select(schema.names)
+        return self._with_master_columns(rows, schema, lambda i, column, field_type: (
+            found.column(1 + i).take(at) if found is not None else pa.array([], field_type)))
 
     def _inferred_versions(self, rows: pa.Table, schema: pa.Schema) -> tuple[pa.Table, pa.Table]:
         """``inferred_member`` with ``as_of``: the tuples whose key R lacked, each matched with the
@@ -476,13 +473,11 @@ class JoinStep:
         picked = pick_versions(JoinOutput(tuples, master, np.zeros(0, np.int64), np.zeros(0, np.int8)),
                                rows[self.spec.as_of.event_time].take(pa.array(tuples, pa.int64())),
                                self.spec.as_of.lookup)
-        going_on = rows.take(pa.array(picked.matched_ids, pa.int64()))
-        for column in self.select:
-            out = self.spec.rename.get(column, column)
-            going_on = going_on.append_column(out, picked.master[column].cast(schema.field(out).type))
+        going_on = self._with_master_columns(rows.take(pa.array(picked.matched_ids, pa.int64())), schema,
+                                             lambda i, column, field_type: picked.master[column])
         left = rows.take(pa.array(picked.unmatched_ids, pa.int64()))
         reasons = pa.array(labels(picked.unmatched_reason), pa.string())
-        return going_on.select(schema.names), left.append_column("reason", reasons)
+        return going_on, left.append_column("reason", reasons)
 
     def _rename(self, matched: pa.Table) -> pa.Table:
         names = [self.spec.rename.get(n, n) if n in self.select else n for n in matched.column_names]
@@ -491,11 +486,22 @@ class JoinStep:
     def _unknown_member(self, rows: pa.Table, schema: pa.Schema) -> pa.Table:
         """``on_missing: unknown_member``: R's columns of ``rows`` set to the step's values, each
         one Arrow scalar repeated (no Python list a row)."""
-        for column in self.select:
+        values = self.spec.unknown_member
+
+        def repeated(i: int, column: str, field_type: pa.DataType) -> pa.Array:
+            value = values.get(self.spec.rename.get(column, column), values.get(column))
+            return pa.repeat(pa.scalar(value).cast(field_type), rows.num_rows)
+
+        return self._with_master_columns(rows, schema, repeated)
+
+    def _with_master_columns(self, rows: pa.Table, schema: pa.Schema, values_of) -> pa.Table:
+        """``rows`` with R's selected columns appended, each named as the output names it and cast
+        to its type in ``schema`` (``values_of(i, column, type)``: the values of the ``i``-th
+        selected column of R, one a row), in ``schema``'s order."""
+        for i, column in enumerate(self.select):
             out = self.spec.rename.get(column, column)
-            value = self.spec.unknown_member.get(out, self.spec.unknown_member.get(column))
             field_type = schema.field(out).type
-            rows = rows.append_column(out, pa.repeat(pa.scalar(value).cast(field_type), rows.num_rows))
+            rows = rows.append_column(out, values_of(i, column, field_type).cast(field_type))
         return rows.select(schema.names)
 
     def cache_hit_ratio_delta(self) -> float | None:

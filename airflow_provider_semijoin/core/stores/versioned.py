@@ -19,7 +19,7 @@ from .binlog_positions import binlog_table
 from .binlog_reads import binlog_overlay, snapshot_version
 from .sql import MYSQL, side_tables, table_exists
 from .triggers import capture_enabled
-from .versions import KEEP_CAPTURED_VERSIONS, before_table, has_key_version_index, overlay
+from .versions import KEEP_CAPTURED_VERSIONS, before_table, key_version_index_lookup, overlay
 
 
 class SnapshotLost(StoreError):
@@ -55,11 +55,7 @@ class VersionedReads:
             self._qlog = self.dialect.quote(log)
             if self._has_change_log and self.dialect is MYSQL:
                 self._binlog = table_exists(self.connection, binlog_table(self.table))
-                cursor = self.connection.cursor()
-                try:
-                    self.before_by_key = has_key_version_index(cursor, before_table(self.table))
-                finally:
-                    cursor.close()
+                self.before_by_key = bool(self.bookkeeping_query(*key_version_index_lookup(before_table(self.table))))
         return self._has_change_log
 
     def captured_from_binlog(self) -> bool:

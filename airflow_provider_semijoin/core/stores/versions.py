@@ -56,16 +56,17 @@ def key_version_index(cursor, store, table: str) -> None:
     if d is SQLITE:
         cursor.execute(f"CREATE INDEX IF NOT EXISTS {d.quote(name)} ON {d.quote(table)} ({d.quote(store.key)}, version)")
         return
-    if not has_key_version_index(cursor, table):
+    cursor.execute(*key_version_index_lookup(table))
+    if not cursor.fetchall():
         cursor.execute(f"CREATE INDEX {d.quote(name)} ON {d.quote(table)} ({d.quote(store.key)}, version)")
 
 
-def has_key_version_index(cursor, table: str) -> bool:
-    """Whether MySQL's side table ``table`` has its ``(<key>, version)`` index (tables made before
-    it existed get it when their change tables are next created: an install, a capture enabled)."""
-    cursor.execute("SELECT 1 FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s "
-                   "AND INDEX_NAME = %s", (table, key_version_index_name(table)))
-    return bool(cursor.fetchall())
+def key_version_index_lookup(table: str) -> tuple[str, tuple]:
+    """The query (SQL, parameters) whose rows say whether MySQL's side table ``table`` has its
+    ``(<key>, version)`` index: none, not yet (tables made before it existed get it when their
+    change tables are next created: an install, a capture enabled)."""
+    return ("SELECT 1 FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s "
+            "AND INDEX_NAME = %s", (table, key_version_index_name(table)))
 
 
 def create_before_table(cursor, store) -> str:
