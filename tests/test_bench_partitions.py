@@ -9,7 +9,8 @@ import math
 import pytest
 
 from airflow_provider_semijoin.bench.access import served_page_reads
-from airflow_provider_semijoin.bench.partitions import WORKERS, bound, ceiling_ratio, estimate, reads_per_tuple
+from airflow_provider_semijoin.bench.partitions import (WORKERS, bound, ceiling_ratio, estimate, executor_design_bound,
+                                                         pipeline_summary, reads_per_tuple)
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.workloads import generate_master
 
@@ -27,6 +28,31 @@ def test_the_ceiling_is_one_parts_batch_against_the_slowest_part_a_bare_job_and_
     two = {"median_slowest_part_s": 0.11, "median_sink_s": 0.04, "median_batch_s": 0.31}
     assert ceiling_ratio(one, two, floor_s=0.1) == pytest.approx(0.18 / 0.25)
     assert ceiling_ratio(one, two, floor_s=0.0) == pytest.approx(0.18 / 0.15)  # no job: the split would pay
+
+
+def test_the_executor_designs_bound_is_its_floor_plus_the_slowest_part_against_p1_as_run():
+    read_one = {"median_batch_s": 0.3, "tuples_per_s": 300_000.0, "cpu_us_per_tuple": 4.0}
+    floor = {"median_batch_s": 0.2, "tuples_per_s": 450_000.0, "cpu_us_per_tuple": 6.0}
+    two = {"median_slowest_part_s": 0.1}
+    assert executor_design_bound(read_one, floor, two) == {
+        "throughput_x_p1": 1.0, "floor_throughput_x_p1": 1.5, "floor_cpu_x_p1": 1.5}
+    assert executor_design_bound(read_one, floor, {"median_slowest_part_s": 0.4})["throughput_x_p1"] == 0.5
+
+
+def _pipeline(parts: int, tuples_per_s: float, cpu_all: float, cpu_db: float, once: bool = True) -> dict:
+    return {"partitions": parts, "tuples_per_s": tuples_per_s, "exactly_once": once,
+            "cpu_us_per_tuple": {"driver": cpu_all - cpu_db, "database": cpu_db, "all": cpu_all}}
+
+
+def test_the_streaming_querys_runs_are_compared_by_their_medians_against_one_part():
+    runs = [_pipeline(1, 100.0, 10.0, 2.0), _pipeline(2, 70.0, 14.0, 2.0), _pipeline(1, 130.0, 9.0, 1.0),
+            _pipeline(2, 60.0, 16.0, 4.0), _pipeline(1, 90.0, 11.0, 3.0), _pipeline(2, 95.0, 12.0, 2.0, once=False)]
+    one, two = pipeline_summary(runs)
+    assert (one["partitions"], one["runs"], one["tuples_per_s"], one["cpu_us_per_tuple"]) == (1, 3, 100.0, 10.0)
+    assert one["cpu_us_per_tuple_without_db"] == 8.0 and one["exactly_once"]
+    assert (two["tuples_per_s"], two["cpu_us_per_tuple"], two["cpu_us_per_tuple_without_db"]) == (70.0, 14.0, 12.0)
+    assert (two["tuples_per_s_x_p1"], two["cpu_us_per_tuple_x_p1"], two["cpu_us_per_tuple_without_db_x_p1"]) == (0.7, 1.4, 1.5)
+    assert not two["exactly_once"]  # one run that was not fails them all
 
 
 def _part(fed: int, rows: int, queries: int, wall_s: float) -> dict:

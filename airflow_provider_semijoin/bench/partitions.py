@@ -38,6 +38,23 @@ rows of R the part reads per batch, measured at N = 2 and taken as ``r_2 * 2/N``
 reads pages of its own range only). ``a`` and ``b`` are fitted by least squares to the
 measured parts (tuples, rows read, engine seconds). It assumes N cores for N parts.
 
+The issue's own design keeps the rows off the driver: Spark shuffles each micro-batch by key
+range to the parts, and the parts write the sinks from the executors. Its floor is measured with
+the join taken out (:func:`executor_floor`: the batch read from a Parquet file by the executors,
+``repartitionByRange``, a Python worker a part, Parquet written by the executors) against
+``partitions = 1`` as the product runs it, reading the same files and collecting them first
+(:func:`measure` with ``files``); its floor plus the slowest part's slice bounds what that design
+could reach here (:func:`executor_design_bound`).
+
+What a user sees is the product's streaming query, not the step alone (:func:`pipeline_runs`):
+the same cluster, the generator source read by the executors ``batch_rows`` a micro-batch (a
+backlog), ``foreachBatch`` collecting each micro-batch to the driver, the step, the Parquet
+sinks and the checkpoint's state, at partitions 1 and 2 in turn (:data:`PIPELINE_PARTS`), each
+over a window after a warm-up: tuples/s and CPU a tuple of every process under the bench and
+the database server (:class:`.cpu.ProcessCpu`), and each run's exactly-once check of the sinks.
+There, both pay what a micro-batch costs Spark whatever the join (the source, the collect, the
+checkpoint), which the step's runs leave out.
+
 Its ceiling is the master database: the parts' reads of R at N = 2, ``q`` queries and ``r`` rows
 of R a tuple (taken as constant in N: each page is read by the one part that owns it), against
 what the server serves of that access measured in the same invocation after the cluster is
@@ -69,8 +86,10 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..core.stores import open_store, redact
+from ..core.units import parse_bytes
 from ..workloads import generate_master
 from ..workloads.zipf import zipf_rows
 from ..spark.partitioned import RangePartitioner
@@ -79,10 +98,14 @@ from ..job.spec import StepSpec
 from ..spark.sinks import ParquetSink
 from ..spark.standalone import standalone_cluster
 from .access import served_page_reads
+from .cpu import DATABASE
+from .spark_paths import SparkBenchConfig, run_pipeline
+from .steady import BenchConfig
 
 WORKERS = (8, 16, 32, 64)
 CEILING_CONNECTIONS = (1, 2, 4)  # connections at once reading R for the database's ceiling
 PARTS = (1, 2, 4)  # on the cluster's two one-core workers: 4 measures the overhead of more parts than cores
+PIPELINE_PARTS = (1, 2)  # the streaming query's runs, in turn (:func:`pipeline_runs`)
 
 
 def batches(rows: int, batch_rows: int, count: int, exponent: float, seed: int):
@@ -154,14 +177,20 @@ def ceiling_ratio(one: dict, run: dict, floor_s: float) -> float:
     return one["median_batch_s"] / (run["median_slowest_part_s"] + floor_s + run["median_sink_s"])
 
 
-def measure(spark, step: StepSpec, parts: int, stream: list[pa.Table], warmup: int, out: Path) -> dict:
+def measure(spark, step: StepSpec, parts: int, stream: list[pa.Table], warmup: int, out: Path,
+            files: list[str] | None = None) -> dict:
     """One configuration over every batch: per-batch seconds, CPU seconds of every process and,
-    for parts > 1, the split and the parts rebuilt."""
+    for parts > 1, the split and the parts rebuilt. ``files``: each batch read from its Parquet
+    file by the executors and collected to the driver first (as ``foreachBatch`` does), timed with it."""
     join = JoinStep(step, 0, spark=spark, partitions=parts)
-    sinks = (ParquetSink(str(out / f"p{parts}" / "matched")), ParquetSink(str(out / f"p{parts}" / "dead")))
+    folder = out / (f"p{parts}" if files is None else f"p{parts}-read")
+    sinks = (ParquetSink(str(folder / "matched")), ParquetSink(str(folder / "dead")))
+    schema = read_schema(spark, files)
     rows = []
     for batch_id, batch in enumerate(stream):
         cpu, started = cpu_seconds(), time.perf_counter()
+        if files is not None:
+            batch = spark.read.schema(schema).parquet(files[batch_id]).toArrow()
         result = join.run(batch, batch_id, time.time(), -np.inf, -np.inf, batch_id == len(stream) - 1)  # (it checks exactly-once)
         joined = time.perf_counter() - started
         sink_s = write_sinks(sinks, batch_id, result)
@@ -183,6 +212,103 @@ def measure(spark, step: StepSpec, parts: int, stream: list[pa.Table], warmup: i
     if parts > 1:
         summary["rebuilds"] = [r["rebuilds"] for r in kept]
     return {**summary, "per_batch": kept}
+
+
+def stream_files(stream: list[pa.Table], folder: Path) -> list[str]:
+    """Each micro-batch as a Parquet file of its own (what a file source's micro-batch reads)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, batch in enumerate(stream):
+        paths.append(str(folder / f"batch-{i}.parquet"))
+        pq.write_table(batch, paths[-1])
+    return paths
+
+
+def read_schema(spark, files: list[str] | None):
+    """The stream files' Spark schema, read once: a read given it skips inferring it again a batch
+    (as a streaming file source does), which cost Spark 0.05-0.09 s a 100k-row batch on local[2]."""
+    return spark.read.parquet(files[0]).schema if files else None
+
+
+def _passed_through(batches):
+    """A part that joins nothing (``mapInArrow``): each Arrow batch as it came."""
+    yield from batches
+
+
+def _written_by_the_part(out: str, batches):
+    """A part that joins nothing and writes its rows itself (``mapInArrow``): one Parquet file a
+    task, named by its partition; yields how many rows it wrote."""
+    from pyspark import TaskContext
+
+    table = pa.Table.from_batches(list(batches))
+    if table.num_rows:
+        pq.write_table(table, f"{out}/part-{TaskContext.get().partitionId()}.parquet")
+    yield pa.RecordBatch.from_pydict({"rows": pa.array([table.num_rows], pa.int64())})
+
+
+def hash_slots(spark, parts: int) -> list[int]:
+    """For each task ``0 .. parts - 1`` a value that Spark's hash partitioning (Murmur3, the seed
+    ``hash`` uses, modulo ``parts``) sends to that task: a shuffle by a part number sent as these
+    values gives each part a task of its own, with no sample of the keys first."""
+    from pyspark.sql import functions as F
+
+    found = (spark.range(64 * parts).select(F.pmod(F.hash("id"), F.lit(parts)).alias("slot"), "id")
+             .groupBy("slot").agg(F.min("id")).collect())
+    slots = {int(slot): int(value) for slot, value in found}
+    return [slots[p] for p in range(parts)]
+
+
+def executor_floor(spark, stream: list[pa.Table], files: list[str], parts: int, warmup: int, out: Path,
+                   by_spark: bool = False) -> dict:
+    """The issue's design for the rows with the join taken out: each micro-batch read from its file
+    by the executors, shuffled by key range to ``parts`` tasks, through a Python worker
+    (``mapInArrow``, where a part's join would be), written as Parquet on the executors: no row
+    through the driver. ``by_spark``: as Spark offers it - ``repartitionByRange`` (a sample of the
+    keys, then the shuffle) and Spark's Parquet writer (its commit protocol); otherwise its
+    cheapest here - the part of each key from the first batch's key quantiles (equal parts, its
+    best case), sent as :func:`hash_slots` values (one shuffle, a task a part), each part writing
+    its file itself with pyarrow. What a design that keeps the rows on the executors pays a
+    micro-batch here before its parts join anything: seconds and CPU seconds of every process."""
+    from pyspark.sql import functions as F
+
+    schema = read_schema(spark, files)
+    cuts = np.quantile(stream[0]["nk"].to_numpy(), np.arange(1, parts) / parts)
+    slots = hash_slots(spark, parts)
+    part = F.when(F.col("nk") < float(cuts[0]), F.lit(slots[0]).cast("long"))
+    for k, cut in enumerate(cuts[1:], start=1):
+        part = part.when(F.col("nk") < float(cut), F.lit(slots[k]).cast("long"))
+    part = part.otherwise(F.lit(slots[-1]).cast("long"))
+    rows = []
+    for batch_id, path in enumerate(files):
+        folder = out / f"batch={batch_id}"
+        cpu, started = cpu_seconds(), time.perf_counter()
+        frame = spark.read.schema(schema).parquet(path)
+        if by_spark:
+            frame.repartitionByRange(parts, "nk").mapInArrow(_passed_through, schema).write.mode("overwrite").parquet(str(folder))
+            written = stream[batch_id].num_rows
+        else:
+            folder.mkdir(parents=True, exist_ok=True)
+            routed = frame.withColumn("sj_part", part).repartition(parts, "sj_part").drop("sj_part")
+            written = sum(r[0] for r in routed.mapInArrow(functools.partial(_written_by_the_part, str(folder)), "rows long").collect())
+        rows.append({"tuples": written, "batch_s": time.perf_counter() - started, "cpu_s": cpu_seconds() - cpu})
+        if written != stream[batch_id].num_rows:
+            raise RuntimeError(f"batch {batch_id}: the parts wrote {written:,} rows of {stream[batch_id].num_rows:,}")
+    kept = rows[warmup:-1]  # (as :func:`measure` keeps)
+    tuples = sum(r["tuples"] for r in kept)
+    return {"partitions": parts, "by_spark": by_spark, "batches": len(kept),
+            "tuples_per_s": round(tuples / sum(r["batch_s"] for r in kept), 1),
+            "cpu_us_per_tuple": round(sum(r["cpu_s"] for r in kept) / tuples * 1e6, 3),
+            "median_batch_s": round(statistics.median(r["batch_s"] for r in kept), 4)}
+
+
+def executor_design_bound(read_one: dict, floor: dict, two: dict) -> dict:
+    """The most the rows-on-the-executors design could reach against ``partitions = 1`` as the
+    product runs it (``read_one``: the batch read and collected, joined, written): its floor's
+    batch plus the slowest part's slice (``two``'s, the hottest page one part's whole), the
+    parts' join costing nothing else; and its floor's CPU a tuple alone against ``read_one``'s."""
+    return {"throughput_x_p1": round(read_one["median_batch_s"] / (floor["median_batch_s"] + two["median_slowest_part_s"]), 3),
+            "floor_throughput_x_p1": round(floor["tuples_per_s"] / read_one["tuples_per_s"], 3),
+            "floor_cpu_x_p1": round(floor["cpu_us_per_tuple"] / read_one["cpu_us_per_tuple"], 3)}
 
 
 def fit_parts(runs: list[dict]) -> tuple[float, float]:
@@ -251,6 +377,45 @@ def hottest_page_share(store, stream: list[pa.Table], parts: int) -> float:
     return float(counts.max() / max(len(pages), 1))
 
 
+def pipeline_runs(spark, args, table: str, folder: Path) -> list[dict]:
+    """The product's streaming query (:func:`.spark_paths.run_pipeline`) at each of
+    :data:`PIPELINE_PARTS` in turn, ``args.pipeline_rounds`` times (the machine's drift falls on
+    every configuration alike): a backlog of the generator's Zipf stream, ``batch_rows`` a micro-batch."""
+    core = BenchConfig(master=args.master, rows=args.rows, memory=parse_bytes(args.memory), zipf=args.zipf,
+                       shapes=["noperm"], algorithms=[args.algorithm], warmup_s=args.pipeline_warmup_s,
+                       window_s=args.pipeline_window_s, seed=1)
+    config = SparkBenchConfig(core, algorithms=[args.algorithm], batch_rows=args.batch_rows)
+    runs = []
+    for round_ in range(args.pipeline_rounds):
+        for parts in PIPELINE_PARTS:
+            run = run_pipeline(spark, config, table, args.algorithm, "noperm", folder / f"pipeline{round_}-{parts}", None,
+                               job_options={"partitions": parts})
+            runs.append({"partitions": parts, "round": round_, "tuples_per_s": run["tuples_per_s"],
+                         "window_batches": run["window_batches"], "cpu_us_per_tuple": run["cpu"]["us_per_tuple"],
+                         "exactly_once": run["exactly_once"]["ok"]})
+    return runs
+
+
+def pipeline_summary(runs: list[dict]) -> list[dict]:
+    """Per partitions: the median over its runs of tuples/s and of CPU us a tuple (all processes,
+    and without the database server), each against ``partitions = 1``'s median, and whether every
+    run was exactly once."""
+    rows = []
+    for parts in sorted({r["partitions"] for r in runs}):
+        mine = [r for r in runs if r["partitions"] == parts]
+        rows.append({"partitions": parts, "runs": len(mine),
+                     "tuples_per_s": statistics.median(r["tuples_per_s"] for r in mine),
+                     "cpu_us_per_tuple": statistics.median(r["cpu_us_per_tuple"]["all"] for r in mine),
+                     "cpu_us_per_tuple_without_db": statistics.median(
+                         r["cpu_us_per_tuple"]["all"] - r["cpu_us_per_tuple"].get(DATABASE, 0.0) for r in mine),
+                     "exactly_once": all(r["exactly_once"] for r in mine)})
+    one = rows[0]
+    for row in rows:
+        for name in ("tuples_per_s", "cpu_us_per_tuple", "cpu_us_per_tuple_without_db"):
+            row[f"{name}_x_p1"] = round(row[name] / one[name], 3)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="airflow_provider_semijoin.bench.partitions")
     parser.add_argument("--master", default="mysql://semijoin:semijoin@127.0.0.1:3306/semijoin_bench")
@@ -262,6 +427,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory", default="8M")
     parser.add_argument("--zipf", type=float, default=1.0)
     parser.add_argument("--jvm-warmup-jobs", type=int, default=100, help="Spark jobs run before measuring (JIT)")
+    parser.add_argument("--pipeline-rounds", type=int, default=3,
+                        help="runs of the streaming query at each of partitions 1 and 2 (0: none)")
+    parser.add_argument("--pipeline-warmup-s", type=float, default=10.0)
+    parser.add_argument("--pipeline-window-s", type=float, default=20.0)
     parser.add_argument("--out", default=None, help="write the JSON report here")
     args = parser.parse_args(argv)
     from ..spark.session import get_spark
@@ -278,6 +447,11 @@ def main(argv: list[str] | None = None) -> int:
             warmed_s = warm_jvms(spark, args.jvm_warmup_jobs)
             floor_s = job_floor(spark)
             runs = [measure(spark, step, parts, stream, args.warmup, Path(folder)) for parts in PARTS]
+            files = stream_files(stream, Path(folder) / "stream")
+            read_one = measure(spark, step, 1, stream, args.warmup, Path(folder), files=files)
+            floors = [executor_floor(spark, stream, files, 2, args.warmup, Path(folder) / f"executor-{by_spark}", by_spark)
+                      for by_spark in (False, True)]
+            pipelines = pipeline_runs(spark, args, table, Path(folder))
         finally:
             spark.stop()
     with open_store(args.master, table, "nk") as store:
@@ -289,6 +463,9 @@ def main(argv: list[str] | None = None) -> int:
               "runs": runs, "job_floor_s": round(floor_s, 4),
               "ceiling_x_p1": {r["partitions"]: round(ceiling_ratio(runs[0], r, floor_s), 3) for r in runs[1:]},
               "served": served, "estimate": estimate(runs[1], args.batch_rows, hot, ceiling),
+              "read_one": read_one, "executor_floors": floors,
+              "executor_design": executor_design_bound(read_one, min(floors, key=lambda f: f["median_batch_s"]), runs[1]),
+              "pipeline_runs": pipelines, "pipeline": pipeline_summary(pipelines) if pipelines else [],
               "load_average": os.getloadavg(),
               "jvm_warmup": {"jobs": args.jvm_warmup_jobs, "seconds": round(warmed_s, 1)}}
     print_report(report)
@@ -314,6 +491,27 @@ def print_report(report: dict) -> None:
     print(f"a Spark job carrying nothing: {report['job_floor_s']} s (median of 20); so at most "
           + ", ".join(f"{x:.2f}x p=1 at p={n}" for n, x in report["ceiling_x_p1"].items())
           + " in this design here (p=1's batch against the slowest part + that job + the sinks)")
+    r, d = report["read_one"], report["executor_design"]
+    print(f"p=1 as the product runs it, each batch read from its Parquet file by the executors and collected first: "
+          f"{r['tuples_per_s']:,.0f} tuples/s, {r['cpu_us_per_tuple']:.2f} us CPU a tuple, {r['median_batch_s']} s a batch; "
+          "the rows on the executors at p=2, no join (read by the executors, shuffled by key range, a Python worker a part, "
+          "Parquet written on the executors):")
+    for f in report["executor_floors"]:
+        way = "repartitionByRange + Spark's writer" if f["by_spark"] else "a task a part by hash slots, each part writing with pyarrow"
+        print(f"  {way}: {f['tuples_per_s']:,.0f} tuples/s, {f['cpu_us_per_tuple']:.2f} us CPU a tuple, "
+              f"{f['median_batch_s']} s a batch")
+    print(f"so that design at p=2 reaches at most {d['throughput_x_p1']:.2f}x p=1 here (its cheaper floor + the slowest "
+          f"part), and that floor alone costs {d['floor_cpu_x_p1']:.2f}x p=1's CPU a tuple")
+    if report["pipeline"]:
+        print("the product's streaming query (source, collect, step, sinks, checkpoint), median of each one's runs; "
+              "CPU: every process under the bench and the database server:")
+        print("| partitions | runs | tuples/s | x p=1 | CPU us/tuple | x p=1 | without the database | x p=1 | exactly once |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for p in report["pipeline"]:
+            print(f"| {p['partitions']} | {p['runs']} | {p['tuples_per_s']:,.0f} | {p['tuples_per_s_x_p1']:.2f} | "
+                  f"{p['cpu_us_per_tuple']:.2f} | {p['cpu_us_per_tuple_x_p1']:.2f} | {p['cpu_us_per_tuple_without_db']:.2f} | "
+                  f"{p['cpu_us_per_tuple_without_db_x_p1']:.2f} | {'yes' if p['exactly_once'] else 'NO'} |")
+        print("runs, in order: " + ", ".join(f"p={r['partitions']} {r['tuples_per_s']:,.0f}" for r in report["pipeline_runs"]))
     e = report["estimate"]
     print(f"model: part s = {e['a_s_per_tuple'] * 1e6:.2f} us/tuple + {e['b_s_per_row_read'] * 1e6:.2f} us/row of R read; "
           f"driver {e['driver_s']} s + Spark {e['spark_s']} s per batch; the parts read "

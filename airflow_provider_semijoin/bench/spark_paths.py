@@ -102,12 +102,14 @@ def stream_rows(config: BenchConfig, shape: str, start: int, end: int) -> pa.Tab
 # -- the Spark pipeline ----------------------------------------------------------------------------
 def run_pipeline(spark, config: SparkBenchConfig, table: str, algorithm: str, shape: str, out: Path,
                  rate: float | None, trigger_s: float | None = None, max_queue_time_s: float | None = None,
-                 work_ahead: bool = True, step_options: dict | None = None, window: BatchWindow | None = None) -> dict:
+                 work_ahead: bool = True, step_options: dict | None = None, window: BatchWindow | None = None,
+                 job_options: dict | None = None) -> dict:
     """The product's streaming query for ``algorithm``: a backlog (``rate`` None: every tuple
     has arrived, so no tuple is forced out by its wait) or ``rate`` with each tuple forced out
     after ``max_queue_time_s`` (None: the step's default); ``work_ahead``: the join goes on
     between micro-batches (the product's default). ``step_options`` go on the step (e.g.
-    ``change_capture``); ``window``: the caller's (it sees the records and the stop)."""
+    ``change_capture``), ``job_options`` on the job (e.g. ``partitions``); ``window``: the
+    caller's (it sees the records and the stop)."""
     core = config.core
     step = {"column": KEY, "master": {"url": core.master, "table": table, "key": KEY},
             "algorithm": algorithm, "memory": core.memory, "params": core.params_for(algorithm),
@@ -124,6 +126,7 @@ def run_pipeline(spark, config: SparkBenchConfig, table: str, algorithm: str, sh
         "trigger_interval_s": (trigger_s or config.trigger_s) if rate is not None else 0.001,
         "stop": {"duration_s": core.warmup_s + core.window_s + STOP_GRACE_S},
         "work_ahead": work_ahead,
+        **(job_options or {}),
     })
     window = window or BatchWindow(core.warmup_s, core.window_s)
     run_job(spec, spark=spark, on_progress=window, stop_event=window.stop)
