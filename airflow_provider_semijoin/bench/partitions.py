@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
                     memory=args.memory, master_static=True)  # the bench's R: nothing writes it while it runs
     stream = list(batches(args.rows, args.batch_rows, args.batches, args.zipf, seed=1))
     with tempfile.TemporaryDirectory() as folder, standalone_cluster(Path(folder), workers=2, cores=1) as (url, _):
-        spark = get_spark(url, app_name="semijoin-partitions-bench", conf={
+        spark = get_spark(url, app_name="semijoin-partitions-bench", partitions=max(PARTS), conf={
             "spark.executor.cores": "1", "spark.cores.max": "2", "spark.executor.memory": "1g"})
         try:
             warmed_s = warm_jvms(spark, args.jvm_warmup_jobs)

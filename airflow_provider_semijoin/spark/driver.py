@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None, at_point: Callable[[str, int], None] | N
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         spec = load_spec(args.spec)
-        summary = run_job(spec, spark=get_spark(args.master, app_name=f"semijoin-{spec.name}"), stop_event=stop, print_progress=True,
+        summary = run_job(spec, spark=get_spark(args.master, app_name=f"semijoin-{spec.name}", partitions=spec.partitions),
+                          stop_event=stop, print_progress=True,
                           at_point=at_point)
     except SemiJoinError as exc:
         print(f"semijoin: error: {exc}", file=sys.stderr, flush=True)

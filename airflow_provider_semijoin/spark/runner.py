@@ -460,7 +460,7 @@ def run_job(
     check_job(spec)
     from .session import get_spark
 
-    spark = spark or get_spark()
+    spark = spark or get_spark(partitions=spec.partitions)
     frame = stream_frame(spark, spec.source, spec.arrival_column)
     check_sink_columns(spec, frame.columns)
     columns = set(frame.columns)  # known now for every source (an inferred schema, a Spark source's)

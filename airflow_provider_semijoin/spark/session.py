@@ -21,8 +21,14 @@ DIRECT_RESULT_BYTES = "64m"
 # Executors talk to their Python workers over Unix domain sockets, not TCP over loopback (Spark
 # 4.1+). A Python task that does nothing ran 43-55 ms in its executor over TCP, against a job of
 # 27 ms without Python; a job of two such tasks on the partitions bench's cluster took 87 ms,
-# over Unix domain sockets 47 ms (median of 30): ``partitions = N`` pays one a micro-batch.
-UNIX_DOMAIN_SOCKETS = "true"
+# over Unix domain sockets 47 ms (median of 30): ``partitions = N`` pays one a micro-batch. Only
+# sessions for ``partitions`` > 1 use them: over a Unix domain socket, a reused Python worker whose
+# executor closes it at a stop fails to flush what it had buffered (EPIPE, where TCP takes the
+# write), and PySpark's daemon prints that BrokenPipeError's traceback into the driver's log
+# (``tests/spark/test_stop.py`` caught one in a CI run; a small job then stopped: 1 run in 4, 0 of 4 over TCP).
+def unix_domain_sockets(partitions: int) -> str:
+    """``spark.python.unix.domain.socket.enabled`` for a job of ``partitions`` parts."""
+    return "true" if partitions > 1 else "false"
 
 
 def python_environment() -> dict[str, str]:
@@ -41,11 +47,11 @@ def submitted_conf() -> dict[str, str]:
     return dict(SparkConf().getAll())
 
 
-def get_spark(master: str | None = None, app_name: str = "semijoin", conf: dict | None = None):
-    """The active session, or a new one on ``master`` (default ``local[2]``); first checks that
-    pyspark is whole (:func:`.install_check.check_pyspark`). The product's defaults below give way
-    to what ``spark-submit`` was told (a user's ``--conf``, the hook's ``conf`` on a cluster) and to
-    ``conf``."""
+def get_spark(master: str | None = None, app_name: str = "semijoin", conf: dict | None = None, partitions: int = 1):
+    """The active session, or a new one on ``master`` (default ``local[2]``) for jobs of
+    ``partitions`` parts; first checks that pyspark is whole (:func:`.install_check.check_pyspark`).
+    The product's defaults below give way to what ``spark-submit`` was told (a user's ``--conf``,
+    the hook's ``conf`` on a cluster) and to ``conf``."""
     check_pyspark()
     os.environ.update(python_environment())
     from pyspark.sql import SparkSession
@@ -64,7 +70,7 @@ def get_spark(master: str | None = None, app_name: str = "semijoin", conf: dict 
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_BATCH_ROWS),
         "spark.python.worker.reuse": "true",
-        "spark.python.unix.domain.socket.enabled": UNIX_DOMAIN_SOCKETS,
+        "spark.python.unix.domain.socket.enabled": unix_domain_sockets(partitions),
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
         "spark.sql.streaming.stopTimeout": "60s",
         "spark.task.maxDirectResultSize": DIRECT_RESULT_BYTES,

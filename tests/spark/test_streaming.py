@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -135,11 +137,28 @@ def test_every_tuple_arrives_after_the_warm_up_batch(spark, tmp_path, sqlite_bac
     assert_sinks_equal_oracle(store, spec)
 
 
-def test_python_workers_talk_to_their_executor_over_unix_domain_sockets(spark):
-    """The session's Python workers reach their executor over a Unix domain socket, not TCP over
-    loopback, where a task that does nothing ran 43-55 ms (``partitions = N`` pays a job a batch)."""
-    told = spark.sparkContext.parallelize([0], 1).map(lambda _: os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "").lower()).collect()
-    assert told == ["true"]
+UNIX_SOCKETS_OF = """
+import os, sys
+from airflow_provider_semijoin.spark.session import get_spark
+spark = get_spark("local[1]", app_name="sockets", partitions=int(sys.argv[1]))
+print(spark.sparkContext.parallelize([0], 1).map(lambda _: os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "false")).collect()[0])
+spark.stop()
+"""
+
+
+def test_python_workers_use_unix_domain_sockets_only_for_partitioned_jobs(spark):
+    """A session for ``partitions`` > 1 has its Python workers reach their executor over a Unix
+    domain socket, not TCP over loopback, where a task that does nothing ran 43-55 ms (``partitions
+    = N`` pays a job a batch); one for a single part keeps TCP, over which a stop leaves no
+    BrokenPipeError traceback of PySpark's daemon in the driver's log. (Each in a process of its own:
+    a process has one session.)"""
+    told = spark.sparkContext.parallelize([0], 1).map(lambda _: os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "false")).collect()
+    assert told == ["false"]  # the tests' session: one part (unset over TCP)
+    for partitions, expected in ((1, "false"), (2, "true")):
+        run = subprocess.run([sys.executable, "-c", UNIX_SOCKETS_OF, str(partitions)], capture_output=True, text=True,
+                             timeout=300, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout.strip().splitlines()[-1].lower() == expected
 
 
 def test_a_micro_batch_reaches_the_driver_in_large_arrow_batches(spark):
