@@ -1,0 +1,341 @@
+"""``python -m airflow_provider_semijoin.bench.executor_parts``: issue 54's design with the join in,
+as a measured prototype against ``partitions = 1`` as the product runs it, on the standalone
+cluster of :mod:`.partitions` (a master and two one-core workers).
+
+The design keeps the rows off the driver. Each micro-batch (a Parquet file, as a file source's
+micro-batch) is read by the executors and shuffled by R's key ranges to one task a part
+(:func:`.partitions.hash_slots`: no sample of the keys). Each part joins in its task
+(:func:`join_part`) and writes its own sinks, one file per (batch, part), replaced whole by a
+retry. The driver sees each part's figures only: the cut points are chosen once, from the first
+micro-batch's keys (:class:`..spark.partitioned.RangePartitioner`, a control-plane sample).
+
+A part's state after batch ``b`` is its carried rows (the tuples still inside its join, the queue
+of HYBRIDJOIN sec. 4), written by the part as an Arrow file per (part, batch) next to its sinks,
+after them. The Python worker that ran the part also keeps its session (the algorithm with its
+queue, and its store's page map) in memory, named by the batch it holds the state after. A task
+of batch ``b`` whose worker holds the part's state after ``b - 1`` goes on from it. Any other
+worker, or a retry of ``b``, rebuilds the part from the file of ``b - 1`` (a *rebuild*). Spark
+places the shuffle's tasks without regard to that memory, so how often a part lands where its
+state is decides what the design costs: the report counts the rebuilds and the parts that
+moved.
+
+What it leaves out, and the product would need: re-cuts as the load moves (the cuts here are
+fixed, chosen from the first batch), string and null keys in the route (an integer key column
+here), multi-step pipelines (the next step's input another shuffle), deadlines, the progress
+record, and a restart's reading of Spark's checkpoint (the state files are there for it).
+
+Measured per configuration, the first ``warmup`` batches and the last (it drains) left out:
+tuples/s, CPU seconds a tuple of every process under the bench (:func:`.partitions.cpu_seconds`),
+the median batch, the slowest part's join, the parts rebuilt and moved. Each run's sinks are
+checked for exactly once: every tuple of the stream left once, and the matched set is that of
+``partitions = 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..core.joins.registry import create
+from ..core.stores import open_store, redact
+from ..job.spec import StepSpec
+from ..spark.joinstate import CarriedRows, session_from, slice_of
+from ..spark.partitioned import CUT_PAGE_ROWS, RangePartitioner, worker_name
+from ..spark.standalone import standalone_cluster
+from ..workloads import generate_master
+from .cpu import ProcessCpu, cpu_seconds as spent_between
+from .partitions import batches, cpu_seconds, hash_slots, measure, read_schema, stream_files, warm_jvms
+
+PART_COLUMN = "sj_part"  # the part a tuple is routed to (the shuffle's key is its hash slot)
+SLOT_COLUMN = "sj_slot"
+PARTS = (1, 2)
+# a micro-batch's query as one job of two stages: with adaptive execution each stage is a job of its
+# own, planned after the one before (two runs of 2 rounds, p=2 x p=1 warm: 0.91 without, 0.69 with)
+QUERY_CONF = {"spark.sql.adaptive.enabled": "false"}
+STATS = pa.schema([("part", pa.int32()), ("worker", pa.string()), ("rebuilt", pa.bool_()), ("fed", pa.int64()),
+                   ("left", pa.int64()), ("carried", pa.int64()), ("join_s", pa.float64()), ("write_s", pa.float64()),
+                   ("task_s", pa.float64())])  # a part's figures of a batch, what the driver collects
+STATS_DDL = ("part int, worker string, rebuilt boolean, fed long, left long, carried long, join_s double, "
+             "write_s double, task_s double")  # the same, as Spark spells it
+
+_HELD: dict[tuple[str, int], tuple[int, object, CarriedRows]] = {}  # per Python worker: (run, part) -> (batch, session, rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class PartRun:
+    """What every part's task of one run shares: the step, each part's key range of R and
+    memory, and where the parts write their sinks and state files."""
+
+    name: str
+    step_json: str
+    ranges: list
+    memory: int
+    out: str
+    schema: pa.Schema  # the stream's rows (a part sent none still steps its queue)
+
+    def state_path(self, part: int, batch_id: int) -> Path:
+        return Path(self.out) / "state" / f"part={part}" / f"batch={batch_id}.arrow"
+
+    def sink_path(self, sink: str, batch_id: int, part: int) -> Path:
+        return Path(self.out) / sink / f"batch={batch_id}" / f"part-{part}.parquet"
+
+
+def _write_whole(table: pa.Table, path: Path, parquet: bool) -> None:
+    """``table`` at ``path``, whole or not at all (a temporary name, then a rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    if parquet:
+        pq.write_table(table, temporary)
+    else:
+        with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+    os.replace(temporary, path)
+
+
+def _state_before(run: PartRun, part: int, batch_id: int, step: StepSpec):
+    """The part's session and carried rows after ``batch_id - 1``: held by this worker, or rebuilt
+    from that batch's state file (a fresh algorithm over the part's key range fed the rows)."""
+    held = _HELD.pop((run.name, part), None)
+    if held is not None and held[0] == batch_id - 1:
+        return held[1], held[2], False
+    store = held[1].algorithm.store if held is not None else None
+    if store is None:
+        store = open_store(step.master.url, step.master.table, step.master.key, step.master_select).restrict(*run.ranges[part])
+    path = run.state_path(part, batch_id - 1)
+    rows = pa.ipc.open_file(pa.memory_map(str(path))).read_all() if path.exists() else None
+    session = session_from(create(step.algorithm, store, run.memory, step.params), step.column, rows)
+    return session, CarriedRows(rows), True
+
+
+def join_part(run: PartRun, batch_id: int, drain: bool, arrow_batches, part: int | None = None):
+    """One part's share of batch ``batch_id`` (a ``mapInArrow`` task of the shuffle by hash slot:
+    the task's partition is the part): join its new tuples with the part's state, write its
+    matched and unmatched rows and then its carried rows, keep the state in this worker; yields
+    the part's figures (the only thing the driver collects). ``part``: given, it runs outside Spark."""
+    started = time.perf_counter()
+    if part is None:
+        from pyspark import TaskContext
+
+        part = TaskContext.get().partitionId()
+    step = StepSpec(**json.loads(run.step_json))
+    session, carried, rebuilt = _state_before(run, part, batch_id, step)
+    received = list(arrow_batches)
+    new = (pa.Table.from_batches(received).drop_columns([PART_COLUMN, SLOT_COLUMN]).sort_by("sj_arrival")
+           if received else run.schema.empty_table())
+    tagged = carried.add(new, np.full(new.num_rows, np.inf), np.full(new.num_rows, part))
+    with session.algorithm.store.reading_at(session.algorithm.store.version()):
+        result, stats = slice_of(session, step.column, tagged, -np.inf, -np.inf, drain)
+    joined = time.perf_counter()
+    matched, dead = carried.take(result, session.algorithm.schema)
+    _write_whole(matched, run.sink_path("matched", batch_id, part), parquet=True)
+    _write_whole(dead, run.sink_path("dead", batch_id, part), parquet=True)
+    inside = carried.carried()
+    _write_whole(inside if inside is not None else tagged.slice(0, 0), run.state_path(part, batch_id), parquet=False)
+    _HELD[(run.name, part)] = (batch_id, session, CarriedRows(inside))
+    done = time.perf_counter()
+    yield pa.RecordBatch.from_pydict({
+        "part": [part], "worker": [worker_name()], "rebuilt": [rebuilt], "fed": [new.num_rows], "left": [stats.left],
+        "carried": [carried.count], "join_s": [stats.wall_s], "write_s": [done - joined], "task_s": [done - started]}, schema=STATS)
+
+
+def route(run: PartRun, slots: list[int], key: str):
+    """The Spark column of each tuple's part: the number of parts' lower bounds at or below its key
+    (a key below R's range: part 0, above it: the last part)."""
+    from pyspark.sql import functions as F
+
+    part = F.lit(0)
+    for key_range in run.ranges[1:]:
+        part = part + F.when(F.col(key) >= F.lit(key_range[0]), 1).otherwise(0)
+    slot = F.lit(slots[0]).cast("long")
+    for p in range(1, len(slots)):
+        slot = F.when(F.col(PART_COLUMN) == p, F.lit(slots[p]).cast("long")).otherwise(slot)
+    return part.cast("int"), slot
+
+
+def part_ranges(step: StepSpec, parts: int, sample: pa.Table) -> list:
+    """Each part's key range of R, cut by the load of ``sample``'s keys (the first micro-batch)."""
+    with open_store(step.master.url, step.master.table, step.master.key, step.master_select) as store:
+        partitioner = RangePartitioner(store, parts, CUT_PAGE_ROWS)
+        partitioner.assign(sample[step.column])
+        ranges = partitioner.key_ranges()
+    if None in ranges:
+        raise ValueError(f"R's {partitioner.page_map.n_pages} pages cannot be cut into {parts} parts: give --rows more rows of R")
+    return ranges
+
+
+def run_parts(spark, step: StepSpec, parts: int, stream: list[pa.Table], files: list[str], warmup: int, out: Path) -> dict:
+    """The design over every batch at ``parts``; its figures and where the parts ran."""
+    run = PartRun(f"{os.getpid()}-{time.time_ns()}-p{parts}", json.dumps(dataclasses.asdict(step)),
+                  part_ranges(step, parts, stream[0]), max(step.memory_bytes // parts, 1), str(out), stream[0].schema)
+    schema, slots = read_schema(spark, files), hash_slots(spark, parts)
+    part, slot = route(run, slots, step.column)
+    rows, where = [], {}
+    before = {name: spark.conf.get(name) for name in QUERY_CONF}
+    for name, value in QUERY_CONF.items():
+        spark.conf.set(name, value)
+    try:
+        for batch_id, path in enumerate(files):
+            read = functools.partial(lambda path: spark.read.schema(schema).parquet(path), path)
+            rows.append(_batch(run, read, part, slot, batch_id, len(files), where))
+    finally:
+        for name, value in before.items():
+            spark.conf.set(name, value)
+    return summarized(rows, warmup, parts)
+
+
+def _batch(run: PartRun, read, part, slot, batch_id: int, batches: int, where: dict) -> dict:
+    """One micro-batch (``read()``: its rows, as the executors read them) through the parts; its
+    figures. ``where``: each part's worker in the batch before, updated."""
+    cpu, started = cpu_seconds(), time.perf_counter()
+    task = functools.partial(join_part, run, batch_id, batch_id == batches - 1)
+    routed = read().withColumn(PART_COLUMN, part).withColumn(SLOT_COLUMN, slot).repartition(len(run.ranges), SLOT_COLUMN)
+    figures = sorted((r.asDict() for r in routed.mapInArrow(task, STATS_DDL).collect()), key=lambda f: f["part"])
+    batch_s = time.perf_counter() - started
+    if [f["part"] for f in figures] != list(range(len(run.ranges))):
+        raise RuntimeError(f"batch {batch_id}: parts {[f['part'] for f in figures]} answered, not each of {len(run.ranges)} once")
+    moved = sum(1 for f in figures if where.get(f["part"], f["worker"]) != f["worker"])
+    where.update((f["part"], f["worker"]) for f in figures)
+    return {"tuples": sum(f["fed"] for f in figures), "batch_s": batch_s, "cpu_s": cpu_seconds() - cpu,
+            "slowest_join_s": max(f["join_s"] for f in figures), "slowest_task_s": max(f["task_s"] for f in figures),
+            "rebuilds": sum(f["rebuilt"] for f in figures) - (batch_id == 0) * len(figures), "moved": moved,
+            "workers": [f["worker"] for f in figures], "carried": [f["carried"] for f in figures],
+            "tasks_s": [round(f["task_s"], 4) for f in figures]}
+
+
+def summarized(rows: list[dict], warmup: int, parts: int) -> dict:
+    """The kept batches' figures (the first ``warmup`` and the last, which drains, left out)."""
+    kept = rows[warmup:-1]
+    tuples = sum(r["tuples"] for r in kept)
+    summary = {"partitions": parts, "batches": len(kept),
+               "tuples_per_s": round(tuples / sum(r["batch_s"] for r in kept), 1),
+               "cpu_us_per_tuple": round(sum(r["cpu_s"] for r in kept) / tuples * 1e6, 3)}
+    for name in ("batch_s", "slowest_join_s", "slowest_task_s"):
+        summary[f"median_{name}"] = round(statistics.median(r[name] for r in kept), 4)
+    summary.update(rebuilds=[r["rebuilds"] for r in kept], moved=[r["moved"] for r in kept], per_batch=kept)
+    return summary
+
+
+def left_once(stream: list[pa.Table], folder: Path) -> dict:
+    """Whether every tuple of ``stream`` left ``folder``'s sinks exactly once; the matched ids."""
+    ids = {sink: pq.read_table(folder / sink, columns=["sj_id"])["sj_id"].to_pylist() for sink in ("matched", "dead")}
+    every = sorted(i for batch in stream for i in batch["sj_id"].to_pylist())
+    return {"exactly_once": sorted(ids["matched"] + ids["dead"]) == every, "matched": sorted(ids["matched"])}
+
+
+def by_process(spent: dict[str, float], tuples: int) -> dict[str, float]:
+    """CPU microseconds a tuple of each class of process (:mod:`.cpu`) over a whole run, its
+    warm-up and drain included (the split, where the kept batches give the total)."""
+    return {kind: round(seconds / tuples * 1e6, 2) for kind, seconds in spent.items()}
+
+
+def compare(runs: list[dict], one: dict) -> list[dict]:
+    """Each run's throughput and CPU a tuple against ``one`` (p=1 as the product runs it)."""
+    return [{**r, "tuples_per_s_x_p1": round(r["tuples_per_s"] / one["tuples_per_s"], 3),
+             "cpu_us_per_tuple_x_p1": round(r["cpu_us_per_tuple"] / one["cpu_us_per_tuple"], 3)} for r in runs]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="airflow_provider_semijoin.bench.executor_parts")
+    parser.add_argument("--master", default="mysql://semijoin:semijoin@127.0.0.1:3306/semijoin_bench")
+    parser.add_argument("--rows", type=int, default=200_000, help="rows of R")
+    parser.add_argument("--batch-rows", type=int, default=100_000)
+    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each configuration, in turn")
+    parser.add_argument("--warmup-rounds", type=int, default=1,
+                        help="rounds run first and not reported (the JVMs' first rounds cost p=1 2-3x its CPU a tuple)")
+    parser.add_argument("--algorithm", default="hybridjoin")
+    parser.add_argument("--memory", default="8M")
+    parser.add_argument("--zipf", type=float, default=1.0)
+    parser.add_argument("--jvm-warmup-jobs", type=int, default=100, help="Spark jobs run before measuring (JIT)")
+    parser.add_argument("--out", default=None, help="write the JSON report here")
+    args = parser.parse_args(argv)
+    from ..spark.session import get_spark
+
+    table = f"sj_parts_{args.rows}"
+    generate_master(args.master, table, args.rows, seed=0)
+    step = StepSpec(column="nk", master={"url": args.master, "table": table, "key": "nk"}, algorithm=args.algorithm,
+                    memory=args.memory, master_static=True)  # the bench's R: nothing writes it while it runs
+    stream = list(batches(args.rows, args.batch_rows, args.batches, args.zipf, seed=1))
+    report = {"master": redact(args.master), "rows": args.rows, "batch_rows": args.batch_rows, "batches": args.batches,
+              "algorithm": args.algorithm, "memory": args.memory, "rounds": []}
+    with tempfile.TemporaryDirectory() as folder, standalone_cluster(Path(folder), workers=2, cores=1) as (url, _):
+        spark = get_spark(url, app_name="semijoin-executor-parts-bench", partitions=2, conf={
+            "spark.executor.cores": "1", "spark.cores.max": "2", "spark.executor.memory": "1g"})
+        try:
+            warm_jvms(spark, args.jvm_warmup_jobs)
+            files = stream_files(stream, Path(folder) / "stream")
+            processes, tuples = ProcessCpu(), sum(b.num_rows for b in stream)
+            for r in range(-args.warmup_rounds, args.rounds):
+                out = Path(folder) / f"round-{r}"
+                before = processes.snapshot()
+                one = measure(spark, step, 1, stream, args.warmup, out, files=files)
+                one["cpu_us_by_process"] = by_process(spent_between(before, processes.snapshot()), tuples)
+                product = left_once(stream, out / "p1-read")
+                before = processes.snapshot()
+                driver_two = measure(spark, step, 2, stream, args.warmup, out, files=files)
+                driver_two["cpu_us_by_process"] = by_process(spent_between(before, processes.snapshot()), tuples)
+                driver_two["exactly_once"] = left_once(stream, out / "p2-read") == product
+                runs = []
+                for parts in PARTS:
+                    before = processes.snapshot()
+                    run = run_parts(spark, step, parts, stream, files, args.warmup, out / f"executor-p{parts}")
+                    run["cpu_us_by_process"] = by_process(spent_between(before, processes.snapshot()), tuples)
+                    checked = left_once(stream, out / f"executor-p{parts}")
+                    run["exactly_once"] = checked["exactly_once"] and checked["matched"] == product["matched"]
+                    runs.append(run)
+                kept = ("partitions", "tuples_per_s", "cpu_us_per_tuple", "median_batch_s", "cpu_us_by_process", "rebuilds")
+                report["rounds"].append({"p1": {k: one[k] for k in kept if k in one}, "p1_exactly_once": product["exactly_once"],
+                                         "driver": compare([{k: driver_two[k] for k in (*kept, "exactly_once")}], one)[0],
+                                         "executor": compare(runs, one)})
+                if r < 0:
+                    report["rounds"].pop()
+                else:
+                    print_round(report["rounds"][-1], r)
+        finally:
+            spark.stop()
+    report["load_average"] = os.getloadavg()
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1, default=str))
+    return 0
+
+
+def print_round(result: dict, number: int) -> None:
+    one = result["p1"]
+    print(f"round {number}: p=1 as the product runs it (read, collected, joined on the driver, written): "
+          f"{one['tuples_per_s']:,.0f} tuples/s, {one['cpu_us_per_tuple']:.2f} us CPU a tuple, "
+          f"{one['median_batch_s']} s a batch; exactly once: {'yes' if result['p1_exactly_once'] else 'NO'}; "
+          f"CPU us a tuple by process over the whole run: {one['cpu_us_by_process']}")
+    d = result["driver"]
+    print(f"p=2 as the product runs it (the driver design: collected, parts called from the driver): {d['tuples_per_s']:,.0f} "
+          f"tuples/s ({d['tuples_per_s_x_p1']:.2f}x), {d['cpu_us_per_tuple']:.2f} us CPU a tuple ({d['cpu_us_per_tuple_x_p1']:.2f}x), "
+          f"rebuilds {d['rebuilds']}, exactly once: {'yes' if d['exactly_once'] else 'NO'}; by process: {d['cpu_us_by_process']}")
+    print("| rows on the executors, parts | tuples/s | x p=1 | CPU us/tuple | x p=1 | batch s | slowest join s "
+          "| slowest task s | rebuilds a batch | parts moved a batch | exactly once |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in result["executor"]:
+        print(f"| {r['partitions']} | {r['tuples_per_s']:,.0f} | {r['tuples_per_s_x_p1']:.2f} | {r['cpu_us_per_tuple']:.2f} | "
+              f"{r['cpu_us_per_tuple_x_p1']:.2f} | {r['median_batch_s']} | {r['median_slowest_join_s']} | "
+              f"{r['median_slowest_task_s']} | {r['rebuilds']} | {r['moved']} | {'yes' if r['exactly_once'] else 'NO'} |")
+    for r in result["executor"]:
+        print(f"  p={r['partitions']} CPU us a tuple by process over the whole run: {r['cpu_us_by_process']}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    # the tasks' functions are pickled by reference to the imported module, whose _HELD each Python worker keeps
+    from airflow_provider_semijoin.bench import executor_parts
+
+    sys.exit(executor_parts.main())

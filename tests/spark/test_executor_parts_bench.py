@@ -1,0 +1,88 @@
+"""``bench.executor_parts``: issue 54's design with the join in (the rows shuffled by key range to a
+task a part, each part joining and writing its own sinks and state), on local Spark and a SQLite R;
+and its parts' task function outside Spark, where a worker that lost the part's state must
+rebuild it from the state file of the batch before and leave exactly what a warm worker leaves."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_provider_semijoin.bench import executor_parts
+from airflow_provider_semijoin.bench.executor_parts import PART_COLUMN, SLOT_COLUMN, PartRun, join_part, left_once, part_ranges, run_parts
+from airflow_provider_semijoin.bench.partitions import batches, measure, stream_files
+from airflow_provider_semijoin.job.spec import StepSpec
+from airflow_provider_semijoin.workloads import generate_master
+
+
+@pytest.fixture
+def step(tmp_path):
+    master = f"sqlite:///{tmp_path / 'r.db'}"
+    generate_master(master, "r", 5_000, seed=0)
+    return StepSpec(column="nk", master={"url": master, "table": "r", "key": "nk"}, algorithm="hybridjoin",
+                    memory="64K", master_static=True)
+
+
+def _stream(count: int = 5):
+    # keys up to 6,000 over an R of 5,000: some tuples fall above R's range and leave unmatched
+    return list(batches(rows=6_000, batch_rows=1_500, count=count, exponent=1.0, seed=1))
+
+
+def test_rows_on_the_executors_leave_each_tuple_once_and_match_what_one_part_matches(spark, step, tmp_path):
+    stream = _stream()
+    files = stream_files(stream, tmp_path / "stream")
+    measure(spark, step, 1, stream, 1, tmp_path / "one", files=files)
+    one = left_once(stream, tmp_path / "one" / "p1-read")
+    assert one["exactly_once"] and one["matched"]
+    for parts in (1, 2, 3):
+        run = run_parts(spark, step, parts, stream, files, 1, tmp_path / f"p{parts}")
+        assert (run["partitions"], run["batches"]) == (parts, 3)
+        checked = left_once(stream, tmp_path / f"p{parts}")
+        assert checked["exactly_once"], parts
+        assert checked["matched"] == one["matched"], parts
+        assert len(list((tmp_path / f"p{parts}" / "matched" / "batch=1").glob("part-*.parquet"))) == parts
+
+
+def _carried_after(run: PartRun, part: int, batch_id: int) -> int:
+    return pa.ipc.open_file(str(run.state_path(part, batch_id))).read_all().num_rows
+
+
+def _sent(batch: pa.Table, key_range: tuple, part: int):
+    """The tuples of ``batch`` the shuffle sends ``part``, as its task receives them."""
+    low, high = key_range
+    keys = batch["nk"].to_numpy()
+    mine = batch.filter(((keys >= low) if low is not None else True) & ((keys < high) if high is not None else True))
+    return iter(mine.append_column(PART_COLUMN, pa.array([part] * mine.num_rows, pa.int32()))
+                .append_column(SLOT_COLUMN, pa.array([0] * mine.num_rows, pa.int64())).to_batches())
+
+
+def test_a_worker_without_the_parts_state_rebuilds_it_from_the_file_and_leaves_what_a_warm_one_leaves(step, tmp_path):
+    stream = _stream(6)
+    ranges = part_ranges(step, 2, stream[0])
+    assert all(r is not None for r in ranges)
+    left = {}
+    for name, forget in (("warm", set()), ("cold", {1, 3, 4})):
+        run = PartRun(name, json.dumps(dataclasses.asdict(step)), ranges, step.memory_bytes // 2, str(tmp_path / name),
+                      stream[0].schema)
+        rebuilt = []
+        for batch_id, batch in enumerate(stream):
+            if batch_id in forget:  # a task that lands on a worker that never held the part (or lost it)
+                executor_parts._HELD.clear()
+            for part in (0, 1):
+                (figures,) = join_part(run, batch_id, batch_id == len(stream) - 1, _sent(batch, ranges[part], part), part=part)
+                rebuilt.append(figures.column("rebuilt")[0].as_py())
+        left[name] = {sink: sorted(pq.read_table(tmp_path / name / sink, columns=["sj_id"])["sj_id"].to_pylist())
+                      for sink in ("matched", "dead")}
+        every = sorted(i for b in stream for i in b["sj_id"].to_pylist())
+        assert sorted(left[name]["matched"] + left[name]["dead"]) == every, name
+        assert _carried_after(run, 0, 2) + _carried_after(run, 1, 2) > 0  # tuples were carried across batches
+        assert _carried_after(run, 0, 5) + _carried_after(run, 1, 5) == 0  # the last batch drained them
+        executor_parts._HELD.clear()
+        left[name]["rebuilt"] = sum(rebuilt)
+    assert left["warm"]["rebuilt"] == 2  # the first batch builds each part
+    assert left["cold"]["rebuilt"] == 2 + 2 * 3  # and each forgotten batch rebuilds both from the files
+    assert left["cold"]["matched"] == left["warm"]["matched"] and left["cold"]["dead"] == left["warm"]["dead"]
