@@ -33,7 +33,6 @@ checked for exactly once: every tuple of the stream left once, and the matched s
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import json
@@ -53,10 +52,9 @@ from ..core.stores import open_store, redact
 from ..job.spec import StepSpec
 from ..spark.joinstate import CarriedRows, session_from, slice_of
 from ..spark.partitioned import CUT_PAGE_ROWS, RangePartitioner, worker_name
-from ..spark.standalone import standalone_cluster
-from ..workloads import generate_master
 from .cpu import ProcessCpu, cpu_seconds as spent_between
-from .partitions import batches, cpu_seconds, hash_slots, measure, read_schema, stream_files, warm_jvms
+from .partitions import (bench_arguments, bench_cluster, bench_inputs, cpu_seconds, hash_slots, measure, read_schema,
+                         stream_files, warm_jvms)
 
 PART_COLUMN = "sj_part"  # the part a tuple is routed to (the shuffle's key is its hash slot)
 SLOT_COLUMN = "sj_slot"
@@ -234,78 +232,55 @@ def left_once(stream: list[pa.Table], folder: Path) -> dict:
     return {"exactly_once": sorted(ids["matched"] + ids["dead"]) == every, "matched": sorted(ids["matched"])}
 
 
-def by_process(spent: dict[str, float], tuples: int) -> dict[str, float]:
-    """CPU microseconds a tuple of each class of process (:mod:`.cpu`) over a whole run, its
-    warm-up and drain included (the split, where the kept batches give the total)."""
-    return {kind: round(seconds / tuples * 1e6, 2) for kind, seconds in spent.items()}
-
-
 def compare(runs: list[dict], one: dict) -> list[dict]:
     """Each run's throughput and CPU a tuple against ``one`` (p=1 as the product runs it)."""
     return [{**r, "tuples_per_s_x_p1": round(r["tuples_per_s"] / one["tuples_per_s"], 3),
              "cpu_us_per_tuple_x_p1": round(r["cpu_us_per_tuple"] / one["cpu_us_per_tuple"], 3)} for r in runs]
 
 
+def one_round(spark, step: StepSpec, stream: list[pa.Table], files: list[str], warmup: int, out: Path) -> dict:
+    """p=1 and p=2 as the product runs them, then the rows on the executors at each of :data:`PARTS`,
+    on the same files in turn; each against p=1, with its CPU by process and its exactly-once check."""
+    processes, tuples = ProcessCpu(), sum(b.num_rows for b in stream)
+
+    def by_process(run):
+        before = processes.snapshot()
+        result = run()
+        spent = spent_between(before, processes.snapshot())
+        return {**result, "cpu_us_by_process": {kind: round(s / tuples * 1e6, 2) for kind, s in spent.items()}}
+
+    one = by_process(lambda: measure(spark, step, 1, stream, warmup, out, files=files))
+    product = left_once(stream, out / "p1-read")
+    driver_two = by_process(lambda: measure(spark, step, 2, stream, warmup, out, files=files))
+    driver_two["exactly_once"] = left_once(stream, out / "p2-read") == product
+    runs = []
+    for parts in PARTS:
+        run = by_process(lambda: run_parts(spark, step, parts, stream, files, warmup, out / f"executor-p{parts}"))
+        checked = left_once(stream, out / f"executor-p{parts}")
+        runs.append({**run, "exactly_once": checked["exactly_once"] and checked["matched"] == product["matched"]})
+    kept = ("partitions", "tuples_per_s", "cpu_us_per_tuple", "median_batch_s", "cpu_us_by_process", "rebuilds")
+    return {"p1": {k: one[k] for k in kept if k in one}, "p1_exactly_once": product["exactly_once"],
+            "driver": compare([{k: driver_two[k] for k in (*kept, "exactly_once")}], one)[0],
+            "executor": compare(runs, one)}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="airflow_provider_semijoin.bench.executor_parts")
-    parser.add_argument("--master", default="mysql://semijoin:semijoin@127.0.0.1:3306/semijoin_bench")
-    parser.add_argument("--rows", type=int, default=200_000, help="rows of R")
-    parser.add_argument("--batch-rows", type=int, default=100_000)
-    parser.add_argument("--batches", type=int, default=8)
-    parser.add_argument("--warmup", type=int, default=2)
+    parser = bench_arguments("airflow_provider_semijoin.bench.executor_parts", batches=8, warmup=2)
     parser.add_argument("--rounds", type=int, default=3, help="runs of each configuration, in turn")
     parser.add_argument("--warmup-rounds", type=int, default=1,
                         help="rounds run first and not reported (the JVMs' first rounds cost p=1 2-3x its CPU a tuple)")
-    parser.add_argument("--algorithm", default="hybridjoin")
-    parser.add_argument("--memory", default="8M")
-    parser.add_argument("--zipf", type=float, default=1.0)
-    parser.add_argument("--jvm-warmup-jobs", type=int, default=100, help="Spark jobs run before measuring (JIT)")
-    parser.add_argument("--out", default=None, help="write the JSON report here")
     args = parser.parse_args(argv)
-    from ..spark.session import get_spark
-
-    table = f"sj_parts_{args.rows}"
-    generate_master(args.master, table, args.rows, seed=0)
-    step = StepSpec(column="nk", master={"url": args.master, "table": table, "key": "nk"}, algorithm=args.algorithm,
-                    memory=args.memory, master_static=True)  # the bench's R: nothing writes it while it runs
-    stream = list(batches(args.rows, args.batch_rows, args.batches, args.zipf, seed=1))
+    _, step, stream = bench_inputs(args)
     report = {"master": redact(args.master), "rows": args.rows, "batch_rows": args.batch_rows, "batches": args.batches,
               "algorithm": args.algorithm, "memory": args.memory, "rounds": []}
-    with tempfile.TemporaryDirectory() as folder, standalone_cluster(Path(folder), workers=2, cores=1) as (url, _):
-        spark = get_spark(url, app_name="semijoin-executor-parts-bench", partitions=2, conf={
-            "spark.executor.cores": "1", "spark.cores.max": "2", "spark.executor.memory": "1g"})
-        try:
-            warm_jvms(spark, args.jvm_warmup_jobs)
-            files = stream_files(stream, Path(folder) / "stream")
-            processes, tuples = ProcessCpu(), sum(b.num_rows for b in stream)
-            for r in range(-args.warmup_rounds, args.rounds):
-                out = Path(folder) / f"round-{r}"
-                before = processes.snapshot()
-                one = measure(spark, step, 1, stream, args.warmup, out, files=files)
-                one["cpu_us_by_process"] = by_process(spent_between(before, processes.snapshot()), tuples)
-                product = left_once(stream, out / "p1-read")
-                before = processes.snapshot()
-                driver_two = measure(spark, step, 2, stream, args.warmup, out, files=files)
-                driver_two["cpu_us_by_process"] = by_process(spent_between(before, processes.snapshot()), tuples)
-                driver_two["exactly_once"] = left_once(stream, out / "p2-read") == product
-                runs = []
-                for parts in PARTS:
-                    before = processes.snapshot()
-                    run = run_parts(spark, step, parts, stream, files, args.warmup, out / f"executor-p{parts}")
-                    run["cpu_us_by_process"] = by_process(spent_between(before, processes.snapshot()), tuples)
-                    checked = left_once(stream, out / f"executor-p{parts}")
-                    run["exactly_once"] = checked["exactly_once"] and checked["matched"] == product["matched"]
-                    runs.append(run)
-                kept = ("partitions", "tuples_per_s", "cpu_us_per_tuple", "median_batch_s", "cpu_us_by_process", "rebuilds")
-                report["rounds"].append({"p1": {k: one[k] for k in kept if k in one}, "p1_exactly_once": product["exactly_once"],
-                                         "driver": compare([{k: driver_two[k] for k in (*kept, "exactly_once")}], one)[0],
-                                         "executor": compare(runs, one)})
-                if r < 0:
-                    report["rounds"].pop()
-                else:
-                    print_round(report["rounds"][-1], r)
-        finally:
-            spark.stop()
+    with tempfile.TemporaryDirectory() as folder, bench_cluster(Path(folder), "semijoin-executor-parts-bench", 2) as spark:
+        warm_jvms(spark, args.jvm_warmup_jobs)
+        files = stream_files(stream, Path(folder) / "stream")
+        for r in range(-args.warmup_rounds, args.rounds):
+            result = one_round(spark, step, stream, files, args.warmup, Path(folder) / f"round{r}")
+            if r >= 0:
+                report["rounds"].append(result)
+                print_round(result, r)
     report["load_average"] = os.getloadavg()
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1, default=str))

@@ -416,44 +416,62 @@ def pipeline_summary(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="airflow_provider_semijoin.bench.partitions")
+def bench_arguments(prog: str, batches: int, warmup: int) -> argparse.ArgumentParser:
+    """The arguments of the benches on the standalone cluster (this one, :mod:`.executor_parts`)."""
+    parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--master", default="mysql://semijoin:semijoin@127.0.0.1:3306/semijoin_bench")
     parser.add_argument("--rows", type=int, default=200_000, help="rows of R")
     parser.add_argument("--batch-rows", type=int, default=100_000)
-    parser.add_argument("--batches", type=int, default=6)
-    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--batches", type=int, default=batches)
+    parser.add_argument("--warmup", type=int, default=warmup)
     parser.add_argument("--algorithm", default="hybridjoin")
     parser.add_argument("--memory", default="8M")
     parser.add_argument("--zipf", type=float, default=1.0)
     parser.add_argument("--jvm-warmup-jobs", type=int, default=100, help="Spark jobs run before measuring (JIT)")
-    parser.add_argument("--pipeline-rounds", type=int, default=3,
-                        help="runs of the streaming query at each of partitions 1 and 2 (0: none)")
-    parser.add_argument("--pipeline-warmup-s", type=float, default=10.0)
-    parser.add_argument("--pipeline-window-s", type=float, default=20.0)
     parser.add_argument("--out", default=None, help="write the JSON report here")
-    args = parser.parse_args(argv)
-    from ..spark.session import get_spark
+    return parser
 
+
+def bench_inputs(args) -> tuple[str, StepSpec, list[pa.Table]]:
+    """R's table (made), the join step over it and the stream's micro-batches."""
     table = f"sj_parts_{args.rows}"
     generate_master(args.master, table, args.rows, seed=0)
     step = StepSpec(column="nk", master={"url": args.master, "table": table, "key": "nk"}, algorithm=args.algorithm,
                     memory=args.memory, master_static=True)  # the bench's R: nothing writes it while it runs
-    stream = list(batches(args.rows, args.batch_rows, args.batches, args.zipf, seed=1))
-    with tempfile.TemporaryDirectory() as folder, standalone_cluster(Path(folder), workers=2, cores=1) as (url, _):
-        spark = get_spark(url, app_name="semijoin-partitions-bench", partitions=max(PARTS), conf={
+    return table, step, list(batches(args.rows, args.batch_rows, args.batches, args.zipf, seed=1))
+
+
+@contextlib.contextmanager
+def bench_cluster(folder: Path, app_name: str, partitions: int):
+    """A Spark session on a standalone cluster of two one-core workers started under ``folder``."""
+    from ..spark.session import get_spark
+
+    with standalone_cluster(folder, workers=2, cores=1) as (url, _):
+        spark = get_spark(url, app_name=app_name, partitions=partitions, conf={
             "spark.executor.cores": "1", "spark.cores.max": "2", "spark.executor.memory": "1g"})
         try:
-            warmed_s = warm_jvms(spark, args.jvm_warmup_jobs)
-            floor_s = job_floor(spark)
-            runs = [measure(spark, step, parts, stream, args.warmup, Path(folder)) for parts in PARTS]
-            files = stream_files(stream, Path(folder) / "stream")
-            read_one = measure(spark, step, 1, stream, args.warmup, Path(folder), files=files)
-            floors = [executor_floor(spark, stream, files, 2, args.warmup, Path(folder) / f"executor-{by_spark}", by_spark)
-                      for by_spark in (False, True)]
-            pipelines = pipeline_runs(spark, args, table, Path(folder))
+            yield spark
         finally:
             spark.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_arguments("airflow_provider_semijoin.bench.partitions", batches=6, warmup=1)
+    parser.add_argument("--pipeline-rounds", type=int, default=3,
+                        help="runs of the streaming query at each of partitions 1 and 2 (0: none)")
+    parser.add_argument("--pipeline-warmup-s", type=float, default=10.0)
+    parser.add_argument("--pipeline-window-s", type=float, default=20.0)
+    args = parser.parse_args(argv)
+    table, step, stream = bench_inputs(args)
+    with tempfile.TemporaryDirectory() as folder, bench_cluster(Path(folder), "semijoin-partitions-bench", max(PARTS)) as spark:
+        warmed_s = warm_jvms(spark, args.jvm_warmup_jobs)
+        floor_s = job_floor(spark)
+        runs = [measure(spark, step, parts, stream, args.warmup, Path(folder)) for parts in PARTS]
+        files = stream_files(stream, Path(folder) / "stream")
+        read_one = measure(spark, step, 1, stream, args.warmup, Path(folder), files=files)
+        floors = [executor_floor(spark, stream, files, 2, args.warmup, Path(folder) / f"executor-{by_spark}", by_spark)
+                  for by_spark in (False, True)]
+        pipelines = pipeline_runs(spark, args, table, Path(folder))
     with open_store(args.master, table, "nk") as store:
         hot = hottest_page_share(store, stream, 2)
     served = database_ceiling(args.master, table, reads_per_tuple(runs[1])["rows_per_query"])  # (the cluster stopped)
