@@ -61,7 +61,8 @@ SLOT_COLUMN = "sj_slot"
 PARTS = (1, 2)
 # a micro-batch's query as one job of two stages: with adaptive execution each stage is a job of its
 # own, planned after the one before (two runs of 2 rounds, p=2 x p=1 warm: 0.91 without, 0.69 with)
-QUERY_CONF = {"spark.sql.adaptive.enabled": "false"}
+# and a file is a task of its own (a source partitioned by the key: a file a part), however small
+QUERY_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.files.openCostInBytes": str(1 << 30)}
 STATS = pa.schema([("part", pa.int32()), ("worker", pa.string()), ("rebuilt", pa.bool_()), ("fed", pa.int64()),
                    ("left", pa.int64()), ("carried", pa.int64()), ("join_s", pa.float64()), ("write_s", pa.float64()),
                    ("task_s", pa.float64())])  # a part's figures of a batch, what the driver collects
@@ -123,13 +124,15 @@ def join_part(run: PartRun, batch_id: int, drain: bool, arrow_batches, part: int
     matched and unmatched rows and then its carried rows, keep the state in this worker; yields
     the part's figures (the only thing the driver collects). ``part``: given, it runs outside Spark."""
     started = time.perf_counter()
-    if part is None:
+    received = [b for b in arrow_batches if b.num_rows]
+    if part is None and received:  # (a source partitioned by the key: a task a file, in any order)
+        part = received[0].column(PART_COLUMN)[0].as_py()
+    elif part is None:  # (no rows: after the shuffle by hash slot the task's partition is the part)
         from pyspark import TaskContext
 
         part = TaskContext.get().partitionId()
     step = StepSpec(**json.loads(run.step_json))
     session, carried, rebuilt = _state_before(run, part, batch_id, step)
-    received = list(arrow_batches)
     new = (pa.Table.from_batches(received).drop_columns([PART_COLUMN, SLOT_COLUMN]).sort_by("sj_arrival")
            if received else run.schema.empty_table())
     tagged = carried.add(new, np.full(new.num_rows, np.inf), np.full(new.num_rows, part))
@@ -173,33 +176,55 @@ def part_ranges(step: StepSpec, parts: int, sample: pa.Table) -> list:
     return ranges
 
 
-def run_parts(spark, step: StepSpec, parts: int, stream: list[pa.Table], files: list[str], warmup: int, out: Path) -> dict:
-    """The design over every batch at ``parts``; its figures and where the parts ran."""
+def run_parts(spark, step: StepSpec, parts: int, stream: list[pa.Table], files: list[str], warmup: int, out: Path,
+              keyed: bool = False) -> dict:
+    """The design over every batch at ``parts``; its figures and where the parts ran. ``keyed``: the
+    source is already partitioned by the join key (as a Kafka topic keyed by it): each batch is a
+    file a part, read by a task of its own, with no shuffle."""
     run = PartRun(f"{os.getpid()}-{time.time_ns()}-p{parts}", json.dumps(dataclasses.asdict(step)),
                   part_ranges(step, parts, stream[0]), max(step.memory_bytes // parts, 1), str(out), stream[0].schema)
-    schema, slots = read_schema(spark, files), hash_slots(spark, parts)
-    part, slot = route(run, slots, step.column)
+    schema = read_schema(spark, files)
+    part, slot = route(run, hash_slots(spark, parts), step.column)
+    sources = keyed_files(run, stream, out / "keyed") if keyed else [[path] for path in files]
+
+    def routed(paths: list[str]):
+        frame = spark.read.schema(schema).parquet(*paths).withColumn(PART_COLUMN, part).withColumn(SLOT_COLUMN, slot)
+        return frame if keyed else frame.repartition(parts, SLOT_COLUMN)
+
     rows, where = [], {}
     before = {name: spark.conf.get(name) for name in QUERY_CONF}
     for name, value in QUERY_CONF.items():
         spark.conf.set(name, value)
     try:
-        for batch_id, path in enumerate(files):
-            read = functools.partial(lambda path: spark.read.schema(schema).parquet(path), path)
-            rows.append(_batch(run, read, part, slot, batch_id, len(files), where))
+        for batch_id, paths in enumerate(sources):
+            rows.append(_batch(run, functools.partial(routed, paths), batch_id, len(files), where))
     finally:
         for name, value in before.items():
             spark.conf.set(name, value)
     return summarized(rows, warmup, parts)
 
 
-def _batch(run: PartRun, read, part, slot, batch_id: int, batches: int, where: dict) -> dict:
-    """One micro-batch (``read()``: its rows, as the executors read them) through the parts; its
-    figures. ``where``: each part's worker in the batch before, updated."""
+def keyed_files(run: PartRun, stream: list[pa.Table], folder: Path) -> list[list[str]]:
+    """Each micro-batch as a file a part (its key range's tuples): a source partitioned by the key."""
+    key = json.loads(run.step_json)["column"]
+    out = []
+    for batch_id, batch in enumerate(stream):
+        keys, paths = batch[key].to_numpy(), []
+        for p, (low, high) in enumerate(run.ranges):
+            mine = np.ones(len(keys), bool) if low is None else keys >= low
+            mine &= True if high is None else keys < high
+            paths.append(str(folder / f"batch-{batch_id}-part-{p}.parquet"))
+            _write_whole(batch.filter(pa.array(mine)), Path(paths[-1]), parquet=True)
+        out.append(paths)
+    return out
+
+
+def _batch(run: PartRun, routed, batch_id: int, batches: int, where: dict) -> dict:
+    """One micro-batch (``routed()``: its rows as the executors read them, a task a part) through
+    the parts; its figures. ``where``: each part's worker in the batch before, updated."""
     cpu, started = cpu_seconds(), time.perf_counter()
     task = functools.partial(join_part, run, batch_id, batch_id == batches - 1)
-    routed = read().withColumn(PART_COLUMN, part).withColumn(SLOT_COLUMN, slot).repartition(len(run.ranges), SLOT_COLUMN)
-    figures = sorted((r.asDict() for r in routed.mapInArrow(task, STATS_DDL).collect()), key=lambda f: f["part"])
+    figures = sorted((r.asDict() for r in routed().mapInArrow(task, STATS_DDL).collect()), key=lambda f: f["part"])
     batch_s = time.perf_counter() - started
     if [f["part"] for f in figures] != list(range(len(run.ranges))):
         raise RuntimeError(f"batch {batch_id}: parts {[f['part'] for f in figures]} answered, not each of {len(run.ranges)} once")
@@ -254,10 +279,12 @@ def one_round(spark, step: StepSpec, stream: list[pa.Table], files: list[str], w
     driver_two = by_process(lambda: measure(spark, step, 2, stream, warmup, out, files=files))
     driver_two["exactly_once"] = left_once(stream, out / "p2-read") == product
     runs = []
-    for parts in PARTS:
-        run = by_process(lambda: run_parts(spark, step, parts, stream, files, warmup, out / f"executor-p{parts}"))
-        checked = left_once(stream, out / f"executor-p{parts}")
-        runs.append({**run, "exactly_once": checked["exactly_once"] and checked["matched"] == product["matched"]})
+    for parts, keyed in [*((p, False) for p in PARTS), (2, True)]:
+        folder = out / f"executor-p{parts}{'-keyed' if keyed else ''}"
+        run = by_process(lambda: run_parts(spark, step, parts, stream, files, warmup, folder, keyed))
+        checked = left_once(stream, folder)
+        runs.append({**run, "keyed": keyed,
+                     "exactly_once": checked["exactly_once"] and checked["matched"] == product["matched"]})
     kept = ("partitions", "tuples_per_s", "cpu_us_per_tuple", "median_batch_s", "cpu_us_by_process", "rebuilds")
     return {"p1": {k: one[k] for k in kept if k in one}, "p1_exactly_once": product["exactly_once"],
             "driver": compare([{k: driver_two[k] for k in (*kept, "exactly_once")}], one)[0],
@@ -301,11 +328,12 @@ def print_round(result: dict, number: int) -> None:
           "| slowest task s | rebuilds a batch | parts moved a batch | exactly once |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in result["executor"]:
-        print(f"| {r['partitions']} | {r['tuples_per_s']:,.0f} | {r['tuples_per_s_x_p1']:.2f} | {r['cpu_us_per_tuple']:.2f} | "
+        keyed = " (source keyed, no shuffle)" if r["keyed"] else ""
+        print(f"| {r['partitions']}{keyed} | {r['tuples_per_s']:,.0f} | {r['tuples_per_s_x_p1']:.2f} | {r['cpu_us_per_tuple']:.2f} | "
               f"{r['cpu_us_per_tuple_x_p1']:.2f} | {r['median_batch_s']} | {r['median_slowest_join_s']} | "
               f"{r['median_slowest_task_s']} | {r['rebuilds']} | {r['moved']} | {'yes' if r['exactly_once'] else 'NO'} |")
     for r in result["executor"]:
-        print(f"  p={r['partitions']} CPU us a tuple by process over the whole run: {r['cpu_us_by_process']}")
+        print(f"  p={r['partitions']}{' keyed' if r['keyed'] else ''} CPU us a tuple by process over the whole run: {r['cpu_us_by_process']}")
     sys.stdout.flush()
 
 

@@ -32,19 +32,20 @@ def _stream(count: int = 5):
     return list(batches(rows=6_000, batch_rows=1_500, count=count, exponent=1.0, seed=1))
 
 
-def test_rows_on_the_executors_leave_each_tuple_once_and_match_what_one_part_matches(spark, step, tmp_path):
+def test_rows_on_the_executors_shuffled_or_keyed_leave_each_tuple_once_and_match_what_one_part_matches(spark, step, tmp_path):
     stream = _stream()
     files = stream_files(stream, tmp_path / "stream")
     measure(spark, step, 1, stream, 1, tmp_path / "one", files=files)
     one = left_once(stream, tmp_path / "one" / "p1-read")
     assert one["exactly_once"] and one["matched"]
-    for parts in (1, 2, 3):
-        run = run_parts(spark, step, parts, stream, files, 1, tmp_path / f"p{parts}")
+    for parts, keyed in ((1, False), (2, False), (3, False), (2, True)):
+        folder = tmp_path / f"p{parts}-{keyed}"
+        run = run_parts(spark, step, parts, stream, files, 1, folder, keyed)
         assert (run["partitions"], run["batches"]) == (parts, 3)
-        checked = left_once(stream, tmp_path / f"p{parts}")
-        assert checked["exactly_once"], parts
-        assert checked["matched"] == one["matched"], parts
-        assert len(list((tmp_path / f"p{parts}" / "matched" / "batch=1").glob("part-*.parquet"))) == parts
+        checked = left_once(stream, folder)
+        assert checked["exactly_once"], (parts, keyed)
+        assert checked["matched"] == one["matched"], (parts, keyed)
+        assert len(list((folder / "matched" / "batch=1").glob("part-*.parquet"))) == parts
 
 
 def _carried_after(run: PartRun, part: int, batch_id: int) -> int:
