@@ -37,7 +37,6 @@ import dataclasses
 import functools
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -54,7 +53,7 @@ from ..spark.joinstate import CarriedRows, session_from, slice_of
 from ..spark.partitioned import CUT_PAGE_ROWS, RangePartitioner, worker_name
 from .cpu import ProcessCpu, cpu_seconds as spent_between
 from .partitions import (bench_arguments, bench_cluster, bench_inputs, cpu_seconds, hash_slots, measure, read_schema,
-                         stream_files, warm_jvms)
+                         stream_files, summarize, warm_jvms)
 
 PART_COLUMN = "sj_part"  # the part a tuple is routed to (the shuffle's key is its hash slot)
 SLOT_COLUMN = "sj_slot"
@@ -239,15 +238,9 @@ def _batch(run: PartRun, routed, batch_id: int, batches: int, where: dict) -> di
 
 def summarized(rows: list[dict], warmup: int, parts: int) -> dict:
     """The kept batches' figures (the first ``warmup`` and the last, which drains, left out)."""
-    kept = rows[warmup:-1]
-    tuples = sum(r["tuples"] for r in kept)
-    summary = {"partitions": parts, "batches": len(kept),
-               "tuples_per_s": round(tuples / sum(r["batch_s"] for r in kept), 1),
-               "cpu_us_per_tuple": round(sum(r["cpu_s"] for r in kept) / tuples * 1e6, 3)}
-    for name in ("batch_s", "slowest_join_s", "slowest_task_s"):
-        summary[f"median_{name}"] = round(statistics.median(r[name] for r in kept), 4)
-    summary.update(rebuilds=[r["rebuilds"] for r in kept], moved=[r["moved"] for r in kept], per_batch=kept)
-    return summary
+    summary = summarize(rows, warmup, parts, ("batch_s", "slowest_join_s", "slowest_task_s"))
+    return {**summary, "rebuilds": [r["rebuilds"] for r in summary["per_batch"]],
+            "moved": [r["moved"] for r in summary["per_batch"]]}
 
 
 def left_once(stream: list[pa.Table], folder: Path) -> dict:

@@ -202,15 +202,23 @@ def measure(spark, step: StepSpec, parts: int, stream: list[pa.Table], warmup: i
             row.update(parts=part_stats, slowest_part_s=slowest, spark_s=joined - slowest, rebuilds=result.stats.join.rebuilds)
         rows.append(row)
     join.close()
-    kept = rows[warmup:-1]  # (the last batch drains)
+    summary = summarize(rows, warmup, parts, ("batch_s", "join_s", "sink_s", "slowest_part_s", "spark_s"))
+    if parts > 1:
+        summary["rebuilds"] = [r["rebuilds"] for r in summary["per_batch"]]
+    return summary
+
+
+def summarize(rows: list[dict], warmup: int, parts: int, medians: tuple[str, ...]) -> dict:
+    """A configuration's batches (each its ``tuples``, ``batch_s``, ``cpu_s``), the first ``warmup``
+    and the last (it drains) left out: tuples/s, CPU us a tuple, the median of each of ``medians``
+    the batches have, and the batches kept."""
+    kept = rows[warmup:-1]
     tuples = sum(r["tuples"] for r in kept)
     summary = {"partitions": parts, "batches": len(kept), "tuples_per_s": round(tuples / sum(r["batch_s"] for r in kept), 1),
                "cpu_us_per_tuple": round(sum(r["cpu_s"] for r in kept) / tuples * 1e6, 3)}
-    for name in ("batch_s", "join_s", "sink_s", "slowest_part_s", "spark_s"):
+    for name in medians:
         if name in kept[0]:
             summary[f"median_{name}"] = round(statistics.median(r[name] for r in kept), 4)
-    if parts > 1:
-        summary["rebuilds"] = [r["rebuilds"] for r in kept]
     return {**summary, "per_batch": kept}
 
 
@@ -259,46 +267,53 @@ def hash_slots(spark, parts: int) -> list[int]:
 
 
 def executor_floor(spark, stream: list[pa.Table], files: list[str], parts: int, warmup: int, out: Path,
-                   by_spark: bool = False) -> dict:
+                   by_spark: bool = False, key: str = "nk") -> dict:
     """The issue's design for the rows with the join taken out: each micro-batch read from its file
     by the executors, shuffled by key range to ``parts`` tasks, through a Python worker
     (``mapInArrow``, where a part's join would be), written as Parquet on the executors: no row
-    through the driver. ``by_spark``: as Spark offers it - ``repartitionByRange`` (a sample of the
-    keys, then the shuffle) and Spark's Parquet writer (its commit protocol); otherwise its
-    cheapest here - the part of each key from the first batch's key quantiles (equal parts, its
-    best case), sent as :func:`hash_slots` values (one shuffle, a task a part), each part writing
-    its file itself with pyarrow. What a design that keeps the rows on the executors pays a
-    micro-batch here before its parts join anything: seconds and CPU seconds of every process."""
-    from pyspark.sql import functions as F
-
+    through the driver (:func:`_through_spark`, :func:`_through_slots`). What a design that keeps
+    the rows on the executors pays a micro-batch here before its parts join anything: seconds and
+    CPU seconds of every process. Each batch's files are counted after it is timed."""
     schema = read_schema(spark, files)
-    cuts = np.quantile(stream[0]["nk"].to_numpy(), np.arange(1, parts) / parts)
-    slots = hash_slots(spark, parts)
-    part = F.when(F.col("nk") < float(cuts[0]), F.lit(slots[0]).cast("long"))
-    for k, cut in enumerate(cuts[1:], start=1):
-        part = part.when(F.col("nk") < float(cut), F.lit(slots[k]).cast("long"))
-    part = part.otherwise(F.lit(slots[-1]).cast("long"))
+    through = (functools.partial(_through_spark, parts, key, schema) if by_spark
+               else _through_slots(spark, parts, key, stream[0][key].to_numpy()))
     rows = []
     for batch_id, path in enumerate(files):
         folder = out / f"batch={batch_id}"
         cpu, started = cpu_seconds(), time.perf_counter()
-        frame = spark.read.schema(schema).parquet(path)
-        if by_spark:
-            frame.repartitionByRange(parts, "nk").mapInArrow(_passed_through, schema).write.mode("overwrite").parquet(str(folder))
-            written = stream[batch_id].num_rows
-        else:
-            folder.mkdir(parents=True, exist_ok=True)
-            routed = frame.withColumn("sj_part", part).repartition(parts, "sj_part").drop("sj_part")
-            written = sum(r[0] for r in routed.mapInArrow(functools.partial(_written_by_the_part, str(folder)), "rows long").collect())
-        rows.append({"tuples": written, "batch_s": time.perf_counter() - started, "cpu_s": cpu_seconds() - cpu})
+        through(spark.read.schema(schema).parquet(path), folder)
+        rows.append({"tuples": stream[batch_id].num_rows, "batch_s": time.perf_counter() - started, "cpu_s": cpu_seconds() - cpu})
+        written = pq.read_table(folder).num_rows
         if written != stream[batch_id].num_rows:
             raise RuntimeError(f"batch {batch_id}: the parts wrote {written:,} rows of {stream[batch_id].num_rows:,}")
-    kept = rows[warmup:-1]  # (as :func:`measure` keeps)
-    tuples = sum(r["tuples"] for r in kept)
-    return {"partitions": parts, "by_spark": by_spark, "batches": len(kept),
-            "tuples_per_s": round(tuples / sum(r["batch_s"] for r in kept), 1),
-            "cpu_us_per_tuple": round(sum(r["cpu_s"] for r in kept) / tuples * 1e6, 3),
-            "median_batch_s": round(statistics.median(r["batch_s"] for r in kept), 4)}
+    return {**summarize(rows, warmup, parts, ("batch_s",)), "by_spark": by_spark}
+
+
+def _through_spark(parts: int, key: str, schema, frame, folder: Path) -> None:
+    """As Spark offers it: ``repartitionByRange`` (a sample of the keys, then the shuffle) and
+    Spark's Parquet writer (its commit protocol)."""
+    frame.repartitionByRange(parts, key).mapInArrow(_passed_through, schema).write.mode("overwrite").parquet(str(folder))
+
+
+def _through_slots(spark, parts: int, key: str, sample: np.ndarray):
+    """Its cheapest here: the part of each key from the key quantiles of ``sample`` (the first
+    batch: equal parts, its best case), sent as :func:`hash_slots` values (one shuffle, a task a
+    part), each part writing its file itself with pyarrow."""
+    from pyspark.sql import functions as F
+
+    cuts = np.quantile(sample, np.arange(1, parts) / parts)
+    slots = hash_slots(spark, parts)
+    part = F.when(F.col(key) < float(cuts[0]), F.lit(slots[0]).cast("long"))
+    for k, cut in enumerate(cuts[1:], start=1):
+        part = part.when(F.col(key) < float(cut), F.lit(slots[k]).cast("long"))
+    part = part.otherwise(F.lit(slots[-1]).cast("long"))
+
+    def through(frame, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        routed = frame.withColumn("sj_part", part).repartition(parts, "sj_part").drop("sj_part")
+        routed.mapInArrow(functools.partial(_written_by_the_part, str(folder)), "rows long").collect()
+
+    return through
 
 
 def executor_design_bound(read_one: dict, floor: dict, two: dict) -> dict:
