@@ -85,11 +85,12 @@ class SemiJoinSparkHook(BaseHook):
         """True when the job runs in this process (master ``local`` or ``local[...]``)."""
         return self.master == "local" or self.master.startswith("local[")
 
-    def get_session(self, app_name: str):
-        """The in-process SparkSession (the active one when there is one)."""
+    def get_session(self, app_name: str, partitions: int = 1):
+        """The in-process SparkSession (the active one when there is one) for a job of ``partitions``
+        parts (:func:`..spark.session.get_spark`)."""
         if not self.is_local:
             raise ConfigError(f"spark_conn_id: master {self.master!r} is not local; use submit()")
-        return get_spark(self.master, app_name=app_name, conf=self.conf)
+        return get_spark(self.master, app_name=app_name, conf=self.conf, partitions=partitions)
 
     def submit(self, spec_file: str, *, name: str, on_line: Callable[[str], bool], summary_file: str | None = None) -> None:
         """Run the driver on the cluster with ``--spec spec_file`` (and ``--summary summary_file``,

@@ -288,7 +288,7 @@ class SemiJoinJobOperator(BaseOperator):
             if self._spark_hook.is_local:
                 from ..spark.runner import run_job
 
-                session = self._spark_hook.get_session(f"semijoin-{spec.name}")
+                session = self._spark_hook.get_session(f"semijoin-{spec.name}", spec.partitions)
                 outcome["summary"] = run_job(spec, spark=session, on_progress=records.put, stop_event=self._stop_event)
             else:
                 outcome["summary"] = self._submit(spec, records)

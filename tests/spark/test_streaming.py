@@ -140,8 +140,12 @@ def test_every_tuple_arrives_after_the_warm_up_batch(spark, tmp_path, sqlite_bac
 UNIX_SOCKETS_OF = """
 import os, sys
 from airflow_provider_semijoin.spark.session import get_spark
-spark = get_spark("local[1]", app_name="sockets", partitions=int(sys.argv[1]))
-print(spark.sparkContext.parallelize([0], 1).map(lambda _: os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "false")).collect()[0])
+if sys.argv[2] == "hook":  # the operator's in-process session
+    from airflow_provider_semijoin.hooks.spark import SemiJoinSparkHook
+    spark = SemiJoinSparkHook(None).get_session("sockets", partitions=int(sys.argv[1]))
+else:
+    spark = get_spark("local[1]", app_name="sockets", partitions=int(sys.argv[1]))
+print("SOCKETS", spark.sparkContext.parallelize([0], 1).map(lambda _: os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "false")).collect()[0])
 spark.stop()
 """
 
@@ -154,11 +158,12 @@ def test_python_workers_use_unix_domain_sockets_only_for_partitioned_jobs(spark)
     a process has one session.)"""
     told = spark.sparkContext.parallelize([0], 1).map(lambda _: os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "false")).collect()
     assert told == ["false"]  # the tests' session: one part (unset over TCP)
-    for partitions, expected in ((1, "false"), (2, "true")):
-        run = subprocess.run([sys.executable, "-c", UNIX_SOCKETS_OF, str(partitions)], capture_output=True, text=True,
+    for partitions, expected, through in ((1, "false", "get_spark"), (2, "true", "get_spark"), (2, "true", "hook")):
+        run = subprocess.run([sys.executable, "-c", UNIX_SOCKETS_OF, str(partitions), through], capture_output=True, text=True,
                              timeout=300, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
         assert run.returncode == 0, run.stderr[-2000:]
-        assert run.stdout.strip().splitlines()[-1].lower() == expected
+        told = [line.split()[1].lower() for line in run.stdout.splitlines() if line.startswith("SOCKETS ")]
+        assert told == [expected], (partitions, through)  # (Airflow's logging prints to stdout too)
 
 
 def test_a_micro_batch_reaches_the_driver_in_large_arrow_batches(spark):
