@@ -150,40 +150,67 @@ def join_part(run: PartRun, batch_id: int, drain: bool, arrow_batches, part: int
         "carried": [carried.count], "join_s": [stats.wall_s], "write_s": [done - joined], "task_s": [done - started]}, schema=STATS)
 
 
-def route(run: PartRun, slots: list[int], key: str):
-    """The Spark column of each tuple's part: the number of parts' lower bounds at or below its key
-    (a key below R's range: part 0, above it: the last part)."""
+def route(cuts: list, slots: list[int], key: str, shared: tuple | None = None):
+    """The Spark column of each tuple's part: the number of ``cuts`` (parts 1.. lower bounds) at or
+    below its key (a key below R's range: part 0, above it: the last part); with a ``shared`` page
+    ``(low, high, owner, other)``, its tuples go to either of its two parts by their id's hash."""
     from pyspark.sql import functions as F
 
     part = F.lit(0)
-    for key_range in run.ranges[1:]:
-        part = part + F.when(F.col(key) >= F.lit(key_range[0]), 1).otherwise(0)
+    for cut in cuts:
+        part = part + F.when(F.col(key) >= F.lit(cut), 1).otherwise(0)
+    if shared is not None:
+        low, high, owner, other = shared
+        inside = F.col(key) >= F.lit(low) if low is not None else F.lit(True)
+        inside = inside & (F.col(key) < F.lit(high)) if high is not None else inside
+        halves = F.when(F.pmod(F.hash("sj_id"), F.lit(2)) == 0, F.lit(owner)).otherwise(F.lit(other))
+        part = F.when(inside, halves).otherwise(part)
     slot = F.lit(slots[0]).cast("long")
     for p in range(1, len(slots)):
         slot = F.when(F.col(PART_COLUMN) == p, F.lit(slots[p]).cast("long")).otherwise(slot)
     return part.cast("int"), slot
 
 
-def part_ranges(step: StepSpec, parts: int, sample: pa.Table) -> list:
-    """Each part's key range of R, cut by the load of ``sample``'s keys (the first micro-batch)."""
+def part_ranges(step: StepSpec, parts: int, sample: pa.Table, share_hot: bool = False) -> tuple[list, list, tuple | None]:
+    """Each part's key range of R, cut by the load of ``sample``'s keys (the first micro-batch); the
+    cuts (parts 1.. lower bounds); with ``share_hot``, the hottest page shared by its part and a
+    neighbour - ``(low, high, owner, other)``, the other's range stretched over it - else None. A
+    tuple needs only its own page read by its part, so a page's tuples may be split between two
+    parts that both read it, where by key range alone one part takes the whole hottest page."""
     with open_store(step.master.url, step.master.table, step.master.key, step.master_select) as store:
         partitioner = RangePartitioner(store, parts, CUT_PAGE_ROWS)
         partitioner.assign(sample[step.column])
         ranges = partitioner.key_ranges()
+        pages, valid = partitioner.pages(sample[step.column])
+        hot = int(np.bincount(pages[valid]).argmax())
+        bounds = [b.item() for b in partitioner.page_map.bounds]
+        n_pages, cut_pages = partitioner.page_map.n_pages, partitioner.cuts
     if None in ranges:
-        raise ValueError(f"R's {partitioner.page_map.n_pages} pages cannot be cut into {parts} parts: give --rows more rows of R")
-    return ranges
+        raise ValueError(f"R's {n_pages} pages cannot be cut into {parts} parts: give --rows more rows of R")
+    cuts = [key_range[0] for key_range in ranges[1:]]
+    if not share_hot:
+        return ranges, cuts, None
+    owner = int(np.searchsorted(cut_pages, hot, side="right"))
+    other = owner + 1 if owner + 1 < parts else owner - 1
+    low, high = bounds[hot], bounds[hot + 1] if hot + 1 < n_pages else None
+    ranges = list(ranges)
+    ranges[other] = (low, ranges[other][1]) if other > owner else (ranges[other][0], high)
+    return ranges, cuts, (low if hot else None, high, owner, other)
 
 
 def run_parts(spark, step: StepSpec, parts: int, stream: list[pa.Table], files: list[str], warmup: int, out: Path,
-              keyed: bool = False) -> dict:
+              keyed: bool = False, share_hot: bool = False) -> dict:
     """The design over every batch at ``parts``; its figures and where the parts ran. ``keyed``: the
     source is already partitioned by the join key (as a Kafka topic keyed by it): each batch is a
-    file a part, read by a task of its own, with no shuffle."""
+    file a part, read by a task of its own, with no shuffle. ``share_hot``: the hottest page's
+    tuples split between two parts (:func:`part_ranges`)."""
+    ranges, cuts, shared = part_ranges(step, parts, stream[0], share_hot)
     run = PartRun(f"{os.getpid()}-{time.time_ns()}-p{parts}", json.dumps(dataclasses.asdict(step)),
-                  part_ranges(step, parts, stream[0]), max(step.memory_bytes // parts, 1), str(out), stream[0].schema)
+                  ranges, max(step.memory_bytes // parts, 1), str(out), stream[0].schema)
     schema = read_schema(spark, files)
-    part, slot = route(run, hash_slots(spark, parts), step.column)
+    part, slot = route(cuts, hash_slots(spark, parts), step.column, shared)
+    if keyed and share_hot:
+        raise ValueError("a source keyed by range has no shared page: keyed and share_hot together are not measured")
     sources = keyed_files(run, stream, out / "keyed") if keyed else [[path] for path in files]
 
     def routed(paths: list[str]):
@@ -272,11 +299,11 @@ def one_round(spark, step: StepSpec, stream: list[pa.Table], files: list[str], w
     driver_two = by_process(lambda: measure(spark, step, 2, stream, warmup, out, files=files))
     driver_two["exactly_once"] = left_once(stream, out / "p2-read") == product
     runs = []
-    for parts, keyed in [*((p, False) for p in PARTS), (2, True)]:
-        folder = out / f"executor-p{parts}{'-keyed' if keyed else ''}"
-        run = by_process(lambda: run_parts(spark, step, parts, stream, files, warmup, folder, keyed))
+    for parts, keyed, share in [*((p, False, False) for p in PARTS), (2, True, False), (2, False, True)]:
+        folder = out / f"executor-p{parts}-{keyed}-{share}"
+        run = by_process(lambda: run_parts(spark, step, parts, stream, files, warmup, folder, keyed, share))
         checked = left_once(stream, folder)
-        runs.append({**run, "keyed": keyed,
+        runs.append({**run, "keyed": keyed, "shared_hot_page": share,
                      "exactly_once": checked["exactly_once"] and checked["matched"] == product["matched"]})
     kept = ("partitions", "tuples_per_s", "cpu_us_per_tuple", "median_batch_s", "cpu_us_by_process", "rebuilds")
     return {"p1": {k: one[k] for k in kept if k in one}, "p1_exactly_once": product["exactly_once"],
@@ -321,12 +348,12 @@ def print_round(result: dict, number: int) -> None:
           "| slowest task s | rebuilds a batch | parts moved a batch | exactly once |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in result["executor"]:
-        keyed = " (source keyed, no shuffle)" if r["keyed"] else ""
+        keyed = " (source keyed, no shuffle)" if r["keyed"] else " (hottest page shared)" if r["shared_hot_page"] else ""
         print(f"| {r['partitions']}{keyed} | {r['tuples_per_s']:,.0f} | {r['tuples_per_s_x_p1']:.2f} | {r['cpu_us_per_tuple']:.2f} | "
               f"{r['cpu_us_per_tuple_x_p1']:.2f} | {r['median_batch_s']} | {r['median_slowest_join_s']} | "
               f"{r['median_slowest_task_s']} | {r['rebuilds']} | {r['moved']} | {'yes' if r['exactly_once'] else 'NO'} |")
     for r in result["executor"]:
-        print(f"  p={r['partitions']}{' keyed' if r['keyed'] else ''} CPU us a tuple by process over the whole run: {r['cpu_us_by_process']}")
+        print(f"  p={r['partitions']}{' keyed' if r['keyed'] else ' shared' if r['shared_hot_page'] else ''} CPU us a tuple by process over the whole run: {r['cpu_us_by_process']}")
     sys.stdout.flush()
 
 

@@ -38,13 +38,14 @@ def test_rows_on_the_executors_shuffled_or_keyed_leave_each_tuple_once_and_match
     measure(spark, step, 1, stream, 1, tmp_path / "one", files=files)
     one = left_once(stream, tmp_path / "one" / "p1-read")
     assert one["exactly_once"] and one["matched"]
-    for parts, keyed in ((1, False), (2, False), (3, False), (2, True)):
-        folder = tmp_path / f"p{parts}-{keyed}"
-        run = run_parts(spark, step, parts, stream, files, 1, folder, keyed)
+    for parts, keyed, share in ((1, False, False), (2, False, False), (3, False, False), (2, True, False), (2, False, True),
+                                (3, False, True)):
+        folder = tmp_path / f"p{parts}-{keyed}-{share}"
+        run = run_parts(spark, step, parts, stream, files, 1, folder, keyed, share)
         assert (run["partitions"], run["batches"]) == (parts, 3)
         checked = left_once(stream, folder)
-        assert checked["exactly_once"], (parts, keyed)
-        assert checked["matched"] == one["matched"], (parts, keyed)
+        assert checked["exactly_once"], (parts, keyed, share)
+        assert checked["matched"] == one["matched"], (parts, keyed, share)
         assert len(list((folder / "matched" / "batch=1").glob("part-*.parquet"))) == parts
 
 
@@ -63,7 +64,7 @@ def _sent(batch: pa.Table, key_range: tuple, part: int):
 
 def test_a_worker_without_the_parts_state_rebuilds_it_from_the_file_and_leaves_what_a_warm_one_leaves(step, tmp_path):
     stream = _stream(6)
-    ranges = part_ranges(step, 2, stream[0])
+    ranges, _, _ = part_ranges(step, 2, stream[0])
     assert all(r is not None for r in ranges)
     left = {}
     for name, forget in (("warm", set()), ("cold", {1, 3, 4})):
@@ -87,3 +88,16 @@ def test_a_worker_without_the_parts_state_rebuilds_it_from_the_file_and_leaves_w
     assert left["warm"]["rebuilt"] == 2  # the first batch builds each part
     assert left["cold"]["rebuilt"] == 2 + 2 * 3  # and each forgotten batch rebuilds both from the files
     assert left["cold"]["matched"] == left["warm"]["matched"] and left["cold"]["dead"] == left["warm"]["dead"]
+
+
+def test_the_hottest_page_is_split_between_two_parts_that_both_read_it(spark, step, tmp_path):
+    stream = _stream(4)
+    files = stream_files(stream, tmp_path / "stream")
+    ranges, cuts, shared = part_ranges(step, 2, stream[0], share_hot=True)
+    low, high, owner, other = shared
+    assert {owner, other} == {0, 1} and len(cuts) == 1
+    run_parts(spark, step, 2, stream, files, 1, tmp_path / "shared", share_hot=True)
+    for part in (0, 1):
+        keys = pq.read_table(tmp_path / "shared" / "matched" / "batch=1" / f"part-{part}.parquet")["nk"].to_numpy()
+        on_hot_page = (keys >= low if low is not None else keys == keys) & (keys < high)
+        assert on_hot_page.sum() > 0.2 * len(keys), part  # each part joins a share of the hottest page's tuples
