@@ -19,14 +19,20 @@ places the shuffle's tasks without regard to that memory, so how often a part la
 state is decides what the design costs: the report counts the rebuilds and the parts that
 moved.
 
+Two variants run beside it at two parts: the source already partitioned by the join key (as a
+Kafka topic keyed by it: each batch a file a part, a task each, no shuffle), and the hottest page's
+tuples split between two parts that both read it (:func:`part_ranges`).
+
 What it leaves out, and the product would need: re-cuts as the load moves (the cuts here are
 fixed, chosen from the first batch), string and null keys in the route (an integer key column
 here), multi-step pipelines (the next step's input another shuffle), deadlines, the progress
 record, and a restart's reading of Spark's checkpoint (the state files are there for it).
 
 Measured per configuration, the first ``warmup`` batches and the last (it drains) left out:
-tuples/s, CPU seconds a tuple of every process under the bench (:func:`.partitions.cpu_seconds`),
-the median batch, the slowest part's join, the parts rebuilt and moved. Each run's sinks are
+tuples/s, CPU seconds a tuple of every process under the bench (:func:`.partitions.cpu_seconds`;
+and over the whole run by class of process, :mod:`.cpu`), the median batch, the slowest part's
+join, the parts rebuilt and moved; ``partitions = 1`` and ``2`` as the product runs them (the
+driver design) on the same files first, each round. Each run's sinks are
 checked for exactly once: every tuple of the stream left once, and the matched set is that of
 ``partitions = 1``.
 """
@@ -104,7 +110,10 @@ def _write_whole(table: pa.Table, path: Path, parquet: bool) -> None:
 
 def _state_before(run: PartRun, part: int, batch_id: int, step: StepSpec):
     """The part's session and carried rows after ``batch_id - 1``: held by this worker, or rebuilt
-    from that batch's state file (a fresh algorithm over the part's key range fed the rows)."""
+    from that batch's state file (a fresh algorithm over the part's key range fed the rows). The
+    parts this worker holds of an earlier run are dropped, their connections to R closed."""
+    for earlier in [k for k in _HELD if k[0] != run.name]:
+        _HELD.pop(earlier)[1].algorithm.store.close()
     held = _HELD.pop((run.name, part), None)
     if held is not None and held[0] == batch_id - 1:
         return held[1], held[2], False
