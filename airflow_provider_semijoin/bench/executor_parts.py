@@ -57,7 +57,7 @@ from ..core.stores import open_store, redact
 from ..job.spec import StepSpec
 from ..spark.joinstate import CarriedRows, session_from, slice_of
 from ..spark.partitioned import CUT_PAGE_ROWS, RangePartitioner, worker_name
-from .cpu import ProcessCpu, cpu_seconds as spent_between
+from .cpu import ProcessCpu, cpu_seconds as spent_between, cpu_split
 from .partitions import (bench_arguments, bench_cluster, bench_inputs, cpu_seconds, hash_slots, measure, read_schema,
                          stream_files, summarize, warm_jvms)
 
@@ -213,14 +213,14 @@ def run_parts(spark, step: StepSpec, parts: int, stream: list[pa.Table], files: 
     source is already partitioned by the join key (as a Kafka topic keyed by it): each batch is a
     file a part, read by a task of its own, with no shuffle. ``share_hot``: the hottest page's
     tuples split between two parts (:func:`part_ranges`)."""
+    if keyed and share_hot:
+        raise ValueError("a source keyed by range has no shared page: keyed and share_hot together are not measured")
     ranges, cuts, shared = part_ranges(step, parts, stream[0], share_hot)
     run = PartRun(f"{os.getpid()}-{time.time_ns()}-p{parts}", json.dumps(dataclasses.asdict(step)),
                   ranges, max(step.memory_bytes // parts, 1), str(out), stream[0].schema)
     schema = read_schema(spark, files)
     part, slot = route(cuts, hash_slots(spark, parts), step.column, shared)
-    if keyed and share_hot:
-        raise ValueError("a source keyed by range has no shared page: keyed and share_hot together are not measured")
-    sources = keyed_files(run, stream, out / "keyed") if keyed else [[path] for path in files]
+    sources = keyed_files(ranges, stream, step.column, out / "keyed") if keyed else [[path] for path in files]
 
     def routed(paths: list[str]):
         frame = spark.read.schema(schema).parquet(*paths).withColumn(PART_COLUMN, part).withColumn(SLOT_COLUMN, slot)
@@ -239,13 +239,12 @@ def run_parts(spark, step: StepSpec, parts: int, stream: list[pa.Table], files: 
     return summarized(rows, warmup, parts)
 
 
-def keyed_files(run: PartRun, stream: list[pa.Table], folder: Path) -> list[list[str]]:
+def keyed_files(ranges: list, stream: list[pa.Table], key: str, folder: Path) -> list[list[str]]:
     """Each micro-batch as a file a part (its key range's tuples): a source partitioned by the key."""
-    key = json.loads(run.step_json)["column"]
     out = []
     for batch_id, batch in enumerate(stream):
         keys, paths = batch[key].to_numpy(), []
-        for p, (low, high) in enumerate(run.ranges):
+        for p, (low, high) in enumerate(ranges):
             mine = np.ones(len(keys), bool) if low is None else keys >= low
             mine &= True if high is None else keys < high
             paths.append(str(folder / f"batch-{batch_id}-part-{p}.parquet"))
@@ -298,10 +297,10 @@ def one_round(spark, step: StepSpec, stream: list[pa.Table], files: list[str], w
     processes, tuples = ProcessCpu(), sum(b.num_rows for b in stream)
 
     def by_process(run):
-        before = processes.snapshot()
+        before, started = processes.snapshot(), time.perf_counter()
         result = run()
-        spent = spent_between(before, processes.snapshot())
-        return {**result, "cpu_us_by_process": {kind: round(s / tuples * 1e6, 2) for kind, s in spent.items()}}
+        split = cpu_split(spent_between(before, processes.snapshot()), time.perf_counter() - started, tuples)
+        return {**result, "cpu_us_by_process": split["us_per_tuple"]}
 
     one = by_process(lambda: measure(spark, step, 1, stream, warmup, out, files=files))
     product = left_once(stream, out / "p1-read")
