@@ -63,7 +63,6 @@ from .partitions import (bench_arguments, bench_cluster, bench_inputs, cpu_secon
 
 PART_COLUMN = "sj_part"  # the part a tuple is routed to (the shuffle's key is its hash slot)
 SLOT_COLUMN = "sj_slot"
-PARTS = (1, 2)
 # a micro-batch's query as one job of two stages: with adaptive execution each stage is a job of its
 # own, planned after the one before (two runs of 2 rounds, p=2 x p=1 warm: 0.91 without, 0.69 with)
 # and a file is a task of its own (a source partitioned by the key: a file a part), however small
@@ -141,8 +140,8 @@ def join_part(run: PartRun, batch_id: int, drain: bool, arrow_batches, part: int
         part = TaskContext.get().partitionId()
     step = StepSpec(**json.loads(run.step_json))
     session, carried, rebuilt = _state_before(run, part, batch_id, step)
-    new = (pa.Table.from_batches(received).drop_columns([PART_COLUMN, SLOT_COLUMN]).sort_by("sj_arrival")
-           if received else run.schema.empty_table())
+    new = pa.Table.from_batches(received) if received else run.schema.empty_table()
+    new = new.drop_columns([c for c in (PART_COLUMN, SLOT_COLUMN) if c in new.column_names]).sort_by("sj_arrival")
     tagged = carried.add(new, np.full(new.num_rows, np.inf), np.full(new.num_rows, part))
     with session.algorithm.store.reading_at(session.algorithm.store.version()):
         result, stats = slice_of(session, step.column, tagged, -np.inf, -np.inf, drain)
@@ -180,6 +179,52 @@ def route(cuts: list, slots: list[int], key: str, shared: tuple | None = None):
     return part.cast("int"), slot
 
 
+def parts_of_rows(table: pa.Table, key: str, cuts: list, shared: tuple | None) -> np.ndarray:
+    """Each row's part as :func:`route` gives it in Spark, for a task that read the batch itself;
+    a ``shared`` page's tuples alternate between its two parts in the batch's order (every part
+    reads the same files in the same order, so each tuple goes to one part)."""
+    parts = np.searchsorted(np.asarray(cuts), table[key].to_numpy(), side="right")
+    if shared is not None:
+        low, high, owner, other = shared
+        keys = table[key].to_numpy()
+        inside = np.flatnonzero(((keys >= low) if low is not None else True) & ((keys < high) if high is not None else True))
+        parts[inside] = np.where(np.arange(len(inside)) % 2 == 0, owner, other)
+    return parts
+
+
+def serve_parts(run: PartRun, batch_id: int, drain: bool, paths: list[str], cuts: list, shared: tuple | None, key: str,
+                build: bool, indices) -> list[dict]:
+    """A task of the direct form: it reads the batch's files itself (pyarrow: no rows through the
+    JVMs, no shuffle) and joins the parts it is given - ``build``: the parts ``indices``, held here
+    or rebuilt from their state files; otherwise every part this worker holds the state of after
+    ``batch_id - 1``, wherever the scheduler put the task. Returns each part's figures."""
+    wanted = list(indices) if build else sorted(p for (name, p), held in _HELD.items()
+                                                  if name == run.name and held[0] == batch_id - 1)
+    if not wanted:
+        return []
+    table = pa.concat_tables(pq.read_table(path) for path in paths)
+    parts = parts_of_rows(table, key, cuts, shared)
+    return [next(join_part(run, batch_id, drain, table.filter(parts == p).to_batches(), part=p)).to_pylist()[0]
+            for p in wanted]
+
+
+def served_directly(spark, run: PartRun, batch_id: int, drain: bool, paths: list[str], cuts: list, shared, key: str) -> list[dict]:
+    """Batch ``batch_id`` through the direct form: a task a core serving the parts its worker holds,
+    then one task for each part no worker held (a rebuild); the driver sends file names and cut
+    points and gets each part's figures. A part served twice (two workers held the same state)
+    left the same files twice, written whole: one of its figures is kept."""
+    context = spark.sparkContext
+    serve = functools.partial(serve_parts, run, batch_id, drain, paths, cuts, shared, key)
+    slots = context.defaultParallelism
+    figures = {f["part"]: f for f in context.parallelize(range(slots), slots).mapPartitions(
+        functools.partial(serve, False)).collect()}
+    missing = [p for p in range(len(run.ranges)) if p not in figures]
+    if missing:
+        figures.update((f["part"], f) for f in context.parallelize(missing, len(missing)).mapPartitions(
+            functools.partial(serve, True)).collect())
+    return [figures[p] for p in sorted(figures)]
+
+
 def part_ranges(step: StepSpec, parts: int, sample: pa.Table, share_hot: bool = False) -> tuple[list, list, tuple | None]:
     """Each part's key range of R, cut by the load of ``sample``'s keys (the first micro-batch); the
     cuts (parts 1.. lower bounds); with ``share_hot``, the hottest page shared by its part and a
@@ -207,24 +252,40 @@ def part_ranges(step: StepSpec, parts: int, sample: pa.Table, share_hot: bool = 
     return ranges, cuts, (low if hot else None, high, owner, other)
 
 
+FORMS = ("shuffled", "keyed", "direct")  # how a batch's rows reach the parts (:func:`run_parts`)
+RUNS = ((1, "shuffled", False), (2, "shuffled", False), (2, "keyed", False), (2, "shuffled", True),
+        (1, "direct", False), (2, "direct", False), (2, "direct", True))  # (parts, form, hottest page shared) of a round
+
+
 def run_parts(spark, step: StepSpec, parts: int, stream: list[pa.Table], files: list[str], warmup: int, out: Path,
-              keyed: bool = False, share_hot: bool = False) -> dict:
-    """The design over every batch at ``parts``; its figures and where the parts ran. ``keyed``: the
-    source is already partitioned by the join key (as a Kafka topic keyed by it): each batch is a
-    file a part, read by a task of its own, with no shuffle. ``share_hot``: the hottest page's
-    tuples split between two parts (:func:`part_ranges`)."""
-    if keyed and share_hot:
+              form: str = "shuffled", share_hot: bool = False) -> dict:
+    """The design over every batch at ``parts``; its figures and where the parts ran. ``form``, one
+    of :data:`FORMS`: ``shuffled``, the executors read the batch and shuffle it by key range to a task
+    a part; ``keyed``, the source is already partitioned by the join key (as a Kafka topic keyed by
+    it): each batch is a file a part, read by a task of its own, with no shuffle; ``direct``, each
+    task reads the batch's files itself and joins the parts its worker holds
+    (:func:`served_directly`). ``share_hot``: the hottest page's tuples split between two parts
+    (:func:`part_ranges`)."""
+    if form not in FORMS:
+        raise ValueError(f"form {form!r} is not one of {FORMS}")
+    if form == "keyed" and share_hot:
         raise ValueError("a source keyed by range has no shared page: keyed and share_hot together are not measured")
     ranges, cuts, shared = part_ranges(step, parts, stream[0], share_hot)
     run = PartRun(f"{os.getpid()}-{time.time_ns()}-p{parts}", json.dumps(dataclasses.asdict(step)),
                   ranges, max(step.memory_bytes // parts, 1), str(out), stream[0].schema)
-    schema = read_schema(spark, files)
-    part, slot = route(cuts, hash_slots(spark, parts), step.column, shared)
-    sources = keyed_files(ranges, stream, step.column, out / "keyed") if keyed else [[path] for path in files]
+    sources = keyed_files(ranges, stream, step.column, out / "keyed") if form == "keyed" else [[path] for path in files]
+    if form == "direct":
+        def served(batch_id: int, paths: list[str]) -> list[dict]:
+            return served_directly(spark, run, batch_id, batch_id == len(files) - 1, paths, cuts, shared, step.column)
+    else:
+        schema = read_schema(spark, files)
+        part, slot = route(cuts, hash_slots(spark, parts), step.column, shared)
 
-    def routed(paths: list[str]):
-        frame = spark.read.schema(schema).parquet(*paths).withColumn(PART_COLUMN, part).withColumn(SLOT_COLUMN, slot)
-        return frame if keyed else frame.repartition(parts, SLOT_COLUMN)
+        def served(batch_id: int, paths: list[str]) -> list[dict]:
+            frame = spark.read.schema(schema).parquet(*paths).withColumn(PART_COLUMN, part).withColumn(SLOT_COLUMN, slot)
+            frame = frame if form == "keyed" else frame.repartition(parts, SLOT_COLUMN)
+            task = functools.partial(join_part, run, batch_id, batch_id == len(files) - 1)
+            return [r.asDict() for r in frame.mapInArrow(task, STATS_DDL).collect()]
 
     rows, where = [], {}
     before = {name: spark.conf.get(name) for name in QUERY_CONF}
@@ -232,7 +293,7 @@ def run_parts(spark, step: StepSpec, parts: int, stream: list[pa.Table], files: 
         spark.conf.set(name, value)
     try:
         for batch_id, paths in enumerate(sources):
-            rows.append(_batch(run, functools.partial(routed, paths), batch_id, len(files), where))
+            rows.append(_batch(run, functools.partial(served, batch_id, paths), batch_id, where))
     finally:
         for name, value in before.items():
             spark.conf.set(name, value)
@@ -253,12 +314,11 @@ def keyed_files(ranges: list, stream: list[pa.Table], key: str, folder: Path) ->
     return out
 
 
-def _batch(run: PartRun, routed, batch_id: int, batches: int, where: dict) -> dict:
-    """One micro-batch (``routed()``: its rows as the executors read them, a task a part) through
-    the parts; its figures. ``where``: each part's worker in the batch before, updated."""
+def _batch(run: PartRun, served, batch_id: int, where: dict) -> dict:
+    """One micro-batch through the parts (``served()``: each part's figures, the parts joined where
+    the form puts them); its figures. ``where``: each part's worker in the batch before, updated."""
     cpu, started = cpu_seconds(), time.perf_counter()
-    task = functools.partial(join_part, run, batch_id, batch_id == batches - 1)
-    figures = sorted((r.asDict() for r in routed().mapInArrow(task, STATS_DDL).collect()), key=lambda f: f["part"])
+    figures = sorted(served(), key=lambda f: f["part"])
     batch_s = time.perf_counter() - started
     if [f["part"] for f in figures] != list(range(len(run.ranges))):
         raise RuntimeError(f"batch {batch_id}: parts {[f['part'] for f in figures]} answered, not each of {len(run.ranges)} once")
@@ -291,8 +351,9 @@ def compare(runs: list[dict], one: dict) -> list[dict]:
              "cpu_us_per_tuple_x_p1": round(r["cpu_us_per_tuple"] / one["cpu_us_per_tuple"], 3)} for r in runs]
 
 
-def one_round(spark, step: StepSpec, stream: list[pa.Table], files: list[str], warmup: int, out: Path) -> dict:
-    """p=1 and p=2 as the product runs them, then the rows on the executors at each of :data:`PARTS`,
+def one_round(spark, step: StepSpec, stream: list[pa.Table], files: list[str], warmup: int, out: Path,
+              forms: tuple[str, ...] = FORMS) -> dict:
+    """p=1 and p=2 as the product runs them, then the runs of :data:`RUNS` whose form is in ``forms``,
     on the same files in turn; each against p=1, with its CPU by process and its exactly-once check."""
     processes, tuples = ProcessCpu(), sum(b.num_rows for b in stream)
 
@@ -307,11 +368,11 @@ def one_round(spark, step: StepSpec, stream: list[pa.Table], files: list[str], w
     driver_two = by_process(lambda: measure(spark, step, 2, stream, warmup, out, files=files))
     driver_two["exactly_once"] = left_once(stream, out / "p2-read") == product
     runs = []
-    for parts, keyed, share in [*((p, False, False) for p in PARTS), (2, True, False), (2, False, True)]:
-        folder = out / f"executor-p{parts}-{keyed}-{share}"
-        run = by_process(lambda: run_parts(spark, step, parts, stream, files, warmup, folder, keyed, share))
+    for parts, form, share in [r for r in RUNS if r[1] in forms]:
+        folder = out / f"executor-p{parts}-{form}-{share}"
+        run = by_process(lambda: run_parts(spark, step, parts, stream, files, warmup, folder, form, share))
         checked = left_once(stream, folder)
-        runs.append({**run, "keyed": keyed, "shared_hot_page": share,
+        runs.append({**run, "form": form, "shared_hot_page": share,
                      "exactly_once": checked["exactly_once"] and checked["matched"] == product["matched"]})
     kept = ("partitions", "tuples_per_s", "cpu_us_per_tuple", "median_batch_s", "cpu_us_by_process", "rebuilds")
     return {"p1": {k: one[k] for k in kept if k in one}, "p1_exactly_once": product["exactly_once"],
@@ -324,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="runs of each configuration, in turn")
     parser.add_argument("--warmup-rounds", type=int, default=1,
                         help="rounds run first and not reported (the JVMs' first rounds cost p=1 2-3x its CPU a tuple)")
+    parser.add_argument("--forms", nargs="+", choices=FORMS, default=FORMS, help="the forms of the design a round runs")
     args = parser.parse_args(argv)
     _, step, stream = bench_inputs(args)
     report = {"master": redact(args.master), "rows": args.rows, "batch_rows": args.batch_rows, "batches": args.batches,
@@ -332,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         warm_jvms(spark, args.jvm_warmup_jobs)
         files = stream_files(stream, Path(folder) / "stream")
         for r in range(-args.warmup_rounds, args.rounds):
-            result = one_round(spark, step, stream, files, args.warmup, Path(folder) / f"round{r}")
+            result = one_round(spark, step, stream, files, args.warmup, Path(folder) / f"round{r}", tuple(args.forms))
             if r >= 0:
                 report["rounds"].append(result)
                 print_round(result, r)
@@ -356,12 +418,12 @@ def print_round(result: dict, number: int) -> None:
           "| slowest task s | rebuilds a batch | parts moved a batch | exactly once |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in result["executor"]:
-        keyed = " (source keyed, no shuffle)" if r["keyed"] else " (hottest page shared)" if r["shared_hot_page"] else ""
-        print(f"| {r['partitions']}{keyed} | {r['tuples_per_s']:,.0f} | {r['tuples_per_s_x_p1']:.2f} | {r['cpu_us_per_tuple']:.2f} | "
+        shared = ", hottest page shared" if r["shared_hot_page"] else ""
+        print(f"| {r['partitions']} ({r['form']}{shared}) | {r['tuples_per_s']:,.0f} | {r['tuples_per_s_x_p1']:.2f} | {r['cpu_us_per_tuple']:.2f} | "
               f"{r['cpu_us_per_tuple_x_p1']:.2f} | {r['median_batch_s']} | {r['median_slowest_join_s']} | "
               f"{r['median_slowest_task_s']} | {r['rebuilds']} | {r['moved']} | {'yes' if r['exactly_once'] else 'NO'} |")
     for r in result["executor"]:
-        print(f"  p={r['partitions']}{' keyed' if r['keyed'] else ' shared' if r['shared_hot_page'] else ''} CPU us a tuple by process over the whole run: {r['cpu_us_by_process']}")
+        print(f"  p={r['partitions']} {r['form']}{' shared' if r['shared_hot_page'] else ''} CPU us a tuple by process over the whole run: {r['cpu_us_by_process']}")
     sys.stdout.flush()
 
 

@@ -32,20 +32,21 @@ def _stream(count: int = 5):
     return list(batches(rows=6_000, batch_rows=1_500, count=count, exponent=1.0, seed=1))
 
 
-def test_rows_on_the_executors_shuffled_or_keyed_leave_each_tuple_once_and_match_what_one_part_matches(spark, step, tmp_path):
+def test_rows_on_the_executors_in_every_form_leave_each_tuple_once_and_match_what_one_part_matches(spark, step, tmp_path):
     stream = _stream()
     files = stream_files(stream, tmp_path / "stream")
     measure(spark, step, 1, stream, 1, tmp_path / "one", files=files)
     one = left_once(stream, tmp_path / "one" / "p1-read")
     assert one["exactly_once"] and one["matched"]
-    for parts, keyed, share in ((1, False, False), (2, False, False), (3, False, False), (2, True, False), (2, False, True),
-                                (3, False, True)):
-        folder = tmp_path / f"p{parts}-{keyed}-{share}"
-        run = run_parts(spark, step, parts, stream, files, 1, folder, keyed, share)
+    for parts, form, share in ((1, "shuffled", False), (2, "shuffled", False), (3, "shuffled", False), (2, "keyed", False),
+                               (2, "shuffled", True), (3, "shuffled", True), (1, "direct", False), (2, "direct", False),
+                               (3, "direct", False), (2, "direct", True), (3, "direct", True)):
+        folder = tmp_path / f"p{parts}-{form}-{share}"
+        run = run_parts(spark, step, parts, stream, files, 1, folder, form, share)
         assert (run["partitions"], run["batches"]) == (parts, 3)
         checked = left_once(stream, folder)
-        assert checked["exactly_once"], (parts, keyed, share)
-        assert checked["matched"] == one["matched"], (parts, keyed, share)
+        assert checked["exactly_once"], (parts, form, share)
+        assert checked["matched"] == one["matched"], (parts, form, share)
         assert len(list((folder / "matched" / "batch=1").glob("part-*.parquet"))) == parts
 
 
@@ -90,14 +91,23 @@ def test_a_worker_without_the_parts_state_rebuilds_it_from_the_file_and_leaves_w
     assert left["cold"]["matched"] == left["warm"]["matched"] and left["cold"]["dead"] == left["warm"]["dead"]
 
 
-def test_the_hottest_page_is_split_between_two_parts_that_both_read_it(spark, step, tmp_path):
+@pytest.mark.parametrize("form", ["shuffled", "direct"])
+def test_the_hottest_page_is_split_between_two_parts_that_both_read_it(spark, step, tmp_path, form):
     stream = _stream(4)
     files = stream_files(stream, tmp_path / "stream")
     ranges, cuts, shared = part_ranges(step, 2, stream[0], share_hot=True)
     low, high, owner, other = shared
     assert {owner, other} == {0, 1} and len(cuts) == 1
-    run_parts(spark, step, 2, stream, files, 1, tmp_path / "shared", share_hot=True)
+    run_parts(spark, step, 2, stream, files, 1, tmp_path / "shared", form, share_hot=True)
     for part in (0, 1):
         keys = pq.read_table(tmp_path / "shared" / "matched" / "batch=1" / f"part-{part}.parquet")["nk"].to_numpy()
         on_hot_page = (keys >= low if low is not None else keys == keys) & (keys < high)
         assert on_hot_page.sum() > 0.2 * len(keys), part  # each part joins a share of the hottest page's tuples
+
+
+@pytest.mark.parametrize(("form", "share", "message"), [("broadcast", False, "form 'broadcast' is not one of"),
+                                                         ("keyed", True, "a source keyed by range has no shared page")])
+def test_a_form_not_measured_is_refused_before_any_work(step, tmp_path, form, share, message):
+    with pytest.raises(ValueError, match=message):
+        run_parts(None, step, 2, _stream(1), [], 1, tmp_path / "refused", form, share)
+    assert not (tmp_path / "refused").exists()
