@@ -43,6 +43,7 @@ import dataclasses
 import functools
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -58,8 +59,8 @@ from ..job.spec import StepSpec
 from ..spark.joinstate import CarriedRows, session_from, slice_of
 from ..spark.partitioned import CUT_PAGE_ROWS, RangePartitioner, worker_name
 from .cpu import ProcessCpu, cpu_seconds as spent_between, cpu_split
-from .partitions import (bench_arguments, bench_cluster, bench_inputs, cpu_seconds, hash_slots, measure, read_schema,
-                         stream_files, summarize, warm_jvms)
+from .partitions import (WORKERS, bench_arguments, bench_cluster, bench_inputs, bound, cpu_seconds, database_ceiling, hash_slots,
+                         hottest_page_share, measure, read_schema, stream_files, summarize, warm_jvms)
 
 PART_COLUMN = "sj_part"  # the part a tuple is routed to (the shuffle's key is its hash slot)
 SLOT_COLUMN = "sj_slot"
@@ -69,9 +70,10 @@ SLOT_COLUMN = "sj_slot"
 QUERY_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.files.openCostInBytes": str(1 << 30)}
 STATS = pa.schema([("part", pa.int32()), ("worker", pa.string()), ("rebuilt", pa.bool_()), ("fed", pa.int64()),
                    ("left", pa.int64()), ("carried", pa.int64()), ("join_s", pa.float64()), ("write_s", pa.float64()),
-                   ("task_s", pa.float64())])  # a part's figures of a batch, what the driver collects
+                   ("task_s", pa.float64()), ("read_s", pa.float64()), ("disk_queries", pa.int64()),
+                   ("disk_rows", pa.int64())])  # a part's figures of a batch, what the driver collects
 STATS_DDL = ("part int, worker string, rebuilt boolean, fed long, left long, carried long, join_s double, "
-             "write_s double, task_s double")  # the same, as Spark spells it
+             "write_s double, task_s double, read_s double, disk_queries long, disk_rows long")  # the same, as Spark spells it
 
 _HELD: dict[tuple[str, int], tuple[int, object, CarriedRows]] = {}  # per Python worker: (run, part) -> (batch, session, rows)
 
@@ -155,7 +157,8 @@ def join_part(run: PartRun, batch_id: int, drain: bool, arrow_batches, part: int
     done = time.perf_counter()
     yield pa.RecordBatch.from_pydict({
         "part": [part], "worker": [worker_name()], "rebuilt": [rebuilt], "fed": [new.num_rows], "left": [stats.left],
-        "carried": [carried.count], "join_s": [stats.wall_s], "write_s": [done - joined], "task_s": [done - started]}, schema=STATS)
+        "carried": [carried.count], "join_s": [stats.wall_s], "write_s": [done - joined], "task_s": [done - started],
+        "read_s": [0.0], "disk_queries": [stats.disk_queries], "disk_rows": [stats.disk_rows]}, schema=STATS)
 
 
 def route(cuts: list, slots: list[int], key: str, shared: tuple | None = None):
@@ -202,10 +205,13 @@ def serve_parts(run: PartRun, batch_id: int, drain: bool, paths: list[str], cuts
                                                   if name == run.name and held[0] == batch_id - 1)
     if not wanted:
         return []
+    started = time.perf_counter()
     table = pa.concat_tables(pq.read_table(path) for path in paths)
     parts = parts_of_rows(table, key, cuts, shared)
-    return [next(join_part(run, batch_id, drain, table.filter(parts == p).to_batches(), part=p)).to_pylist()[0]
-            for p in wanted]
+    read_s = time.perf_counter() - started  # the whole batch's, read by each task that serves a part
+    figures = [next(join_part(run, batch_id, drain, table.filter(parts == p).to_batches(), part=p)).to_pylist()[0]
+               for p in wanted]
+    return [{**f, "read_s": read_s, "task_s": f["task_s"] + read_s} for f in figures]
 
 
 def served_directly(spark, run: PartRun, batch_id: int, drain: bool, paths: list[str], cuts: list, shared, key: str) -> list[dict]:
@@ -254,7 +260,7 @@ def part_ranges(step: StepSpec, parts: int, sample: pa.Table, share_hot: bool = 
 
 FORMS = ("shuffled", "keyed", "direct")  # how a batch's rows reach the parts (:func:`run_parts`)
 RUNS = ((1, "shuffled", False), (2, "shuffled", False), (2, "keyed", False), (2, "shuffled", True),
-        (1, "direct", False), (2, "direct", False), (2, "direct", True))  # (parts, form, hottest page shared) of a round
+        (1, "direct", False), (2, "direct", False), (2, "direct", True), (4, "direct", False))  # (parts, form, hottest page shared) of a round
 
 
 def run_parts(spark, step: StepSpec, parts: int, stream: list[pa.Table], files: list[str], warmup: int, out: Path,
@@ -328,12 +334,14 @@ def _batch(run: PartRun, served, batch_id: int, where: dict) -> dict:
             "slowest_join_s": max(f["join_s"] for f in figures), "slowest_task_s": max(f["task_s"] for f in figures),
             "rebuilds": sum(f["rebuilt"] for f in figures) - (batch_id == 0) * len(figures), "moved": moved,
             "workers": [f["worker"] for f in figures], "carried": [f["carried"] for f in figures],
-            "tasks_s": [round(f["task_s"], 4) for f in figures]}
+            "tasks_s": [round(f["task_s"], 4) for f in figures], "spark_s": batch_s - max(f["task_s"] for f in figures),
+            "read_s": max(f["read_s"] for f in figures), "fed": [f["fed"] for f in figures],
+            "disk_queries": sum(f["disk_queries"] for f in figures), "disk_rows": sum(f["disk_rows"] for f in figures)}
 
 
 def summarized(rows: list[dict], warmup: int, parts: int) -> dict:
     """The kept batches' figures (the first ``warmup`` and the last, which drains, left out)."""
-    summary = summarize(rows, warmup, parts, ("batch_s", "slowest_join_s", "slowest_task_s"))
+    summary = summarize(rows, warmup, parts, ("batch_s", "slowest_join_s", "slowest_task_s", "spark_s", "read_s"))
     return {**summary, "rebuilds": [r["rebuilds"] for r in summary["per_batch"]],
             "moved": [r["moved"] for r in summary["per_batch"]]}
 
@@ -380,6 +388,55 @@ def one_round(spark, step: StepSpec, stream: list[pa.Table], files: list[str], w
             "executor": compare(runs, one)}
 
 
+def direct_estimate(rounds: list[dict], batch_rows: int, hot_share: float, master: str, table: str) -> dict:
+    """Throughput of the direct form on N one-core workers, a model from the rounds' measured
+    batches (a model, not a measurement): a batch of ``n`` tuples takes
+    ``T = S + r * n + u * max(h * n, n / N)`` - Spark's and the driver's time a batch beyond the
+    slowest task ``S`` (p=2), each task's read and route of the whole batch ``r`` a tuple (p=1),
+    a part's join and writes ``u`` a tuple (p=1), and the hottest page's share ``h`` of the tuples
+    taken by one part (by key range) or spread over every part (``h = 0``) - with batches of
+    ``batch_rows / 2`` tuples a worker. Bounded by what the database serves
+    (:func:`.partitions.database_ceiling`) at the parts' queries and rows of R a tuple (p=2)."""
+    def kept(parts: int) -> list[dict]:
+        return [b for r in rounds for run in r["executor"] if (run["partitions"], run["form"], run["shared_hot_page"])
+                == (parts, "direct", False) for b in run["per_batch"]]
+
+    one, two = kept(1), kept(2)
+    spark_s = statistics.median(b["spark_s"] for b in two)
+    read_s = statistics.median(b["read_s"] / b["tuples"] for b in one)
+    join_s = statistics.median((b["slowest_task_s"] - b["read_s"]) / b["tuples"] for b in one)
+    tuples = sum(b["tuples"] for b in two)
+    reads = {"queries_per_tuple": sum(b["disk_queries"] for b in two) / tuples,
+             "rows_per_tuple": sum(b["disk_rows"] for b in two) / tuples}
+    rows_per_query = reads["rows_per_tuple"] / reads["queries_per_tuple"] if reads["queries_per_tuple"] else 1.0
+    served = database_ceiling(master, table, rows_per_query)
+    ceiling = max(served, key=lambda c: c["queries_per_s"])
+    out = {"S_s": round(spark_s, 4), "r_us_per_tuple": round(read_s * 1e6, 4), "u_us_per_tuple": round(join_s * 1e6, 4),
+           "h": round(hot_share, 4), **reads, "served": served, "workers": []}
+    for workers in (2, *WORKERS):
+        n = batch_rows * workers // 2
+        row = {"workers": workers, "batch": n}
+        for name, share in (("by_key_range", hot_share), ("hot_page_spread", 0.0)):
+            model = n / (spark_s + read_s * n + join_s * max(share * n, n / workers))
+            row[name], row[f"{name}_binds"] = bound(model, reads["queries_per_tuple"], reads["rows_per_tuple"],
+                                                    ceiling["queries_per_s"], ceiling["rows_per_s"])
+        out["workers"].append(row)
+    return out
+
+
+def print_estimate(e: dict) -> None:
+    print(f"the direct form on N one-core workers (a model): T = S + r n + u max(h n, n / N), S = {e['S_s']} s, "
+          f"r = {e['r_us_per_tuple']} us, u = {e['u_us_per_tuple']} us, h = {e['h']}; the parts read "
+          f"{e['queries_per_tuple']:.5f} queries and {e['rows_per_tuple']:.3f} rows of R a tuple; the database served "
+          + ", ".join(f"{c['queries_per_s']:,.0f} queries/s and {c['rows_per_s']:,.0f} rows/s over {c['connections']}"
+                      for c in e["served"]))
+    print("| workers N | batch n | by key range, tuples/s (binds) | hottest page spread, tuples/s (binds) |")
+    print("|---|---|---|---|")
+    for w in e["workers"]:
+        print(f"| {w['workers']} | {w['batch']:,} | {w['by_key_range']:,.0f} ({w['by_key_range_binds']}) | "
+              f"{w['hot_page_spread']:,.0f} ({w['hot_page_spread_binds']}) |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = bench_arguments("airflow_provider_semijoin.bench.executor_parts", batches=8, warmup=2)
     parser.add_argument("--rounds", type=int, default=3, help="runs of each configuration, in turn")
@@ -387,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="rounds run first and not reported (the JVMs' first rounds cost p=1 2-3x its CPU a tuple)")
     parser.add_argument("--forms", nargs="+", choices=FORMS, default=FORMS, help="the forms of the design a round runs")
     args = parser.parse_args(argv)
-    _, step, stream = bench_inputs(args)
+    table, step, stream = bench_inputs(args)
     report = {"master": redact(args.master), "rows": args.rows, "batch_rows": args.batch_rows, "batches": args.batches,
               "algorithm": args.algorithm, "memory": args.memory, "rounds": []}
     with tempfile.TemporaryDirectory() as folder, bench_cluster(Path(folder), "semijoin-executor-parts-bench", 2) as spark:
@@ -399,6 +456,11 @@ def main(argv: list[str] | None = None) -> int:
                 report["rounds"].append(result)
                 print_round(result, r)
     report["load_average"] = os.getloadavg()
+    if "direct" in args.forms and report["rounds"]:
+        with open_store(args.master, table, step.master.key) as store:
+            hot = hottest_page_share(store, stream, 2)
+        report["direct_estimate"] = direct_estimate(report["rounds"], args.batch_rows, hot, args.master, table)  # (the cluster stopped)
+        print_estimate(report["direct_estimate"])
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1, default=str))
     return 0
