@@ -200,7 +200,14 @@ def serve_parts(run: PartRun, batch_id: int, drain: bool, paths: list[str], cuts
     """A task of the direct form: it reads the batch's files itself (pyarrow: no rows through the
     JVMs, no shuffle) and joins the parts it is given - ``build``: the parts ``indices``, held here
     or rebuilt from their state files; otherwise every part this worker holds the state of after
-    ``batch_id - 1``, wherever the scheduler put the task. Returns each part's figures."""
+    ``batch_id - 1``, wherever the scheduler put the task. Returns each part's figures.
+
+    A replayed batch (Spark did not commit it) finds the state after it held, not the state before
+    it, so its parts are built again from the files of the batch before and rewrite the batch's
+    sinks and state whole. A rebuilt part need not leave in that batch the tuples a warm one left
+    (a cache starts empty): exactly once holds because a (batch, part)'s sinks and state come from
+    one attempt. Two attempts of one (batch, part) at once (a zombie task) could mix them; the
+    product would need the attempt's files committed as one (a manifest renamed last)."""
     wanted = list(indices) if build else sorted(p for (name, p), held in _HELD.items()
                                                   if name == run.name and held[0] == batch_id - 1)
     if not wanted:

@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_semijoin.bench import executor_parts
-from airflow_provider_semijoin.bench.executor_parts import PART_COLUMN, SLOT_COLUMN, PartRun, join_part, left_once, part_ranges, run_parts
+from airflow_provider_semijoin.bench.executor_parts import (PART_COLUMN, SLOT_COLUMN, PartRun, join_part, left_once, part_ranges,
+                                                             run_parts, serve_parts)
 from airflow_provider_semijoin.bench.partitions import batches, measure, stream_files
 from airflow_provider_semijoin.job.spec import StepSpec
 from airflow_provider_semijoin.workloads import generate_master
@@ -111,3 +112,34 @@ def test_a_form_not_measured_is_refused_before_any_work(step, tmp_path, form, sh
     with pytest.raises(ValueError, match=message):
         run_parts(None, step, 2, _stream(1), [], 1, tmp_path / "refused", form, share)
     assert not (tmp_path / "refused").exists()
+
+
+def test_the_direct_form_serves_held_parts_builds_the_rest_and_a_replayed_batch_rebuilds_from_the_batch_before(step, tmp_path):
+    stream = _stream(4)
+    files = stream_files(stream, tmp_path / "stream")
+    ranges, cuts, _ = part_ranges(step, 2, stream[0])
+    every = sorted(i for b in stream for i in b["sj_id"].to_pylist())
+    left = {}
+    for name, replay in (("once", False), ("replayed", True)):
+        run = PartRun(name, json.dumps(dataclasses.asdict(step)), ranges, step.memory_bytes // 2, str(tmp_path / name),
+                      stream[0].schema)
+        executor_parts._HELD.clear()
+
+        def serve(batch_id: int, build: bool, parts=()):
+            return [(f["part"], f["rebuilt"]) for f in serve_parts(run, batch_id, batch_id == len(stream) - 1,
+                                                                     [files[batch_id]], cuts, None, "nk", build, iter(parts))]
+
+        assert serve(0, build=False) == []  # this worker holds no part yet
+        assert serve(0, build=True, parts=[0, 1]) == [(0, True), (1, True)]
+        assert serve(1, build=False) == [(0, False), (1, False)]
+        if replay:  # batch 1 again (Spark replays a batch it did not commit): the state held is that after it
+            assert serve(1, build=False) == []
+            assert serve(1, build=True, parts=[1, 0]) == [(1, True), (0, True)]  # from the files of batch 0
+        assert serve(2, build=False) == [(0, False), (1, False)]
+        assert serve(3, build=False) == [(0, False), (1, False)]
+        checked = left_once(stream, tmp_path / name)
+        assert checked["exactly_once"], name
+        left[name] = checked["matched"]
+        assert _carried_after(run, 0, 1) + _carried_after(run, 1, 1) > 0  # tuples were carried across batch 1
+    executor_parts._HELD.clear()
+    assert left["replayed"] == left["once"] and left["once"]
