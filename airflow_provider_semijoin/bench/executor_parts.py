@@ -53,6 +53,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..core.files import write_arrow, write_whole
 from ..core.joins.registry import create
 from ..core.stores import open_store, redact
 from ..job.spec import StepSpec
@@ -98,15 +99,12 @@ class PartRun:
 
 
 def _write_whole(table: pa.Table, path: Path, parquet: bool) -> None:
-    """``table`` at ``path``, whole or not at all (a temporary name, then a rename)."""
+    """``table`` at ``path`` as Parquet or an Arrow file, whole or not at all (:func:`..core.files.write_whole`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
     if parquet:
-        pq.write_table(table, temporary)
+        write_whole(path, lambda partial: pq.write_table(table, partial))
     else:
-        with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
-    os.replace(temporary, path)
+        write_whole(path, lambda partial: write_arrow(partial, table.schema, table.to_batches()))
 
 
 def _state_before(run: PartRun, part: int, batch_id: int, step: StepSpec):

@@ -106,19 +106,37 @@ def _json_default(value):
     raise TypeError(f"a {type(value).__name__} value cannot be written as JSON")
 
 
-def write_private_json(path, value, *, default=None) -> None:
-    """``value`` as JSON in ``path``, readable by this user only (a spec or summary may name hosts,
-    tables, or hold passwords), appearing whole or not at all: written beside it, then renamed."""
-    partial = f"{path}.{os.getpid()}.partial"
-    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def write_whole(path, write) -> None:
+    """What ``write(partial)`` writes to the path it is given, at ``path`` whole or not at all:
+    written beside it under a hidden temporary name, then renamed over it (no fsync: a killed
+    process loses nothing the kernel holds, as with Spark's own files)."""
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
-        with os.fdopen(descriptor, "w") as handle:
-            json.dump(value, handle, default=default)
-            handle.write("\n")
+        write(partial)
         os.replace(partial, path)
     except BaseException:
-        Path(partial).unlink(missing_ok=True)
+        partial.unlink(missing_ok=True)
         raise
+
+
+def write_arrow(path, schema: pa.Schema, batches) -> None:
+    """Record ``batches`` of ``schema`` as an Arrow IPC file at ``path``, written one at a time."""
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+
+
+def write_private_json(path, value, *, default=None) -> None:
+    """``value`` as JSON in ``path``, readable by this user only (a spec or summary may name hosts,
+    tables, or hold passwords), appearing whole or not at all (:func:`write_whole`)."""
+
+    def write(partial: Path) -> None:
+        with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+            json.dump(value, handle, default=default)
+            handle.write("\n")
+
+    write_whole(path, write)
 
 
 def _write_json_lines(path: Path, table: pa.Table) -> None:

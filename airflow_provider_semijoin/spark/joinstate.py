@@ -35,7 +35,6 @@ missed (:func:`deadline_misses`); the sinks do not get it.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from pathlib import Path
@@ -44,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..core.files import write_arrow, write_whole
 from ..core.joins.base import JoinAlgorithm, JoinOutput
 from ..core.runner import feed_keys, one_version_of_r
 from ..core.session import JoinSession, left_ids, materialise
@@ -398,12 +398,7 @@ class StateFiles:
     def write_batches(self, step: int, batch_id: int, schema: pa.Schema, batches) -> None:
         """:meth:`write` of a table given as its record ``batches`` (written one at a time)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        path = self._path(step, batch_id)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-            for batch in batches:
-                writer.write_batch(batch)
-        os.replace(tmp, path)  # (no fsync: a killed process loses nothing the kernel holds, as Spark's own files)
+        write_whole(self._path(step, batch_id), lambda partial: write_arrow(partial, schema, batches))
         for old in self._batches(step):
             if old <= batch_id - self.retain or old > batch_id:  # a later file is from an attempt never committed
                 self._path(step, old).unlink(missing_ok=True)
