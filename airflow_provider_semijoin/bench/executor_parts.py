@@ -47,6 +47,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -72,11 +73,11 @@ QUERY_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.files.openCostIn
 STATS = pa.schema([("part", pa.int32()), ("worker", pa.string()), ("rebuilt", pa.bool_()), ("fed", pa.int64()),
                    ("left", pa.int64()), ("carried", pa.int64()), ("join_s", pa.float64()), ("write_s", pa.float64()),
                    ("task_s", pa.float64()), ("read_s", pa.float64()), ("disk_queries", pa.int64()),
-                   ("disk_rows", pa.int64())])  # a part's figures of a batch, what the driver collects
+                   ("disk_rows", pa.int64()), ("token", pa.string())])  # a part's figures of a batch, what the driver collects
 STATS_DDL = ("part int, worker string, rebuilt boolean, fed long, left long, carried long, join_s double, "
-             "write_s double, task_s double, read_s double, disk_queries long, disk_rows long")  # the same, as Spark spells it
+             "write_s double, task_s double, read_s double, disk_queries long, disk_rows long, token string")  # the same, as Spark spells it
 
-_HELD: dict[tuple[str, int], tuple[int, object, CarriedRows]] = {}  # per Python worker: (run, part) -> (batch, session, rows)
+_HELD: dict[tuple[str, int], tuple[str, object, CarriedRows]] = {}  # per Python worker: (run, part) -> (token, session, rows)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,14 +108,15 @@ def _write_whole(table: pa.Table, path: Path, parquet: bool) -> None:
         write_whole(path, lambda partial: write_arrow(partial, table.schema, table.to_batches()))
 
 
-def _state_before(run: PartRun, part: int, batch_id: int, step: StepSpec):
-    """The part's session and carried rows after ``batch_id - 1``: held by this worker, or rebuilt
-    from that batch's state file (a fresh algorithm over the part's key range fed the rows). The
-    parts this worker holds of an earlier run are dropped, their connections to R closed."""
+def _state_before(run: PartRun, part: int, batch_id: int, token: str | None, step: StepSpec):
+    """The part's session and carried rows after ``batch_id - 1``: held by this worker if it holds
+    the attempt the driver took (``token``, named by that attempt's figures), or rebuilt from that
+    batch's state file (a fresh algorithm over the part's key range fed the rows). The parts this
+    worker holds of an earlier run are dropped, their connections to R closed."""
     for earlier in [k for k in _HELD if k[0] != run.name]:
         _HELD.pop(earlier)[1].algorithm.store.close()
     held = _HELD.pop((run.name, part), None)
-    if held is not None and held[0] == batch_id - 1:
+    if held is not None and token is not None and held[0] == token:
         return held[1], held[2], False
     store = held[1].algorithm.store if held is not None else None
     if store is None:
@@ -125,11 +127,12 @@ def _state_before(run: PartRun, part: int, batch_id: int, step: StepSpec):
     return session, CarriedRows(rows), True
 
 
-def join_part(run: PartRun, batch_id: int, drain: bool, arrow_batches, part: int | None = None):
+def join_part(run: PartRun, batch_id: int, drain: bool, tokens: dict, arrow_batches, part: int | None = None):
     """One part's share of batch ``batch_id`` (a ``mapInArrow`` task of the shuffle by hash slot:
-    the task's partition is the part): join its new tuples with the part's state, write its
-    matched and unmatched rows and then its carried rows, keep the state in this worker; yields
-    the part's figures (the only thing the driver collects). ``part``: given, it runs outside Spark."""
+    the task's partition is the part): join its new tuples with the part's state (``tokens``: each
+    part's attempt of the batch before that the driver took), write its matched and unmatched rows
+    and then its carried rows, keep the state in this worker under a new token; yields the part's
+    figures (the only thing the driver collects). ``part``: given, it runs outside Spark."""
     started = time.perf_counter()
     received = [b for b in arrow_batches if b.num_rows]
     if part is None and received:  # (a source partitioned by the key: a task a file, in any order)
@@ -139,7 +142,7 @@ def join_part(run: PartRun, batch_id: int, drain: bool, arrow_batches, part: int
 
         part = TaskContext.get().partitionId()
     step = StepSpec(**json.loads(run.step_json))
-    session, carried, rebuilt = _state_before(run, part, batch_id, step)
+    session, carried, rebuilt = _state_before(run, part, batch_id, tokens.get(part), step)
     new = pa.Table.from_batches(received) if received else run.schema.empty_table()
     new = new.drop_columns([c for c in (PART_COLUMN, SLOT_COLUMN) if c in new.column_names]).sort_by("sj_arrival")
     tagged = carried.add(new, np.full(new.num_rows, np.inf), np.full(new.num_rows, part))
@@ -151,12 +154,14 @@ def join_part(run: PartRun, batch_id: int, drain: bool, arrow_batches, part: int
     _write_whole(dead, run.sink_path("dead", batch_id, part), parquet=True)
     inside = carried.carried()
     _write_whole(inside if inside is not None else tagged.slice(0, 0), run.state_path(part, batch_id), parquet=False)
-    _HELD[(run.name, part)] = (batch_id, session, CarriedRows(inside))
+    token = f"{batch_id}:{uuid.uuid4().hex}"  # this attempt's: the driver names it back if it takes its figures
+    _HELD[(run.name, part)] = (token, session, CarriedRows(inside))
     done = time.perf_counter()
     yield pa.RecordBatch.from_pydict({
         "part": [part], "worker": [worker_name()], "rebuilt": [rebuilt], "fed": [new.num_rows], "left": [stats.left],
         "carried": [carried.count], "join_s": [stats.wall_s], "write_s": [done - joined], "task_s": [done - started],
-        "read_s": [0.0], "disk_queries": [stats.disk_queries], "disk_rows": [stats.disk_rows]}, schema=STATS)
+        "read_s": [0.0], "disk_queries": [stats.disk_queries], "disk_rows": [stats.disk_rows], "token": [token]},
+        schema=STATS)
 
 
 def route(cuts: list, slots: list[int], key: str, shared: tuple | None = None):
@@ -181,59 +186,62 @@ def route(cuts: list, slots: list[int], key: str, shared: tuple | None = None):
 
 
 def parts_of_rows(table: pa.Table, key: str, cuts: list, shared: tuple | None) -> np.ndarray:
-    """Each row's part as :func:`route` gives it in Spark, for a task that read the batch itself;
-    a ``shared`` page's tuples alternate between its two parts in the batch's order (every part
-    reads the same files in the same order, so each tuple goes to one part)."""
-    parts = np.searchsorted(np.asarray(cuts), table[key].to_numpy(), side="right")
+    """Each row's part by the cut points, as :func:`route` gives it in Spark, for a task that read
+    the batch itself (an integer key without nulls, as the bench's). A ``shared`` page's tuples
+    alternate between its two parts in the batch's order, where :func:`route` splits them by the
+    hash of their id: every task reads the same files in the same order, so each tuple still goes
+    to one part."""
+    keys = table[key].to_numpy()
+    parts = np.searchsorted(np.asarray(cuts), keys, side="right")
     if shared is not None:
         low, high, owner, other = shared
-        keys = table[key].to_numpy()
         inside = np.flatnonzero(((keys >= low) if low is not None else True) & ((keys < high) if high is not None else True))
         parts[inside] = np.where(np.arange(len(inside)) % 2 == 0, owner, other)
     return parts
 
 
 def serve_parts(run: PartRun, batch_id: int, drain: bool, paths: list[str], cuts: list, shared: tuple | None, key: str,
-                build: bool, indices) -> list[dict]:
+                tokens: dict, build: bool, indices) -> list[dict]:
     """A task of the direct form: it reads the batch's files itself (pyarrow: no rows through the
     JVMs, no shuffle) and joins the parts it is given - ``build``: the parts ``indices``, held here
-    or rebuilt from their state files; otherwise every part this worker holds the state of after
-    ``batch_id - 1``, wherever the scheduler put the task. Returns each part's figures.
+    or rebuilt from their state files; otherwise every part whose state after ``batch_id - 1`` this
+    worker holds in the attempt the driver took (``tokens``), wherever the scheduler put the task.
+    Returns each part's figures.
 
-    A replayed batch (Spark did not commit it) finds the state after it held, not the state before
-    it, so its parts are built again from the files of the batch before and rewrite the batch's
-    sinks and state whole. A rebuilt part need not leave in that batch the tuples a warm one left
-    (a cache starts empty): exactly once holds because a (batch, part)'s sinks and state come from
-    one attempt. Two attempts of one (batch, part) at once (a zombie task) could mix them; the
-    product would need the attempt's files committed as one (a manifest renamed last)."""
-    wanted = list(indices) if build else sorted(p for (name, p), held in _HELD.items()
-                                                  if name == run.name and held[0] == batch_id - 1)
+    A worker that holds another attempt of a part - one whose figures never reached the driver (a
+    task failed after its join, and the part was built again elsewhere), or the first attempt of a
+    batch Spark replays - does not serve it: its state is not the one the sinks and the state file
+    now hold (a rebuilt part need not leave in a batch what a warm one left: a cache starts empty).
+    A replayed batch's parts are built from the files of the batch before and rewrite the batch's
+    sinks and state whole, so a (batch, part)'s sinks and state come from one attempt. Two attempts
+    of one (batch, part) running at once (a zombie task) could still mix their files; the product
+    would need the attempt's files committed as one (a manifest renamed last)."""
+    wanted = list(indices) if build else sorted(
+        p for (name, p), held in _HELD.items() if name == run.name and tokens.get(p) == held[0])
     if not wanted:
         return []
     started = time.perf_counter()
     table = pa.concat_tables(pq.read_table(path) for path in paths)
     parts = parts_of_rows(table, key, cuts, shared)
-    read_s = time.perf_counter() - started  # the whole batch's, read by each task that serves a part
-    figures = [next(join_part(run, batch_id, drain, table.filter(parts == p).to_batches(), part=p)).to_pylist()[0]
-               for p in wanted]
+    mine = {p: table.filter(parts == p) for p in wanted}
+    read_s = time.perf_counter() - started  # the whole batch's, read and routed by each task that serves a part
+    figures = [next(join_part(run, batch_id, drain, tokens, mine[p].to_batches(), part=p)).to_pylist()[0] for p in wanted]
     return [{**f, "read_s": read_s, "task_s": f["task_s"] + read_s} for f in figures]
 
 
-def served_directly(spark, run: PartRun, batch_id: int, drain: bool, paths: list[str], cuts: list, shared, key: str) -> list[dict]:
-    """Batch ``batch_id`` through the direct form: a task a core serving the parts its worker holds,
-    then one task for each part no worker held (a rebuild); the driver sends file names and cut
-    points and gets each part's figures. A part served twice (two workers held the same state)
-    left the same files twice, written whole: one of its figures is kept."""
+def served_directly(spark, run: PartRun, batch_id: int, drain: bool, paths: list[str], cuts: list, shared, key: str,
+                    tokens: dict) -> list[dict]:
+    """Batch ``batch_id`` through the direct form: a task a core serving the parts its worker holds
+    (in the attempts ``tokens`` names), then one task for each part no worker served (a rebuild);
+    the driver sends file names, cut points and tokens, and gets each part's figures."""
     context = spark.sparkContext
-    serve = functools.partial(serve_parts, run, batch_id, drain, paths, cuts, shared, key)
+    serve = functools.partial(serve_parts, run, batch_id, drain, paths, cuts, shared, key, tokens)
     slots = context.defaultParallelism
-    figures = {f["part"]: f for f in context.parallelize(range(slots), slots).mapPartitions(
-        functools.partial(serve, False)).collect()}
-    missing = [p for p in range(len(run.ranges)) if p not in figures]
+    figures = context.parallelize(range(slots), slots).mapPartitions(functools.partial(serve, False)).collect()
+    missing = sorted(set(range(len(run.ranges))) - {f["part"] for f in figures})
     if missing:
-        figures.update((f["part"], f) for f in context.parallelize(missing, len(missing)).mapPartitions(
-            functools.partial(serve, True)).collect())
-    return [figures[p] for p in sorted(figures)]
+        figures += context.parallelize(missing, len(missing)).mapPartitions(functools.partial(serve, True)).collect()
+    return figures
 
 
 def part_ranges(step: StepSpec, parts: int, sample: pa.Table, share_hot: bool = False) -> tuple[list, list, tuple | None]:
@@ -285,9 +293,10 @@ def run_parts(spark, step: StepSpec, parts: int, stream: list[pa.Table], files: 
     run = PartRun(f"{os.getpid()}-{time.time_ns()}-p{parts}", json.dumps(dataclasses.asdict(step)),
                   ranges, max(step.memory_bytes // parts, 1), str(out), stream[0].schema)
     sources = keyed_files(ranges, stream, step.column, out / "keyed") if form == "keyed" else [[path] for path in files]
+    tokens: dict[int, str] = {}  # each part's attempt of the batch before whose figures the driver took
     if form == "direct":
         def served(batch_id: int, paths: list[str]) -> list[dict]:
-            return served_directly(spark, run, batch_id, batch_id == len(files) - 1, paths, cuts, shared, step.column)
+            return served_directly(spark, run, batch_id, batch_id == len(files) - 1, paths, cuts, shared, step.column, tokens)
     else:
         schema = read_schema(spark, files)
         part, slot = route(cuts, hash_slots(spark, parts), step.column, shared)
@@ -295,7 +304,7 @@ def run_parts(spark, step: StepSpec, parts: int, stream: list[pa.Table], files: 
         def served(batch_id: int, paths: list[str]) -> list[dict]:
             frame = spark.read.schema(schema).parquet(*paths).withColumn(PART_COLUMN, part).withColumn(SLOT_COLUMN, slot)
             frame = frame if form == "keyed" else frame.repartition(parts, SLOT_COLUMN)
-            task = functools.partial(join_part, run, batch_id, batch_id == len(files) - 1)
+            task = functools.partial(join_part, run, batch_id, batch_id == len(files) - 1, dict(tokens))
             return [r.asDict() for r in frame.mapInArrow(task, STATS_DDL).collect()]
 
     rows, where = [], {}
@@ -305,6 +314,7 @@ def run_parts(spark, step: StepSpec, parts: int, stream: list[pa.Table], files: 
     try:
         for batch_id, paths in enumerate(sources):
             rows.append(_batch(run, functools.partial(served, batch_id, paths), batch_id, where))
+            tokens.update(rows[-1].pop("tokens"))
     finally:
         for name, value in before.items():
             spark.conf.set(name, value)
@@ -334,6 +344,7 @@ def _batch(run: PartRun, served, batch_id: int, where: dict) -> dict:
     if [f["part"] for f in figures] != list(range(len(run.ranges))):
         raise RuntimeError(f"batch {batch_id}: parts {[f['part'] for f in figures]} answered, not each of {len(run.ranges)} once")
     moved = sum(1 for f in figures if where.get(f["part"], f["worker"]) != f["worker"])
+    tokens = {f["part"]: f["token"] for f in figures}
     where.update((f["part"], f["worker"]) for f in figures)
     return {"tuples": sum(f["fed"] for f in figures), "batch_s": batch_s, "cpu_s": cpu_seconds() - cpu,
             "slowest_join_s": max(f["join_s"] for f in figures), "slowest_task_s": max(f["task_s"] for f in figures),
@@ -341,7 +352,8 @@ def _batch(run: PartRun, served, batch_id: int, where: dict) -> dict:
             "workers": [f["worker"] for f in figures], "carried": [f["carried"] for f in figures],
             "tasks_s": [round(f["task_s"], 4) for f in figures], "spark_s": batch_s - max(f["task_s"] for f in figures),
             "read_s": max(f["read_s"] for f in figures), "fed": [f["fed"] for f in figures],
-            "disk_queries": sum(f["disk_queries"] for f in figures), "disk_rows": sum(f["disk_rows"] for f in figures)}
+            "disk_queries": sum(f["disk_queries"] for f in figures), "disk_rows": sum(f["disk_rows"] for f in figures),
+            "tokens": tokens}
 
 
 def summarized(rows: list[dict], warmup: int, parts: int) -> dict:

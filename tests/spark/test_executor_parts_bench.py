@@ -14,7 +14,7 @@ import pytest
 
 from airflow_provider_semijoin.bench import executor_parts
 from airflow_provider_semijoin.bench.executor_parts import (PART_COLUMN, SLOT_COLUMN, PartRun, join_part, left_once, part_ranges,
-                                                             run_parts, serve_parts)
+                                                             parts_of_rows, route, run_parts, serve_parts)
 from airflow_provider_semijoin.bench.partitions import batches, measure, stream_files
 from airflow_provider_semijoin.job.spec import StepSpec
 from airflow_provider_semijoin.workloads import generate_master
@@ -72,13 +72,15 @@ def test_a_worker_without_the_parts_state_rebuilds_it_from_the_file_and_leaves_w
     for name, forget in (("warm", set()), ("cold", {1, 3, 4})):
         run = PartRun(name, json.dumps(dataclasses.asdict(step)), ranges, step.memory_bytes // 2, str(tmp_path / name),
                       stream[0].schema)
-        rebuilt = []
+        rebuilt, tokens = [], {}
         for batch_id, batch in enumerate(stream):
             if batch_id in forget:  # a task that lands on a worker that never held the part (or lost it)
                 executor_parts._HELD.clear()
             for part in (0, 1):
-                (figures,) = join_part(run, batch_id, batch_id == len(stream) - 1, _sent(batch, ranges[part], part), part=part)
+                (figures,) = join_part(run, batch_id, batch_id == len(stream) - 1, tokens, _sent(batch, ranges[part], part),
+                                       part=part)
                 rebuilt.append(figures.column("rebuilt")[0].as_py())
+                tokens[part] = figures.column("token")[0].as_py()
         left[name] = {sink: sorted(pq.read_table(tmp_path / name / sink, columns=["sj_id"])["sj_id"].to_pylist())
                       for sink in ("matched", "dead")}
         every = sorted(i for b in stream for i in b["sj_id"].to_pylist())
@@ -114,32 +116,79 @@ def test_a_form_not_measured_is_refused_before_any_work(step, tmp_path, form, sh
     assert not (tmp_path / "refused").exists()
 
 
+def _direct(run: PartRun, files: list[str], cuts: list, tokens: dict, batch_id: int, build: bool, parts=()) -> list:
+    """One task of the direct form in this process, as the worker whose parts ``_HELD`` holds now."""
+    return serve_parts(run, batch_id, batch_id == len(files) - 1, [files[batch_id]], cuts, None, "nk", tokens, build, iter(parts))
+
+
+def _taken(figures: list, tokens: dict) -> list:
+    """The figures' parts and whether each was rebuilt; the driver takes their tokens."""
+    tokens.update((f["part"], f["token"]) for f in figures)
+    return [(f["part"], f["rebuilt"]) for f in figures]
+
+
 def test_the_direct_form_serves_held_parts_builds_the_rest_and_a_replayed_batch_rebuilds_from_the_batch_before(step, tmp_path):
     stream = _stream(4)
     files = stream_files(stream, tmp_path / "stream")
     ranges, cuts, _ = part_ranges(step, 2, stream[0])
-    every = sorted(i for b in stream for i in b["sj_id"].to_pylist())
     left = {}
     for name, replay in (("once", False), ("replayed", True)):
         run = PartRun(name, json.dumps(dataclasses.asdict(step)), ranges, step.memory_bytes // 2, str(tmp_path / name),
                       stream[0].schema)
         executor_parts._HELD.clear()
-
-        def serve(batch_id: int, build: bool, parts=()):
-            return [(f["part"], f["rebuilt"]) for f in serve_parts(run, batch_id, batch_id == len(stream) - 1,
-                                                                     [files[batch_id]], cuts, None, "nk", build, iter(parts))]
-
-        assert serve(0, build=False) == []  # this worker holds no part yet
-        assert serve(0, build=True, parts=[0, 1]) == [(0, True), (1, True)]
-        assert serve(1, build=False) == [(0, False), (1, False)]
-        if replay:  # batch 1 again (Spark replays a batch it did not commit): the state held is that after it
-            assert serve(1, build=False) == []
-            assert serve(1, build=True, parts=[1, 0]) == [(1, True), (0, True)]  # from the files of batch 0
-        assert serve(2, build=False) == [(0, False), (1, False)]
-        assert serve(3, build=False) == [(0, False), (1, False)]
+        tokens = {}
+        assert _direct(run, files, cuts, tokens, 0, build=False) == []  # this worker holds no part yet
+        assert _taken(_direct(run, files, cuts, tokens, 0, build=True, parts=[0, 1]), tokens) == [(0, True), (1, True)]
+        if replay:  # batch 1's first attempt, whose figures never reach the driver: Spark replays the batch
+            assert [f["rebuilt"] for f in _direct(run, files, cuts, tokens, 1, build=False)] == [False, False]
+            assert _direct(run, files, cuts, tokens, 1, build=False) == []  # the state held is that after batch 1
+            assert _taken(_direct(run, files, cuts, tokens, 1, build=True, parts=[1, 0]), tokens) == [(1, True), (0, True)]
+        else:
+            assert _taken(_direct(run, files, cuts, tokens, 1, build=False), tokens) == [(0, False), (1, False)]
+        for batch_id in (2, 3):
+            assert _taken(_direct(run, files, cuts, tokens, batch_id, build=False), tokens) == [(0, False), (1, False)]
         checked = left_once(stream, tmp_path / name)
         assert checked["exactly_once"], name
         left[name] = checked["matched"]
         assert _carried_after(run, 0, 1) + _carried_after(run, 1, 1) > 0  # tuples were carried across batch 1
     executor_parts._HELD.clear()
     assert left["replayed"] == left["once"] and left["once"]
+
+
+def test_a_worker_holding_an_attempt_the_driver_did_not_take_does_not_serve_it(step, tmp_path, monkeypatch):
+    stream = _stream(4)
+    files = stream_files(stream, tmp_path / "stream")
+    ranges, cuts, _ = part_ranges(step, 2, stream[0])
+    run = PartRun("two-workers", json.dumps(dataclasses.asdict(step)), ranges, step.memory_bytes // 2, str(tmp_path / "out"),
+                  stream[0].schema)
+    workers, tokens = {"x": {}, "y": {}}, {}
+
+    def on(worker: str, batch_id: int, build: bool, parts=()) -> list:
+        monkeypatch.setattr(executor_parts, "_HELD", workers[worker])  # the module globals of that worker's process
+        return _direct(run, files, cuts, tokens, batch_id, build, parts)
+
+    assert _taken(on("x", 0, build=True, parts=[0, 1]), tokens) == [(0, True), (1, True)]
+    first = on("x", 1, build=False)  # x joins both parts of batch 1, but part 1's figures are lost (its task failed)
+    assert [f["part"] for f in first] == [0, 1]
+    _taken(first[:1], tokens)
+    assert on("y", 1, build=False) == []
+    assert _taken(on("y", 1, build=True, parts=[1]), tokens) == [(1, True)]  # built again on y from batch 0's files
+    # x still holds part 1 after batch 1, in the attempt whose sinks y replaced: only y serves it
+    assert _taken(on("x", 2, build=False), tokens) == [(0, False)]
+    assert _taken(on("y", 2, build=False), tokens) == [(1, False)]
+    assert _taken(on("x", 3, build=False), tokens) == [(0, False)]
+    assert _taken(on("y", 3, build=False), tokens) == [(1, False)]
+    checked = left_once(stream, tmp_path / "out")
+    assert checked["exactly_once"]
+
+
+def test_a_task_that_read_the_batch_routes_each_key_to_the_part_spark_routes_it_to(spark, step):
+    stream = _stream(1)
+    _, cuts, _ = part_ranges(step, 3, stream[0])
+    keys = sorted({k + d for k in cuts for d in (-1, 0, 1)} | {-5, 0, 10**9})  # each side of each cut, below and above R
+    table = pa.table({"nk": pa.array(keys, pa.int64()), "sj_id": pa.array([str(k) for k in keys])})
+    part, _ = route(cuts, [0, 1, 2], "nk", None)
+    by_spark = {r["nk"]: r["part"] for r in spark.createDataFrame(table.to_pandas()).select("nk", part.alias("part")).collect()}
+    by_task = dict(zip(keys, parts_of_rows(table, "nk", cuts, None).tolist()))
+    assert by_task == by_spark
+    assert set(by_task.values()) == {0, 1, 2}
