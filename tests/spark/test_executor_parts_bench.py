@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from airflow_provider_semijoin.bench import executor_parts
 from airflow_provider_semijoin.bench.executor_parts import (PART_COLUMN, SLOT_COLUMN, PartRun, join_part, left_once, part_ranges,
@@ -192,3 +195,56 @@ def test_a_task_that_read_the_batch_routes_each_key_to_the_part_spark_routes_it_
     by_task = dict(zip(keys, parts_of_rows(table, "nk", cuts, None).tolist()))
     assert by_task == by_spark
     assert set(by_task.values()) == {0, 1, 2}
+
+
+ALGORITHMS = ("hybridjoin", "cachejoin", "meshjoin", "ssij", "inlj")
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_the_direct_forms_protocol_leaves_each_tuple_once_however_tasks_land_fail_or_replay(step, tmp_path_factory, data):
+    """The direct form's driver and tasks in this process over any placement of the tasks on three
+    workers, figures lost on the way back (a failed task: its part built again elsewhere) and a new
+    driver replaying a batch with nothing taken (every part built from the batch before): every
+    tuple leaves once, and the matched ones are those whose key is in R."""
+    algorithm = data.draw(st.sampled_from(ALGORITHMS), "algorithm")
+    parts = data.draw(st.integers(1, 3), "parts")
+    step = dataclasses.replace(step, algorithm=algorithm, memory="512K")  # (MESHJOIN needs 110K a part)
+    stream = _stream(4)
+    folder = tmp_path_factory.mktemp("direct")
+    files = stream_files(stream, folder / "stream")
+    ranges, cuts, _ = part_ranges(step, parts, stream[0])
+    run = PartRun(folder.name, json.dumps(dataclasses.asdict(step)), ranges, step.memory_bytes // parts, str(folder / "out"),
+                  stream[0].schema)
+    workers, tokens = {w: {} for w in "xyz"}, {}
+    replays = data.draw(st.sets(st.integers(0, 3), max_size=2), "batches replayed by a new driver")
+
+    def on(worker: str, batch_id: int, build: bool, wanted=()) -> list:
+        executor_parts._HELD = workers[worker]  # the module globals of that worker's process
+        return _direct(run, files, cuts, tokens, batch_id, build, wanted)
+
+    try:
+        batch_id = 0
+        while batch_id < len(stream):
+            landed = data.draw(st.lists(st.sampled_from("xyz"), min_size=1, max_size=3), f"batch {batch_id}: tasks land on")
+            figures = [f for w in landed for f in on(w, batch_id, build=False)]
+            lost = data.draw(st.sets(st.sampled_from(range(len(figures))), max_size=len(figures)) if figures else st.just(set()),
+                             f"batch {batch_id}: figures lost")
+            taken = [f for i, f in enumerate(figures) if i not in lost]
+            for part in sorted(set(range(parts)) - {f["part"] for f in taken}):
+                taken += on(data.draw(st.sampled_from("xyz"), f"batch {batch_id}: part {part} built on"), batch_id, True, [part])
+            assert sorted(f["part"] for f in taken) == list(range(parts))
+            if batch_id in replays:  # the driver is lost before it commits: a new one knows no token and replays
+                replays.discard(batch_id)
+                tokens.clear()
+                continue
+            tokens.update((f["part"], f["token"]) for f in taken)
+            batch_id += 1
+    finally:
+        executor_parts._HELD = {}
+    checked = left_once(stream, folder / "out")
+    assert checked["exactly_once"]
+    with sqlite3.connect(step.master.url.removeprefix("sqlite:///")) as connection:
+        in_r = {row[0] for row in connection.execute("SELECT nk FROM r")}
+    expected = sorted(i for b in stream for i, k in zip(b["sj_id"].to_pylist(), b["nk"].to_pylist()) if k in in_r)
+    assert checked["matched"] == expected
