@@ -73,9 +73,9 @@ QUERY_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.files.openCostIn
 STATS = pa.schema([("part", pa.int32()), ("worker", pa.string()), ("rebuilt", pa.bool_()), ("fed", pa.int64()),
                    ("left", pa.int64()), ("carried", pa.int64()), ("join_s", pa.float64()), ("write_s", pa.float64()),
                    ("task_s", pa.float64()), ("read_s", pa.float64()), ("disk_queries", pa.int64()),
-                   ("disk_rows", pa.int64()), ("token", pa.string())])  # a part's figures of a batch, what the driver collects
+                   ("disk_rows", pa.int64()), ("token", pa.string()), ("cpu_s", pa.float64())])  # a part's figures of a batch, what the driver collects
 STATS_DDL = ("part int, worker string, rebuilt boolean, fed long, left long, carried long, join_s double, "
-             "write_s double, task_s double, read_s double, disk_queries long, disk_rows long, token string")  # the same, as Spark spells it
+             "write_s double, task_s double, read_s double, disk_queries long, disk_rows long, token string, cpu_s double")  # the same, as Spark spells it
 
 _HELD: dict[tuple[str, int], tuple[str, object, CarriedRows]] = {}  # per Python worker: (run, part) -> (token, session, rows)
 
@@ -133,7 +133,7 @@ def join_part(run: PartRun, batch_id: int, drain: bool, tokens: dict, arrow_batc
     part's attempt of the batch before that the driver took), write its matched and unmatched rows
     and then its carried rows, keep the state in this worker under a new token; yields the part's
     figures (the only thing the driver collects). ``part``: given, it runs outside Spark."""
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     received = [b for b in arrow_batches if b.num_rows]
     if part is None and received:  # (a source partitioned by the key: a task a file, in any order)
         part = received[0].column(PART_COLUMN)[0].as_py()
@@ -160,7 +160,8 @@ def join_part(run: PartRun, batch_id: int, drain: bool, tokens: dict, arrow_batc
     yield pa.RecordBatch.from_pydict({
         "part": [part], "worker": [worker_name()], "rebuilt": [rebuilt], "fed": [new.num_rows], "left": [stats.left],
         "carried": [carried.count], "join_s": [stats.wall_s], "write_s": [done - joined], "task_s": [done - started],
-        "read_s": [0.0], "disk_queries": [stats.disk_queries], "disk_rows": [stats.disk_rows], "token": [token]},
+        "read_s": [0.0], "disk_queries": [stats.disk_queries], "disk_rows": [stats.disk_rows], "token": [token],
+        "cpu_s": [time.process_time() - cpu]},
         schema=STATS)
 
 
@@ -220,13 +221,14 @@ def serve_parts(run: PartRun, batch_id: int, drain: bool, paths: list[str], cuts
         p for (name, p), held in _HELD.items() if name == run.name and tokens.get(p) == held[0])
     if not wanted:
         return []
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     table = pa.concat_tables(pq.read_table(path) for path in paths)
     parts = parts_of_rows(table, key, cuts, shared)
     mine = {p: table.filter(parts == p) for p in wanted}
-    read_s = time.perf_counter() - started  # the whole batch's, read and routed by each task that serves a part
+    read_s, read_cpu_s = time.perf_counter() - started, time.process_time() - cpu  # (each task that serves a part reads the whole batch)
     figures = [next(join_part(run, batch_id, drain, tokens, mine[p].to_batches(), part=p)).to_pylist()[0] for p in wanted]
-    return [{**f, "read_s": read_s, "task_s": f["task_s"] + read_s} for f in figures]
+    return [{**f, "read_s": read_s, "task_s": f["task_s"] + read_s, "cpu_s": f["cpu_s"] + read_cpu_s / len(figures)}
+            for f in figures]
 
 
 def served_directly(spark, run: PartRun, batch_id: int, drain: bool, paths: list[str], cuts: list, shared, key: str,
@@ -353,14 +355,15 @@ def _batch(run: PartRun, served, batch_id: int, where: dict) -> dict:
             "tasks_s": [round(f["task_s"], 4) for f in figures], "spark_s": batch_s - max(f["task_s"] for f in figures),
             "read_s": max(f["read_s"] for f in figures), "fed": [f["fed"] for f in figures],
             "disk_queries": sum(f["disk_queries"] for f in figures), "disk_rows": sum(f["disk_rows"] for f in figures),
-            "tokens": tokens}
+            "tokens": tokens, "tasks_cpu_s": sum(f["cpu_s"] for f in figures)}
 
 
 def summarized(rows: list[dict], warmup: int, parts: int) -> dict:
     """The kept batches' figures (the first ``warmup`` and the last, which drains, left out)."""
     summary = summarize(rows, warmup, parts, ("batch_s", "slowest_join_s", "slowest_task_s", "spark_s", "read_s"))
-    return {**summary, "rebuilds": [r["rebuilds"] for r in summary["per_batch"]],
-            "moved": [r["moved"] for r in summary["per_batch"]]}
+    kept = summary["per_batch"]
+    return {**summary, "rebuilds": [r["rebuilds"] for r in kept], "moved": [r["moved"] for r in kept],
+            "tasks_cpu_us_per_tuple": round(sum(r["tasks_cpu_s"] for r in kept) / sum(r["tuples"] for r in kept) * 1e6, 3)}
 
 
 def left_once(stream: list[pa.Table], folder: Path) -> dict:
@@ -502,7 +505,8 @@ def print_round(result: dict, number: int) -> None:
               f"{r['cpu_us_per_tuple_x_p1']:.2f} | {r['median_batch_s']} | {r['median_slowest_join_s']} | "
               f"{r['median_slowest_task_s']} | {r['rebuilds']} | {r['moved']} | {'yes' if r['exactly_once'] else 'NO'} |")
     for r in result["executor"]:
-        print(f"  p={r['partitions']} {r['form']}{' shared' if r['shared_hot_page'] else ''} CPU us a tuple by process over the whole run: {r['cpu_us_by_process']}")
+        print(f"  p={r['partitions']} {r['form']}{' shared' if r['shared_hot_page'] else ''} CPU us a tuple by process over the whole run: "
+              f"{r['cpu_us_by_process']}; inside the parts' tasks (their processes' CPU while they ran): {r['tasks_cpu_us_per_tuple']}")
     sys.stdout.flush()
 
 
