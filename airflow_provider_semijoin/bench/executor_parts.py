@@ -217,6 +217,9 @@ def serve_parts(run: PartRun, batch_id: int, drain: bool, paths: list[str], cuts
     sinks and state whole, so a (batch, part)'s sinks and state come from one attempt. Two attempts
     of one (batch, part) running at once (a zombie task) could still mix their files; the product
     would need the attempt's files committed as one (a manifest renamed last)."""
+    for (name, p), held in list(_HELD.items()):  # an attempt the driver did not take, of a batch it has moved past
+        if name == run.name and p in tokens and tokens[p] != held[0] and int(held[0].split(":")[0]) < batch_id:
+            _HELD.pop((name, p))[1].algorithm.store.close()
     wanted = list(indices) if build else sorted(
         p for (name, p), held in _HELD.items() if name == run.name and tokens.get(p) == held[0])
     if not wanted:

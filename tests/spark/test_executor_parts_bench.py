@@ -176,8 +176,9 @@ def test_a_worker_holding_an_attempt_the_driver_did_not_take_does_not_serve_it(s
     _taken(first[:1], tokens)
     assert on("y", 1, build=False) == []
     assert _taken(on("y", 1, build=True, parts=[1]), tokens) == [(1, True)]  # built again on y from batch 0's files
-    # x still holds part 1 after batch 1, in the attempt whose sinks y replaced: only y serves it
+    # x still holds part 1 after batch 1, in the attempt whose sinks y replaced: only y serves it, and x drops it
     assert _taken(on("x", 2, build=False), tokens) == [(0, False)]
+    assert sorted(p for _, p in workers["x"]) == [0]
     assert _taken(on("y", 2, build=False), tokens) == [(1, False)]
     assert _taken(on("x", 3, build=False), tokens) == [(0, False)]
     assert _taken(on("y", 3, build=False), tokens) == [(1, False)]
