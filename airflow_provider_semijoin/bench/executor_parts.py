@@ -58,7 +58,7 @@ from ..core.files import write_arrow, write_whole
 from ..core.joins.registry import create
 from ..core.stores import open_store, redact
 from ..job.spec import StepSpec
-from ..spark.joinstate import CarriedRows, session_from, slice_of
+from ..spark.joinstate import CarriedRows, due_times, session_from, slice_of
 from ..spark.partitioned import CUT_PAGE_ROWS, RangePartitioner, worker_name
 from .cpu import ProcessCpu, cpu_seconds as spent_between, cpu_split
 from .partitions import (WORKERS, bench_arguments, bench_cluster, bench_inputs, bound, cpu_seconds, database_ceiling, hash_slots,
@@ -145,7 +145,9 @@ def join_part(run: PartRun, batch_id: int, drain: bool, tokens: dict, arrow_batc
     session, carried, rebuilt = _state_before(run, part, batch_id, tokens.get(part), step)
     new = pa.Table.from_batches(received) if received else run.schema.empty_table()
     new = new.drop_columns([c for c in (PART_COLUMN, SLOT_COLUMN) if c in new.column_names]).sort_by("sj_arrival")
-    tagged = carried.add(new, np.full(new.num_rows, np.inf), np.full(new.num_rows, part))
+    # due as the product's step makes them (arrival + max_queue_time_s): the bench's tuples arrived when
+    # the stream was made, so after its first seconds every one is past due in every path alike
+    tagged = carried.add(new, due_times(new, step.max_queue_time_s), np.full(new.num_rows, part))
     with session.algorithm.store.reading_at(session.algorithm.store.version()):
         result, stats = slice_of(session, step.column, tagged, -np.inf, -np.inf, drain)
     joined = time.perf_counter()
