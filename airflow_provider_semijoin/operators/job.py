@@ -92,7 +92,7 @@ class SemiJoinJobOperator(BaseOperator):
         deadline over the last ``deadline_window_s`` seconds; above this ratio (with at least
         ``deadline_min_tuples`` tuples in the window) it ``fail``\\ s (stops the query and fails
         the task) or ``warn``\\ s (logs once per breach), as ``on_deadline_breach`` says.
-    :param trigger_interval_s, partitions, arrival_column, db_retry_max_s, work_ahead: the job
+    :param trigger_interval_s, partitions, arrival_column, db_retry_max_s, work_ahead, data_path: the job
         spec's options (:data:`..job.assemble.JOB_OPTIONS`, every field of
         :class:`~..job.spec.JobSpec` but those above, the source, the steps and the sinks), at
         the spec's defaults; ``db_retry_max_s`` at ``[semijoin] db_retry_max_s``.

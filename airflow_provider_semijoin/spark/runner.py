@@ -44,6 +44,7 @@ from ..core.progress import ProgressRecord, write_line
 from ..core.stores import open_store
 from .jobstats import BatchCounts, JobCounts, JobSummary
 from .joinstate import StateFiles, deadline_misses, with_deadlines, without_deadlines
+from .executor_rows import ExecutorParts, batch_files, refusal
 from .sinks import dead_letter_rows, open_sink, sink_class
 from .sources import CORRUPT_COLUMN, FILE_COLUMN, TICK_COLUMN, repair_utf8, stream_frame, tuple_ids, with_heartbeat
 from ..job.spec import JobSpec
@@ -69,9 +70,9 @@ class BatchOutcome:
     """What one micro-batch did, as its progress record reports it (:meth:`BatchProcessor._record`)."""
 
     batch_id: int
-    input_rows: int  # the source's rows (heartbeats dropped)
-    matched: pa.Table  # the rows for the matched sink, still with their deadlines (:func:`.joinstate.with_deadlines`)
-    dead: pa.Table  # the rows for the dead letter, likewise
+    counts: BatchCounts  # the source's rows (heartbeats dropped), the tuples that left, the rows written, deadline misses
+    arrivals: np.ndarray  # the arrival time of each tuple that left (or, from the parts on the executors, quantiles of them)
+    reasons: dict  # the dead letter's rows by reason
     steps: list[StepStats]  # each join step's, in order
     started: float
     done: float
@@ -122,6 +123,7 @@ class BatchProcessor:
         self.drained: str | None = None  # set once a batch drained every step
         self.waits_for_grace = False  # the input ended with tuples held for a retry (:meth:`_end_after`)
         self._gap = spec.trigger_interval_s  # expected time to the end of the next batch (decayed)
+        self.on_executors = None if spec.data_path != "executors" else ExecutorParts(spark, spec, self.steps[0], self.files)
         self._switch_interval = sys.getswitchinterval()
         if spec.work_ahead and spec.partitions == 1:  # Spark's calls here wait for the GIL a step working ahead holds
             sys.setswitchinterval(AHEAD_SWITCH_S)  # at most this long (measured: Spark's share of a batch 1.4 -> 1.2 s)
@@ -164,7 +166,10 @@ class BatchProcessor:
 
     def _join(self, frame, batch_id: int) -> None:
         try:
-            self.process(frame.toArrow(), batch_id)
+            if self.on_executors is not None:  # the rows stay on the executors: the frame is not read here
+                self.process_files(batch_id)
+            else:
+                self.process(frame.toArrow(), batch_id)
         except SemiJoinError as exc:  # Spark wraps it in a long trace: run_job raises it as it is
             self.failure = exc
             raise
@@ -211,15 +216,58 @@ class BatchProcessor:
         self.at_point("state", batch_id)
         done = self.clock()
         self._gap = max(self.spec.trigger_interval_s, done - started, GAP_DECAY * self._gap)
-        record = self._record(BatchOutcome(batch_id, n_in, rows, dead_rows, step_stats, started, done, drain,
-                                           cache_entries, cache_hit_ratio))
+        record = self._record(BatchOutcome(batch_id, self._left(n_in, rows, dead_rows, done), _arrivals(rows, dead_rows),
+                                           _count(dead_rows["reason"]) if dead_rows.num_rows else {}, step_stats,
+                                           started, done, drain, cache_entries, cache_hit_ratio))
+        self._after(record, drain)
+        return record
+
+    def process_files(self, batch_id: int) -> dict:
+        """``data_path: executors``: batch ``batch_id`` by its files (Spark's checkpoint names them),
+        joined by the parts on the executors, which write the sinks and their state
+        (:mod:`.executor_rows`); the driver reads R's version for the batch and adds up the
+        parts' figures into the progress record."""
+        self.at_point("batch", batch_id)
+        started = self.clock()
+        files = batch_files(self.spec.checkpoint, batch_id)
+        drain = self._drain_now(None, len(files))
+        store = self.steps[0].store
+        replayed = self.files.read_versions(batch_id)  # a replay reads the version its first attempt read
+        version, read_at = replayed[0] if replayed is not None else (
+            store.version(), self.clock() if store.has_change_log() else None)
+        if replayed is None:
+            self.files.write_versions(batch_id, [[version, read_at]])
+        horizon, until = started + DUE_SAFETY * self._gap, started + STEP_SHARE * self.spec.trigger_interval_s
+        figures = self.on_executors.run(batch_id, files, version, read_at, horizon, until, drain is not None)
+        self.at_point("sinks", batch_id)  # (the parts wrote their sinks, then their state)
+        self.at_point("state", batch_id)
+        done = self.clock()
+        self._gap = max(self.spec.trigger_interval_s, done - started, GAP_DECAY * self._gap)
+        stats = self.on_executors.step_stats(figures, done - started, read_at)
+        record = self._record(BatchOutcome(batch_id, figures.counts(), figures.arrivals(), figures.reasons(), [stats],
+                                           started, done, drain, None, None))
+        self._after(record, drain)
+        return record
+
+    def queue_tuples(self) -> int:
+        """Tuples inside the joins now."""
+        if self.on_executors is not None:
+            return self.on_executors.carried
+        return sum(step.carried.count for step in self.steps)
+
+    def _left(self, input_rows: int, matched: pa.Table, dead: pa.Table, done: float) -> BatchCounts:
+        """The batch's counts of the tuples that left through the driver."""
+        return BatchCounts(input_rows=input_rows, matched=self._tuples_of(matched), unmatched=dead.num_rows,
+                           output_rows=matched.num_rows, deadline_misses=deadline_misses(done, matched, dead))
+
+    def _after(self, record: dict, drain: str | None) -> None:
+        """The batch's record out; after a drain, whether the job ends."""
         if drain is not None:
             self._end_after(drain)
         if self.print_progress:
             write_line(ProgressRecord.from_dict(record).to_line())
         if self.on_progress is not None:
             self.on_progress(record)
-        return record
 
     def _end_after(self, drain: str) -> None:
         """After a batch that drained the steps: the job ends (the query, after Spark's commit),
@@ -247,7 +295,7 @@ class BatchProcessor:
         if self.print_progress:
             write_line(message)
 
-    def _drain_now(self, batch: pa.Table, source_rows: int) -> str | None:
+    def _drain_now(self, batch: pa.Table | None, source_rows: int) -> str | None:
         """Why this batch drains the steps (None: it does not)."""
         if self.drained is not None or self.drain_reason is not None:  # the job is stopping: every batch drains
             return self.drained or self.drain_reason
@@ -285,17 +333,9 @@ class BatchProcessor:
 
     def _record(self, batch: BatchOutcome) -> dict:
         """The batch's progress record; its counts go into the job's totals."""
-        matched, dead, steps, done = batch.matched, batch.dead, batch.steps, batch.done
-        left = pa.concat_tables(
-            [matched.select(["sj_id", "sj_arrival"]), dead.select(["sj_id", "sj_arrival"])], promote_options="default"
-        )
-        arrival = left["sj_arrival"].to_numpy() if left.num_rows else np.zeros(0)
-        latency = latency_ms(np.maximum(done - arrival, 0.0))
-        misses = deadline_misses(done, matched, dead)
-        reconnects, waited = self._reconnects()
-        counts = BatchCounts(input_rows=batch.input_rows, matched=self._tuples_of(matched), unmatched=dead.num_rows,
-                             output_rows=matched.num_rows, deadline_misses=misses, reconnects=reconnects,
-                             reconnect_wait_s=waited)
+        steps, done, counts = batch.steps, batch.done, batch.counts
+        latency = latency_ms(np.maximum(done - batch.arrivals, 0.0))
+        counts.reconnects, counts.reconnect_wait_s = self._reconnects()
         total = self.counts
         total.add(counts)
         joins = [st.join for st in steps]
@@ -308,7 +348,7 @@ class BatchProcessor:
             matched=counts.matched,
             unmatched=counts.unmatched,
             output_rows=counts.output_rows,
-            service_rate_tps=round(batch.input_rows / join_seconds, 1) if join_seconds > 0 else None,
+            service_rate_tps=round(counts.input_rows / join_seconds, 1) if join_seconds > 0 else None,
             batch_duration_s=round(done - batch.started, 6),
             ahead_s=round(sum(j.ahead_s for j in joins), 6),
             ahead_bytes=int(sum(j.ahead_bytes for j in joins)),
@@ -328,7 +368,7 @@ class BatchProcessor:
             structure_bytes_peak=int(sum(j.structure_bytes_peak for j in joins)),
             memory_budget_bytes=int(sum(st.memory_budget_bytes for st in steps)),
             memory_peak_bytes=int(sum(st.memory_peak_bytes for st in steps)),
-            unmatched_by_reason=_count(dead["reason"]) if dead.num_rows else {},
+            unmatched_by_reason=batch.reasons,
             total_input_rows=total.input_rows,
             total_matched=total.matched,
             total_unmatched=total.unmatched,
@@ -387,6 +427,11 @@ def check_as_of(step, index: int, store, types: dict, available: set | None) -> 
         check_event_time(step.as_of.lookup, stream)
     except ConfigError as exc:
         raise ConfigError(f"steps[{index}].{exc}") from None
+
+
+def _arrivals(*left: pa.Table) -> np.ndarray:
+    """The arrival time of each row of ``left`` (the tuples that left)."""
+    return np.concatenate([t["sj_arrival"].to_numpy() for t in left if t.num_rows] or [np.zeros(0)])
 
 
 def _count(values: pa.ChunkedArray) -> dict:
@@ -461,6 +506,8 @@ def run_job(
     from .session import get_spark
 
     spark = spark or get_spark(partitions=spec.partitions)
+    if spec.data_path == "executors" and (refused := refusal(spec, spark.conf)) is not None:
+        raise ConfigError(refused)
     frame = stream_frame(spark, spec.source, spec.arrival_column)
     check_sink_columns(spec, frame.columns)
     columns = set(frame.columns)  # known now for every source (an inferred schema, a Spark source's)
@@ -492,7 +539,7 @@ def run_job(
     return JobSummary(
         job=spec.name, stopped_by=reason, drained=processor.drained, counts=processor.counts,
         held_for_retry=processor.held_for_retry(),
-        queue_tuples=sum(step.carried.count for step in processor.steps), duration_s=clock() - started,
+        queue_tuples=processor.queue_tuples(), duration_s=clock() - started,
     ).to_dict()
 
 

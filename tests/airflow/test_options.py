@@ -57,7 +57,7 @@ STEP = {
 }
 # every field of JobSpec but the source, the steps and the sinks, given alike on both paths
 JOB = {"trigger_interval_s": 0.25, "partitions": 2, "arrival_column": "arrived_at", "db_retry_max_s": 33.0,
-       "work_ahead": False, "stop": {"max_batches": 3}, "checkpoint": "/w/checkpoint"}
+       "work_ahead": False, "data_path": "executors", "stop": {"max_batches": 3}, "checkpoint": "/w/checkpoint"}
 JOB_SHAPED = {"name": "walk__surrogate_keys", "deadline": {"max_latency_s": 4.0, "column": None}}
 
 
@@ -142,7 +142,7 @@ def test_defaults_are_the_same_on_both_paths_and_memory_is_the_configured_one(tm
     for name in ("algorithm", "params", "retry_grace_s", "rename", "max_queue_time_s"):
         assert getattr(step, name) == getattr(spec_defaults, name), name
     job_defaults = {f.name: f.default for f in dataclasses.fields(JobSpec)}
-    for name in ("trigger_interval_s", "partitions", "arrival_column", "work_ahead"):
+    for name in ("trigger_interval_s", "partitions", "arrival_column", "work_ahead", "data_path"):
         assert getattr(from_yaml, name) == job_defaults[name], name
     # a spec file has the options' defaults: those of [semijoin] memory and db_retry_max_s
     assert spec_defaults.memory == CONFIG_OPTIONS["memory"][1]

@@ -1,0 +1,484 @@
+"""``partitions = N`` with ``data_path: executors``: the micro-batch's rows never reach the driver.
+
+The driver design (:mod:`.partitioned`) collects each micro-batch, routes its keys and writes the
+sinks itself; the driver is then the bottleneck (issue 54: p=2 at 0.56-0.75x the throughput of
+one part, at 1.7-2.5x its CPU a tuple). Here, for a Parquet files source, the driver sends each
+micro-batch's **file names**, the cut points of R's key range and each part's token, and gets
+back a few figures a part:
+
+- The batch's files are read from Spark's own checkpoint (:func:`batch_files`): in
+  ``foreachBatch`` a file source's micro-batch is a ``LogicalRDD`` whose ``inputFiles()`` is
+  empty, but ``offsets/<b>`` names the source's log batch and ``sources/0/<k>`` (or a
+  ``.compact`` file) lists its files with their modification times, which are the tuples'
+  arrival (``sj_arrival``), as the driver design's ``_metadata.file_modification_time``. The
+  offset log is written before the batch runs, so a replay reads the same files.
+- One Spark job a batch of one task a core (``sc.parallelize(range(cores))``): each task reads
+  the whole batch with pyarrow, routes each row to its part by the cut points (:class:`Routes`)
+  and serves **the parts its Python worker holds** in the attempt the driver took (a token
+  named in that attempt's figures), wherever the scheduler put the task. A part no task served
+  (the first batch, a replay, a restart, a lost worker, an attempt whose figures were lost) is
+  then built by a task of its own from its state file of the batch before: a second, small job,
+  only when needed, counted as ``part_rebuilds``.
+- Each part joins its tuples with its session (the algorithm with its queue over the store
+  restricted to its key range, :meth:`..core.stores.base.MasterStore.restrict`), reading R at
+  the version the driver chose for the batch, and writes its matched and dead-letter rows, one
+  Parquet file each per (batch, part) (``batch=<b>/part-<p>.parquet``: a replay replaces it),
+  then its carried rows (the queue, HYBRIDJOIN sec. 4; MESHJOIN sec. 3.1) as the state file of
+  (part, batch) under the checkpoint, before the driver lets Spark commit the batch.
+- A tuple whose key cannot be in R (null, bad) goes to part 0, whose session lets it leave at
+  once with its reason (:func:`.joinstate.slice_of`).
+
+The cut points are chosen once, from the first batch's key column (read by the driver: a
+control-plane sample of the keys, :class:`.partitioned.RangePartitioner`), and kept in the
+checkpoint, so a restart routes as before. What this path does not do yet, refused before any
+work with one sentence (:func:`refusal`): other sources and sink kinds, several steps, retries,
+unknown and inferred members, as-of lookups, deadlines, refresh, re-cuts as the load moves, and
+speculative tasks (two live attempts of one part could mix their files).
+
+Measured against one part (``bench.executor_parts``, whose direct form this is): p=2 on two
+one-core workers 1.12-1.60x the throughput of p=1 at 0.79-1.39x its CPU a tuple, 0 rebuilds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..core.errors import ConfigError
+from ..core.files import write_arrow, write_private_json, write_whole
+from ..core.joins.registry import create
+from ..core.keys import KeyType, normalize
+from ..core.reasons import labels
+from ..core.session import LOG_BYTES_PER_TUPLE
+from ..core.stores import open_store
+from ..job.sources import FilesSource
+from ..job.spec import JobSpec, StepSpec
+from .joinstate import SPILLED_ROW_BYTES, CarriedRows, StateFiles, due_times, session_from, slice_of
+from .partitioned import worker_name
+from .sinks import dead_letter_rows, dictionary_columns
+from .jobstats import BatchCounts
+from .stepstats import PartsStats, PartStats, SliceStats, StepStats
+
+ARRIVAL_POINTS = 101  # each part reports the arrival times of the tuples that left at this many quantiles
+
+_HELD: dict[tuple[str, int], tuple[str, object, CarriedRows]] = {}  # per Python worker: (run, part) -> (token, session, rows)
+
+
+def refusal(spec: JobSpec, spark_conf) -> str | None:
+    """Why ``spec`` cannot run with ``data_path: executors`` (one sentence naming the field and
+    what is expected), or None. ``spark_conf``: the session's ``spark.conf`` (None: not checked)."""
+    if spec.partitions < 2:
+        return f"data_path: 'executors' needs partitions >= 2 (got {spec.partitions}); one part runs on the driver"
+    source = spec.source
+    if not isinstance(source, FilesSource) or source.format != "parquet":
+        return (f"data_path: 'executors' reads the micro-batch's files on the executors, so it needs a files source "
+                f"of format parquet (got {source.kind}{'' if not isinstance(source, FilesSource) else ' ' + source.format})")
+    if source.id_column is not None:
+        return "data_path: 'executors' names each tuple <file>#<row>; expected no source.id_column"
+    if len(spec.steps) != 1:
+        return f"data_path: 'executors' runs one join step (got {len(spec.steps)}); use data_path: driver for a pipeline"
+    step = spec.steps[0]
+    unsupported = [name for name, used in (
+        ("on_missing", step.on_missing != "dead_letter"), ("as_of", step.as_of is not None),
+        ("refresh", step.refresh is not None)) if used]
+    if unsupported:
+        return (f"steps[0].{unsupported[0]}: not supported with data_path: 'executors' yet; expected "
+                f"{'dead_letter' if unsupported[0] == 'on_missing' else 'none'}, or data_path: driver")
+    if spec.deadline is not None:
+        return "deadline: not supported with data_path: 'executors' yet; expected none, or data_path: driver"
+    for name in ("matched", "dead_letter"):
+        if getattr(spec.sinks, name).kind != "parquet":
+            return (f"sinks.{name}: data_path: 'executors' has each part write its own Parquet files; expected "
+                    f"kind parquet (got {getattr(spec.sinks, name).kind})")
+    if spark_conf is not None and str(spark_conf.get("spark.speculation", "false")).lower() == "true":
+        return ("spark.speculation: true runs two attempts of a part at once, whose files could mix; expected false "
+                "with data_path: 'executors'")
+    return None
+
+
+# -- the batch's files, from Spark's checkpoint ----------------------------------------------------
+def _log_offset(checkpoint: Path, batch_id: int) -> int:
+    """The file source's log batch at the end of ``batch_id`` (-1: none yet): the first source's
+    line of ``offsets/<batch_id>`` (the query's sources in plan order: the files, then the heartbeat)."""
+    if batch_id < 0:
+        return -1
+    path = checkpoint / "offsets" / str(batch_id)
+    lines = path.read_text().splitlines()  # "v1", the batch's metadata, one offset a source
+    offset = lines[2].strip() if len(lines) > 2 else "-"
+    return json.loads(offset)["logOffset"] if offset.startswith("{") else -1
+
+
+def batch_files(checkpoint: str, batch_id: int) -> list[tuple[str, float]]:
+    """Each file of micro-batch ``batch_id`` of the files source, as (URI, arrival in epoch
+    seconds), in the order of Spark's log; [] for a batch that read no file."""
+    root = Path(checkpoint)
+    first, last = _log_offset(root, batch_id - 1) + 1, _log_offset(root, batch_id)
+    if last < first:
+        return []
+    log = root / "sources" / "0"
+    entries = []
+    for path in sorted(log.iterdir(), key=lambda p: int(p.name.split(".")[0]) if p.name.split(".")[0].isdigit() else -1):
+        number = path.name.split(".")[0]
+        if not number.isdigit() or (path.suffix != ".compact" and not first <= int(number) <= last) or \
+                (path.suffix == ".compact" and int(number) < first):
+            continue
+        for line in path.read_text().splitlines()[1:]:
+            entry = json.loads(line)
+            if first <= entry["batchId"] <= last:
+                entries.append(entry)
+    seen, files = set(), []
+    for entry in entries:  # (a compact file repeats the entries of the batches it compacts)
+        if entry["path"] not in seen:
+            seen.add(entry["path"])
+            files.append((entry["path"], entry["timestamp"] / 1000.0))
+    return files
+
+
+def _readable(uri: str) -> str:
+    """A file of Spark's log as pyarrow opens it: a local path, or the URI (another file system)."""
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme in ("", "file") else uri
+
+
+def read_batch(files: list[tuple[str, float]], columns: list[str] | None) -> pa.Table | None:
+    """The batch's rows as the driver design gives them (``sj_id`` = ``<file name>#<row>``, the
+    columns, ``sj_arrival`` = the file's modification time); None for no file."""
+    tables = []
+    for uri, arrival in files:
+        table = pq.read_table(_readable(uri), columns=columns)
+        name = Path(unquote(urlparse(uri).path)).name
+        ids = pa.array([f"{name}#{i}" for i in range(table.num_rows)], pa.string())
+        tables.append(table.add_column(0, "sj_id", ids).append_column("sj_arrival", pa.array(np.full(table.num_rows, arrival))))
+    return pa.concat_tables(tables, promote_options="default") if tables else None
+
+
+# -- routing --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Routes:
+    """Each part's key range of R as R spells it (:meth:`.partitioned.RangePartitioner.key_ranges`;
+    None: a part with no page, which gets no tuple) and how a key finds its part: the parts with
+    a range in order (``owners``) and the lower bounds of all but the first (``cut_keys``, R's key
+    type normalised). A key below R's range goes to the first owner, one above it to the last, a
+    key that cannot be in R to part 0 (it leaves at once, with its reason)."""
+
+    ranges: list
+    key_type: KeyType
+
+    @functools.cached_property
+    def owners(self) -> np.ndarray:
+        return np.array([p for p, key_range in enumerate(self.ranges) if key_range is not None], np.int64)
+
+    @functools.cached_property
+    def cut_keys(self) -> np.ndarray:
+        lows = [_text(self.ranges[p][0]) for p in self.owners[1:]]
+        return normalize(pa.array(lows, pa.int64() if self.key_type.kind == "int" else pa.string()), self.key_type).keys
+
+    def parts_of(self, keys: pa.ChunkedArray) -> np.ndarray:
+        normalized = normalize(keys, self.key_type)
+        parts = self.owners[np.searchsorted(self.cut_keys, normalized.keys, side="right")]
+        parts[~normalized.valid] = 0
+        return parts
+
+
+def _text(bound):
+    """A bound of a string key's page map (its UTF-8 bytes) as text; any other bound as it is."""
+    return bound.decode("utf-8") if isinstance(bound, bytes) else bound
+
+
+def _kept(bound):
+    """A bound as the checkpoint's JSON keeps it (a string key's bytes as ``{"utf8": text}``)."""
+    return {"utf8": bound.decode("utf-8")} if isinstance(bound, bytes) else bound
+
+
+def _read(bound):
+    return bound["utf8"].encode("utf-8") if isinstance(bound, dict) else bound
+
+
+# -- a part's task ---------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class PartsRun:
+    """What every part's task of one driver's run shares: the step, the routes, each part's
+    memory and most tuples inside, where state and sinks go."""
+
+    name: str  # the driver's run: a worker drops what it holds of another
+    step: StepSpec
+    routes: Routes
+    memory: int
+    max_pending: int | None
+    state_folder: str
+    retain: int
+    matched_path: str
+    dead_path: str
+    columns: list | None  # the source's columns (None: every column of the files)
+    empty: pa.Schema  # a batch's rows (sj_id, the source's columns, sj_arrival): a batch with no file has none
+
+    def sink_file(self, path: str, batch_id: int, part: int) -> Path:
+        return Path(path) / f"batch={batch_id}" / f"part-{part}.parquet"
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchCall:
+    """One micro-batch as the driver sends it: its files, R's version, the slice's bounds, and
+    each part's attempt of the batch before that the driver took (its token)."""
+
+    batch_id: int
+    files: list
+    version: int
+    master_read_at: float | None
+    horizon: float
+    until: float
+    drain: bool
+    tokens: dict
+
+
+def _state_before(run: PartsRun, call: BatchCall, part: int, files: StateFiles):
+    """The part's session and carried rows after the batch before: held by this worker in the
+    attempt the driver took, or rebuilt from the part's newest state file before the batch (a
+    fresh algorithm over the part's key range fed its rows; caches cold)."""
+    held = _HELD.pop((run.name, part), None)
+    token = call.tokens.get(part)
+    if held is not None and token is not None and held[0] == token:
+        return held[1], held[2], False
+    step = run.step
+    store = held[1].algorithm.store if held is not None else None
+    if store is None:
+        store = open_store(step.master.url, step.master.table, step.master.key, step.master_select).restrict(*run.routes.ranges[part])
+    else:  # built anew: R's pages read anew too
+        store.forget_page_maps()
+    found = files.read(part, call.batch_id)
+    rows = found[1] if found is not None and found[1].num_rows else None
+    session = session_from(create(step.algorithm, store, run.memory, step.params), step.column, rows)
+    return session, CarriedRows(rows, rows.nbytes if rows is not None else 0), True
+
+
+def _routed(step: StepSpec, matched: pa.Table, unmatched: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """The part's output as the step's sinks take it: matched rows renamed (the natural key
+    dropped where asked), the unmatched ones in the dead-letter schema."""
+    selected = set(step.master_select)
+    matched = matched.rename_columns([step.rename.get(n, n) if n in selected else n for n in matched.column_names])
+    if step.drop_column:
+        matched = matched.drop_columns([step.column])
+    return matched, dead_letter_rows(unmatched.drop_columns(["reason"]), 0, unmatched["reason"])
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_whole(path, lambda partial: pq.write_table(table, partial, use_dictionary=dictionary_columns(table.schema)))
+
+
+def join_part(run: PartsRun, call: BatchCall, part: int, new: pa.Table) -> dict:
+    """Part ``part``'s share ``new`` of the batch: joined with its state, its sinks written, then
+    its state file; the session kept in this worker under a new token; its figures."""
+    started, cpu = time.perf_counter(), time.process_time()
+    step, files = run.step, StateFiles(Path(run.state_folder), run.retain)
+    session, carried, rebuilt = _state_before(run, call, part, files)
+    tagged = carried.add(new, due_times(new, step.max_queue_time_s), np.full(new.num_rows, part))
+    with session.algorithm.store.reading_at(call.version, call.master_read_at):
+        result, stats = slice_of(session, step.column, tagged, call.horizon, call.until, call.drain,
+                                 max_pending=run.max_pending)
+    matched, unmatched = carried.take(result, session.algorithm.schema)
+    matched, dead = _routed(step, matched, unmatched)
+    _write_parquet(matched, run.sink_file(run.matched_path, call.batch_id, part))
+    _write_parquet(dead, run.sink_file(run.dead_path, call.batch_id, part))
+    files.write_batches(part, call.batch_id, carried.rows.schema if carried.rows is not None else tagged.schema,
+                        carried.live_batches())
+    carried.spill(files.mapped(part, call.batch_id))
+    token = f"{call.batch_id}:{uuid.uuid4().hex}"  # this attempt's: the driver names it back if it takes these figures
+    _HELD[(run.name, part)] = (token, session, carried)
+    left = pa.concat_tables([matched.select(["sj_arrival"]), dead.select(["sj_arrival"])])
+    arrivals = left["sj_arrival"].to_numpy() if left.num_rows else np.zeros(0)
+    return {
+        "part": part, "token": token, "worker": worker_name(), "rebuilt": rebuilt, "slice": dataclasses.asdict(stats),
+        "matched": len(np.unique(result.matched_ids)), "output_rows": matched.num_rows, "unmatched": dead.num_rows,
+        "reasons": {r: int(n) for r, n in zip(*np.unique(np.asarray(labels(result.unmatched_reason), object).astype(str),
+                                                             return_counts=True))} if dead.num_rows else {},
+        "arrivals": np.quantile(arrivals, np.linspace(0, 1, ARRIVAL_POINTS)).tolist() if len(arrivals) else [],
+        "left": len(arrivals), "carried": carried.count, "queue_bytes": carried.nbytes + stats.log_bytes,
+        "carried_file_bytes": carried.mapped_bytes, "task_s": time.perf_counter() - started,
+        "cpu_s": time.process_time() - cpu,
+    }
+
+
+def serve_parts(run: PartsRun, call: BatchCall, build: bool, indices) -> list[str]:
+    """A task: it reads the batch's files itself and joins the parts it is given - ``build``: the
+    parts ``indices``, rebuilt here; otherwise every part whose attempt the driver took
+    (``call.tokens``) this worker holds, wherever the scheduler put the task. Returns each
+    part's figures (JSON).
+
+    A worker that holds another attempt of a part - one whose figures never reached the driver
+    (the part was then built again elsewhere), or the first attempt of a batch Spark replays -
+    does not serve it: a (batch, part)'s sinks and state come from one attempt."""
+    for name, part in list(_HELD):
+        if name != run.name:  # another driver's run (a restart): its parts are rebuilt from the files
+            _HELD.pop((name, part))[1].algorithm.store.close()
+        elif call.tokens.get(part) != _HELD[(name, part)][0] and int(_HELD[(name, part)][0].split(":")[0]) < call.batch_id:
+            _HELD.pop((name, part))[1].algorithm.store.close()  # an attempt the driver did not take, of a batch it moved past
+    wanted = list(indices) if build else sorted(p for (name, p), held in _HELD.items() if call.tokens.get(p) == held[0])
+    if not wanted:
+        return []
+    read_started, read_cpu = time.perf_counter(), time.process_time()
+    rows = read_batch(call.files, run.columns) if call.files else run.empty.empty_table()
+    parts = run.routes.parts_of(rows[run.step.column])
+    read_s, read_cpu_s = time.perf_counter() - read_started, time.process_time() - read_cpu
+    figures = []
+    for part in wanted:
+        new = rows.filter(pa.array(parts == part))
+        figure = join_part(run, call, part, new)
+        figures.append(json.dumps({**figure, "read_s": read_s, "cpu_s": figure["cpu_s"] + read_cpu_s / len(wanted),
+                                   "task_s": figure["task_s"] + read_s}))
+    return figures
+
+
+# -- the driver's side -----------------------------------------------------------------------------
+@dataclasses.dataclass
+class BatchFigures:
+    """What the parts did in one micro-batch, added up on the driver."""
+
+    parts: list  # each part's figures (dicts), in part order
+    rebuilds: int
+    files: int
+
+    @property
+    def input_rows(self) -> int:
+        return sum(p["slice"]["fed"] for p in self.parts)
+
+    def total(self, name: str) -> int:
+        return sum(p[name] for p in self.parts)
+
+    def reasons(self) -> dict:
+        out: dict = {}
+        for p in self.parts:
+            for reason, n in p["reasons"].items():
+                out[reason] = out.get(reason, 0) + n
+        return out
+
+    def arrivals(self) -> np.ndarray:
+        """The left tuples' arrival times, each part's quantiles repeated by its share."""
+        points = [np.repeat(p["arrivals"], max(p["left"] // max(len(p["arrivals"]), 1), 1)) for p in self.parts if p["left"]]
+        return np.concatenate(points) if points else np.zeros(0)
+
+    def counts(self) -> BatchCounts:
+        return BatchCounts(input_rows=self.input_rows, matched=self.total("matched"), unmatched=self.total("unmatched"),
+                           output_rows=self.total("output_rows"))
+
+    def slice_stats(self) -> list[PartStats]:
+        return [PartStats(p["part"], SliceStats(**p["slice"]), p["token"], p["worker"]) for p in self.parts]
+
+
+class ExecutorParts:
+    """The driver's side: the cut points (chosen at the first batch, kept in the checkpoint), each
+    part's token, and one call a batch (:meth:`run`)."""
+
+    CUTS = "executor_parts.json"
+
+    def __init__(self, spark, spec: JobSpec, step, files: StateFiles, clock=time.time):
+        self.spark, self.spec, self.step, self.clock = spark, spec, step, clock
+        self.folder = Path(spec.checkpoint) / "sj_state" / "parts"
+        self.files = StateFiles(self.folder, files.retain)
+        self.name = uuid.uuid4().hex
+        self.tokens: dict[int, str] = {}
+        self.carried = 0  # tuples inside the parts after the last batch
+        self._queue_peak = 0
+        self.run_spec: PartsRun | None = None
+        partitioned = step.partitioned
+        room = step.spec.memory_bytes - step.algorithm_memory
+        self.max_pending = max(int(room // (SPILLED_ROW_BYTES + LOG_BYTES_PER_TUPLE)) // spec.partitions, 0)
+        self.memory = partitioned.memory
+        self.partitioner = partitioned.partitioner
+        self.kept_cuts()
+
+    def kept_cuts(self) -> dict | None:
+        """The cut points this checkpoint's parts were cut at (None: a new checkpoint); a restart
+        with another number of parts fails here, before any batch."""
+        path = self.folder / self.CUTS
+        if not path.exists():
+            return None
+        kept = json.loads(path.read_text())
+        if kept["parts"] != self.spec.partitions:
+            raise ConfigError(f"partitions: {self.spec.partitions}, but the checkpoint {self.spec.checkpoint!r} holds "
+                              f"the state of {kept['parts']} parts; expected {kept['parts']}, or a new checkpoint")
+        return kept
+
+    def _routes(self, files: list) -> Routes | None:
+        """The routes kept in the checkpoint, or cut now by the keys of ``files`` (the first batch
+        with rows); None while no file has come."""
+        key_type = self.partitioner.store.key_type
+        kept = self.kept_cuts()
+        if kept is not None:
+            return Routes([None if r is None else tuple(_read(b) for b in r) for r in kept["ranges"]], key_type)
+        sample = read_batch(files, [self.step.spec.column]) if files else None
+        if sample is None:
+            return None
+        self.partitioner.assign(sample[self.step.spec.column])
+        ranges = self.partitioner.key_ranges()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write_private_json(self.folder / self.CUTS, {"parts": self.spec.partitions, "ranges": [
+            None if r is None else [_kept(b) for b in r] for r in ranges]})
+        return Routes(ranges, key_type)
+
+    def _run_spec(self, files: list) -> PartsRun | None:
+        if self.run_spec is None:
+            routes = self._routes(files)
+            if routes is None:
+                return None
+            source = self.spec.source
+            columns = None if source.schema is None else [part.strip().split()[0].strip("`")
+                                                          for part in source.schema.split(",") if part.strip()]
+            self.run_spec = PartsRun(self.name, self.step.spec, routes, self.memory, self.max_pending,
+                                     str(self.folder), self.files.retain, self.spec.sinks.matched.path,
+                                     self.spec.sinks.dead_letter.path, columns, self._empty(files, columns))
+        return self.run_spec
+
+    def _empty(self, files: list, columns: list | None) -> pa.Schema:
+        """The schema of a batch's rows, from the first file's (with the columns a part adds)."""
+        schema = pq.read_schema(_readable(files[0][0]))
+        fields = [schema.field(c) for c in (columns or schema.names)]
+        return pa.schema([pa.field("sj_id", pa.string()), *fields, pa.field("sj_arrival", pa.float64())])
+
+    def run(self, batch_id: int, files: list, version: int, master_read_at: float | None, horizon: float,
+            until: float, drain: bool) -> BatchFigures:
+        """Batch ``batch_id`` over every part (none while no file has come: nothing is inside)."""
+        run = self._run_spec(files)
+        if run is None:
+            return BatchFigures([], 0, 0)
+        call = BatchCall(batch_id, files, version, master_read_at, horizon, until, drain, dict(self.tokens))
+        serve = functools.partial(serve_parts, run, call)
+        context = self.spark.sparkContext
+        slots = context.defaultParallelism
+        figures = [json.loads(f) for f in context.parallelize(range(slots), slots).mapPartitions(functools.partial(serve, False)).collect()]
+        wanted = set(run.routes.owners.tolist())
+        served = [f["part"] for f in figures]
+        if len(served) != len(set(served)) or not set(served) <= wanted:
+            raise RuntimeError(f"batch {batch_id}: parts {sorted(served)} were served, each once expected of {sorted(wanted)}")
+        missing = sorted(wanted - set(served))
+        if missing:
+            figures += [json.loads(f) for f in context.parallelize(missing, len(missing)).mapPartitions(
+                functools.partial(serve, True)).collect()]
+        if sorted(f["part"] for f in figures) != sorted(wanted):
+            raise RuntimeError(f"batch {batch_id}: parts {sorted(f['part'] for f in figures)} left it, {sorted(wanted)} expected")
+        rebuilds = len([p for p in missing if p in call.tokens])  # held warm, but no task found it
+        self.tokens = {f["part"]: f["token"] for f in figures}
+        done = BatchFigures(sorted(figures, key=lambda f: f["part"]), rebuilds, len(files))
+        self.carried = done.total("carried")
+        return done
+
+    def step_stats(self, figures: BatchFigures, wall_s: float, read_at: float | None) -> StepStats:
+        """The step's stats of the batch from the parts' figures: their slices added up, the
+        carried rows and the sessions' logs as the queue's bytes."""
+        parts = len(self.run_spec.routes.owners) if self.run_spec is not None else 0
+        stats = StepStats(PartsStats.merged(figures.slice_stats(), parts, wall_s, read_at, figures.rebuilds),
+                          held_for_retry=0, retried=0, carried=self.carried, passed_tuples=figures.total("matched"),
+                          memory_budget_bytes=self.step.spec.memory_bytes, algorithm_memory_bytes=self.step.algorithm_memory)
+        queue_bytes = figures.total("queue_bytes")
+        self._queue_peak = max(self._queue_peak, queue_bytes)
+        stats.account(queue_bytes, figures.total("carried_file_bytes"), self._queue_peak)
+        return stats

@@ -1,0 +1,198 @@
+"""``partitions: N`` with ``data_path: executors`` (issue 54): the parts read each micro-batch's
+files on the executors and write the sinks there; the driver never holds a row.
+
+Real local Spark (``local[2]``: two Python workers), real SQLite dimensions, a landing folder of
+Parquet files; every tuple leaves exactly once, as the oracle (:func:`..core.oracle.hash_join`)
+says, through a killed driver (the whole process group, its JVM too) and killed Python workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_provider_semijoin.core.errors import ConfigError
+from airflow_provider_semijoin.core.oracle import hash_join
+from airflow_provider_semijoin.core.stores import store_for
+from airflow_provider_semijoin.job.spec import JobSpec
+from airflow_provider_semijoin.spark.executor_rows import batch_files, refusal
+from airflow_provider_semijoin.spark.runner import run_job
+from airflow_provider_semijoin.spark.sinks import read_parquet_sink
+from spark_jobs import run_driver
+
+FILES = 12  # more than Spark's compact interval (10): batch 9's files come from a .compact file of the source's log
+FILE_ROWS = 600
+SLICE_S = 0.005  # a part steps its join this long a batch while tuples wait: most stay inside, carried to the next
+
+
+def int_keys(rng, n: int, keys: np.ndarray) -> pa.Array:
+    """Mostly keys of R (a hot range), some in its gaps, below and above it, some null."""
+    hot = keys[np.clip(len(keys) // 3 + rng.integers(-20, 20, n), 0, len(keys) - 1)]
+    values = np.where(rng.random(n) < 0.6, hot, keys[rng.integers(0, len(keys), n)])
+    odd = np.stack([rng.integers(-10**6, int(keys[0]), n), rng.integers(int(keys[-1]) + 1, 2**62, n), values + 1])
+    values = np.where(rng.random(n) < 0.1, odd[rng.integers(0, 3, n), np.arange(n)], values)
+    return pa.array(values, pa.int64(), mask=rng.random(n) < 0.03)
+
+
+def str_keys(rng, n: int, keys: list[str]) -> pa.Array:
+    """Keys of R, unknown ones, one longer than any key of R, one with a NUL byte, empty and null."""
+    strange = ["P-x", "A-1", "P-" + "9" * 40, "P-\x001", "", "zzz"]
+    return pa.array([keys[i] if r > 0.15 else (None if r < 0.03 else strange[i % len(strange)])
+                     for i, r in zip(rng.integers(0, len(keys), n), rng.random(n))], pa.string())
+
+
+def landing(tmp_path: Path, backend, kind: str, seed: int = 1) -> tuple[str, pa.Table]:
+    """R (gappy integer keys, or string keys) and a landing folder of :data:`FILES` files; R's
+    table and the whole stream in file order."""
+    rng = np.random.default_rng(seed)
+    if kind == "int":
+        keys = np.sort(1000 + np.cumsum(rng.integers(2, 9, 20_000)))
+        r = pa.table({"nk": pa.array(keys, pa.int64()), "sk": pa.array(np.arange(len(keys)), pa.int64())})
+    else:
+        keys = sorted({f"P-{d:0{rng.integers(3, 7)}d}" for d in rng.integers(0, 10**6, 20_000)})
+        r = pa.table({"nk": pa.array(keys, pa.string()), "sk": pa.array(np.arange(len(keys)), pa.int64())})
+    table = backend.make_master(r, "nk").table
+    folder = tmp_path / "landing"
+    folder.mkdir()
+    files = []
+    for i in range(FILES):
+        nk = int_keys(rng, FILE_ROWS, keys) if kind == "int" else str_keys(rng, FILE_ROWS, keys)
+        files.append(pa.table({"tid": pa.array(np.arange(FILE_ROWS) + i * FILE_ROWS, pa.int64()), "nk": nk}))
+        pq.write_table(files[-1], folder / f"f{i:02d}.parquet")
+    return table, pa.concat_tables(files)
+
+
+def job(tmp_path: Path, url: str, table: str, algorithm: str, parts: int, **extra) -> JobSpec:
+    return JobSpec.from_dict({
+        "source": {"kind": "files", "path": str(tmp_path / "landing"), "format": "parquet", "max_files_per_trigger": 1},
+        "steps": [{"column": "nk", "master": {"url": url, "table": table, "key": "nk", "select": ["sk"]},
+                   "algorithm": algorithm, "memory": "1M", "master_static": True, "rename": {"sk": "nk_sk"},
+                   "max_queue_time_s": None}],
+        "sinks": {"matched": {"path": str(tmp_path / "matched")}, "dead_letter": {"path": str(tmp_path / "dead")}},
+        "checkpoint": str(tmp_path / "checkpoint"), "stop": {"end_of_input": True}, "trigger_interval_s": SLICE_S / 0.5,
+        "partitions": parts, "data_path": "executors", **extra,
+    })
+
+
+def check_exactly_once(backend, table: str, stream: pa.Table, spec: JobSpec) -> None:
+    """Each tuple (``tid``) left once: matched with R's row of its key, or to the dead letter with
+    the oracle's reason; ``sj_id`` names its file and row."""
+    matched, dead = read_parquet_sink(spec.sinks.matched.path), read_parquet_sink(spec.sinks.dead_letter.path)
+    expected_rows, expected_dead = hash_join(store_for(backend.connection, table, "nk"), stream, "nk")
+    tids = stream["tid"].to_pylist()
+    assert Counter(zip(matched["tid"].to_pylist(), matched["nk_sk"].to_pylist())) == Counter(
+        (tids[i], row[0]) for (i, row), n in expected_rows.items() for _ in range(n))
+    got_dead = Counter((json.loads(row)["tid"], reason) for row, reason in zip(dead["row"].to_pylist(), dead["reason"].to_pylist()))
+    assert got_dead == Counter((tids[i], reason) for (i, reason), n in expected_dead.items() for _ in range(n))
+    ids = matched["sj_id"].to_pylist() + dead["sj_id"].to_pylist()
+    assert sorted(ids) == sorted(f"f{t // FILE_ROWS:02d}.parquet#{t % FILE_ROWS}" for t in tids)
+
+
+@pytest.mark.parametrize(("algorithm", "kind", "parts"), [
+    ("hybridjoin", "int", 2), ("meshjoin", "str", 2), ("ssij", "int", 2), ("cachejoin", "str", 3), ("hybridjoin-pq", "int", 4)])
+def test_every_tuple_leaves_once_with_the_rows_on_the_executors(tmp_path, sqlite_backend, spark, algorithm, kind, parts):
+    table, stream = landing(tmp_path, sqlite_backend, kind)
+    spec = job(tmp_path, sqlite_backend.url, table, algorithm, parts)
+    records = []
+    summary = run_job(spec, spark=spark, on_progress=records.append)
+    assert summary["stopped_by"] == "end_of_input" and summary["queue_tuples"] == 0
+    assert summary["input_rows"] == stream.num_rows == summary["matched"] + summary["unmatched"]
+    check_exactly_once(sqlite_backend, table, stream, spec)
+    assert sum(r["part_rebuilds"] for r in records) == 0  # every part stayed where it was, on two workers
+    assert max(r["queue_tuples"] for r in records) > FILE_ROWS  # tuples were carried across batches (the state)
+    listed = [name for b in range(len(records)) for name, _ in batch_files(spec.checkpoint, b)]
+    assert sorted(Path(name).name for name in listed) == [f"f{i:02d}.parquet" for i in range(FILES)]  # each once
+
+
+def test_a_killed_driver_leaves_each_tuple_once(tmp_path, sqlite_backend):
+    """The driver and its JVM killed after batch 3's parts wrote their sinks and state (Spark has
+    not committed it: the batch is replayed, its parts rebuilt from batch 2's state files), then
+    after batch 6's; a third driver ends the stream."""
+    table, stream = landing(tmp_path, sqlite_backend, "int")
+    spec = job(tmp_path, sqlite_backend.url, table, "hybridjoin", 2)
+    spec_file = tmp_path / "job.json"
+    spec_file.write_text(json.dumps(spec.to_dict()))
+    for point in ("sinks:3", "batch:6"):
+        killed = run_driver(spec_file, kill=point)
+        assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:]
+    done = run_driver(spec_file)
+    assert done.returncode == 0, done.stdout[-2000:]
+    check_exactly_once(sqlite_backend, table, stream, spec)
+
+
+def pyspark_workers() -> list[int]:
+    """The Python workers of this machine's Spark (forked by ``pyspark.daemon``, as their daemon)."""
+    listed = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True, check=True).stdout.splitlines()[1:]
+    daemons = {int(line.split()[0]) for line in listed if "pyspark.daemon" in line}
+    return [int(line.split()[0]) for line in listed if "pyspark.daemon" in line and int(line.split()[1]) in daemons]
+
+
+def test_killed_python_workers_rebuild_their_parts_from_the_state_files(tmp_path, sqlite_backend, spark):
+    """Every Python worker killed after batch 4 (they held the parts' sessions): the next batch's
+    parts are rebuilt from the state files, counted, and each tuple still leaves once."""
+    table, stream = landing(tmp_path, sqlite_backend, "int")
+    spec = job(tmp_path, sqlite_backend.url, table, "cachejoin", 2)
+    killed = []
+
+    def at_point(point: str, batch_id: int) -> None:
+        if point == "state" and batch_id == 4:
+            killed.extend(pyspark_workers())
+            for pid in killed:
+                os.kill(pid, signal.SIGKILL)
+
+    records = []
+    run_job(spec, spark=spark, on_progress=records.append, at_point=at_point)
+    assert killed
+    assert records[5]["part_rebuilds"] == 2 and sum(r["part_rebuilds"] for r in records) == 2
+    check_exactly_once(sqlite_backend, table, stream, spec)
+
+
+def spec_with(tmp_path, **changes) -> JobSpec:
+    data = job(tmp_path, "sqlite:///r.db", "r", "hybridjoin", 2).to_dict()
+    for path, value in changes.items():
+        where = data
+        *parents, last = path.split("__")
+        for name in parents:
+            where = where[name] if not name.isdigit() else where[int(name)]
+        where[last] = value
+    return JobSpec.from_dict(data)
+
+
+@pytest.mark.parametrize(("changes", "conf", "message"), [
+    ({"partitions": 1}, {}, r"data_path: 'executors' needs partitions >= 2 \(got 1\)"),
+    ({"source__format": "csv"}, {}, r"needs a files source of format parquet \(got files csv\)"),
+    ({"source__id_column": "tid"}, {}, r"expected no source.id_column"),
+    ({"steps__0__on_missing": "retry", "steps__0__retry_grace_s": 5}, {}, r"steps\[0\]\.on_missing: not supported"),
+    ({"sinks__matched": {"kind": "table", "url": "sqlite:///o.db", "table": "o"}}, {}, r"sinks.matched: .* expected kind parquet"),
+    ({}, {"spark.speculation": "true"}, r"spark.speculation: true runs two attempts of a part at once"),
+])
+def test_what_the_executors_path_does_not_do_yet_is_refused_in_one_sentence(tmp_path, changes, conf, message):
+    refused = refusal(spec_with(tmp_path, **changes), conf)
+    assert refused is not None and "\n" not in refused
+    assert re.search(message, refused), refused
+    assert refusal(spec_with(tmp_path), {"spark.speculation": "false"}) is None
+
+
+def test_a_refused_job_fails_before_its_query_starts(tmp_path, sqlite_backend, spark):
+    table, _ = landing(tmp_path, sqlite_backend, "int")
+    spec = job(tmp_path, sqlite_backend.url, table, "hybridjoin", 2, steps=[
+        {"column": "nk", "master": {"url": sqlite_backend.url, "table": table, "key": "nk", "select": ["sk"]}},
+        {"column": "sk", "master": {"url": sqlite_backend.url, "table": table, "key": "nk", "select": ["nk"]},
+         "rename": {"nk": "nk2"}}])
+    with pytest.raises(ConfigError, match=r"data_path: 'executors' runs one join step \(got 2\)"):
+        run_job(spec, spark=spark)
+    assert not (tmp_path / "checkpoint").exists() and not (tmp_path / "matched").exists()
+    spec = job(tmp_path, sqlite_backend.url, table, "hybridjoin", 2)
+    run_job(spec, spark=spark)
+    with pytest.raises(ConfigError, match=r"partitions: 3, but the checkpoint .* holds the state of 2 parts"):
+        run_job(job(tmp_path, sqlite_backend.url, table, "hybridjoin", 3), spark=spark)
