@@ -76,8 +76,6 @@ _HELD: dict[tuple[str, int], tuple[str, object, CarriedRows]] = {}  # per Python
 def refusal(spec: JobSpec, spark_conf) -> str | None:
     """Why ``spec`` cannot run with ``data_path: executors`` (one sentence naming the field and
     what is expected), or None. ``spark_conf``: the session's ``spark.conf`` (None: not checked)."""
-    if spec.partitions < 2:
-        return f"data_path: 'executors' needs partitions >= 2 (got {spec.partitions}); one part runs on the driver"
     source = spec.source
     if not isinstance(source, FilesSource) or source.format != "parquet":
         return (f"data_path: 'executors' reads the micro-batch's files on the executors, so it needs a files source "
@@ -260,10 +258,10 @@ def _state_before(run: PartsRun, call: BatchCall, part: int, files: StateFiles):
     return session, CarriedRows(rows, rows.nbytes if rows is not None else 0), True
 
 
-def _routed(step: StepSpec, matched: pa.Table, unmatched: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """The part's output as the step's sinks take it: matched rows renamed (the natural key
-    dropped where asked), the unmatched ones in the dead-letter schema."""
-    selected = set(step.master_select)
+def _routed(step: StepSpec, selected: list[str], matched: pa.Table, unmatched: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """The part's output as the step's sinks take it: matched rows with R's ``selected`` columns
+    renamed (the natural key dropped where asked), the unmatched ones in the dead-letter schema."""
+    selected = set(selected)
     matched = matched.rename_columns([step.rename.get(n, n) if n in selected else n for n in matched.column_names])
     if step.drop_column:
         matched = matched.drop_columns([step.column])
@@ -286,7 +284,7 @@ def join_part(run: PartsRun, call: BatchCall, part: int, new: pa.Table) -> dict:
         result, stats = slice_of(session, step.column, tagged, call.horizon, call.until, call.drain,
                                  max_pending=run.max_pending)
     matched, unmatched = carried.take(result, session.algorithm.schema)
-    matched, dead = _routed(step, matched, unmatched)
+    matched, dead = _routed(step, session.algorithm.store.select, matched, unmatched)
     _write_parquet(matched, run.sink_file(run.matched_path, call.batch_id, part))
     _write_parquet(dead, run.sink_file(run.dead_path, call.batch_id, part))
     files.write_batches(part, call.batch_id, carried.rows.schema if carried.rows is not None else tagged.schema,
@@ -389,11 +387,10 @@ class ExecutorParts:
         self.carried = 0  # tuples inside the parts after the last batch
         self._queue_peak = 0
         self.run_spec: PartsRun | None = None
-        partitioned = step.partitioned
         room = step.spec.memory_bytes - step.algorithm_memory
         self.max_pending = max(int(room // (SPILLED_ROW_BYTES + LOG_BYTES_PER_TUPLE)) // spec.partitions, 0)
-        self.memory = partitioned.memory
-        self.partitioner = partitioned.partitioner
+        self.memory = max(step.algorithm_memory // spec.partitions, 1)  # (the structures' share of M, sized for spilled rows)
+        self.partitioner = step.partitioned.partitioner if step.partitioned is not None else None  # (one part: no cut)
         self.kept_cuts()
 
     def kept_cuts(self) -> dict | None:
@@ -410,16 +407,18 @@ class ExecutorParts:
 
     def _routes(self, files: list) -> Routes | None:
         """The routes kept in the checkpoint, or cut now by the keys of ``files`` (the first batch
-        with rows); None while no file has come."""
-        key_type = self.partitioner.store.key_type
+        with rows); None while no file has come. One part takes R's whole range, cut by nothing."""
+        key_type = self.step.store.key_type
         kept = self.kept_cuts()
         if kept is not None:
             return Routes([None if r is None else tuple(_read(b) for b in r) for r in kept["ranges"]], key_type)
-        sample = read_batch(files, [self.step.spec.column]) if files else None
-        if sample is None:
+        if not files:
             return None
-        self.partitioner.assign(sample[self.step.spec.column])
-        ranges = self.partitioner.key_ranges()
+        if self.partitioner is None:
+            ranges = [(None, None)]
+        else:
+            self.partitioner.assign(read_batch(files, [self.step.spec.column])[self.step.spec.column])
+            ranges = self.partitioner.key_ranges()
         self.folder.mkdir(parents=True, exist_ok=True)
         write_private_json(self.folder / self.CUTS, {"parts": self.spec.partitions, "ranges": [
             None if r is None else [_kept(b) for b in r] for r in ranges]})

@@ -1,0 +1,143 @@
+"""``python -m airflow_provider_semijoin.bench.data_paths``: the product's streaming query
+(:func:`..spark.runner.run_job`) on a Parquet landing folder, as a user runs it, at
+``partitions: 1``, ``partitions: 2`` with the rows through the driver (``data_path: driver``) and
+``partitions: 2`` with the rows on the executors (``data_path: executors``,
+:mod:`..spark.executor_rows`), in turn, ``--rounds`` times, on the standalone cluster of
+:mod:`.partitions` (a master and two one-core workers).
+
+The stream is the Zipf stream of :mod:`.partitions` (``--batch-rows`` a file, one file a
+micro-batch: ``max_files_per_trigger: 1``, a backlog), joined with R on MariaDB by one step, the
+sinks Parquet. Per run: the wall clock of ``run_job`` (the query's start-up, every batch and the
+drain: what a user waits) and its tuples/s; the steady tuples/s over the batches after the first
+``--warmup`` and before the drain; CPU a tuple of every process under the bench and of the
+database server over those same batches (:class:`.cpu.ProcessCpu`, read at each progress record),
+by class; the parts rebuilt; and the exactly-once check of the sinks: every tuple of the landing
+folder left once, and the matched count is the same in every run.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+
+from ..core.stores import redact
+from ..job.spec import JobSpec
+from ..spark.runner import run_job
+from ..spark.sinks import read_parquet_sink
+from .cpu import ProcessCpu, cpu_seconds, cpu_split
+from .partitions import bench_arguments, bench_cluster, bench_inputs, stream_files, warm_jvms
+
+CONFIGS = ((1, "driver"), (2, "driver"), (2, "executors"))  # (partitions, data_path) of a round, in turn
+
+
+def landing_folder(stream: list[pa.Table], folder: Path) -> Path:
+    """The stream's micro-batches as a landing folder, a file each, without the columns the runner adds."""
+    stream_files([batch.drop_columns(["sj_id", "sj_arrival"]) for batch in stream], folder)
+    return folder
+
+
+def run_once(spark, step: dict, landing: Path, out: Path, parts: int, data_path: str, warmup: int, trigger_s: float) -> dict:
+    """One run of the query over the whole landing folder; its figures."""
+    spec = JobSpec.from_dict({
+        "source": {"kind": "files", "path": str(landing), "format": "parquet", "max_files_per_trigger": 1},
+        "steps": [step], "checkpoint": str(out / "checkpoint"), "stop": {"end_of_input": True},
+        "sinks": {"matched": {"path": str(out / "matched")}, "dead_letter": {"path": str(out / "dead")}},
+        "trigger_interval_s": trigger_s, "partitions": parts, "data_path": data_path, "name": "data_paths_bench",
+    })
+    cpu, records, snapshots = ProcessCpu(), [], []
+
+    def on_progress(record: dict) -> None:
+        records.append(record)
+        snapshots.append(cpu.snapshot())
+
+    started = time.time()
+    summary = run_job(spec, spark=spark, on_progress=on_progress)
+    wall_s = time.time() - started
+    with_rows = [i for i, r in enumerate(records) if r["input_rows"]]
+    first, last = with_rows[warmup - 1] if warmup else with_rows[0] - 1, with_rows[-1]
+    tuples = sum(records[i]["input_rows"] for i in range(first + 1, last + 1))
+    seconds = records[last]["time"] - records[first]["time"]
+    spent = cpu_seconds(snapshots[first], snapshots[last])
+    matched, dead = read_parquet_sink(spec.sinks.matched.path), read_parquet_sink(spec.sinks.dead_letter.path)
+    ids = pa.concat_arrays([matched["sj_id"].combine_chunks(), dead["sj_id"].combine_chunks()])
+    return {
+        "partitions": parts, "data_path": data_path, "wall_s": round(wall_s, 2),
+        "wall_tuples_per_s": round(summary["input_rows"] / wall_s, 1),
+        "steady_tuples_per_s": round(tuples / seconds, 1), "steady_batches": last - first,
+        "cpu": cpu_split(spent, seconds, tuples), "part_rebuilds": sum(r["part_rebuilds"] for r in records),
+        "input_rows": summary["input_rows"], "matched": summary["matched"],
+        "exactly_once": len(ids) == summary["input_rows"] == len(set(ids.to_pylist())),
+    }
+
+
+def summary_of(runs: list[dict]) -> list[dict]:
+    """Per configuration: the median over the rounds of each figure, and each round's ratio to
+    ``partitions: 1`` of the same round."""
+    rows = []
+    for parts, data_path in CONFIGS:
+        mine = [r for r in runs if (r["partitions"], r["data_path"]) == (parts, data_path)]
+        ones = [r for r in runs if r["partitions"] == 1]
+        ratios = {name: [round(m[name] / o[name], 3) for m, o in zip(mine, ones)]
+                  for name in ("wall_tuples_per_s", "steady_tuples_per_s")}
+        ratios["cpu_us_per_tuple"] = [round(m["cpu"]["us_per_tuple"]["all"] / o["cpu"]["us_per_tuple"]["all"], 3)
+                                      for m, o in zip(mine, ones)]
+        rows.append({"partitions": parts, "data_path": data_path, "runs": len(mine),
+                     "wall_tuples_per_s": statistics.median(r["wall_tuples_per_s"] for r in mine),
+                     "steady_tuples_per_s": statistics.median(r["steady_tuples_per_s"] for r in mine),
+                     "cpu_us_per_tuple": statistics.median(r["cpu"]["us_per_tuple"]["all"] for r in mine),
+                     **{f"{name}_x_p1": values for name, values in ratios.items()},
+                     "part_rebuilds": [r["part_rebuilds"] for r in mine],
+                     "exactly_once": all(r["exactly_once"] for r in mine)})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_arguments("airflow_provider_semijoin.bench.data_paths", batches=8, warmup=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--trigger-s", type=float, default=0.05, help="trigger_interval_s (a backlog: no batch waits long)")
+    args = parser.parse_args(argv)
+    table, step, stream = bench_inputs(args)
+    step_dict = {"column": step.column, "master": {"url": step.master.url, "table": table, "key": "nk"},
+                 "algorithm": step.algorithm, "memory": step.memory, "master_static": True}
+    runs = []
+    with tempfile.TemporaryDirectory() as folder, bench_cluster(Path(folder), "semijoin-data-paths-bench", 2) as spark:
+        landing = landing_folder(stream, Path(folder) / "landing")
+        warmed_s = warm_jvms(spark, args.jvm_warmup_jobs)
+        for round_ in range(args.rounds):
+            for parts, data_path in CONFIGS:
+                run = run_once(spark, step_dict, landing, Path(folder) / f"r{round_}-p{parts}-{data_path}", parts,
+                               data_path, args.warmup, args.trigger_s)
+                print(json.dumps({"round": round_, **run}), flush=True)
+                runs.append(run)
+    matched = {r["matched"] for r in runs}
+    report = {"master": redact(args.master), "rows": args.rows, "batch_rows": args.batch_rows, "batches": args.batches,
+              "algorithm": args.algorithm, "memory": args.memory, "warmup": args.warmup, "trigger_s": args.trigger_s,
+              "jvm_warmup_s": round(warmed_s, 1), "runs": runs, "summary": summary_of(runs),
+              "same_matched_in_every_run": len(matched) == 1}
+    print_report(report)
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+def print_report(report: dict) -> None:
+    print(f"\n{report['algorithm']}, R {report['rows']} rows, {report['batches']} files of {report['batch_rows']} "
+          f"tuples, first {report['warmup']} batches left out of the steady figures; same matched count in every run: "
+          f"{report['same_matched_in_every_run']}")
+    print("| partitions, data_path | wall tuples/s (x p=1 a round) | steady tuples/s (x p=1) | CPU us a tuple (x p=1) "
+          "| rebuilds | exactly once |")
+    print("|---|---|---|---|---|---|")
+    for row in report["summary"]:
+        print(f"| {row['partitions']}, {row['data_path']} | {row['wall_tuples_per_s']:,.0f} ({row['wall_tuples_per_s_x_p1']}) "
+              f"| {row['steady_tuples_per_s']:,.0f} ({row['steady_tuples_per_s_x_p1']}) "
+              f"| {row['cpu_us_per_tuple']} ({row['cpu_us_per_tuple_x_p1']}) | {row['part_rebuilds']} "
+              f"| {'yes' if row['exactly_once'] else 'NO'} |")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
