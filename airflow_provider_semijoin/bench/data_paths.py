@@ -1,9 +1,10 @@
 """``python -m airflow_provider_semijoin.bench.data_paths``: the product's streaming query
 (:func:`..spark.runner.run_job`) on a Parquet landing folder, as a user runs it, at
-``partitions: 1``, ``partitions: 2`` with the rows through the driver (``data_path: driver``) and
-``partitions: 2`` with the rows on the executors (``data_path: executors``,
-:mod:`..spark.executor_rows`), in turn, ``--rounds`` times, on the standalone cluster of
-:mod:`.partitions` (a master and two one-core workers).
+``partitions`` 1 and 2 with the rows through the driver (``data_path: driver``) and 1, 2 and 4
+with the rows on the executors (``data_path: executors``, :mod:`..spark.executor_rows`), in turn,
+``--rounds`` times after ``--warmup-rounds`` not reported (a fresh JVM's first queries cost several
+times the CPU of later ones), on the standalone cluster of :mod:`.partitions` (a master and two
+one-core workers).
 
 The stream is the Zipf stream of :mod:`.partitions` (``--batch-rows`` a file, one file a
 micro-batch: ``max_files_per_trigger: 1``, a backlog), joined with R on MariaDB by one step, the
@@ -32,7 +33,8 @@ from ..spark.sinks import read_parquet_sink
 from .cpu import ProcessCpu, cpu_seconds, cpu_split
 from .partitions import bench_arguments, bench_cluster, bench_inputs, stream_files, warm_jvms
 
-CONFIGS = ((1, "driver"), (2, "driver"), (2, "executors"))  # (partitions, data_path) of a round, in turn
+# (partitions, data_path) of a round, in turn; 4 parts on the 2 cores: the overhead of more parts than cores
+CONFIGS = ((1, "driver"), (2, "driver"), (1, "executors"), (2, "executors"), (4, "executors"))
 
 
 def landing_folder(stream: list[pa.Table], folder: Path) -> Path:
@@ -81,7 +83,7 @@ def summary_of(runs: list[dict]) -> list[dict]:
     rows = []
     for parts, data_path in CONFIGS:
         mine = [r for r in runs if (r["partitions"], r["data_path"]) == (parts, data_path)]
-        ones = [r for r in runs if r["partitions"] == 1]
+        ones = [r for r in runs if (r["partitions"], r["data_path"]) == CONFIGS[0]]
         ratios = {name: [round(m[name] / o[name], 3) for m, o in zip(mine, ones)]
                   for name in ("wall_tuples_per_s", "steady_tuples_per_s")}
         ratios["cpu_us_per_tuple"] = [round(m["cpu"]["us_per_tuple"]["all"] / o["cpu"]["us_per_tuple"]["all"], 3)
@@ -99,6 +101,7 @@ def summary_of(runs: list[dict]) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = bench_arguments("airflow_provider_semijoin.bench.data_paths", batches=8, warmup=2)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup-rounds", type=int, default=1, help="rounds run first and not reported (the JVMs' JIT)")
     parser.add_argument("--trigger-s", type=float, default=0.05, help="trigger_interval_s (a backlog: no batch waits long)")
     args = parser.parse_args(argv)
     table, step, stream = bench_inputs(args)
@@ -108,14 +111,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as folder, bench_cluster(Path(folder), "semijoin-data-paths-bench", 2) as spark:
         landing = landing_folder(stream, Path(folder) / "landing")
         warmed_s = warm_jvms(spark, args.jvm_warmup_jobs)
-        for round_ in range(args.rounds):
+        for round_ in range(-args.warmup_rounds, args.rounds):
             for parts, data_path in CONFIGS:
                 run = run_once(spark, step_dict, landing, Path(folder) / f"r{round_}-p{parts}-{data_path}", parts,
                                data_path, args.warmup, args.trigger_s)
                 print(json.dumps({"round": round_, **run}), flush=True)
-                runs.append(run)
+                if round_ >= 0:
+                    runs.append(run)
     matched = {r["matched"] for r in runs}
     report = {"master": redact(args.master), "rows": args.rows, "batch_rows": args.batch_rows, "batches": args.batches,
+              "rounds": args.rounds, "warmup_rounds": args.warmup_rounds,
               "algorithm": args.algorithm, "memory": args.memory, "warmup": args.warmup, "trigger_s": args.trigger_s,
               "jvm_warmup_s": round(warmed_s, 1), "runs": runs, "summary": summary_of(runs),
               "same_matched_in_every_run": len(matched) == 1}
@@ -127,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_report(report: dict) -> None:
     print(f"\n{report['algorithm']}, R {report['rows']} rows, {report['batches']} files of {report['batch_rows']} "
-          f"tuples, first {report['warmup']} batches left out of the steady figures; same matched count in every run: "
+          f"tuples, {report['rounds']} rounds after {report['warmup_rounds']} not reported, the first "
+          f"{report['warmup']} batches of a run left out of the steady figures; same matched count in every run: "
           f"{report['same_matched_in_every_run']}")
     print("| partitions, data_path | wall tuples/s (x p=1 a round) | steady tuples/s (x p=1) | CPU us a tuple (x p=1) "
           "| rebuilds | exactly once |")

