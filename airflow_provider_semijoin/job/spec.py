@@ -31,7 +31,9 @@ SINK_KINDS = ("parquet", "table")
 SINK_INDEX_SUFFIX = "_batch"  # a table sink's index on its batch column: <table>_batch
 ON_MISSING = ("dead_letter", "unknown_member", "retry", "inferred_member")
 CHANGE_CAPTURES = ("triggers", "binlog")
-DATA_PATHS = ("driver", "executors")  # the micro-batch's rows collected to the driver, or read by the parts on the executors
+# the micro-batch's rows read by the parts on the executors where the job allows it at partitions >= 2 (auto), always
+# collected to the driver, or always read by the parts (the job refused where it cannot be)
+DATA_PATHS = ("auto", "driver", "executors")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 # a field named like a [semijoin] option defaults to that option's default here, and to the
 # configured value on the Airflow paths (job/assemble.py): memory, db_retry_max_s
@@ -390,7 +392,7 @@ class JobSpec:
     arrival_column: str | None = None
     db_retry_max_s: float = DEFAULT_DB_RETRY_MAX_S  # how long a lost MySQL session is reopened for (master data, table sinks)
     work_ahead: bool = True  # steps go on joining between micro-batches (:mod:`..spark.ahead`)
-    data_path: str = "driver"  # where a micro-batch's rows are read, joined and written (:mod:`..spark.executor_rows`)
+    data_path: str = "auto"  # where a micro-batch's rows are read, joined and written (:mod:`..spark.executor_rows`)
 
     def __post_init__(self):
         for name, kind in (("source", SourceSpec), ("sinks", SinkSpec), ("stop", StopSpec), ("deadline", DeadlineSpec)):

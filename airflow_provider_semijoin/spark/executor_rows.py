@@ -105,6 +105,21 @@ def refusal(spec: JobSpec, spark_conf) -> str | None:
     return None
 
 
+def chosen_path(spec: JobSpec, spark_conf) -> tuple[str, str]:
+    """Where the job's micro-batches go, ``driver`` or ``executors``, and why, in one sentence for
+    the task log: ``data_path: executors`` where it can run (else :class:`ConfigError`), ``auto``
+    where it can and ``partitions >= 2`` (one part: the driver, as before), ``driver`` always."""
+    refused = refusal(spec, spark_conf)
+    if spec.data_path == "executors" and refused is not None:
+        raise ConfigError(refused)
+    if spec.data_path == "executors" or (spec.data_path == "auto" and refused is None and spec.partitions > 1):
+        return "executors", (f"data_path: {spec.data_path}: the {spec.partitions} parts read each micro-batch's files "
+                             "and write the sinks on the executors")
+    why = "data_path: driver" if spec.data_path == "driver" else (
+        "one part" if refused is None else refused.replace("data_path: 'executors'", "the executors' path"))
+    return "driver", f"the micro-batches are collected to the driver ({why})"
+
+
 # -- the batch's files, from Spark's checkpoint ----------------------------------------------------
 def _log_offset(checkpoint: Path, batch_id: int) -> int:
     """The file source's log batch at the end of ``batch_id`` (-1: none yet): the first source's

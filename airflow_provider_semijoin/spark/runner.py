@@ -28,7 +28,7 @@ import logging
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -44,7 +44,7 @@ from ..core.progress import ProgressRecord, write_line
 from ..core.stores import open_store
 from .jobstats import BatchCounts, JobCounts, JobSummary
 from .joinstate import StateFiles, deadline_misses, with_deadlines, without_deadlines
-from .executor_rows import ExecutorParts, batch_files, refusal
+from .executor_rows import ExecutorParts, batch_files, chosen_path
 from .sinks import dead_letter_rows, open_sink, sink_class
 from .sources import CORRUPT_COLUMN, FILE_COLUMN, TICK_COLUMN, repair_utf8, stream_frame, tuple_ids, with_heartbeat
 from ..job.spec import JobSpec
@@ -506,8 +506,11 @@ def run_job(
     from .session import get_spark
 
     spark = spark or get_spark(partitions=spec.partitions)
-    if spec.data_path == "executors" and (refused := refusal(spec, spark.conf)) is not None:
-        raise ConfigError(refused)
+    data_path, why = chosen_path(spec, spark.conf)
+    log.info("%s", why)
+    if print_progress:
+        write_line(why)
+    spec = replace(spec, data_path=data_path)
     frame = stream_frame(spark, spec.source, spec.arrival_column)
     check_sink_columns(spec, frame.columns)
     columns = set(frame.columns)  # known now for every source (an inferred schema, a Spark source's)

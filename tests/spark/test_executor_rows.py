@@ -30,7 +30,8 @@ from airflow_provider_semijoin.core.oracle import hash_join
 from airflow_provider_semijoin.core.stores import store_for
 from airflow_provider_semijoin.job.spec import JobSpec, StepSpec
 from airflow_provider_semijoin.spark import executor_rows
-from airflow_provider_semijoin.spark.executor_rows import BatchCall, PartsRun, Routes, batch_files, refusal, serve_parts
+from airflow_provider_semijoin.spark.executor_rows import (BatchCall, PartsRun, Routes, batch_files, chosen_path, refusal,
+                                                           serve_parts)
 from airflow_provider_semijoin.spark.partitioned import RangePartitioner
 from airflow_provider_semijoin.spark.runner import run_job
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
@@ -197,6 +198,20 @@ def test_what_the_executors_path_does_not_do_yet_is_refused_in_one_sentence(tmp_
     assert refused is not None and "\n" not in refused
     assert re.search(message, refused), refused
     assert refusal(spec_with(tmp_path), {"spark.speculation": "false"}) is None
+
+
+@pytest.mark.parametrize(("data_path", "changes", "chosen", "why"), [
+    ("auto", {}, "executors", r"data_path: auto: the 2 parts read each micro-batch's files"),
+    ("auto", {"partitions": 1}, "driver", r"collected to the driver \(one part\)"),
+    ("auto", {"source__format": "csv"}, "driver", r"collected to the driver \(the executors' path reads .* \(got files csv\)\)"),
+    ("driver", {}, "driver", r"\(data_path: driver\)"),
+    ("executors", {"partitions": 1}, "executors", r"the 1 parts read"),
+])
+def test_auto_takes_the_executors_where_the_job_allows_it_at_two_parts_or_more(tmp_path, data_path, changes, chosen, why):
+    path, said = chosen_path(spec_with(tmp_path, data_path=data_path, **changes), {})
+    assert path == chosen and re.search(why, said), said
+    with pytest.raises(ConfigError, match=r"steps\[0\]\.as_of: not supported with data_path: 'executors' yet"):
+        chosen_path(spec_with(tmp_path, data_path="executors", steps__0__as_of={"event_time": "t", "valid_from": "f", "valid_to": "u"}), {})
 
 
 def test_a_refused_job_fails_before_its_query_starts(tmp_path, sqlite_backend, spark):
