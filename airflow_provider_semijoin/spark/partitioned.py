@@ -1,6 +1,8 @@
 """``partitions = N``: a step's tuples split by page-aligned key ranges of R over N instances of
 the algorithm, each kept in a Spark executor's Python worker between micro-batches and reading
-only the pages of its own keys.
+only the pages of its own keys. This is the driver's data path (``data_path: driver``, and
+``auto`` for a job the executors' path does not run): the rows pass through the driver;
+:mod:`.executor_rows` keeps them on the executors.
 
 The driver assigns every new tuple to a part by its key (:class:`RangePartitioner`; a key that
 cannot be in R, null or bad, to no part: it leaves at once on the driver with its reason): the cut

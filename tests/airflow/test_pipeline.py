@@ -82,7 +82,7 @@ MALFORMED = [
     ({"sink": {}}, "sink: not a field of PipelineSpec; expected one of ['dag_id', 'source', 'steps', 'sinks', "
                    "'schedule', 'start_date', 'description', 'tags', 'stop', 'deadline', 'checkpoint', 'spark_conn_id', "
                    "'deadline_monitor', 'install_updates', 'watch_changes', 'trigger_interval_s', 'partitions', 'arrival_column', "
-                   "'db_retry_max_s', 'work_ahead']"),
+                   "'db_retry_max_s', 'work_ahead', 'data_path']"),
     ({"dag_id": "sales keys"}, "dag_id: 'sales keys' is not a DAG id; expected letters, digits, '_', '.' or '-'"),
     ({"steps": [{"column": "nk"}]}, "steps[0].dimension: missing"),
     ({"steps": [{"column": "nk", "dimension": {"table": "dim product", "natural_key": "nk", "surrogate_key": "sk"}}]},

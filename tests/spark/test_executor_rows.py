@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -300,3 +301,55 @@ def test_the_parts_protocol_leaves_each_tuple_once_however_tasks_land_fail_or_re
     assert sorted(matched["tid"].to_pylist() + [json.loads(r)["tid"] for r in dead["row"].to_pylist()]) == list(range(whole.num_rows))
     in_r = set(keys.tolist())
     assert sorted(matched["tid"].to_pylist()) == [t for t, k in zip(whole["tid"].to_pylist(), whole["nk"].to_pylist()) if k in in_r]
+
+
+def test_the_parts_see_each_commit_of_another_connection_from_the_next_batch_on(tmp_path, sqlite_backend, spark):
+    """Master data changed by anyone (``change_capture: triggers``) on the executors' path: a file,
+    its micro-batch, a commit of another connection (updates, a delete, inserts inside and beyond
+    R's range), the next file, ... Every tuple is due at once (it arrived long ago), so it leaves
+    in the batch that took its file, and that batch started after the commit before the file: its
+    tuples join R as that commit left it, in every part - updated values, deleted keys unmatched,
+    inserted keys matched."""
+    keys = list(range(10, 4010, 4))
+    store = sqlite_backend.make_master(pa.table({"nk": pa.array(keys, pa.int64()), "sk": pa.array([10 * k for k in keys], pa.int64())}), "nk")
+    q, t = sqlite_backend.quote, sqlite_backend.quote(store.table)
+    commits = [[f"UPDATE {t} SET {q('sk')} = -{q('sk')} WHERE {q('nk')} IN (10, 14, 2006, 4006)"],
+               [f"DELETE FROM {t} WHERE {q('nk')} IN (18, 2010, 4002)"],
+               [f"INSERT INTO {t} ({q('nk')}, {q('sk')}) VALUES (2, 20), (2011, 20110), (5000, 50000)"]]
+    probe = [2, 10, 14, 18, 22, 2006, 2010, 2011, 2014, 4002, 4006, 5000]  # every file: each change and neighbours
+    (tmp_path / "landing").mkdir()
+    spec = job(tmp_path, sqlite_backend.url, store.table, "hybridjoin", 2, arrival_column="arrived", stop={"stop_file": str(tmp_path / "stop")})
+    data = spec.to_dict()
+    data["steps"][0].update(master_static=False, change_capture="triggers", max_queue_time_s=1.0)
+    spec = JobSpec.from_dict(data)
+    records, written = [], []
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (run_job(spec, spark=spark, on_progress=records.append), done.set()), daemon=True)
+    thread.start()
+    try:
+        for j in range(len(commits) + 1):
+            if j:  # another connection's transaction
+                for sql in commits[j - 1]:
+                    sqlite_backend.execute(sql)
+                sqlite_backend.connection.commit()
+            rows = pa.table({"tid": pa.array(np.arange(len(probe) * 20) + j * 1000, pa.int64()),
+                             "nk": pa.array(probe * 20, pa.int64()), "arrived": pa.array(np.full(len(probe) * 20, 1.0))})
+            pq.write_table(rows, tmp_path / "landing" / f"_f{j}.parquet")
+            os.replace(tmp_path / "landing" / f"_f{j}.parquet", tmp_path / "landing" / f"f{j}.parquet")
+            written.append(dict(sqlite_backend.execute(f"SELECT {q('nk')}, {q('sk')} FROM {t}")))  # R as the file's batch must see it
+            deadline = time.time() + 120
+            while sum(r["input_rows"] for r in records) < rows.num_rows * (j + 1) and time.time() < deadline:
+                time.sleep(0.05)
+        (tmp_path / "stop").touch()
+        assert done.wait(120)
+    finally:
+        (tmp_path / "stop").touch()
+        thread.join(120)
+    matched, dead = read_parquet_sink(spec.sinks.matched.path), read_parquet_sink(spec.sinks.dead_letter.path)
+    got = {t: ("matched", v) for t, v in zip(matched["tid"].to_pylist(), matched["nk_sk"].to_pylist())}
+    got.update({json.loads(r)["tid"]: ("dead", reason) for r, reason in zip(dead["row"].to_pylist(), dead["reason"].to_pylist())})
+    expected = {j * 1000 + i: ("matched", written[j][k]) if k in written[j] else ("dead", "not_in_master")
+                for j in range(len(written)) for i, k in enumerate(probe * 20)}
+    assert len(got) == matched.num_rows + dead.num_rows == len(expected)  # each once
+    assert got == expected
+    assert len({r["master_versions"][0] for r in records if r["input_rows"]}) == len(commits) + 1  # a version a file
