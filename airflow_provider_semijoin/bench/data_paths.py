@@ -7,8 +7,8 @@ times the CPU of later ones), on the standalone cluster of :mod:`.partitions` (a
 one-core workers).
 
 The stream is the Zipf stream of :mod:`.partitions` (``--batch-rows`` a file, one file a
-micro-batch: ``max_files_per_trigger: 1``, a backlog), joined with R on MariaDB by one step, the
-sinks Parquet. Per run: the wall clock of ``run_job`` (the query's start-up, every batch and the
+micro-batch: ``max_files_per_trigger: 1``, a backlog), joined with R on MariaDB by one step (or,
+``--steps 2``, a pipeline of two lookups: :func:`job_steps`), the sinks Parquet. Per run: the wall clock of ``run_job`` (the query's start-up, every batch and the
 drain: what a user waits) and its tuples/s; the steady tuples/s over the batches after the first
 ``--warmup`` and before the drain; CPU a tuple of every process under the bench and of the
 database server over those same batches (:class:`.cpu.ProcessCpu`, read at each progress record),
@@ -27,7 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..core.stores import redact
-from ..job.spec import JobSpec
+from ..job.spec import JobSpec, StepSpec
 from ..spark.runner import run_job
 from ..spark.sinks import read_parquet_sink
 from .cpu import ProcessCpu, cpu_seconds, cpu_split
@@ -43,11 +43,25 @@ def landing_folder(stream: list[pa.Table], folder: Path) -> Path:
     return folder
 
 
-def run_once(spark, step: dict, landing: Path, out: Path, parts: int, data_path: str, warmup: int, trigger_s: float) -> dict:
+def job_steps(step: StepSpec, table: str, count: int) -> list[dict]:
+    """One step joining R's every column; or (``count`` 2) a surrogate-key pipeline of issue 54's
+    shape: R's ``sk`` (the unknown member -1 for a key R lacks), then its ``category`` by a second
+    lookup, whose parts cut and route the first step's output anew."""
+    master = {"url": step.master.url, "table": table, "key": "nk"}
+    common = {"column": step.column, "algorithm": step.algorithm, "memory": step.memory, "master_static": True}
+    if count == 1:
+        return [{**common, "master": master}]
+    return [{**common, "master": {**master, "select": ["sk"]}, "rename": {"sk": "product_sk"},
+             "on_missing": "unknown_member", "unknown_member": {"product_sk": -1}},
+            {**common, "master": {**master, "select": ["category"]}}]
+
+
+def run_once(spark, steps: list[dict], landing: Path, out: Path, parts: int, data_path: str, warmup: int,
+             trigger_s: float) -> dict:
     """One run of the query over the whole landing folder; its figures."""
     spec = JobSpec.from_dict({
         "source": {"kind": "files", "path": str(landing), "format": "parquet", "max_files_per_trigger": 1},
-        "steps": [step], "checkpoint": str(out / "checkpoint"), "stop": {"end_of_input": True},
+        "steps": steps, "checkpoint": str(out / "checkpoint"), "stop": {"end_of_input": True},
         "sinks": {"matched": {"path": str(out / "matched")}, "dead_letter": {"path": str(out / "dead")}},
         "trigger_interval_s": trigger_s, "partitions": parts, "data_path": data_path, "name": "data_paths_bench",
     })
@@ -103,17 +117,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup-rounds", type=int, default=1, help="rounds run first and not reported (the JVMs' JIT)")
     parser.add_argument("--trigger-s", type=float, default=0.05, help="trigger_interval_s (a backlog: no batch waits long)")
+    parser.add_argument("--steps", type=int, choices=(1, 2), default=1,
+                        help="1: one step; 2: a surrogate-key pipeline of two lookups (the unknown member, then a column)")
     args = parser.parse_args(argv)
     table, step, stream = bench_inputs(args)
-    step_dict = {"column": step.column, "master": {"url": step.master.url, "table": table, "key": "nk"},
-                 "algorithm": step.algorithm, "memory": step.memory, "master_static": True}
+    steps = job_steps(step, table, args.steps)
     runs = []
     with tempfile.TemporaryDirectory() as folder, bench_cluster(Path(folder), "semijoin-data-paths-bench", 2) as spark:
         landing = landing_folder(stream, Path(folder) / "landing")
         warmed_s = warm_jvms(spark, args.jvm_warmup_jobs)
         for round_ in range(-args.warmup_rounds, args.rounds):
             for parts, data_path in CONFIGS:
-                run = run_once(spark, step_dict, landing, Path(folder) / f"r{round_}-p{parts}-{data_path}", parts,
+                run = run_once(spark, steps, landing, Path(folder) / f"r{round_}-p{parts}-{data_path}", parts,
                                data_path, args.warmup, args.trigger_s)
                 print(json.dumps({"round": round_, **run}), flush=True)
                 if round_ >= 0:
@@ -121,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     matched = {r["matched"] for r in runs}
     report = {"master": redact(args.master), "rows": args.rows, "batch_rows": args.batch_rows, "batches": args.batches,
               "rounds": args.rounds, "warmup_rounds": args.warmup_rounds,
-              "algorithm": args.algorithm, "memory": args.memory, "warmup": args.warmup, "trigger_s": args.trigger_s,
+              "algorithm": args.algorithm, "memory": args.memory, "steps": args.steps, "warmup": args.warmup, "trigger_s": args.trigger_s,
               "jvm_warmup_s": round(warmed_s, 1), "runs": runs, "summary": summary_of(runs),
               "same_matched_in_every_run": len(matched) == 1}
     print_report(report)
@@ -131,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_report(report: dict) -> None:
-    print(f"\n{report['algorithm']}, R {report['rows']} rows, {report['batches']} files of {report['batch_rows']} "
+    print(f"\n{report['algorithm']} x {report['steps']} step(s), R {report['rows']} rows, {report['batches']} files of {report['batch_rows']} "
           f"tuples, {report['rounds']} rounds after {report['warmup_rounds']} not reported, the first "
           f"{report['warmup']} batches of a run left out of the steady figures; same matched count in every run: "
           f"{report['same_matched_in_every_run']}")

@@ -27,12 +27,17 @@ back a few figures a part:
   (part, batch) under the checkpoint, before the driver lets Spark commit the batch.
 - A tuple whose key cannot be in R (null, bad) goes to part 0, whose session lets it leave at
   once with its reason (:func:`.joinstate.slice_of`).
+- A part's tuples that left go through the step's on-missing policy as the driver design's
+  (:func:`.step.unknown_members`, :func:`.step.went_on`): matched or given the unknown member,
+  they go on (to the matched sink, or the next step's input), else to the dead letter.
 
 The cut points are chosen once, from the first batch's key column (read by the driver: a
 control-plane sample of the keys, :class:`.partitioned.RangePartitioner`), and kept in the
-checkpoint, so a restart routes as before. What this path does not do yet, refused before any
-work with one sentence (:func:`refusal`): other sources and sink kinds, several steps, retries,
-unknown and inferred members, as-of lookups, deadlines, refresh, re-cuts as the load moves, and
+checkpoint, so a restart routes as before. A pipeline runs its steps in turn, each with its own
+parts and cut points; a step's parts read the rows the step before's parts passed on from their
+files (:class:`.executor_steps.ExecutorSteps`, the driver's side). What this path does not do
+yet, refused before any work with one sentence (:func:`refusal`): other sources and sink kinds,
+retries and inferred members, as-of lookups, deadlines, refresh, re-cuts as the load moves, and
 speculative tasks (two live attempts of one part could mix their files).
 
 Measured against one part (``bench.executor_parts``, whose direct form this is): p=2 on two
@@ -55,24 +60,22 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..core.errors import ConfigError
-from ..core.files import write_arrow, write_private_json, write_whole
+from ..core.files import write_whole
 from ..core.joins.registry import create
 from ..core.keys import KeyType, normalize
-from ..core.reasons import labels
-from ..core.session import LOG_BYTES_PER_TUPLE
 from ..core.stores import open_store
 from ..job.sources import FilesSource
 from ..job.spec import JobSpec, StepSpec
-from .joinstate import SPILLED_ROW_BYTES, CarriedRows, StateFiles, due_times, session_from, slice_of
+from .joinstate import CarriedRows, StateFiles, due_times, session_from, slice_of
 from .partitioned import worker_name
 from .sources import file_row_ids
-from .sinks import dead_letter_rows, dictionary_columns
-from .jobstats import BatchCounts
-from .stepstats import PartsStats, PartStats, SliceStats, StepStats
+from .sinks import dictionary_columns
+from .step import renamed, unknown_members, went_on
 
+EXECUTOR_POLICIES = ("dead_letter", "unknown_member")  # the steps' on_missing this path runs
 ARRIVAL_POINTS = 101  # each part reports the arrival times of the tuples that left at this many quantiles
 
-_HELD: dict[tuple[str, int], tuple[str, object, CarriedRows]] = {}  # per Python worker: (run, part) -> (token, session, rows)
+_HELD: dict[tuple[str, int, int], tuple[str, object, CarriedRows]] = {}  # per Python worker: (run, step, part) -> (token, session, rows)
 
 
 def refusal(spec: JobSpec, spark_conf) -> str | None:
@@ -82,17 +85,13 @@ def refusal(spec: JobSpec, spark_conf) -> str | None:
     if not isinstance(source, FilesSource) or source.format != "parquet":
         return (f"data_path: 'executors' reads the micro-batch's files on the executors, so it needs a files source "
                 f"of format parquet (got {source.kind}{'' if not isinstance(source, FilesSource) else ' ' + source.format})")
-    if source.id_column is not None:
-        return "data_path: 'executors' names each tuple <file>#<row>; expected no source.id_column"
-    if len(spec.steps) != 1:
-        return f"data_path: 'executors' runs one join step (got {len(spec.steps)}); use data_path: driver for a pipeline"
-    step = spec.steps[0]
-    unsupported = [name for name, used in (
-        ("on_missing", step.on_missing != "dead_letter"), ("as_of", step.as_of is not None),
-        ("refresh", step.refresh is not None)) if used]
-    if unsupported:
-        return (f"steps[0].{unsupported[0]}: not supported with data_path: 'executors' yet; expected "
-                f"{'dead_letter' if unsupported[0] == 'on_missing' else 'none'}, or data_path: driver")
+    for index, step in enumerate(spec.steps):
+        unsupported = [name for name, used in (
+            ("on_missing", step.on_missing not in EXECUTOR_POLICIES), ("as_of", step.as_of is not None),
+            ("refresh", step.refresh is not None)) if used]
+        if unsupported:
+            return (f"steps[{index}].{unsupported[0]}: not supported with data_path: 'executors' yet; expected "
+                    f"{' or '.join(EXECUTOR_POLICIES) if unsupported[0] == 'on_missing' else 'none'}, or data_path: driver")
     if spec.deadline is not None:
         return "deadline: not supported with data_path: 'executors' yet; expected none, or data_path: driver"
     for name in ("matched", "dead_letter"):
@@ -158,21 +157,22 @@ def batch_files(checkpoint: str, batch_id: int) -> list[tuple[str, float]]:
     return files
 
 
-def _readable(uri: str) -> str:
+def readable(uri: str) -> str:
     """A file of Spark's log as pyarrow opens it: a local path, or the URI (another file system)."""
     parsed = urlparse(uri)
     return unquote(parsed.path) if parsed.scheme in ("", "file") else uri
 
 
-def read_batch(files: list[tuple[str, float]], columns: list[str] | None, arrival_column: str | None = None) -> pa.Table | None:
-    """The batch's rows as the driver design gives them (``sj_id`` = ``<file name>#<row>``, the
-    columns, ``sj_arrival`` = the file's modification time, or ``arrival_column`` as epoch
-    seconds, :func:`.sources.stream_frame`); None for no file."""
+def read_batch(files: list[tuple[str, float]], columns: list[str] | None, arrival_column: str | None = None,
+               id_column: str | None = None) -> pa.Table | None:
+    """The batch's rows as the driver design gives them (``sj_id`` = the ``id_column`` as text, or
+    ``<file name>#<row>``; the columns; ``sj_arrival`` = the file's modification time, or
+    ``arrival_column`` as epoch seconds, :func:`.sources.stream_frame`); None for no file."""
     tables = []
     for uri, modified in files:
-        table = pq.read_table(_readable(uri), columns=columns)
+        table = pq.read_table(readable(uri), columns=columns)
         name = Path(unquote(urlparse(uri).path)).name
-        ids = file_row_ids(pa.scalar(name), np.arange(table.num_rows))
+        ids = table[id_column].cast(pa.string()) if id_column is not None else file_row_ids(pa.scalar(name), np.arange(table.num_rows))
         arrival = pa.array(np.full(table.num_rows, modified)) if arrival_column is None else epoch_seconds(table[arrival_column])
         tables.append(table.add_column(0, "sj_id", ids).append_column("sj_arrival", arrival))
     return pa.concat_tables(tables, promote_options="default") if tables else None
@@ -222,20 +222,21 @@ def _text(bound):
     return bound.decode("utf-8") if isinstance(bound, bytes) else bound
 
 
-def _kept(bound):
+def kept_bound(bound):
     """A bound as the checkpoint's JSON keeps it (a string key's bytes as ``{"utf8": text}``)."""
     return {"utf8": bound.decode("utf-8")} if isinstance(bound, bytes) else bound
 
 
-def _read(bound):
+def bound_of(bound):
     return bound["utf8"].encode("utf-8") if isinstance(bound, dict) else bound
 
 
 # -- a part's task ---------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class PartsRun:
-    """What every part's task of one driver's run shares: the step, the routes, each part's
-    memory and most tuples inside, where state and sinks go."""
+    """What every part's task of one step of one driver's run shares: the step (its index in
+    the pipeline), the routes, each part's memory and most tuples inside, where its input, state
+    and output go."""
 
     name: str  # the driver's run: a worker drops what it holds of another
     step: StepSpec
@@ -244,14 +245,27 @@ class PartsRun:
     max_pending: int | None
     state_folder: str
     retain: int
-    matched_path: str
+    matched_path: str  # the matched sink's folder; of a step before the last, its rows' folder for the next step
     dead_path: str
     columns: list | None  # the source's columns (None: every column of the files)
     empty: pa.Schema  # a batch's rows (sj_id, the source's columns, sj_arrival): a batch with no file has none
     arrival_column: str | None = None  # the stream's column of arrival times (None: a file's modification time)
+    index: int = 0  # the step's index in the pipeline (> 0: its input is the step before's rows, already with ids)
+    last: bool = True  # the last step: its rows going on are the matched sink's
+    id_column: str | None = None  # the source's tuple ids (None: <file>#<row>)
 
-    def sink_file(self, path: str, batch_id: int, part: int) -> Path:
-        return Path(path) / f"batch={batch_id}" / f"part-{part}.parquet"
+    def part_file(self, path: str, batch_id: int, part: int) -> Path:
+        """Where the part writes its rows of the batch in the folder ``path`` (a replay replaces it)."""
+        return Path(path) / f"batch={batch_id}" / (f"part-{part}.parquet" if self.index == 0 else
+                                                     f"part-{part}-step{self.index}.parquet")
+
+    def read(self, files: list) -> pa.Table:
+        """The rows of the batch the step gets: the source's files, or the step before's parts' files."""
+        if not files:
+            return self.empty.empty_table()
+        if self.index > 0:
+            return pa.concat_tables([pq.read_table(readable(path)) for path, _ in files], promote_options="default")
+        return read_batch(files, self.columns, self.arrival_column, self.id_column)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,7 +287,7 @@ def _state_before(run: PartsRun, call: BatchCall, part: int, files: StateFiles):
     """The part's session and carried rows after the batch before: held by this worker in the
     attempt the driver took, or rebuilt from the part's newest state file before the batch (a
     fresh algorithm over the part's key range fed its rows; caches cold)."""
-    held = _HELD.pop((run.name, part), None)
+    held = _HELD.pop((run.name, run.index, part), None)
     token = call.tokens.get(part)
     if held is not None and token is not None and held[0] == token:
         return held[1], held[2], False
@@ -287,16 +301,6 @@ def _state_before(run: PartsRun, call: BatchCall, part: int, files: StateFiles):
     rows = found[1] if found is not None and found[1].num_rows else None
     session = session_from(create(step.algorithm, store, run.memory, step.params), step.column, rows)
     return session, CarriedRows(rows, rows.nbytes if rows is not None else 0), True
-
-
-def _routed(step: StepSpec, selected: list[str], matched: pa.Table, unmatched: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """The part's output as the step's sinks take it: matched rows with R's ``selected`` columns
-    renamed (the natural key dropped where asked), the unmatched ones in the dead-letter schema."""
-    selected = set(selected)
-    matched = matched.rename_columns([step.rename.get(n, n) if n in selected else n for n in matched.column_names])
-    if step.drop_column:
-        matched = matched.drop_columns([step.column])
-    return matched, dead_letter_rows(unmatched.drop_columns(["reason"]), 0, unmatched["reason"])
 
 
 def _write_parquet(table: pa.Table, path: Path) -> None:
@@ -315,21 +319,27 @@ def join_part(run: PartsRun, call: BatchCall, part: int, new: pa.Table) -> dict:
         result, stats = slice_of(session, step.column, tagged, call.horizon, call.until, call.drain,
                                  max_pending=run.max_pending)
     matched, unmatched = carried.take(result, session.algorithm.schema)
-    matched, dead = _routed(step, session.algorithm.store.select, matched, unmatched)
-    _write_parquet(matched, run.sink_file(run.matched_path, call.batch_id, part))
-    _write_parquet(dead, run.sink_file(run.dead_path, call.batch_id, part))
+    select = session.algorithm.store.select
+    matched = renamed(step, select, matched)
+    going_on = [matched]
+    if step.on_missing == "unknown_member":
+        members, unmatched = unknown_members(step, select, matched.schema, unmatched)
+        going_on.append(members)
+    passed, dead = went_on(step, run.index, going_on, unmatched)
+    _write_parquet(passed, run.part_file(run.matched_path, call.batch_id, part))
+    _write_parquet(dead, run.part_file(run.dead_path, call.batch_id, part))
     files.write_batches(part, call.batch_id, carried.rows.schema if carried.rows is not None else tagged.schema,
                         carried.live_batches())
     carried.spill(files.mapped(part, call.batch_id))
     token = f"{call.batch_id}:{uuid.uuid4().hex}"  # this attempt's: the driver names it back if it takes these figures
-    _HELD[(run.name, part)] = (token, session, carried)
-    left = pa.concat_tables([matched.select(["sj_arrival"]), dead.select(["sj_arrival"])])
+    _HELD[(run.name, run.index, part)] = (token, session, carried)
+    left = pa.concat_tables([passed.select(["sj_arrival"]), dead.select(["sj_arrival"])] if run.last else [dead.select(["sj_arrival"])])
     arrivals = left["sj_arrival"].to_numpy() if left.num_rows else np.zeros(0)
     return {
         "part": part, "token": token, "worker": worker_name(), "rebuilt": rebuilt, "slice": dataclasses.asdict(stats),
-        "matched": len(np.unique(result.matched_ids)), "output_rows": matched.num_rows, "unmatched": dead.num_rows,
-        "reasons": {r: int(n) for r, n in zip(*np.unique(np.asarray(labels(result.unmatched_reason), object).astype(str),
-                                                             return_counts=True))} if dead.num_rows else {},
+        "matched": len(np.unique(result.matched_ids)) + passed.num_rows - matched.num_rows,  # tuples going on
+        "output_rows": passed.num_rows, "unmatched": dead.num_rows,
+        "reasons": {entry["values"]: entry["counts"] for entry in dead["reason"].value_counts().to_pylist()},
         "arrivals": np.quantile(arrivals, np.linspace(0, 1, ARRIVAL_POINTS)).tolist() if len(arrivals) else [],
         "left": len(arrivals), "carried": carried.count, "queue_bytes": carried.nbytes + stats.log_bytes,
         "carried_file_bytes": carried.mapped_bytes, "task_s": time.perf_counter() - started,
@@ -346,16 +356,18 @@ def serve_parts(run: PartsRun, call: BatchCall, build: bool, indices) -> list[st
     A worker that holds another attempt of a part - one whose figures never reached the driver
     (the part was then built again elsewhere), or the first attempt of a batch Spark replays -
     does not serve it: a (batch, part)'s sinks and state come from one attempt."""
-    for name, part in list(_HELD):
+    for name, index, part in list(_HELD):
+        held = _HELD[(name, index, part)]
         if name != run.name:  # another driver's run (a restart): its parts are rebuilt from the files
-            _HELD.pop((name, part))[1].algorithm.store.close()
-        elif call.tokens.get(part) != _HELD[(name, part)][0] and int(_HELD[(name, part)][0].split(":")[0]) < call.batch_id:
-            _HELD.pop((name, part))[1].algorithm.store.close()  # an attempt the driver did not take, of a batch it moved past
-    wanted = list(indices) if build else sorted(p for (name, p), held in _HELD.items() if call.tokens.get(p) == held[0])
+            _HELD.pop((name, index, part))[1].algorithm.store.close()
+        elif index == run.index and call.tokens.get(part) != held[0] and int(held[0].split(":")[0]) < call.batch_id:
+            _HELD.pop((name, index, part))[1].algorithm.store.close()  # an attempt the driver did not take, of a batch it moved past
+    wanted = list(indices) if build else sorted(p for (name, index, p), held in _HELD.items()
+                                                if index == run.index and call.tokens.get(p) == held[0])
     if not wanted:
         return []
     read_started, read_cpu = time.perf_counter(), time.process_time()
-    rows = read_batch(call.files, run.columns, run.arrival_column) if call.files else run.empty.empty_table()
+    rows = run.read(call.files)
     parts = run.routes.parts_of(rows[run.step.column])
     read_s, read_cpu_s = time.perf_counter() - read_started, time.process_time() - read_cpu
     figures = []
@@ -365,151 +377,3 @@ def serve_parts(run: PartsRun, call: BatchCall, build: bool, indices) -> list[st
         figures.append(json.dumps({**figure, "read_s": read_s, "cpu_s": figure["cpu_s"] + read_cpu_s / len(wanted),
                                    "task_s": figure["task_s"] + read_s}))
     return figures
-
-
-# -- the driver's side -----------------------------------------------------------------------------
-@dataclasses.dataclass
-class BatchFigures:
-    """What the parts did in one micro-batch, added up on the driver."""
-
-    parts: list  # each part's figures (dicts), in part order
-    rebuilds: int
-    files: int
-
-    @property
-    def input_rows(self) -> int:
-        return sum(p["slice"]["fed"] for p in self.parts)
-
-    def total(self, name: str) -> int:
-        return sum(p[name] for p in self.parts)
-
-    def reasons(self) -> dict:
-        out: dict = {}
-        for p in self.parts:
-            for reason, n in p["reasons"].items():
-                out[reason] = out.get(reason, 0) + n
-        return out
-
-    def arrivals(self) -> np.ndarray:
-        """The left tuples' arrival times, each part's quantiles repeated by its share."""
-        points = [np.repeat(p["arrivals"], max(p["left"] // max(len(p["arrivals"]), 1), 1)) for p in self.parts if p["left"]]
-        return np.concatenate(points) if points else np.zeros(0)
-
-    def counts(self) -> BatchCounts:
-        return BatchCounts(input_rows=self.input_rows, matched=self.total("matched"), unmatched=self.total("unmatched"),
-                           output_rows=self.total("output_rows"))
-
-    def slice_stats(self) -> list[PartStats]:
-        return [PartStats(p["part"], SliceStats(**p["slice"]), p["token"], p["worker"]) for p in self.parts]
-
-
-class ExecutorParts:
-    """The driver's side: the cut points (chosen at the first batch, kept in the checkpoint), each
-    part's token, and one call a batch (:meth:`run`)."""
-
-    CUTS = "executor_parts.json"
-
-    def __init__(self, spark, spec: JobSpec, step, files: StateFiles, clock=time.time):
-        self.spark, self.spec, self.step, self.clock = spark, spec, step, clock
-        self.folder = Path(spec.checkpoint) / "sj_state" / "parts"
-        self.files = StateFiles(self.folder, files.retain)
-        self.name = uuid.uuid4().hex
-        self.tokens: dict[int, str] = {}
-        self.carried = 0  # tuples inside the parts after the last batch
-        self._queue_peak = 0
-        self.run_spec: PartsRun | None = None
-        room = step.spec.memory_bytes - step.algorithm_memory
-        self.max_pending = max(int(room // (SPILLED_ROW_BYTES + LOG_BYTES_PER_TUPLE)) // spec.partitions, 0)
-        self.memory = max(step.algorithm_memory // spec.partitions, 1)  # (the structures' share of M, sized for spilled rows)
-        self.partitioner = step.partitioned.partitioner if step.partitioned is not None else None  # (one part: no cut)
-        self.kept_cuts()
-
-    def kept_cuts(self) -> dict | None:
-        """The cut points this checkpoint's parts were cut at (None: a new checkpoint); a restart
-        with another number of parts fails here, before any batch."""
-        path = self.folder / self.CUTS
-        if not path.exists():
-            return None
-        kept = json.loads(path.read_text())
-        if kept["parts"] != self.spec.partitions:
-            raise ConfigError(f"partitions: {self.spec.partitions}, but the checkpoint {self.spec.checkpoint!r} holds "
-                              f"the state of {kept['parts']} parts; expected {kept['parts']}, or a new checkpoint")
-        return kept
-
-    def _routes(self, files: list) -> Routes | None:
-        """The routes kept in the checkpoint, or cut now by the keys of ``files`` (the first batch
-        with rows); None while no file has come. One part takes R's whole range, cut by nothing."""
-        key_type = self.step.store.key_type
-        kept = self.kept_cuts()
-        if kept is not None:
-            return Routes([None if r is None else tuple(_read(b) for b in r) for r in kept["ranges"]], key_type)
-        if not files:
-            return None
-        if self.partitioner is None:
-            ranges = [(None, None)]
-        else:
-            self.partitioner.assign(read_batch(files, [self.step.spec.column])[self.step.spec.column])
-            ranges = self.partitioner.key_ranges()
-        self.folder.mkdir(parents=True, exist_ok=True)
-        write_private_json(self.folder / self.CUTS, {"parts": self.spec.partitions, "ranges": [
-            None if r is None else [_kept(b) for b in r] for r in ranges]})
-        return Routes(ranges, key_type)
-
-    def _run_spec(self, files: list) -> PartsRun | None:
-        if self.run_spec is None:
-            routes = self._routes(files)
-            if routes is None:
-                return None
-            source = self.spec.source
-            columns = None if source.schema is None else [part.strip().split()[0].strip("`")
-                                                          for part in source.schema.split(",") if part.strip()]
-            self.run_spec = PartsRun(self.name, self.step.spec, routes, self.memory, self.max_pending,
-                                     str(self.folder), self.files.retain, self.spec.sinks.matched.path,
-                                     self.spec.sinks.dead_letter.path, columns, self._empty(files, columns),
-                                     self.spec.arrival_column)
-        return self.run_spec
-
-    def _empty(self, files: list, columns: list | None) -> pa.Schema:
-        """The schema of a batch's rows, from the first file's (with the columns a part adds)."""
-        schema = pq.read_schema(_readable(files[0][0]))
-        fields = [schema.field(c) for c in (columns or schema.names)]
-        return pa.schema([pa.field("sj_id", pa.string()), *fields, pa.field("sj_arrival", pa.float64())])
-
-    def run(self, batch_id: int, files: list, version: int, master_read_at: float | None, horizon: float,
-            until: float, drain: bool) -> BatchFigures:
-        """Batch ``batch_id`` over every part (none while no file has come: nothing is inside)."""
-        run = self._run_spec(files)
-        if run is None:
-            return BatchFigures([], 0, 0)
-        call = BatchCall(batch_id, files, version, master_read_at, horizon, until, drain, dict(self.tokens))
-        serve = functools.partial(serve_parts, run, call)
-        context = self.spark.sparkContext
-        slots = context.defaultParallelism
-        figures = [json.loads(f) for f in context.parallelize(range(slots), slots).mapPartitions(functools.partial(serve, False)).collect()]
-        wanted = set(run.routes.owners.tolist())
-        served = [f["part"] for f in figures]
-        if len(served) != len(set(served)) or not set(served) <= wanted:
-            raise RuntimeError(f"batch {batch_id}: parts {sorted(served)} were served, each once expected of {sorted(wanted)}")
-        missing = sorted(wanted - set(served))
-        if missing:
-            figures += [json.loads(f) for f in context.parallelize(missing, len(missing)).mapPartitions(
-                functools.partial(serve, True)).collect()]
-        if sorted(f["part"] for f in figures) != sorted(wanted):
-            raise RuntimeError(f"batch {batch_id}: parts {sorted(f['part'] for f in figures)} left it, {sorted(wanted)} expected")
-        rebuilds = len([p for p in missing if p in call.tokens])  # held warm, but no task found it
-        self.tokens = {f["part"]: f["token"] for f in figures}
-        done = BatchFigures(sorted(figures, key=lambda f: f["part"]), rebuilds, len(files))
-        self.carried = done.total("carried")
-        return done
-
-    def step_stats(self, figures: BatchFigures, wall_s: float, read_at: float | None) -> StepStats:
-        """The step's stats of the batch from the parts' figures: their slices added up, the
-        carried rows and the sessions' logs as the queue's bytes."""
-        parts = len(self.run_spec.routes.owners) if self.run_spec is not None else 0
-        stats = StepStats(PartsStats.merged(figures.slice_stats(), parts, wall_s, read_at, figures.rebuilds),
-                          held_for_retry=0, retried=0, carried=self.carried, passed_tuples=figures.total("matched"),
-                          memory_budget_bytes=self.step.spec.memory_bytes, algorithm_memory_bytes=self.step.algorithm_memory)
-        queue_bytes = figures.total("queue_bytes")
-        self._queue_peak = max(self._queue_peak, queue_bytes)
-        stats.account(queue_bytes, figures.total("carried_file_bytes"), self._queue_peak)
-        return stats

@@ -44,7 +44,8 @@ from ..core.progress import ProgressRecord, write_line
 from ..core.stores import open_store
 from .jobstats import BatchCounts, JobCounts, JobSummary
 from .joinstate import StateFiles, deadline_misses, with_deadlines, without_deadlines
-from .executor_rows import ExecutorParts, batch_files, chosen_path
+from .executor_rows import batch_files, chosen_path
+from .executor_steps import ExecutorSteps
 from .sinks import dead_letter_rows, open_sink, sink_class
 from .sources import CORRUPT_COLUMN, FILE_COLUMN, TICK_COLUMN, repair_utf8, stream_frame, tuple_ids, with_heartbeat
 from ..job.spec import JobSpec
@@ -123,7 +124,7 @@ class BatchProcessor:
         self.drained: str | None = None  # set once a batch drained every step
         self.waits_for_grace = False  # the input ended with tuples held for a retry (:meth:`_end_after`)
         self._gap = spec.trigger_interval_s  # expected time to the end of the next batch (decayed)
-        self.on_executors = None if spec.data_path != "executors" else ExecutorParts(spark, spec, self.steps[0], self.files)
+        self.on_executors = None if spec.data_path != "executors" else ExecutorSteps(spark, spec, self.steps, self.files)
         self._switch_interval = sys.getswitchinterval()
         if spec.work_ahead and spec.partitions == 1:  # Spark's calls here wait for the GIL a step working ahead holds
             sys.setswitchinterval(AHEAD_SWITCH_S)  # at most this long (measured: Spark's share of a batch 1.4 -> 1.2 s)
@@ -231,21 +232,23 @@ class BatchProcessor:
         started = self.clock()
         files = batch_files(self.spec.checkpoint, batch_id)
         drain = self._drain_now(None, len(files))
-        store = self.steps[0].store
-        replayed = self.files.read_versions(batch_id)  # a replay reads the version its first attempt read
-        version, read_at = replayed[0] if replayed is not None else (
-            store.version(), self.clock() if store.has_change_log() else None)
+        replayed = self.files.read_versions(batch_id)  # a replay reads the versions its first attempt read
+        versions = replayed if replayed is not None else [
+            [step.store.version(), self.clock() if step.store.has_change_log() else None] for step in self.steps]
         if replayed is None:
-            self.files.write_versions(batch_id, [[version, read_at]])
-        horizon, until = started + DUE_SAFETY * self._gap, started + STEP_SHARE * self.spec.trigger_interval_s
-        figures = self.on_executors.run(batch_id, files, version, read_at, horizon, until, drain is not None)
+            self.files.write_versions(batch_id, versions)
+        share = STEP_SHARE * self.spec.trigger_interval_s / len(self.steps)
+        horizon = started + DUE_SAFETY * self._gap
+        figures = self.on_executors.run(batch_id, files, versions, horizon,
+                                        [started + share * (i + 1) for i in range(len(self.steps))], drain is not None)
         self.at_point("sinks", batch_id)  # (the parts wrote their sinks, then their state)
         self.at_point("state", batch_id)
         done = self.clock()
         self._gap = max(self.spec.trigger_interval_s, done - started, GAP_DECAY * self._gap)
-        stats = self.on_executors.step_stats(figures, done - started, read_at)
-        record = self._record(BatchOutcome(batch_id, figures.counts(), figures.arrivals(), figures.reasons(), [stats],
-                                           started, done, drain, None, None))
+        steps = self.on_executors
+        record = self._record(BatchOutcome(batch_id, steps.counts(figures), steps.arrivals(figures), steps.reasons(figures),
+                                           steps.step_stats(figures, done - started, versions), started, done, drain,
+                                           None, None))
         self._after(record, drain)
         return record
 

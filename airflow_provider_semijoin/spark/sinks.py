@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -283,8 +284,9 @@ def open_sink(target: TargetSpec, retry_max_s: float | None = None) -> Sink:
 
 
 def read_parquet_batch(folder: Path, columns: list[str] | None = None) -> pa.Table:
-    """One batch folder of a Parquet sink, its part files in order."""
-    parts = sorted(Path(folder).glob("part-*.parquet"), key=lambda p: int(p.stem.split("-")[1]))
+    """One batch folder of a Parquet sink, its part files in order (``part-<p>.parquet``, and a
+    later step's ``part-<p>-step<i>.parquet`` of ``data_path: executors``)."""
+    parts = sorted(Path(folder).glob("part-*.parquet"), key=lambda p: [int(n) for n in re.findall(r"\d+", p.stem)])
     tables = [pq.read_table(p, columns=columns) for p in parts]
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 

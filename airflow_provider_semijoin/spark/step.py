@@ -202,7 +202,7 @@ class JoinStep:
             matched = matched.drop_columns(self.version_columns)
         if not joined.balanced or self.carried.count != before + rows.num_rows - joined.left:
             raise RuntimeError(f"steps[{self.index}] ({self.algorithm.name}) broke exactly-once: {joined.to_dict()}")
-        passed, dead, held_next = self._route(self._rename(matched), unmatched, now)
+        passed, dead, held_next = self._route(renamed(self.spec, self.select, matched), unmatched, now)
         self.held, self.after_batch = held_next, batch_id
         held = held_next.num_rows if held_next is not None else 0
         going_on = joined.left - dead.num_rows - held  # tuples passed on (a 1:K match: K rows)
@@ -408,10 +408,8 @@ class JoinStep:
             held_next, unmatched = self._hold(unmatched, now)
             passed_parts = [matched.drop_columns([RETRY_SINCE])]
         if policy == "unknown_member":
-            fill = pc.is_in(unmatched["reason"], pa.array([NOT_IN_MASTER, NULL_KEY, NO_VERSION_VALID]))
-            members = unmatched.filter(fill).drop_columns(["reason"])
-            passed_parts.append(self._unknown_member(members, matched.schema))
-            unmatched = unmatched.filter(pc.invert(fill))
+            members, unmatched = unknown_members(self.spec, self.select, matched.schema, unmatched)
+            passed_parts.append(members)
         elif policy == "inferred_member":  # a null or bad key is never inferred: dead letter
             fits = self.inferred.can_hold(unmatched[self.spec.column])
             infer = pc.and_kleene(pc.equal(unmatched["reason"], NOT_IN_MASTER), fits)
@@ -425,10 +423,7 @@ class JoinStep:
                 inferred, left = self._inferred_versions(members, passed_parts[0].schema)
                 passed_parts.append(inferred)
                 unmatched = pa.concat_tables([unmatched, left.select(unmatched.column_names)])
-        dead = dead_letter_rows(unmatched.drop_columns(["reason"]), self.index, unmatched["reason"])
-        passed = pa.concat_tables(passed_parts, promote_options="default")
-        if self.spec.drop_column:
-            passed = passed.drop_columns([self.spec.column])
+        passed, dead = went_on(self.spec, self.index, passed_parts, unmatched)
         return passed, dead, held_next
 
     def _hold(self, unmatched: pa.Table, now: float) -> tuple:
@@ -449,7 +444,7 @@ class JoinStep:
         distinct = pc.unique(keys)
         found = self.inferred.rows_of(distinct) if rows.num_rows else None
         at = pc.index_in(keys, value_set=distinct)
-        return self._with_master_columns(rows, schema, lambda i, column, field_type: (
+        return with_master_columns(self.spec, self.select, rows, schema, lambda i, column, field_type: (
             found.column(1 + i).take(at) if found is not None else pa.array([], field_type)))
 
     def _inferred_versions(self, rows: pa.Table, schema: pa.Schema) -> tuple[pa.Table, pa.Table]:
@@ -473,36 +468,11 @@ class JoinStep:
         picked = pick_versions(JoinOutput(tuples, master, np.zeros(0, np.int64), np.zeros(0, np.int8)),
                                rows[self.spec.as_of.event_time].take(pa.array(tuples, pa.int64())),
                                self.spec.as_of.lookup)
-        going_on = self._with_master_columns(rows.take(pa.array(picked.matched_ids, pa.int64())), schema,
+        going_on = with_master_columns(self.spec, self.select, rows.take(pa.array(picked.matched_ids, pa.int64())), schema,
                                              lambda i, column, field_type: picked.master[column])
         left = rows.take(pa.array(picked.unmatched_ids, pa.int64()))
         reasons = pa.array(labels(picked.unmatched_reason), pa.string())
         return going_on, left.append_column("reason", reasons)
-
-    def _rename(self, matched: pa.Table) -> pa.Table:
-        names = [self.spec.rename.get(n, n) if n in self.select else n for n in matched.column_names]
-        return matched.rename_columns(names)
-
-    def _unknown_member(self, rows: pa.Table, schema: pa.Schema) -> pa.Table:
-        """``on_missing: unknown_member``: R's columns of ``rows`` set to the step's values, each
-        one Arrow scalar repeated (no Python list a row)."""
-        values = self.spec.unknown_member
-
-        def repeated(i: int, column: str, field_type: pa.DataType) -> pa.Array:
-            value = values.get(self.spec.rename.get(column, column), values.get(column))
-            return pa.repeat(pa.scalar(value).cast(field_type), rows.num_rows)
-
-        return self._with_master_columns(rows, schema, repeated)
-
-    def _with_master_columns(self, rows: pa.Table, schema: pa.Schema, values_of) -> pa.Table:
-        """``rows`` with R's selected columns appended, each named as the output names it and cast
-        to its type in ``schema`` (``values_of(i, column, type)``: the values of the ``i``-th
-        selected column of R, one a row), in ``schema``'s order."""
-        for i, column in enumerate(self.select):
-            out = self.spec.rename.get(column, column)
-            field_type = schema.field(out).type
-            rows = rows.append_column(out, values_of(i, column, field_type).cast(field_type))
-        return rows.select(schema.names)
 
     def cache_hit_ratio_delta(self) -> float | None:
         counters = self.algorithm.counters
@@ -520,3 +490,44 @@ class JoinStep:
         if self.inferred is not None:
             self.inferred.close()
         self.store.close()
+
+
+def renamed(spec: StepSpec, select: list[str], matched: pa.Table) -> pa.Table:
+    """``matched`` with R's ``select`` columns named as the step's output names them."""
+    select = set(select)
+    return matched.rename_columns([spec.rename.get(n, n) if n in select else n for n in matched.column_names])
+
+
+def unknown_members(spec: StepSpec, select: list[str], schema: pa.Schema, unmatched: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """``on_missing: unknown_member``: (the tuples whose key is not in R, null, or has no version
+    valid, with R's columns set to the step's values - each one Arrow scalar repeated, no Python
+    list a row - in ``schema``; the rest of ``unmatched``, with their reasons)."""
+    fill = pc.is_in(unmatched["reason"], pa.array([NOT_IN_MASTER, NULL_KEY, NO_VERSION_VALID]))
+    rows, values = unmatched.filter(fill).drop_columns(["reason"]), spec.unknown_member
+
+    def repeated(i: int, column: str, field_type: pa.DataType) -> pa.Array:
+        value = values.get(spec.rename.get(column, column), values.get(column))
+        return pa.repeat(pa.scalar(value).cast(field_type), rows.num_rows)
+
+    return with_master_columns(spec, select, rows, schema, repeated), unmatched.filter(pc.invert(fill))
+
+
+def with_master_columns(spec: StepSpec, select: list[str], rows: pa.Table, schema: pa.Schema, values_of) -> pa.Table:
+    """``rows`` with R's ``select`` columns appended, each named as the output names it and cast
+    to its type in ``schema`` (``values_of(i, column, type)``: the values of the ``i``-th
+    selected column of R, one a row), in ``schema``'s order."""
+    for i, column in enumerate(select):
+        out = spec.rename.get(column, column)
+        field_type = schema.field(out).type
+        rows = rows.append_column(out, values_of(i, column, field_type).cast(field_type))
+    return rows.select(schema.names)
+
+
+def went_on(spec: StepSpec, index: int, passed_parts: list[pa.Table], unmatched: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """(the rows going on to the next step or the matched sink, the natural key dropped where
+    asked; ``unmatched`` as dead-letter rows of step ``index``)."""
+    dead = dead_letter_rows(unmatched.drop_columns(["reason"]), index, unmatched["reason"])
+    passed = pa.concat_tables(passed_parts, promote_options="default")
+    if spec.drop_column:
+        passed = passed.drop_columns([spec.column])
+    return passed, dead

@@ -117,3 +117,10 @@ def run_driver(spec_file, kill: str | None = None) -> subprocess.CompletedProces
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
     return subprocess.CompletedProcess(process.args, process.returncode, out)
+
+
+def pyspark_workers() -> list[int]:
+    """The Python workers of this machine's Spark (forked by ``pyspark.daemon``, as their daemon)."""
+    listed = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True, check=True).stdout.splitlines()[1:]
+    daemons = {int(line.split()[0]) for line in listed if "pyspark.daemon" in line}
+    return [int(line.split()[0]) for line in listed if "pyspark.daemon" in line and int(line.split()[1]) in daemons]

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -36,7 +35,7 @@ from airflow_provider_semijoin.spark.executor_rows import (BatchCall, PartsRun, 
 from airflow_provider_semijoin.spark.partitioned import RangePartitioner
 from airflow_provider_semijoin.spark.runner import run_job
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
-from spark_jobs import run_driver
+from spark_jobs import pyspark_workers, run_driver
 
 FILES = 12  # more than Spark's compact interval (10): batch 9's files come from a .compact file of the source's log
 FILE_ROWS = 600
@@ -133,6 +132,39 @@ def test_every_tuple_leaves_once_with_the_rows_on_the_executors(tmp_path, sqlite
     assert dict(zip(left["tid"].to_pylist(), left["sj_arrival"].to_pylist())) == arrived  # the stream's column, or the file's time
 
 
+def test_each_step_of_a_pipeline_on_the_executors_leaves_its_tuples_once(tmp_path, sqlite_backend, spark):
+    """Two steps on the executors, each with dead letters of its own: ``nk`` (HYBRIDJOIN), then
+    ``tid`` against the same R (MESHJOIN; the step's parts cut and route by their own key, the
+    rows the first step's parts passed on read from their files); ``sj_id`` from ``id_column``."""
+    table, stream = landing(tmp_path, sqlite_backend, "int")
+    url = sqlite_backend.url
+    spec = job(tmp_path, url, table, "hybridjoin", 2, source={
+        "kind": "files", "path": str(tmp_path / "landing"), "format": "parquet", "max_files_per_trigger": 1, "id_column": "tid"},
+        steps=[{"column": "nk", "master": {"url": url, "table": table, "key": "nk"}, "algorithm": "hybridjoin",
+                "memory": "1M", "master_static": True, "rename": {"sk": "nk_sk"}, "max_queue_time_s": None},
+               {"column": "tid", "master": {"url": url, "table": table, "key": "nk"}, "algorithm": "meshjoin",
+                "memory": "1M", "master_static": True, "rename": {"sk": "tid_sk"}, "max_queue_time_s": None}])
+    records = []
+    summary = run_job(spec, spark=spark, on_progress=records.append)
+    store = store_for(sqlite_backend.connection, table, "nk")
+    first_matched, first_dead = hash_join(store, stream, "nk")
+    tids = stream["tid"].to_pylist()
+    first = {tids[i]: row[0] for (i, row) in first_matched}
+    passed = stream.filter(pa.array([t in first for t in tids]))
+    second_matched, second_dead = hash_join(store, passed, "tid")
+    on = passed["tid"].to_pylist()
+    matched, dead = read_parquet_sink(spec.sinks.matched.path), read_parquet_sink(spec.sinks.dead_letter.path)
+    assert Counter(zip(matched["tid"].to_pylist(), matched["nk_sk"].to_pylist(), matched["tid_sk"].to_pylist())) == Counter(
+        (on[i], first[on[i]], row[0]) for (i, row), n in second_matched.items() for _ in range(n))
+    assert Counter(zip(map(int, dead["sj_id"].to_pylist()), dead["step"].to_pylist(), dead["reason"].to_pylist())) == Counter(
+        [(tids[i], 0, reason) for (i, reason), n in first_dead.items() for _ in range(n)]
+        + [(on[i], 1, reason) for (i, reason), n in second_dead.items() for _ in range(n)])
+    assert {step for step in dead["step"].to_pylist()} == {0, 1} and matched.num_rows > 0
+    assert summary["input_rows"] == stream.num_rows == summary["matched"] + summary["unmatched"] == sum(
+        r["matched"] + r["unmatched"] for r in records)
+    assert sum(r["part_rebuilds"] for r in records) == 0 and max(r["queue_tuples"] for r in records) > 0
+
+
 def test_a_killed_driver_leaves_each_tuple_once(tmp_path, sqlite_backend):
     """The driver and its JVM killed after batch 3's parts wrote their sinks and state (Spark has
     not committed it: the batch is replayed, its parts rebuilt from batch 2's state files), then
@@ -147,13 +179,6 @@ def test_a_killed_driver_leaves_each_tuple_once(tmp_path, sqlite_backend):
     done = run_driver(spec_file)
     assert done.returncode == 0, done.stdout[-2000:]
     check_exactly_once(sqlite_backend, table, stream, spec)
-
-
-def pyspark_workers() -> list[int]:
-    """The Python workers of this machine's Spark (forked by ``pyspark.daemon``, as their daemon)."""
-    listed = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True, check=True).stdout.splitlines()[1:]
-    daemons = {int(line.split()[0]) for line in listed if "pyspark.daemon" in line}
-    return [int(line.split()[0]) for line in listed if "pyspark.daemon" in line and int(line.split()[1]) in daemons]
 
 
 def test_killed_python_workers_rebuild_their_parts_from_the_state_files(tmp_path, sqlite_backend, spark):
@@ -189,8 +214,9 @@ def spec_with(tmp_path, **changes) -> JobSpec:
 
 @pytest.mark.parametrize(("changes", "conf", "message"), [
     ({"source__format": "csv"}, {}, r"needs a files source of format parquet \(got files csv\)"),
-    ({"source__id_column": "tid"}, {}, r"expected no source.id_column"),
-    ({"steps__0__on_missing": "retry", "steps__0__retry_grace_s": 5}, {}, r"steps\[0\]\.on_missing: not supported"),
+    ({"steps__0__on_missing": "retry", "steps__0__retry_grace_s": 5}, {},
+     r"steps\[0\]\.on_missing: not supported .* expected dead_letter or unknown_member"),
+    ({"steps__0__on_missing": "inferred_member"}, {}, r"steps\[0\]\.on_missing: not supported"),
     ({"sinks__matched": {"kind": "table", "url": "sqlite:///o.db", "table": "o"}}, {}, r"sinks.matched: .* expected kind parquet"),
     ({}, {"spark.speculation": "true"}, r"spark.speculation: true runs two attempts of a part at once"),
 ])
@@ -218,10 +244,11 @@ def test_auto_takes_the_executors_where_the_job_allows_it_at_two_parts_or_more(t
 def test_a_refused_job_fails_before_its_query_starts(tmp_path, sqlite_backend, spark):
     table, _ = landing(tmp_path, sqlite_backend, "int")
     spec = job(tmp_path, sqlite_backend.url, table, "hybridjoin", 2, steps=[
-        {"column": "nk", "master": {"url": sqlite_backend.url, "table": table, "key": "nk", "select": ["sk"]}},
+        {"column": "nk", "master": {"url": sqlite_backend.url, "table": table, "key": "nk", "select": ["sk"]},
+         "master_static": True},
         {"column": "sk", "master": {"url": sqlite_backend.url, "table": table, "key": "nk", "select": ["nk"]},
-         "rename": {"nk": "nk2"}}])
-    with pytest.raises(ConfigError, match=r"data_path: 'executors' runs one join step \(got 2\)"):
+         "rename": {"nk": "nk2"}, "master_static": True, "on_missing": "retry", "retry_grace_s": 1}])
+    with pytest.raises(ConfigError, match=r"steps\[1\]\.on_missing: not supported with data_path: 'executors' yet"):
         run_job(spec, spark=spark)
     assert not (tmp_path / "checkpoint").exists() and not (tmp_path / "matched").exists()
     spec = job(tmp_path, sqlite_backend.url, table, "hybridjoin", 2)

@@ -11,8 +11,12 @@ the oracle (:func:`..core.oracle.hash_join`, a plain hash join of each dimension
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import signal
+
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +34,7 @@ from airflow_provider_semijoin.spark.partitioned import RangePartitioner
 from airflow_provider_semijoin.spark.joinstate import StateFiles
 from airflow_provider_semijoin.spark.runner import BatchProcessor
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
-from spark_jobs import Clock, close_parts_held_here, run_driver
+from spark_jobs import Clock, close_parts_held_here, pyspark_workers, run_driver
 
 UNKNOWN = -1  # the unknown member's surrogate key, on both steps
 GRACE_S = 2.5  # retry: how long a tuple whose product is unknown waits for it
@@ -76,7 +80,7 @@ def stream_batch(rng, first: int, n: int, customers: np.ndarray, products: list[
 
 
 def job(tmp_path, url: str, tables: tuple[str, str], algorithms: tuple[str, str], parts: int, page_rows: tuple[int, int],
-        retry: bool, end_of_input: bool = False) -> JobSpec:
+        retry: bool, end_of_input: bool = False, data_path: str = "auto") -> JobSpec:
     """The landing folder -> customer (unknown member) -> product (dead letter, or retry) -> sinks."""
     def params(name: str, rows: int) -> dict:
         return {"page_rows": rows} if "page_rows" in ALGORITHMS[name].params else {}
@@ -95,7 +99,7 @@ def job(tmp_path, url: str, tables: tuple[str, str], algorithms: tuple[str, str]
         ],
         "sinks": {"matched": {"path": str(tmp_path / "matched")}, "dead_letter": {"path": str(tmp_path / "dead")}},
         "checkpoint": str(tmp_path / "checkpoint"), "stop": {"end_of_input": end_of_input}, "trigger_interval_s": 1.0,
-        "partitions": parts, "work_ahead": False,
+        "partitions": parts, "work_ahead": False, "data_path": data_path,
     })
 
 
@@ -217,21 +221,32 @@ def assert_exact(backend, tables, spec: JobSpec, streamed: list[pa.Table]) -> No
     assert {reason for _, reason in dead.values()} == {"not_in_master", "null_key", "bad_key"}
 
 
+@pytest.mark.parametrize("data_path", ["driver", "executors"])
 @pytest.mark.parametrize("parts", [2, 4])
 @pytest.mark.parametrize("algorithms", [("cachejoin-pq", "ssij"), ("meshjoin", "hybridjoin-pq")])
 def test_the_surrogate_key_job_over_a_landing_folder_is_exact_at_partitions_n(spark, tmp_path, sqlite_backend, parts,
-                                                                               algorithms):
+                                                                               algorithms, data_path):
     """The job of issue 54 through Spark: two steps over SQLite dimensions, one landing file a
     micro-batch, the hot range moving from file to file; the parts' rebuilding calls were sent a
-    null product key and the micro-batch failed ('carried tuples have keys that cannot be in R')."""
+    null product key and the micro-batch failed ('carried tuples have keys that cannot be in R').
+    ``executors`` (what ``auto`` chooses for it): each step's parts on the executors, the
+    customer step's rows passed on to the product step's parts through files."""
     from airflow_provider_semijoin.spark.runner import run_job
 
     customers, products, tables = dimensions(sqlite_backend, 7, 3000, 800)
     streamed = landing_folder(tmp_path, customers, products)
-    spec = job(tmp_path, sqlite_backend.url, tables, algorithms, parts, (50, 20), retry=False, end_of_input=True)
-    summary = run_job(spec, spark=spark)
+    spec = job(tmp_path, sqlite_backend.url, tables, algorithms, parts, (50, 20), retry=False, end_of_input=True,
+               data_path=data_path)
+    records = []
+    summary = run_job(spec, spark=spark, on_progress=records.append)
     assert summary["input_rows"] == 4200 and summary["batches"] >= 6
     assert_exact(sqlite_backend, tables, spec, streamed)
+    state = tmp_path / "checkpoint" / "sj_state"
+    flows = sorted(p.name for p in (state / "flow").glob("step=0/batch=*/*"))  # the last batch's
+    owners = [] if data_path == "driver" else [
+        p for p, cut in enumerate(json.loads((state / "parts" / "executor_parts.json").read_text())["ranges"]) if cut is not None]
+    assert flows == [f"part-{p}.parquet" for p in owners] and (data_path == "driver" or len(owners) > 1)
+    assert {len(r["master_versions"]) for r in records} == {2}  # each step its own version of R
 
 
 @pytest.mark.timeout(900)
@@ -243,7 +258,7 @@ def test_the_job_restarted_after_a_kill_sends_the_carried_tuples_to_the_parts_of
     customers, products, tables = dimensions(sqlite_backend, 7, 20_000, 800)  # 20 pages of the cut points
     streamed = landing_folder(tmp_path, customers, products)
     spec = job(tmp_path, sqlite_backend.url, tables, ("meshjoin", "hybridjoin-pq"), 2, (50, 20), retry=False,
-               end_of_input=True)
+               end_of_input=True, data_path="driver")
     spec_file = tmp_path / "job.json"
     spec_file.write_text(json.dumps(spec.to_dict()))
     assert run_driver(spec_file, kill="state:3").returncode == -signal.SIGKILL
@@ -251,4 +266,59 @@ def test_the_job_restarted_after_a_kill_sends_the_carried_tuples_to_the_parts_of
     fresh = RangePartitioner(store_for(sqlite_backend.connection, tables[0], "cust_nk"), 2, partitioned.CUT_PAGE_ROWS)
     assert (fresh.part_of(state["cust_nk"]) != state["sj_part"].to_numpy()).any()  # the cuts had moved
     assert run_driver(spec_file).returncode == 0
+    assert_exact(sqlite_backend, tables, spec, streamed)
+
+
+def executors_job(tmp_path, sqlite_backend) -> tuple:
+    """The job of issue 54 on the executors (``hybridjoin`` customers, ``cachejoin`` products, two
+    parts each), each step's parts stepping 2.5 ms a batch while tuples wait: most stay inside,
+    carried to the next batch, so a replay must start from each step's state before the batch."""
+    customers, products, tables = dimensions(sqlite_backend, 7, 20_000, 800)
+    streamed = landing_folder(tmp_path, customers, products)
+    spec = job(tmp_path, sqlite_backend.url, tables, ("hybridjoin", "cachejoin"), 2, (50, 20), retry=False,
+               end_of_input=True, data_path="executors")
+    return tables, streamed, dataclasses.replace(spec, trigger_interval_s=0.01)
+
+
+def owners(spec: JobSpec) -> int:
+    """How many parts, of all the steps, hold a key range."""
+    state = Path(spec.checkpoint) / "sj_state"
+    return sum(cut is not None for folder in ("parts", "parts-step1")
+               for cut in json.loads((state / folder / "executor_parts.json").read_text())["ranges"])
+
+
+@pytest.mark.timeout(900)
+def test_the_pipeline_on_the_executors_leaves_each_tuple_once_through_a_killed_driver(tmp_path, sqlite_backend):
+    """The driver and its JVM killed after batch 2's parts of both steps wrote their files and
+    state (Spark has not committed it: the batch is replayed through both steps, each step's parts
+    rebuilt from their state files of batch 1), then before batch 4; a third driver ends the stream."""
+    tables, streamed, spec = executors_job(tmp_path, sqlite_backend)
+    spec_file = tmp_path / "job.json"
+    spec_file.write_text(json.dumps(spec.to_dict()))
+    for point in ("sinks:2", "batch:4"):
+        killed = run_driver(spec_file, kill=point)
+        assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:]
+    done = run_driver(spec_file)
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert_exact(sqlite_backend, tables, spec, streamed)
+
+
+def test_the_pipeline_on_the_executors_rebuilds_every_step_s_parts_after_its_python_workers_died(tmp_path, sqlite_backend,
+                                                                                                 spark):
+    """Every Python worker killed after batch 2 (they held both steps' parts): batch 3 rebuilds
+    every part of both steps from its state file, counted once each, and each tuple leaves once."""
+    from airflow_provider_semijoin.spark.runner import run_job
+
+    tables, streamed, spec = executors_job(tmp_path, sqlite_backend)
+    killed, records = [], []
+
+    def at_point(point: str, batch_id: int) -> None:
+        if point == "state" and batch_id == 2:
+            killed.extend(pyspark_workers())
+            for pid in killed:
+                os.kill(pid, signal.SIGKILL)
+
+    run_job(spec, spark=spark, on_progress=records.append, at_point=at_point)
+    assert killed and max(r["queue_tuples"] for r in records[:3]) > 0
+    assert records[3]["part_rebuilds"] == owners(spec) >= 3 and sum(r["part_rebuilds"] for r in records) == owners(spec)
     assert_exact(sqlite_backend, tables, spec, streamed)
