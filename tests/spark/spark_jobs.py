@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -117,6 +118,18 @@ def run_driver(spec_file, kill: str | None = None) -> subprocess.CompletedProces
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
     return subprocess.CompletedProcess(process.args, process.returncode, out)
+
+
+def killed_then_finished(spec: JobSpec, folder, points: tuple[str, ...]) -> None:
+    """The packaged driver on ``spec``, killed with its JVM at each of ``points`` in turn
+    (``point:batch id``), then run once more to its end."""
+    spec_file = folder / "job.json"
+    spec_file.write_text(json.dumps(spec.to_dict()))
+    for point in points:
+        killed = run_driver(spec_file, kill=point)
+        assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:]
+    done = run_driver(spec_file)
+    assert done.returncode == 0, done.stdout[-2000:]
 
 
 def pyspark_workers() -> list[int]:

@@ -35,7 +35,7 @@ from airflow_provider_semijoin.spark.executor_rows import (BatchCall, PartsRun, 
 from airflow_provider_semijoin.spark.partitioned import RangePartitioner
 from airflow_provider_semijoin.spark.runner import run_job
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
-from spark_jobs import pyspark_workers, run_driver
+from spark_jobs import killed_then_finished, pyspark_workers
 
 FILES = 12  # more than Spark's compact interval (10): batch 9's files come from a .compact file of the source's log
 FILE_ROWS = 600
@@ -171,13 +171,7 @@ def test_a_killed_driver_leaves_each_tuple_once(tmp_path, sqlite_backend):
     after batch 6's; a third driver ends the stream."""
     table, stream = landing(tmp_path, sqlite_backend, "int")
     spec = job(tmp_path, sqlite_backend.url, table, "hybridjoin", 2)
-    spec_file = tmp_path / "job.json"
-    spec_file.write_text(json.dumps(spec.to_dict()))
-    for point in ("sinks:3", "batch:6"):
-        killed = run_driver(spec_file, kill=point)
-        assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:]
-    done = run_driver(spec_file)
-    assert done.returncode == 0, done.stdout[-2000:]
+    killed_then_finished(spec, tmp_path, ("sinks:3", "batch:6"))
     check_exactly_once(sqlite_backend, table, stream, spec)
 
 
@@ -380,3 +374,15 @@ def test_the_parts_see_each_commit_of_another_connection_from_the_next_batch_on(
     assert len(got) == matched.num_rows + dead.num_rows == len(expected)  # each once
     assert got == expected
     assert len({r["master_versions"][0] for r in records if r["input_rows"]}) == len(commits) + 1  # a version a file
+
+
+def test_the_data_paths_bench_runs_its_one_and_two_step_jobs_on_the_executors(tmp_path):
+    """``bench.data_paths --steps 1|2`` measures this path: neither job is refused (``auto`` would
+    then measure the driver twice), and the pipeline's first step gives the unknown member."""
+    from airflow_provider_semijoin.bench.data_paths import job_steps
+
+    step = StepSpec(column="nk", master={"url": "sqlite:///r.db", "table": "r", "key": "nk"}, algorithm="hybridjoin",
+                    memory="8M", master_static=True)
+    specs = [spec_with(tmp_path, steps=job_steps(step, "r", count)) for count in (1, 2)]
+    assert [refusal(spec, {}) for spec in specs] == [None, None]
+    assert [len(spec.steps) for spec in specs] == [1, 2] and specs[1].steps[0].on_missing == "unknown_member"

@@ -34,7 +34,7 @@ from airflow_provider_semijoin.spark.partitioned import RangePartitioner
 from airflow_provider_semijoin.spark.joinstate import StateFiles
 from airflow_provider_semijoin.spark.runner import BatchProcessor
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
-from spark_jobs import Clock, close_parts_held_here, pyspark_workers, run_driver
+from spark_jobs import Clock, close_parts_held_here, killed_then_finished, pyspark_workers, run_driver
 
 UNKNOWN = -1  # the unknown member's surrogate key, on both steps
 GRACE_S = 2.5  # retry: how long a tuple whose product is unknown waits for it
@@ -293,13 +293,7 @@ def test_the_pipeline_on_the_executors_leaves_each_tuple_once_through_a_killed_d
     state (Spark has not committed it: the batch is replayed through both steps, each step's parts
     rebuilt from their state files of batch 1), then before batch 4; a third driver ends the stream."""
     tables, streamed, spec = executors_job(tmp_path, sqlite_backend)
-    spec_file = tmp_path / "job.json"
-    spec_file.write_text(json.dumps(spec.to_dict()))
-    for point in ("sinks:2", "batch:4"):
-        killed = run_driver(spec_file, kill=point)
-        assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:]
-    done = run_driver(spec_file)
-    assert done.returncode == 0, done.stdout[-2000:]
+    killed_then_finished(spec, tmp_path, ("sinks:2", "batch:4"))
     assert_exact(sqlite_backend, tables, spec, streamed)
 
 
