@@ -23,6 +23,7 @@ a category of the version before or after the update, and the customer version v
 from __future__ import annotations
 
 import contextlib
+import datetime
 import importlib.util
 import json
 import os
@@ -140,13 +141,16 @@ def prepare_home(home: Path, spec: dict) -> None:
         shutil.rmtree(home / "semijoin" / name, ignore_errors=True)
 
 
-def _latest_xcom(airflow_db: Path, key: str):
+def _latest_xcom(airflow_db: Path, key: str, since: float):
+    """The join task's newest XCom ``key`` written at ``since`` (epoch seconds) or later: this
+    demo's run, not an earlier one in the same home; None before there is one."""
+    after = datetime.datetime.fromtimestamp(since, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
     try:
         connection = sqlite3.connect(f"file:{airflow_db}?mode=ro", uri=True, timeout=1)
         try:
-            row = connection.execute(
-                "SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND key = ? ORDER BY timestamp DESC LIMIT 1",
-                (DAG_ID, JOIN_TASK, key)).fetchone()
+            row = connection.execute(  # (Airflow keeps naive UTC times in SQLite as this text: they sort as text)
+                "SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND key = ? AND timestamp >= ? "
+                "ORDER BY timestamp DESC LIMIT 1", (DAG_ID, JOIN_TASK, key, after)).fetchone()
         finally:
             connection.close()
     except sqlite3.Error:
@@ -180,12 +184,14 @@ def output_to(log_path: Path):
             console.close()
 
 
-def watch_progress(airflow_db: Path, total: int, done: threading.Event, first_batch: threading.Event, console) -> None:
-    """A progress bar from the join task's ``semijoin_metrics`` XCom (its latest progress record)."""
+def watch_progress(airflow_db: Path, total: int, done: threading.Event, first_batch: threading.Event, console,
+                   since: float) -> None:
+    """A progress bar from the join task's ``semijoin_metrics`` XCom (its latest progress record
+    since the run started)."""
     tty = console.isatty()
     shown = -1
     while not done.wait(0.5):
-        record = _latest_xcom(airflow_db, "semijoin_metrics")
+        record = _latest_xcom(airflow_db, "semijoin_metrics", since)
         if not record:
             continue
         first_batch.set()
@@ -205,7 +211,7 @@ def watch_progress(airflow_db: Path, total: int, done: threading.Event, first_ba
         console.write("\n")
 
 
-def side_process(airflow_db: str, url: str, products: list, moves: dict, total: int) -> None:
+def side_process(airflow_db: str, url: str, products: list, moves: dict, total: int, since: float) -> None:
     """The demo's second process: the progress bar (on its stdout) and the upstream system, until
     its stdin closes. They read and write SQLite from threads, so they run apart from the process
     that forks Airflow's LocalExecutor workers: a fork while another thread holds SQLite's
@@ -213,7 +219,7 @@ def side_process(airflow_db: str, url: str, products: list, moves: dict, total: 
     ``airflow.db`` there would drop that process's POSIX locks on it when closed."""
     done, first_batch = threading.Event(), threading.Event()
     def seen_rows() -> int:
-        return (_latest_xcom(Path(airflow_db), "semijoin_metrics") or {}).get("total_input_rows") or 0
+        return (_latest_xcom(Path(airflow_db), "semijoin_metrics", since) or {}).get("total_input_rows") or 0
 
     upstream = threading.Thread(target=write_upstream_changes, args=(url, seen_rows, products, moves, first_batch, done),
                                 daemon=True)
@@ -225,7 +231,7 @@ def side_process(airflow_db: str, url: str, products: list, moves: dict, total: 
         first_batch.set()
 
     threading.Thread(target=until_stdin_closes, daemon=True).start()
-    watch_progress(Path(airflow_db), total, done, first_batch, sys.stdout)
+    watch_progress(Path(airflow_db), total, done, first_batch, sys.stdout, since)
     upstream.join()
 
 
@@ -237,7 +243,7 @@ def start_side_process(home: Path, url: str, spec: dict, before: dict, console) 
     moves = {"customers": move_candidates(spec, before), "first_s": event_span(spec)[0],
              "rows_per_second": source["rows_per_second"], "ahead_rows": 3 * source["max_rows_per_batch"]}
     arguments = {"airflow_db": str(home / "airflow.db"), "url": url, "total": source["total_rows"],
-                 "products": sorted(before["dim_product"]), "moves": moves}
+                 "products": sorted(before["dim_product"]), "moves": moves, "since": time.time()}
     path = home / "semijoin" / "side-process.json"
     write_private_json(path, arguments)
     code = ("import json, pathlib, sys; from airflow_provider_semijoin.demo import side_process; "
@@ -375,9 +381,9 @@ def run_demo(home: Path, *, stream_rows: int, product_rows: int, customer_rows: 
 
 def report(run, home: Path, url: str, spec: dict, before: dict, started_at: float, out) -> int:
     states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
-    summary = _latest_xcom(home / "airflow.db", "return_value") or {}
+    summary = _latest_xcom(home / "airflow.db", "return_value", started_at) or {}
     last = summary.get("last_progress") or {}
-    info = _latest_xcom(home / "airflow.db", "semijoin_info") or {}
+    info = _latest_xcom(home / "airflow.db", "semijoin_info", started_at) or {}
     check = check_against_oracle(url, spec, before, home / "semijoin" / "output" / DAG_ID / JOIN_TASK / "dead_letter")
     reasons = Counter()
     dead = home / "semijoin" / "output" / DAG_ID / JOIN_TASK / "dead_letter"

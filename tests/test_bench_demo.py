@@ -565,3 +565,26 @@ def test_a_processing_sample_keeps_at_most_its_bound_and_is_the_exact_times_of_t
     assert max(kept(sample.stride)) <= most
     assert sample.stride == 1 or max(kept(sample.stride // 2)) > most  # it thinned only when over its bound
     assert sorted(sample.processing_seconds().tolist()) == sorted(exact[i] for i in exact if i % sample.stride == 0)
+
+
+def test_the_demo_reads_only_its_own_run_s_xcoms(tmp_path):
+    """A second ``semijoin demo`` in the same home read the first run's last progress record (100%,
+    200,000 rows seen) before its own join wrote one: its upstream process then committed its changes
+    at once, before the update sensors' first poke, and they waited for a newer version forever.
+    The XCom table as Airflow keeps it in SQLite (naive UTC times as text)."""
+    import sqlite3
+
+    from airflow_provider_semijoin.demo import DAG_ID, JOIN_TASK, _latest_xcom
+
+    db = tmp_path / "airflow.db"
+    with contextlib.closing(sqlite3.connect(db)) as connection, connection:
+        connection.execute("CREATE TABLE xcom (dag_id TEXT, task_id TEXT, key TEXT, value BLOB, timestamp TIMESTAMP)")
+        connection.execute("INSERT INTO xcom VALUES (?, ?, 'semijoin_metrics', ?, '2026-12-07 03:14:53.636079')",
+                           (DAG_ID, JOIN_TASK, json.dumps({"total_input_rows": 200_000})))
+    this_run = datetime(2026, 12, 7, 3, 20, tzinfo=timezone.utc).timestamp()
+    assert _latest_xcom(db, "semijoin_metrics", this_run) is None
+    assert _latest_xcom(db, "semijoin_metrics", this_run - 3600) == {"total_input_rows": 200_000}
+    with contextlib.closing(sqlite3.connect(db)) as connection, connection:
+        connection.execute("INSERT INTO xcom VALUES (?, ?, 'semijoin_metrics', ?, '2026-12-07 03:20:00.000001')",
+                           (DAG_ID, JOIN_TASK, json.dumps({"total_input_rows": 3_000})))
+    assert _latest_xcom(db, "semijoin_metrics", this_run) == {"total_input_rows": 3_000}
