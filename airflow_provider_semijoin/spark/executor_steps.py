@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import json
 import shutil
-import time
 import uuid
 from pathlib import Path
 
@@ -37,7 +36,6 @@ class BatchFigures:
 
     parts: list  # each part's figures (dicts), in part order
     rebuilds: int
-    files: int
 
     @property
     def input_rows(self) -> int:
@@ -61,12 +59,11 @@ class ExecutorParts:
 
     CUTS = "executor_parts.json"
 
-    def __init__(self, spark, spec: JobSpec, step, files: StateFiles, name: str, clock=time.time):
-        self.spark, self.spec, self.step, self.clock, self.name = spark, spec, step, clock, name
+    def __init__(self, spark, spec: JobSpec, step, retain: int, name: str):
+        self.spark, self.spec, self.step, self.retain, self.name = spark, spec, step, retain, name
         index = step.index
         self.folder = Path(spec.checkpoint) / "sj_state" / ("parts" if index == 0 else f"parts-step{index}")
         self.flow = str(Path(spec.checkpoint) / "sj_state" / "flow" / f"step={index}")  # rows for the next step
-        self.files = StateFiles(self.folder, files.retain)
         self.tokens: dict[int, str] = {}
         self.carried = 0  # tuples inside the parts after the last batch
         self._queue_peak = 0
@@ -128,7 +125,7 @@ class ExecutorParts:
                 [pq.read_table(readable(path), columns=[column]) for path, _ in files])[column]  # (the cut's sample)
             routes = self._cut(keys, empty)
         self.run_spec = PartsRun(self.name, self.step.spec, routes, self.memory, self.max_pending,
-                                 str(self.folder), self.files.retain,
+                                 str(self.folder), self.retain,
                                  spec.sinks.matched.path if self.last else self.flow, spec.sinks.dead_letter.path,
                                  columns, empty, spec.arrival_column, index, self.last, source.id_column)
         return self.run_spec
@@ -147,7 +144,7 @@ class ExecutorParts:
         """Batch ``batch_id`` over every part (none while no file has come: nothing is inside)."""
         run = self._run_spec(files)
         if run is None:
-            return BatchFigures([], 0, 0)
+            return BatchFigures([], 0)
         call = BatchCall(batch_id, files, version, master_read_at, horizon, until, drain, dict(self.tokens))
         serve = functools.partial(serve_parts, run, call)
         context = self.spark.sparkContext
@@ -165,7 +162,7 @@ class ExecutorParts:
             raise RuntimeError(f"batch {batch_id}: parts {sorted(f['part'] for f in figures)} left it, {sorted(wanted)} expected")
         rebuilds = len([p for p in missing if p in call.tokens])  # held warm, but no task found it
         self.tokens = {f["part"]: f["token"] for f in figures}
-        done = BatchFigures(sorted(figures, key=lambda f: f["part"]), rebuilds, len(files))
+        done = BatchFigures(sorted(figures, key=lambda f: f["part"]), rebuilds)
         self.carried = done.total("carried")
         return done
 
@@ -194,9 +191,9 @@ class ExecutorSteps:
     parts write their dead letters. A replay runs every step again from its state before the
     batch, so each (batch, step, part)'s files come from one attempt."""
 
-    def __init__(self, spark, spec: JobSpec, steps: list, files: StateFiles, clock=time.time):
+    def __init__(self, spark, spec: JobSpec, steps: list, files: StateFiles):
         name = uuid.uuid4().hex  # this driver's run
-        self.steps = [ExecutorParts(spark, spec, step, files, name, clock) for step in steps]
+        self.steps = [ExecutorParts(spark, spec, step, files.retain, name) for step in steps]
         self.flows = Path(spec.checkpoint) / "sj_state" / "flow"
 
     @property
@@ -211,7 +208,7 @@ class ExecutorSteps:
         for step, (version, read_at), step_until in zip(self.steps, versions, until):
             figures = step.run(batch_id, files, version, read_at, horizon, step_until, drain)
             if step.run_spec is None:  # (the first step's, before any file: nothing is inside any step)
-                return [BatchFigures([], 0, 0) for _ in self.steps]
+                return [BatchFigures([], 0) for _ in self.steps]
             done.append(figures)
             if not step.last:
                 files = step.passed_files(batch_id)
