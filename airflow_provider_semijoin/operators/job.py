@@ -41,6 +41,7 @@ from ..core.progress import (XCOM_HISTORY, XCOM_INFO, XCOM_LATEST, ProgressHisto
 from ..hooks.master import run_time_connections
 from ..hooks.spark import SemiJoinSparkHook
 from ..job.assemble import JOB_OPTIONS
+from ..job.rowbytes import estimated_row_bytes, planned_row_bytes
 from ..urls import task_page_url
 from .options import declare_options, spec_options, take_options
 
@@ -237,8 +238,6 @@ class SemiJoinJobOperator(BaseOperator):
     def job_info(self, spec, link: str) -> dict:
         """``semijoin_info``: what runs, with which parameters and memory split (no credentials)."""
         described = spec.describe()
-        from ..spark.joinstate import estimated_row_bytes
-
         steps, added_columns = [], 0
         for index, (step, shown) in enumerate(zip(spec.steps, described["steps"])):
             row_bytes = estimated_row_bytes(spec.source, added_columns, spec.deadline is not None)
@@ -273,7 +272,6 @@ class SemiJoinJobOperator(BaseOperator):
         from ..core.session import sized_for_rows
         from ..core.stores import open_store
         from ..job.kept_plans import kept_plan
-        from ..spark.joinstate import planned_row_bytes
 
         kept = kept_plan(checkpoint, index, step)
         if kept is not None:

@@ -12,7 +12,7 @@ A step's memory holds the algorithm's structures *and* the rows of the tuples in
 (:func:`..core.session.planned_for_rows`, as the Spark step splits it), so each candidate is
 predicted at the share the rows leave it: a candidate that holds many tuples (MESHJOIN's and
 HYBRIDJOIN's H_S) gets less of M than one that holds few (INLJ). The rows' width is not known
-before the first micro-batch; :func:`..spark.joinstate.estimated_row_bytes` estimates it from the
+before the first micro-batch; :func:`..job.rowbytes.estimated_row_bytes` estimates it from the
 source's schema.
 """
 

@@ -37,7 +37,7 @@ class SemiJoinPipelineOperator(SemiJoinJobOperator):
 
     def _choose(self, step, url: str, memory) -> str:
         from ..core.stores import open_store
-        from ..spark.joinstate import estimated_row_bytes, planned_row_bytes
+        from ..job.rowbytes import estimated_row_bytes, planned_row_bytes
         from ..job.sources import source_from_dict
         from ..job.spec import holds_for_retry
         from .auto import choose_algorithm

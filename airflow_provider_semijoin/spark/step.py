@@ -29,12 +29,13 @@ from ..core.stores import SnapshotLost, open_store
 from ..core.stores.capture import changes_seen
 from ..core.stores.inferred import InferredMembers
 from .ahead import WorkAhead
-from .joinstate import (JOIN_COLUMNS, RETRY_SINCE, SEQ, SPILLED_ROW_BYTES, CarriedRows, StateFiles, due_times,
-                        session_from, slice_of, with_deadlines)
+from .joinstate import (JOIN_COLUMNS, RETRY_SINCE, SEQ, CarriedRows, StateFiles, due_times, session_from, slice_of,
+                        with_deadlines)
 from .partitioned import PartitionedJoin
 from .sinks import dead_letter_rows
 from .stepstats import SliceStats, StepStats
 from ..job.kept_plans import keep_plan, stats_stamp
+from ..job.rowbytes import SPILLED_ROW_BYTES
 from ..job.spec import DeadlineSpec, StepSpec
 
 NOT_IN_MASTER = Unmatched.NOT_IN_MASTER.label
@@ -311,7 +312,7 @@ class JoinStep:
 
     def _plan_at_start(self) -> None:
         """The step's plan (``plan``): where the carried rows spill, a row's bytes are known
-        before any is seen (:data:`.joinstate.SPILLED_ROW_BYTES`), so the algorithm is sized for
+        before any is seen (:data:`..job.rowbytes.SPILLED_ROW_BYTES`), so the algorithm is sized for
         them and built once, now; else the plan of the whole M, built once the first rows show
         how wide they are (:meth:`_size_on_first_rows`)."""
         self._algorithm = None

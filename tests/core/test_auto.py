@@ -11,7 +11,7 @@ from airflow_provider_semijoin.core.joins.registry import AUTO_CANDIDATES, creat
 from airflow_provider_semijoin.core.prediction import predict
 from airflow_provider_semijoin.core.session import sized_for_rows
 from airflow_provider_semijoin.pipeline.auto import choose_algorithm, predictions
-from airflow_provider_semijoin.spark.joinstate import JOIN_COLUMN_BYTES, STRING_BYTES, ddl_row_bytes, estimated_row_bytes
+from airflow_provider_semijoin.job.rowbytes import JOIN_COLUMN_BYTES, STRING_BYTES, ddl_row_bytes, estimated_row_bytes
 from airflow_provider_semijoin.job.sources import FilesSource, GeneratorSource
 from airflow_provider_semijoin.workloads import master_table
 
