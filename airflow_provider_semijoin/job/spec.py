@@ -25,7 +25,7 @@ from ..core.units import parse_bytes
 from ..get_provider_info import CONFIG_OPTIONS
 from .checks import database_url, identifier, one_of, positive
 from .inferred import inferred_member_options
-from .sources import SourceSpec, source_fields
+from .sources import SourceSpec, file_dataset, source_fields, table_dataset
 
 SINK_KINDS = ("parquet", "table")
 SINK_INDEX_SUFFIX = "_batch"  # a table sink's index on its batch column: <table>_batch
@@ -320,6 +320,10 @@ class TargetSpec:
                 raise SpecError(f"table: {shown(self.table)} is too long for a sink table (at most "
                                 f"{64 - len(SINK_INDEX_SUFFIX)} characters, so that its index {self.table}{SINK_INDEX_SUFFIX} "
                                 "is a valid identifier)")
+
+    def dataset(self) -> tuple[str, str]:
+        """The sink as an OpenLineage dataset (namespace, name): its folder, or its table."""
+        return file_dataset(self.path) if self.kind == "parquet" else table_dataset(self.url, self.table)
 
     def describe(self) -> dict:
         return {**_plain(self), "url": redact(self.url) if self.url else None}

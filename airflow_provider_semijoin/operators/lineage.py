@@ -13,25 +13,20 @@ the dead-letter sinks. Dataset names follow the OpenLineage naming spec:
 
 The built-in generator is no dataset (nothing outside the task holds its tuples), nor is a Spark
 source without a path or Kafka topic; they are left out (each source class says which datasets
-it is: :meth:`~..job.sources.SourceSpec.datasets`). The provider is the optional extra
-``openlineage``: without it Airflow never calls the method, and nothing here is imported.
+it is, :meth:`~..job.sources.SourceSpec.datasets`, and each sink which one,
+:meth:`~..job.spec.TargetSpec.dataset`). The provider is the optional extra ``openlineage``:
+without it Airflow never calls the method, and nothing here is imported.
 """
 
 from __future__ import annotations
 
 from ..job.sources import table_dataset
-from ..spark.sinks import sink_class
-
-
-def target_dataset(target) -> tuple[str, str]:
-    """A sink (Parquet folder or table) as a dataset: its class says which (:meth:`..spark.sinks.Sink.dataset`)."""
-    return sink_class(target).dataset(target)
 
 
 def job_datasets(spec) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(inputs, outputs) of a :class:`~..job.spec.JobSpec`, each without repeats, in order."""
     inputs = spec.source.datasets() + [table_dataset(s.master.url, s.master.table) for s in spec.steps]
-    outputs = [target_dataset(spec.sinks.matched), target_dataset(spec.sinks.dead_letter)]
+    outputs = [spec.sinks.matched.dataset(), spec.sinks.dead_letter.dataset()]
     return list(dict.fromkeys(inputs)), list(dict.fromkeys(outputs))
 
 

@@ -30,7 +30,6 @@ import pyarrow.parquet as pq
 from ..core.errors import ConfigError, shown
 from ..core.stores.reconnect import StoreUnavailable, TransactionLost
 from ..core.stores.sql import IDENTIFIER, MYSQL, DatabaseURL, dialect_of, mysql_key_collation
-from ..job.sources import file_dataset, table_dataset
 from ..job.spec import SINK_INDEX_SUFFIX, TargetSpec
 from .joinstate import DEADLINE
 
@@ -92,11 +91,6 @@ class Sink:
     def check_columns(cls, columns: list[str], name: str) -> None:
         """Fail before the query starts if the sink cannot hold a column of the rows it gets."""
 
-    @classmethod
-    def dataset(cls, target: TargetSpec) -> tuple[str, str]:
-        """The sink as an OpenLineage dataset (namespace, name)."""
-        raise NotImplementedError
-
     def write(self, batch_id: int, rows: pa.Table) -> None:
         """Write batch ``batch_id``'s ``rows``, replacing what an earlier attempt at it wrote."""
         raise NotImplementedError
@@ -118,10 +112,6 @@ class ParquetSink(Sink):
     @classmethod
     def for_target(cls, target: TargetSpec, retry_max_s: float | None) -> ParquetSink:
         return cls(target.path)
-
-    @classmethod
-    def dataset(cls, target: TargetSpec) -> tuple[str, str]:
-        return file_dataset(target.path)
 
     def write(self, batch_id: int, rows: pa.Table) -> None:
         final = self.path / f"batch={batch_id}"
@@ -182,10 +172,6 @@ class TableSink(Sink):
                     f"{name}: stream column {shown(column)} is not a valid identifier for a table sink "
                     "(expected letters, digits and _, at most 64 characters; rename it in the source)"
                 )
-
-    @classmethod
-    def dataset(cls, target: TargetSpec) -> tuple[str, str]:
-        return table_dataset(target.url, target.table)
 
     def _create(self, schema: pa.Schema) -> None:
         d = self.dialect

@@ -20,7 +20,7 @@ from airflow_provider_semijoin.core.stores import DatabaseURL
 from airflow_provider_semijoin.operators.lineage import job_datasets
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from airflow_provider_semijoin.job.sources import SparkSource
-from airflow_provider_semijoin.job.spec import JobSpec
+from airflow_provider_semijoin.job.spec import JobSpec, TargetSpec
 from airflow_provider_semijoin.workloads.master import generate_master
 
 OPERATOR = "airflow_provider_semijoin.operators.join:HybridJoinOperator"
@@ -109,6 +109,6 @@ def test_dataset_names_for_kafka_generator_and_relative_paths():
     assert "secret" not in repr(job_datasets(_spec(kafka)))
     assert job_datasets(SimpleNamespace(
         source=SparkSource(format="delta", id_column="id"), steps=[],
-        sinks=SimpleNamespace(matched=SimpleNamespace(kind="parquet", path="/out"),
-                              dead_letter=SimpleNamespace(kind="parquet", path="/out")),
+        sinks=SimpleNamespace(matched=TargetSpec(kind="parquet", path="/out"),
+                              dead_letter=TargetSpec(kind="parquet", path="/out")),
     )) == ([], [("file", "/out")])

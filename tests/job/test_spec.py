@@ -2,13 +2,14 @@
 
 import copy
 import json
+import os
 import re
 
 import pytest
 
 from airflow_provider_semijoin.core.errors import SpecError
 from airflow_provider_semijoin.job.sources import FilesSource, GeneratorSource, SparkSource
-from airflow_provider_semijoin.job.spec import JobSpec, MasterSpec, StepSpec
+from airflow_provider_semijoin.job.spec import JobSpec, MasterSpec, StepSpec, TargetSpec
 
 BASE = {
     "source": {"kind": "generator", "total_rows": 100, "master_rows": 50},
@@ -140,3 +141,11 @@ def test_inferred_member_options_are_kept_whole_and_retry_first_when_a_grace_per
     assert not step.retries and JobSpec.from_dict(spec.to_dict()) == spec
     graced = JobSpec.from_dict(spec_with(inferring(retry_grace_s=30, inferred_member={"defaults": {"name": "?"}})))
     assert graced.steps[0].retries and graced.steps[0].inferred_member["defaults"] == {"name": "?"}
+
+
+def test_each_sink_names_its_own_lineage_dataset(tmp_path):
+    """A sink target is the dataset its kind says (the lineage's outputs): the Parquet folder, or the table."""
+    parquet = TargetSpec(kind="parquet", path=str(tmp_path / "out")).dataset()
+    table = TargetSpec(kind="table", url=f"sqlite:///{tmp_path / 'sink.db'}", table="facts").dataset()
+    assert parquet == ("file", os.path.abspath(tmp_path / "out"))
+    assert table[1] == f"{os.path.abspath(tmp_path / 'sink.db')}.facts" and table[0].startswith("sqlite://")

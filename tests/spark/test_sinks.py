@@ -1,10 +1,8 @@
-"""One class per kind of sink (:mod:`...spark.sinks`): the runner and the lineage ask the class
-of a target's kind how to open it, what it checks before the query starts and which dataset it
-is; each writes its batches idempotently (a batch written again replaces the first attempt)."""
+"""One class per kind of sink (:mod:`...spark.sinks`): the runner asks the class of a target's
+kind how to open it and what it checks before the query starts; each writes its batches
+idempotently (a batch written again replaces the first attempt)."""
 
 from __future__ import annotations
-
-import os
 
 import pyarrow as pa
 import pytest
@@ -12,7 +10,6 @@ import pytest
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.stores.sql import DatabaseURL
 from airflow_provider_semijoin.job.spec import SINK_KINDS, TargetSpec
-from airflow_provider_semijoin.operators.lineage import target_dataset
 from airflow_provider_semijoin.spark.sinks import (SINK_CLASSES, ParquetSink, TableSink, open_sink, read_parquet_sink,
                                                    sink_class)
 
@@ -63,9 +60,3 @@ def test_the_table_sink_checks_its_database_and_the_column_names_it_quotes(tmp_p
     with pytest.raises(ConfigError, match=r"^sinks\.dead_letter: "):
         TableSink.check_ready(missing, "sinks.dead_letter")
     ParquetSink.check_columns(["amount; DROP TABLE r"], "sinks.matched")  # a Parquet column may be named anything
-
-
-def test_each_sink_names_its_own_lineage_dataset(tmp_path):
-    found = {kind: target_dataset(target) for kind, target in targets(tmp_path).items()}
-    assert found["parquet"] == ("file", os.path.abspath(tmp_path / "out"))
-    assert found["table"][1] == f"{os.path.abspath(tmp_path / 'sink.db')}.facts" and found["table"][0].startswith("sqlite://")
