@@ -7,7 +7,8 @@ misses, reconnects to a lost database and the seconds spent waiting for it. It t
 
 * in-process, to a callback (the Spark runner's ``on_progress``);
 * as one line ``SEMIJOIN_PROGRESS {json}`` in the driver log (:meth:`ProgressRecord.to_line`,
-  :func:`parse_line`), so an Airflow task can forward it however the job was launched;
+  :func:`parse_line`), so an Airflow task can forward it however the job was launched (the
+  driver's last line, ``SEMIJOIN_SUMMARY {json}``, :data:`SUMMARY_PREFIX`, is the job's summary);
 * into XCom (keys below): the latest record, and a :class:`ProgressHistory` whose size is bounded
   however long the join runs, which the UI plugin draws.
 """
@@ -20,6 +21,7 @@ import sys
 from dataclasses import asdict, dataclass, field, fields
 
 LINE_PREFIX = "SEMIJOIN_PROGRESS "
+SUMMARY_PREFIX = "SEMIJOIN_SUMMARY "
 
 XCOM_INFO = "semijoin_info"  # algorithm, parameters, memory split: pushed once when the join starts
 XCOM_LATEST = "semijoin_metrics"  # the latest ProgressRecord as a dict

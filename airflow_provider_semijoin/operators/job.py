@@ -4,7 +4,7 @@
 :class:`~..job.spec.JobSpec` (subclasses say how, resolving connection ids through the hooks
 at run time), then runs it
 
-* in this process (:func:`..spark.runner.run_job` on the local session of
+* in this process (:func:`..spark.run_job` on the local session of
   :class:`~..hooks.spark.SemiJoinSparkHook`) when the Spark connection is ``local[...]`` or none;
 * through ``spark-submit`` of the packaged driver otherwise, reading its ``SEMIJOIN_PROGRESS``
   lines as they are printed.
@@ -36,8 +36,8 @@ from ..config import number_option, work_folder
 from ..core.deadline_watch import check_miss_ratio, check_threshold
 from ..core.errors import ConfigError, SemiJoinError
 from ..core.files import write_private_json
-from ..core.progress import (XCOM_HISTORY, XCOM_INFO, XCOM_LATEST, ProgressHistory, ProgressRecord, json_after,
-                             parse_line)
+from ..core.progress import (SUMMARY_PREFIX, XCOM_HISTORY, XCOM_INFO, XCOM_LATEST, ProgressHistory, ProgressRecord,
+                             json_after, parse_line)
 from ..hooks.master import run_time_connections
 from ..hooks.spark import SemiJoinSparkHook
 from ..job.assemble import JOB_OPTIONS
@@ -284,7 +284,7 @@ class SemiJoinJobOperator(BaseOperator):
     def _run(self, spec, records: queue.Queue, outcome: dict) -> None:
         try:
             if self._spark_hook.is_local:
-                from ..spark.runner import run_job
+                from ..spark import run_job
 
                 session = self._spark_hook.get_session(f"semijoin-{spec.name}", spec.partitions)
                 outcome["summary"] = run_job(spec, spark=session, on_progress=records.put, stop_event=self._stop_event)
@@ -296,8 +296,6 @@ class SemiJoinJobOperator(BaseOperator):
     def _submit(self, spec, records: queue.Queue) -> dict:
         """spark-submit the driver; its progress lines become records, and its summary the result:
         the file it writes (whole or not at all), or where there is none its summary line."""
-        from ..spark.driver import SUMMARY_PREFIX
-
         spec_file = work_folder() / "specs" / f"{spec.name}-{os.getpid()}.json"
         summary_file = spec_file.with_name(f"{spec_file.stem}.summary.json")
         summary_file.unlink(missing_ok=True)  # one left by a killed task of the same name and process id

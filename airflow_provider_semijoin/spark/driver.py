@@ -21,8 +21,6 @@ import sys
 import threading
 from typing import Callable
 
-SUMMARY_PREFIX = "SEMIJOIN_SUMMARY "
-
 
 def driver_path() -> str:
     """This file: the application spark-submit runs."""
@@ -40,7 +38,7 @@ def main(argv: list[str] | None = None, at_point: Callable[[str, int], None] | N
     # absolute imports: spark-submit runs this file as a script
     from airflow_provider_semijoin.core.errors import SemiJoinError
     from airflow_provider_semijoin.core.files import write_private_json
-    from airflow_provider_semijoin.core.progress import write_line
+    from airflow_provider_semijoin.core.progress import SUMMARY_PREFIX, write_line
     from airflow_provider_semijoin.spark.runner import load_spec, run_job
     from airflow_provider_semijoin.spark.session import get_spark
 

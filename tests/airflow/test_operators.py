@@ -22,7 +22,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_semijoin.core.errors import ConfigError, SpecError
 from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
-from airflow_provider_semijoin.core.progress import XCOM_HISTORY, XCOM_INFO, XCOM_LATEST
+from airflow_provider_semijoin.core.progress import SUMMARY_PREFIX, XCOM_HISTORY, XCOM_INFO, XCOM_LATEST
 from airflow_provider_semijoin.core.stores import open_store
 from airflow_provider_semijoin.operators.job import SemiJoinMetricsLink
 from airflow_provider_semijoin.operators.join import (
@@ -32,7 +32,6 @@ from airflow_provider_semijoin.operators.join import (
     SSIJOperator,
 )
 from airflow_provider_semijoin.core.files import write_private_json
-from airflow_provider_semijoin.spark.driver import SUMMARY_PREFIX
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from airflow_provider_semijoin.workloads.master import generate_master
 from airflow_provider_semijoin.workloads.zipf import zipf_rows

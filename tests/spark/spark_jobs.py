@@ -13,9 +13,8 @@ import pyarrow as pa
 import kill_driver
 
 from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
-from airflow_provider_semijoin.core.progress import json_after
+from airflow_provider_semijoin.core.progress import SUMMARY_PREFIX, json_after
 from airflow_provider_semijoin.spark import partitioned
-from airflow_provider_semijoin.spark.driver import SUMMARY_PREFIX
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from airflow_provider_semijoin.job.spec import JobSpec
 from airflow_provider_semijoin.workloads.master import master_table
