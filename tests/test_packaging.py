@@ -297,20 +297,30 @@ FORBIDDEN_ARROWS = (
     ("operators", "plugins"),  # the operators' extra link takes its URL from urls.py, as the plugin does
     ("core", "operators"),  # the algorithms know nothing of Airflow's operators
 )
+# (importer, imported): arrows that may reach only the public surface of ``imported`` - the
+# package itself, what its __init__ exports - never one of its modules. The Airflow layer runs a
+# job through ``spark.run_job``; what it knows of a job (a row's bytes in a plan, a sink's
+# dataset) is the job spec's (issue 66). hooks/ are not in it: they are the runtime's adapter
+# (the Spark session, spark-submit of the packaged driver).
+SURFACE_ARROWS = tuple((layer, "spark") for layer in ("operators", "pipeline", "sensors", "triggers", "plugins"))
+ARROW_RULES = [(a, b, False) for a, b in FORBIDDEN_ARROWS] + [(a, b, True) for a, b in SURFACE_ARROWS]
 
 
-def arrows(graph: dict[str, set[str]], importer: str, imported: str) -> list[tuple[str, str]]:
-    """The imports from a module of subpackage ``importer`` to one of ``imported``."""
+def arrows(graph: dict[str, set[str]], importer: str, imported: str, surface: bool = False) -> list[tuple[str, str]]:
+    """The imports from a module of subpackage ``importer`` to one of ``imported``; with
+    ``surface``, only those to one of its modules (the package itself is its public surface)."""
     def inside(module: str, sub: str) -> bool:
         return module == f"{PACKAGE}.{sub}" or module.startswith(f"{PACKAGE}.{sub}.")
 
-    return sorted((m, d) for m, deps in graph.items() if inside(m, importer) for d in deps if inside(d, imported))
+    return sorted((m, d) for m, deps in graph.items() if inside(m, importer) for d in deps
+                  if inside(d, imported) and not (surface and d == f"{PACKAGE}.{imported}"))
 
 
-@pytest.mark.parametrize("importer, imported", FORBIDDEN_ARROWS, ids=[f"{a}->{b}" for a, b in FORBIDDEN_ARROWS])
-def test_no_forbidden_arrow_between_subpackages(importer, imported):
+@pytest.mark.parametrize("importer, imported, surface", ARROW_RULES,
+                         ids=[f"{a}->{b}{'.<module>' if s else ''}" for a, b, s in ARROW_RULES])
+def test_no_forbidden_arrow_between_subpackages(importer, imported, surface):
     graph = import_graph(REPO / PACKAGE)
-    assert arrows(graph, importer, imported) == []
+    assert arrows(graph, importer, imported, surface) == []
 
 
 def test_the_core_names_no_operator():
@@ -330,6 +340,36 @@ def test_the_arrow_check_sees_a_lazy_import(tmp_path):
     (pkg / "plugins" / "urls.py").write_text("URL = 1\n")
     (pkg / "operators" / "job.py").write_text("def link():\n    from ..plugins.urls import URL\n    return URL\n")
     assert arrows(import_graph(pkg), "operators", "plugins") == [(f"{PACKAGE}.operators.job", f"{PACKAGE}.plugins.urls")]
+
+
+def test_the_surface_check_lets_the_package_through_and_sees_a_module_behind_it(tmp_path):
+    pkg = tmp_path / PACKAGE
+    (pkg / "operators").mkdir(parents=True)
+    (pkg / "spark").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "operators" / "__init__.py").write_text("")
+    (pkg / "spark" / "__init__.py").write_text("def run_job():\n    return 1\n")
+    (pkg / "spark" / "joinstate.py").write_text("ROW = 9\n")
+    (pkg / "operators" / "job.py").write_text(
+        "from ..spark import run_job\n\ndef size():\n    from ..spark.joinstate import ROW\n    return ROW\n")
+    graph = import_graph(pkg)
+    assert arrows(graph, "operators", "spark", surface=True) == [(f"{PACKAGE}.operators.job", f"{PACKAGE}.spark.joinstate")]
+    assert len(arrows(graph, "operators", "spark")) == 2
+
+
+def test_the_spark_surface_is_the_runners_run_job_imported_when_first_asked_for():
+    """``spark.run_job`` is the runner's, imported when first asked for: importing the package (the
+    hooks do where DAGs are parsed; the driver and the executors' workers do) loads no runtime."""
+    probe = textwrap.dedent("""
+        import sys
+        import airflow_provider_semijoin.spark as spark
+        assert spark.__all__ == ["run_job"] and "airflow_provider_semijoin.spark.runner" not in sys.modules
+        from airflow_provider_semijoin.spark import run_job
+        from airflow_provider_semijoin.spark.runner import run_job as runners
+        assert run_job is runners
+    """)
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=REPO / "tests")
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def test_import_cycle_check_sees_a_lazy_cycle_through_a_package(tmp_path):
