@@ -246,6 +246,36 @@ def test_a_front_stage_ends_a_cycle_with_its_disk_phase(tmp_path, monkeypatch):
     assert states[-1][0] and sum(ended for ended, _ in states) < len(states) / 2
 
 
+def test_a_front_stage_with_all_of_r_in_h_r_ends_a_cycle_at_each_step(tmp_path, monkeypatch):
+    """SSJ whose H_R holds every key of R (a uniform stream, Zipf 0): once H_R has learnt them,
+    no tuple misses, its MESHJOIN gets none and its H_S empties part way through a scan of R's
+    8 partitions, which never goes on. No tuple waits for the rest of a scan, so each step ends
+    a cycle; when only the scan's end did, warm-up and window both ran to their caps (a clock
+    reading a millisecond on: about 80 steps each)."""
+    from airflow_provider_semijoin.core.joins.frontstage import SemiStreamJoin
+
+    states = []
+    step = SemiStreamJoin.step
+
+    def recording(self, buffer):
+        out = step(self, buffer)
+        states.append((self.cycle_ended, self.algorithm.pending == 0 and self.algorithm._next_partition != 0))
+        return out
+
+    monkeypatch.setattr(SemiStreamJoin, "step", recording)
+    master = f"sqlite:///{tmp_path / 'b.db'}"
+    table, _ = bench_master(master, 1000, out=lambda _line: None)
+    config = BenchConfig(master=master, rows=1000, memory=2**20, zipf=0.0, shapes=["noperm"], io_samples=0,
+                         warmup_s=0.0, window_s=0.01, warmup_turnovers=3.0, warmup_max_s=0.5)
+    ticks = itertools.count()
+    result = measure(config, table, "ssj", "noperm", clock=lambda: next(ticks) * 1e-3,
+                     params={"cache_keys": 1000, "page_rows": 64, "partition_pages": 2})
+    window = states[len(states) - result["window_cycles"]:]
+    assert result["memory_split"]["inner.partitions"] == 8 and result["warmup_turnovers"] >= 3
+    assert 1 <= result["window_cycles"] <= 5 and len(states) < 40
+    assert all(ended and stopped_mid_scan for ended, stopped_mid_scan in window)
+
+
 def test_sweep_cache_reports_an_optimum_per_algorithm_and_variant(tmp_path, capsys):
     out = tmp_path / "sweep.json"
     args = ["bench", "--master", f"sqlite:///{tmp_path / 'b.db'}", "--rows", "4000", "--memory", "512KB",
