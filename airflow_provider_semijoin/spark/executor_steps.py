@@ -188,8 +188,9 @@ class ExecutorSteps:
     in turn, a Spark job each a batch; a step's parts write the rows they pass on, one file per
     (batch, part) under the checkpoint (``sj_state/flow/step=<i>``), which the next step's parts
     read and route by their own key; the last step's parts write the matched sink. Every step's
-    parts write their dead letters. A replay runs every step again from its state before the
-    batch, so each (batch, step, part)'s files come from one attempt."""
+    parts write their dead letters, then their state, pending until :meth:`commit_state`. A
+    replay runs every step again from its state before the batch, so each (batch, step, part)'s
+    files come from one attempt."""
 
     def __init__(self, spark, spec: JobSpec, steps: list, files: StateFiles):
         name = uuid.uuid4().hex  # this driver's run
@@ -216,6 +217,13 @@ class ExecutorSteps:
             if int(folder.name.split("=")[1]) < batch_id:
                 shutil.rmtree(folder, ignore_errors=True)
         return done
+
+    def commit_state(self, batch_id: int) -> None:
+        """Once every step's parts have written their sinks of batch ``batch_id``: their state
+        after it, written pending, is the one a rebuild reads (:meth:`.executor_rows.PartsRun.commit_state`)."""
+        for step in self.steps:
+            if step.run_spec is not None:  # (none before the first file: no part ran)
+                step.run_spec.commit_state(batch_id)
 
     @staticmethod
     def counts(figures: list[BatchFigures]) -> BatchCounts:
