@@ -130,8 +130,9 @@ def test_the_warm_up_lasts_until_the_tuples_held_turned_over(tmp_path, name):
 
 def test_the_window_closes_at_the_end_of_a_cycle(tmp_path, monkeypatch):
     """SSIJ's tuples leave in bursts, at its join phases: the warm-up and the window end only
-    with a step that ended a join phase (SB empty, no phase open), so the window counts whole
-    cycles; a window of 1 ms would otherwise close after the first step, mid-cycle."""
+    with a step that left SB empty and no phase open (here, with R partly cached, one that ended
+    a join phase), so the window counts whole cycles; a window of 1 ms would otherwise close
+    after the first step, mid-cycle."""
     from airflow_provider_semijoin.core.joins.ssij import SemiStreamedIndexJoin
 
     states = []
@@ -152,6 +153,35 @@ def test_the_window_closes_at_the_end_of_a_cycle(tmp_path, monkeypatch):
     opened = ended[-1 - result["window_cycles"]]  # the step whose cycle end closed the warm-up
     assert states[-1][2] - states[opened][2] == result["window_cycles"]  # one join phase a cycle
     assert len(states) - 1 - opened > 1  # the window held more than the step that closed it
+
+
+def test_ssij_with_all_of_r_cached_ends_a_cycle_at_each_online_phase(tmp_path, monkeypatch):
+    """With every page of R in CR, SSIJ's online phases discard each tuple (Alg. 1 lines 9-11):
+    SB stays empty and no join phase comes. Each online phase is then a whole cycle, so the
+    warm-up and the window end within a few steps; when only a join phase ended one, the window
+    ran to its cap (a clock reading a millisecond on: a thousand steps). A uniform stream over R
+    (Zipf 0) makes every page worth keeping, so CR holds all of R after a join phase or two."""
+    from airflow_provider_semijoin.core.joins.ssij import SemiStreamedIndexJoin
+
+    states = []
+    step = SemiStreamedIndexJoin.step
+
+    def recording(self, buffer):
+        out = step(self, buffer)
+        states.append((self.cycle_ended, self.cache.pages == self.page_map.n_pages and self._sb.size == 0))
+        return out
+
+    monkeypatch.setattr(SemiStreamedIndexJoin, "step", recording)
+    master = f"sqlite:///{tmp_path / 'b.db'}"
+    table, _ = bench_master(master, 1000, out=lambda _line: None)
+    config = BenchConfig(master=master, rows=1000, memory=2 * 2**20, zipf=0.0, shapes=["noperm"], io_samples=0,
+                         warmup_s=0.0, window_s=0.01, warmup_turnovers=1.0, warmup_max_s=10.0)
+    ticks = itertools.count()
+    result = measure(config, table, "ssij", "noperm", clock=lambda: next(ticks) * 1e-3)
+    window = states[len(states) - result["window_cycles"]:]
+    assert 1 <= result["window_cycles"] <= 5 and len(states) < 300  # (the window's cap alone: a thousand steps)
+    assert all(ended and all_cached for ended, all_cached in window)  # each step of the window a whole cycle
+    assert result["extra"]["join_phases"] >= 1 and result["cache_hit_ratio"] < 1  # R was read into CR first
 
 
 def test_the_window_counts_the_cpu_clock_around_each_step_alone(tmp_path):
@@ -214,6 +244,36 @@ def test_a_front_stage_ends_a_cycle_with_its_disk_phase(tmp_path, monkeypatch):
     measure(config, table, "ssj", "noperm")
     assert [ended for ended, _ in states] == [scan == 0 for _, scan in states]
     assert states[-1][0] and sum(ended for ended, _ in states) < len(states) / 2
+
+
+def test_a_front_stage_with_all_of_r_in_h_r_ends_a_cycle_at_each_step(tmp_path, monkeypatch):
+    """SSJ whose H_R holds every key of R (a uniform stream, Zipf 0): once H_R has learnt them,
+    no tuple misses, its MESHJOIN gets none and its H_S empties part way through a scan of R's
+    8 partitions, which never goes on. No tuple waits for the rest of a scan, so each step ends
+    a cycle; when only the scan's end did, warm-up and window both ran to their caps (a clock
+    reading a millisecond on: about 80 steps each)."""
+    from airflow_provider_semijoin.core.joins.frontstage import SemiStreamJoin
+
+    states = []
+    step = SemiStreamJoin.step
+
+    def recording(self, buffer):
+        out = step(self, buffer)
+        states.append((self.cycle_ended, self.algorithm.pending == 0 and self.algorithm._next_partition != 0))
+        return out
+
+    monkeypatch.setattr(SemiStreamJoin, "step", recording)
+    master = f"sqlite:///{tmp_path / 'b.db'}"
+    table, _ = bench_master(master, 1000, out=lambda _line: None)
+    config = BenchConfig(master=master, rows=1000, memory=2**20, zipf=0.0, shapes=["noperm"], io_samples=0,
+                         warmup_s=0.0, window_s=0.01, warmup_turnovers=3.0, warmup_max_s=0.5)
+    ticks = itertools.count()
+    result = measure(config, table, "ssj", "noperm", clock=lambda: next(ticks) * 1e-3,
+                     params={"cache_keys": 1000, "page_rows": 64, "partition_pages": 2})
+    window = states[len(states) - result["window_cycles"]:]
+    assert result["memory_split"]["inner.partitions"] == 8 and result["warmup_turnovers"] >= 3
+    assert 1 <= result["window_cycles"] <= 5 and len(states) < 40
+    assert all(ended and stopped_mid_scan for ended, stopped_mid_scan in window)
 
 
 def test_sweep_cache_reports_an_optimum_per_algorithm_and_variant(tmp_path, capsys):

@@ -24,7 +24,10 @@ back a few figures a part:
   the version the driver chose for the batch, and writes its matched and dead-letter rows, one
   Parquet file each per (batch, part) (``batch=<b>/part-<p>.parquet``: a replay replaces it),
   then its carried rows (the queue, HYBRIDJOIN sec. 4; MESHJOIN sec. 3.1) as the state file of
-  (part, batch) under the checkpoint, before the driver lets Spark commit the batch.
+  (part, batch) under the checkpoint, under a pending name. Once every part has written its
+  sinks, the driver renames each pending file to the name a rebuild reads
+  (:meth:`PartsRun.commit_state`), then lets Spark commit the batch: a driver lost between
+  the two replays the batch from the state before it, as on the driver's path.
 - A tuple whose key cannot be in R (null, bad) goes to part 0, whose session lets it leave at
   once with its reason (:func:`.joinstate.slice_of`).
 - A part's tuples that left go through the step's on-missing policy as the driver design's
@@ -259,6 +262,14 @@ class PartsRun:
         return Path(path) / f"batch={batch_id}" / (f"part-{part}.parquet" if self.index == 0 else
                                                      f"part-{part}-step{self.index}.parquet")
 
+    def commit_state(self, batch_id: int) -> None:
+        """The driver's, once every part has written its sinks of the batch: each part's state
+        after it, written under a pending name (:func:`join_part`), renamed to the one a rebuild
+        reads (:meth:`.joinstate.StateFiles.read`)."""
+        files = StateFiles(Path(self.state_folder), self.retain)
+        for part in self.routes.owners.tolist():
+            files.commit(part, batch_id)
+
     def read(self, files: list) -> pa.Table:
         """The rows of the batch the step gets: the source's files, or the step before's parts' files."""
         if not files:
@@ -310,7 +321,8 @@ def _write_parquet(table: pa.Table, path: Path) -> None:
 
 def join_part(run: PartsRun, call: BatchCall, part: int, new: pa.Table) -> dict:
     """Part ``part``'s share ``new`` of the batch: joined with its state, its sinks written, then
-    its state file; the session kept in this worker under a new token; its figures."""
+    its state file, pending until the driver commits it; the session kept in this worker under a
+    new token; its figures."""
     started, cpu = time.perf_counter(), time.process_time()
     step, files = run.step, StateFiles(Path(run.state_folder), run.retain)
     session, carried, rebuilt = _state_before(run, call, part, files)
@@ -329,8 +341,8 @@ def join_part(run: PartsRun, call: BatchCall, part: int, new: pa.Table) -> dict:
     _write_parquet(passed, run.part_file(run.matched_path, call.batch_id, part))
     _write_parquet(dead, run.part_file(run.dead_path, call.batch_id, part))
     files.write_batches(part, call.batch_id, carried.rows.schema if carried.rows is not None else tagged.schema,
-                        carried.live_batches())
-    carried.spill(files.mapped(part, call.batch_id))
+                        carried.live_batches(), pending=True)
+    carried.spill(files.mapped(part, call.batch_id, pending=True))
     token = f"{call.batch_id}:{uuid.uuid4().hex}"  # this attempt's: the driver names it back if it takes these figures
     _HELD[(run.name, run.index, part)] = (token, session, carried)
     left = pa.concat_tables([passed.select(["sj_arrival"]), dead.select(["sj_arrival"])] if run.last else [dead.select(["sj_arrival"])])

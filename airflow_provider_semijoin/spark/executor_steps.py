@@ -23,9 +23,10 @@ import pyarrow.parquet as pq
 from ..core.errors import ConfigError
 from ..core.files import write_private_json
 from ..core.session import LOG_BYTES_PER_TUPLE
+from ..job.rowbytes import SPILLED_ROW_BYTES
 from ..job.spec import JobSpec
 from .executor_rows import BatchCall, PartsRun, Routes, bound_of, kept_bound, readable, serve_parts
-from .joinstate import SPILLED_ROW_BYTES, StateFiles
+from .joinstate import StateFiles
 from .jobstats import BatchCounts
 from .stepstats import PartsStats, PartStats, SliceStats, StepStats
 
@@ -188,8 +189,9 @@ class ExecutorSteps:
     in turn, a Spark job each a batch; a step's parts write the rows they pass on, one file per
     (batch, part) under the checkpoint (``sj_state/flow/step=<i>``), which the next step's parts
     read and route by their own key; the last step's parts write the matched sink. Every step's
-    parts write their dead letters. A replay runs every step again from its state before the
-    batch, so each (batch, step, part)'s files come from one attempt."""
+    parts write their dead letters, then their state, pending until :meth:`commit_state`. A
+    replay runs every step again from its state before the batch, so each (batch, step, part)'s
+    files come from one attempt."""
 
     def __init__(self, spark, spec: JobSpec, steps: list, files: StateFiles):
         name = uuid.uuid4().hex  # this driver's run
@@ -216,6 +218,13 @@ class ExecutorSteps:
             if int(folder.name.split("=")[1]) < batch_id:
                 shutil.rmtree(folder, ignore_errors=True)
         return done
+
+    def commit_state(self, batch_id: int) -> None:
+        """Once every step's parts have written their sinks of batch ``batch_id``: their state
+        after it, written pending, is the one a rebuild reads (:meth:`.executor_rows.PartsRun.commit_state`)."""
+        for step in self.steps:
+            if step.run_spec is not None:  # (none before the first file: no part ran)
+                step.run_spec.commit_state(batch_id)
 
     @staticmethod
     def counts(figures: list[BatchFigures]) -> BatchCounts:

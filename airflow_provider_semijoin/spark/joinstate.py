@@ -35,6 +35,7 @@ missed (:func:`deadline_misses`); the sinks do not get it.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -46,7 +47,6 @@ from ..core.files import write_arrow, write_whole
 from ..core.joins.base import JoinAlgorithm, JoinOutput
 from ..core.runner import feed_keys, one_version_of_r
 from ..core.session import JoinSession, left_ids, materialise
-from ..job.rowbytes import SPILLED_ROW_BYTES  # noqa: F401  (read here by .executor_steps)
 from ..job.spec import DeadlineSpec
 from .stepstats import SliceStats
 
@@ -335,14 +335,15 @@ def _slice_stats(session: JoinSession, result: JoinOutput, io_before: tuple[int,
 
 
 class StateFiles:
-    """One Arrow IPC file per (step, batch id) under ``folder``: the state after that batch."""
+    """One Arrow IPC file per (step, batch id) under ``folder``: the state after that batch.
+    One written ``pending`` is under a name no reader takes until :meth:`commit` renames it."""
 
     def __init__(self, folder: Path, retain: int):
         self.folder = Path(folder)
         self.retain = max(int(retain), 1)
 
-    def _path(self, step: int, batch_id: int) -> Path:
-        return self.folder / f"step{step}-batch{batch_id}.arrow"
+    def _path(self, step: int, batch_id: int, pending: bool = False) -> Path:
+        return self.folder / f"{'pending-' if pending else ''}step{step}-batch{batch_id}.arrow"
 
     def _batches(self, step: int) -> list[int]:
         if not self.folder.is_dir():
@@ -353,10 +354,20 @@ class StateFiles:
         """Atomically: a reader sees the whole file or none; older files beyond ``retain`` go."""
         self.write_batches(step, batch_id, table.schema, table.to_batches(max_chunksize=STATE_CHUNK_ROWS))
 
-    def write_batches(self, step: int, batch_id: int, schema: pa.Schema, batches) -> None:
+    def write_batches(self, step: int, batch_id: int, schema: pa.Schema, batches, pending: bool = False) -> None:
         """:meth:`write` of a table given as its record ``batches`` (written one at a time)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        write_whole(self._path(step, batch_id), lambda partial: write_arrow(partial, schema, batches))
+        write_whole(self._path(step, batch_id, pending), lambda partial: write_arrow(partial, schema, batches))
+        if not pending:
+            self._prune(step, batch_id)
+
+    def commit(self, step: int, batch_id: int) -> None:
+        """The state of ``step`` after ``batch_id`` written ``pending``, renamed to the name
+        :meth:`read` takes (atomically: a replaced file stays whole for whoever mapped it)."""
+        os.replace(self._path(step, batch_id, pending=True), self._path(step, batch_id))
+        self._prune(step, batch_id)
+
+    def _prune(self, step: int, batch_id: int) -> None:
         for old in self._batches(step):
             if old <= batch_id - self.retain or old > batch_id:  # a later file is from an attempt never committed
                 self._path(step, old).unlink(missing_ok=True)
@@ -385,7 +396,7 @@ class StateFiles:
             return None
         return earlier[-1], self.mapped(step, earlier[-1])
 
-    def mapped(self, step: int, batch_id: int) -> pa.Table:
+    def mapped(self, step: int, batch_id: int, pending: bool = False) -> pa.Table:
         """The state of ``step`` after ``batch_id``, memory-mapped: its rows stay in the file (the
-        page cache) until read; the file may be pruned meanwhile, the mapping keeps it."""
-        return pa.ipc.open_file(pa.memory_map(str(self._path(step, batch_id)), "r")).read_all()
+        page cache) until read; the file may be renamed or pruned meanwhile, the mapping keeps it."""
+        return pa.ipc.open_file(pa.memory_map(str(self._path(step, batch_id, pending)), "r")).read_all()

@@ -225,9 +225,9 @@ class BatchProcessor:
 
     def process_files(self, batch_id: int) -> dict:
         """``data_path: executors``: batch ``batch_id`` by its files (Spark's checkpoint names them),
-        joined by the parts on the executors, which write the sinks and their state
-        (:mod:`.executor_rows`); the driver reads R's version for the batch and adds up the
-        parts' figures into the progress record."""
+        joined by the parts on the executors, which write the sinks, then their state pending until
+        the driver commits it after the ``sinks`` point (:mod:`.executor_rows`); the driver reads
+        R's version for the batch and adds up the parts' figures into the progress record."""
         self.at_point("batch", batch_id)
         started = self.clock()
         files = batch_files(self.spec.checkpoint, batch_id)
@@ -241,7 +241,8 @@ class BatchProcessor:
         horizon = started + DUE_SAFETY * self._gap
         figures = self.on_executors.run(batch_id, files, versions, horizon,
                                         [started + share * (i + 1) for i in range(len(self.steps))], drain is not None)
-        self.at_point("sinks", batch_id)  # (the parts wrote their sinks, then their state)
+        self.at_point("sinks", batch_id)  # every part wrote its sinks; its state is pending
+        self.on_executors.commit_state(batch_id)
         self.at_point("state", batch_id)
         done = self.clock()
         self._gap = max(self.spec.trigger_interval_s, done - started, GAP_DECAY * self._gap)

@@ -119,14 +119,16 @@ def run_driver(spec_file, kill: str | None = None) -> subprocess.CompletedProces
     return subprocess.CompletedProcess(process.args, process.returncode, out)
 
 
-def killed_then_finished(spec: JobSpec, folder, points: tuple[str, ...]) -> None:
+def killed_then_finished(spec: JobSpec, folder, points: tuple[str, ...], on_killed=None) -> None:
     """The packaged driver on ``spec``, killed with its JVM at each of ``points`` in turn
-    (``point:batch id``), then run once more to its end."""
+    (``point:batch id``; ``on_killed(point)`` looks at what it left), then run once more to its end."""
     spec_file = folder / "job.json"
     spec_file.write_text(json.dumps(spec.to_dict()))
     for point in points:
         killed = run_driver(spec_file, kill=point)
         assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:]
+        if on_killed is not None:
+            on_killed(point)
     done = run_driver(spec_file)
     assert done.returncode == 0, done.stdout[-2000:]
 

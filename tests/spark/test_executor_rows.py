@@ -32,6 +32,7 @@ from airflow_provider_semijoin.job.spec import JobSpec, StepSpec
 from airflow_provider_semijoin.spark import executor_rows
 from airflow_provider_semijoin.spark.executor_rows import (BatchCall, PartsRun, Routes, batch_files, chosen_path, refusal,
                                                            serve_parts)
+from airflow_provider_semijoin.spark.joinstate import StateFiles
 from airflow_provider_semijoin.spark.partitioned import RangePartitioner
 from airflow_provider_semijoin.spark.runner import run_job
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
@@ -165,13 +166,30 @@ def test_each_step_of_a_pipeline_on_the_executors_leaves_its_tuples_once(tmp_pat
     assert sum(r["part_rebuilds"] for r in records) == 0 and max(r["queue_tuples"] for r in records) > 0
 
 
-def test_a_killed_driver_leaves_each_tuple_once(tmp_path, sqlite_backend):
-    """The driver and its JVM killed after batch 3's parts wrote their sinks and state (Spark has
-    not committed it: the batch is replayed, its parts rebuilt from batch 2's state files), then
-    after batch 6's; a third driver ends the stream."""
+def test_a_driver_killed_between_the_parts_sinks_and_their_state_leaves_each_tuple_once(tmp_path, sqlite_backend):
+    """The driver and its JVM killed at batch 3's ``sinks`` point: every part has written its
+    sinks of the batch, none its state after it (a rebuild reads batch 2's), and Spark has not
+    committed it; the batch is replayed, its parts rebuilt from batch 2's state files. Then
+    killed at the start of batch 6; a third driver ends the stream."""
     table, stream = landing(tmp_path, sqlite_backend, "int")
     spec = job(tmp_path, sqlite_backend.url, table, "hybridjoin", 2)
-    killed_then_finished(spec, tmp_path, ("sinks:3", "batch:6"))
+    state = tmp_path / "checkpoint" / "sj_state" / "parts"
+    looked = []
+
+    def at_sinks_of_batch_3(point: str) -> None:
+        if point != "sinks:3":
+            return
+        ranges = json.loads((state / "executor_parts.json").read_text())["ranges"]
+        owners = [part for part, key_range in enumerate(ranges) if key_range is not None]
+        for part in owners:
+            for sink in (spec.sinks.matched.path, spec.sinks.dead_letter.path):
+                assert (Path(sink) / "batch=3" / f"part-{part}.parquet").exists()
+            assert StateFiles(state, 10).read(part, 4)[0] == 2  # the newest state a rebuild reads: batch 2's
+        assert not (tmp_path / "checkpoint" / "commits" / "3").exists()
+        looked.extend(owners)
+
+    killed_then_finished(spec, tmp_path, ("sinks:3", "batch:6"), on_killed=at_sinks_of_batch_3)
+    assert looked == [0, 1]
     check_exactly_once(sqlite_backend, table, stream, spec)
 
 
@@ -260,7 +278,8 @@ def test_the_parts_protocol_leaves_each_tuple_once_however_tasks_land_fail_or_re
     """The parts' tasks (:func:`serve_parts`, as Spark runs them) in this process, over any placement
     of the tasks on three Python workers (each its own ``_HELD``), figures lost on the way back (the
     task failed after its join: the part is built again elsewhere) and a new driver (a restart: a new
-    run, no token) replaying a batch: every tuple leaves once, matched iff its key is in R."""
+    run, no token) replaying a batch, lost before or after it committed the parts' state: every
+    tuple leaves once, matched iff its key is in R."""
     folder = tmp_path_factory.mktemp("protocol")
     algorithm = data.draw(st.sampled_from(PROTOCOL_ALGORITHMS), "algorithm")
     parts = data.draw(st.integers(1, 3), "parts")
@@ -307,8 +326,11 @@ def test_the_parts_protocol_leaves_each_tuple_once_however_tasks_land_fail_or_re
             assert sorted(f["part"] for f in taken) == owners
             if batch_id in restarts:  # the driver is lost before Spark commits: a new one, with no token, replays it
                 restarts.discard(batch_id)
+                if data.draw(st.booleans(), f"batch {batch_id}: the lost driver committed the parts' state"):
+                    run.commit_state(batch_id)
                 run, tokens = dataclasses.replace(run, name=f"driver-{batch_id}-again"), {}
                 continue
+            run.commit_state(batch_id)  # (the driver's, after the sinks)
             tokens = {f["part"]: f["token"] for f in taken}
             batch_id += 1
         assert sum(f["carried"] for f in taken) == 0  # the drain emptied every part

@@ -289,9 +289,10 @@ def owners(spec: JobSpec) -> int:
 
 @pytest.mark.timeout(900)
 def test_the_pipeline_on_the_executors_leaves_each_tuple_once_through_a_killed_driver(tmp_path, sqlite_backend):
-    """The driver and its JVM killed after batch 2's parts of both steps wrote their files and
-    state (Spark has not committed it: the batch is replayed through both steps, each step's parts
-    rebuilt from their state files of batch 1), then before batch 4; a third driver ends the stream."""
+    """The driver and its JVM killed after batch 2's parts of both steps wrote their files, before
+    their state after it was committed (nor the batch by Spark: it is replayed through both steps,
+    each step's parts rebuilt from their state files of batch 1), then before batch 4; a third
+    driver ends the stream."""
     tables, streamed, spec = executors_job(tmp_path, sqlite_backend)
     killed_then_finished(spec, tmp_path, ("sinks:2", "batch:4"))
     assert_exact(sqlite_backend, tables, spec, streamed)

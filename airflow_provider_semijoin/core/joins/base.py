@@ -510,8 +510,9 @@ class JoinAlgorithm:
         """Whether the last step ended a cycle: a point of the state the join comes back to in
         its steady state, where a measurement window may open and close without cutting a burst
         of completions in two. Every step of an algorithm whose tuples leave step by step (an
-        iteration of HYBRIDJOIN, ...); MESHJOIN ends one with a scan of all of R, SSIJ with the
-        join phase that empties SB."""
+        iteration of HYBRIDJOIN, ...); MESHJOIN ends one with a scan of all of R (or an empty
+        H_S), SSIJ with SB empty again (the join phase that flushes it, or, all of R cached, an
+        online phase). One that never ends kept a bench's warm-up and window running to their caps."""
         return True
 
     def turnovers(self) -> float:

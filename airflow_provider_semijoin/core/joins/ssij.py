@@ -61,12 +61,13 @@ model that starts at one random I/O per page and learns the worst observed time 
 past join phases of a similar size (log2 buckets of |P_u|). A tuple is due when a tenth of its
 time from arrival to deadline is left (the paper: "close to the maximum latency").
 
-Updates (sec. IV-E): a *cycle* - the online phases up to the join phase that empties SB - reads
-one snapshot of R (:meth:`.stores.base.MasterStore.snapshot`, when R has a change log); on
-entry the cached pages of the keys changed since the last cycle are dropped before any probe,
-so a tuple joins its cached and its read pages with one version of R. Between cycles no tuple
-is half joined. :meth:`SemiStreamedIndexJoin.install_updates` is the paper's "Installing
-Updates": force the join phase, install the batch while the stream waits in IB, resume.
+Updates (sec. IV-E): a *cycle* - the online phases until SB is empty again (a join phase flushed
+it, or, all of R cached, no tuple entered it) - reads one snapshot of R
+(:meth:`.stores.base.MasterStore.snapshot`, when R has a change log); on entry the cached pages
+of the keys changed since the last cycle are dropped before any probe, so a tuple joins its
+cached and its read pages with one version of R. Between cycles no tuple is half joined.
+:meth:`SemiStreamedIndexJoin.install_updates` is the paper's "Installing Updates": force the
+join phase, install the batch while the stream waits in IB, resume.
 
 1:K joins: a page holds whole keys, so a tuple meets all K rows of its key on one page. Range
 conditions (``range_lo``, ``range_hi``: R.key between key+range_lo and key+range_hi, integer
@@ -138,7 +139,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self._asked_in_phase = np.full(n_pages, -2, dtype=np.int32)  # the last join phase each page was in P_u of
         self._requested = 0  # pages with an II entry: |P_u| of the next join phase
         self._phase: JoinPhase | None = None
-        self._phase_ended = False  # the last step ended a join phase (:attr:`cycle_ended`)
+        self._cycle_ended = False  # the last step ended a cycle (:attr:`cycle_ended`)
         self._online_s = 0.0  # duration of the last online phase
         self._gap_s = 0.0  # time between the last two steps: how late a deadline check may come
         self._last_step: float | None = None
@@ -234,14 +235,16 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
     # -- one step -------------------------------------------------------------------------------
     @property
     def cycle_ended(self) -> bool:
-        """The last step ended a join phase: SB is empty, the cache holds ToKeep (Alg. 2 lines
-        17-18), and the next tuples start a cycle (a window over whole cycles counts every burst
-        of a join phase once)."""
-        return self._phase_ended
+        """The last step moved the join (an online phase, a join phase's sequence) and left no
+        tuple half joined: SB empty, no join phase under way (a window over whole cycles counts
+        each burst of a join phase once). Mostly the join phase that flushes SB (Alg. 2 lines
+        17-18); but an online phase too goes back to the pending phase (Alg. 1 line 24), and with
+        all of R in CR it discards every tuple (lines 9-11): SB stays empty, no join phase ever
+        comes (a bench waited for one to its caps), each online phase is a whole cycle."""
+        return self._cycle_ended
 
     def _step(self, buffer: StreamBuffer) -> JoinOutput:
         self._time = buffer.clock
-        self._phase_ended = False
         now = self._time()
         if self._last_step is not None and self.pending:  # (an idle pause between streams does not count)
             self._gap_s = max(now - self._last_step, GAP_DECAY * self._gap_s)
@@ -249,7 +252,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         self._accept(buffer)
         if self._phase is not None:
             out = self._join_next()
-            self._end_cycle()
+            self._cycle_ended = self._end_cycle()
             return out
         ib, end = self._ib, buffer.exhausted
         urgent = int((ib.due <= self._horizon(min(len(ib), self.ib_thresh))).sum()) if len(ib) else 0
@@ -264,7 +267,7 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
                 self.counters.forced_join_phases += 1
             self._start_join_phase(last=end and buffer.final and not len(self._ib))
             outputs.append(self._join_next())
-        self._end_cycle()
+        self._cycle_ended = self._end_cycle() and bool(outputs)  # (a step that waited in the pending phase ends none)
         return JoinOutput.concat(outputs, self.schema)
 
     def _horizon(self, new_pages: int) -> float:
@@ -288,11 +291,14 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
             changed = self._cycle.enter_context(self.store.snapshot())
             self.counters.invalidated_pages += self.invalidate(changed)
 
-    def _end_cycle(self) -> None:
-        """Close the cycle's snapshot once no tuple is half joined (SB empty, no join phase)."""
-        if self._cycle is not None and self._phase is None and self._sb.size == 0:
+    def _end_cycle(self) -> bool:
+        """Whether no tuple is half joined (SB empty, no join phase): then the cycle's snapshot closes."""
+        if self._phase is not None or self._sb.size:
+            return False
+        if self._cycle is not None:
             self._cycle.close()
             self._cycle = None
+        return True
 
     def invalidate(self, keys: np.ndarray) -> int:
         """Drop the cached pages holding ``keys`` (changed in R); returns how many were cached."""
@@ -545,7 +551,6 @@ class SemiStreamedIndexJoin(JoinAlgorithm):
         if phase.next == len(phase.plan):
             self.estimate.observe(len(phase.requested), self._time() - phase.started)
             self._phase = None
-            self._phase_ended = True
         return out
 
     def _read(self, phase: JoinPhase, first: int, count: int, pair_sb: np.ndarray) -> MasterPage:
