@@ -29,8 +29,17 @@ from airflow_provider_semijoin.core.stores.capture import CLOCK_SUFFIX
 from airflow_provider_semijoin.core.stores.pagemaps import pages_table
 from airflow_provider_semijoin.core.stores.sql import side_tables
 from airflow_provider_semijoin.core.stores.versions import before_table
+from worker_groups import worker_group  # tests/ is on sys.path: pytest put it there for this file
 
 DEFAULT_MYSQL_URL = "mysql://semijoin:semijoin@127.0.0.1:3306/semijoin_test"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Each test in its file's xdist group (:mod:`worker_groups`)."""
+    root = Path(str(config.rootpath))
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(worker_group(Path(str(item.path)).relative_to(root).as_posix())))
 
 
 @pytest.fixture(scope="session")

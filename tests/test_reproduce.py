@@ -26,6 +26,7 @@ from airflow_provider_semijoin.core.unitcosts import ComponentCosts
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.acceptance  # every experiment of the papers: test_readme runs `semijoin reproduce` on one in the first tier
 def test_small_scale_writes_every_plot_with_every_algorithm_and_judges_every_claim(tmp_path, capsys):
     out = tmp_path / "report"
     assert main(["reproduce", "--scale", "small", "--out", str(out)]) == 0

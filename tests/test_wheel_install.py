@@ -113,6 +113,7 @@ def sink_pairs(tmp: Path):
 
 
 @pytest.mark.slow
+@pytest.mark.acceptance  # the wheel from the index with plain pip: minutes of downloads and installs
 @pytest.mark.timeout(1500)
 def test_wheel_installs_with_plain_pip_and_runs_a_python_worker_join(tmp_path):
     wheel = build_wheel(tmp_path)

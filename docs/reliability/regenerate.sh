@@ -26,8 +26,8 @@ faults)
 hostile)
     "$PYTHON" -m pytest tests/hostile -p no:cacheprovider
     cp "$SCRATCH/artifacts/hostile/tally.json" "$SCRATCH/artifacts/hostile/tally.md" $DOCS/ ;;
-sigkill)  # the acceptance run: 10 kills, 30 micro-batches per algorithm (CI runs the default 3)
-    SEMIJOIN_TEST_KILLS=10 "$PYTHON" -m pytest -p no:cacheprovider \
+sigkill)  # 10 kills, 30 micro-batches per algorithm (the acceptance tier runs the default 3)
+    SEMIJOIN_TEST_KILLS=10 "$PYTHON" -m pytest -p no:cacheprovider -m acceptance \
         "tests/spark/test_recovery.py::test_sigkill_at_random_points_of_a_carried_run_is_exactly_once"
     cp "$SCRATCH/artifacts/recovery/sigkill.json" "$SCRATCH/artifacts/recovery/sigkill.md" $DOCS/ ;;
 *) echo "regenerate.sh: unknown part $part (soak, faults, hostile or sigkill)" >&2; exit 2 ;;

@@ -27,7 +27,7 @@ import httpx
 import pytest
 from airflow_stack import CHARTS, artifacts_dir, chart_state, log_in
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.acceptance, pytest.mark.timeout(1500)]
 
 DAG_ID = "semijoin_sales_facts"
 JOIN_TASK = "surrogate_keys"

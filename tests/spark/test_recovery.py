@@ -124,6 +124,7 @@ def run_until_killed(spec_file, point: str, batch_id: int) -> subprocess.Popen:
     return driver
 
 
+@pytest.mark.acceptance  # one kill and a restart: test_sigkill_mid_stream_then_restart_is_exactly_once, first tier
 @pytest.mark.timeout(600 + KILLS * 400)
 @pytest.mark.parametrize("algorithm, params, trigger_s", [("meshjoin", {"page_rows": 16, "partition_pages": 4}, 0.2),
                                                           ("hybridjoin", {"page_rows": 16, "rider_repeats": 0}, 0.01)])

@@ -31,6 +31,7 @@ def soak_table(mysql_url):
     connection.close()
 
 
+@pytest.mark.acceptance  # the soak machinery at a quarter minute: test_readme runs `semijoin soak` in the first tier
 def test_half_minute_soak_writes_csv_png_and_keeps_exactly_once(spark, mysql_url, soak_table, tmp_path):
     """The soak's machinery at CI size (the leak hunt itself is `semijoin soak --minutes 30`, README)."""
     config = SoakConfig(minutes=0.5, out=tmp_path / "soak", master=mysql_url, table=soak_table, size="small",
