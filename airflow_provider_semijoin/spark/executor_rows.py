@@ -63,6 +63,7 @@ from ..core.errors import ConfigError
 from ..core.files import write_whole
 from ..core.joins.registry import create
 from ..core.keys import KeyType, normalize
+from ..core.micros import epoch_micros
 from ..core.stores import open_store
 from ..job.sources import FilesSource
 from ..job.spec import JobSpec, StepSpec
@@ -180,10 +181,10 @@ def read_batch(files: list[tuple[str, float]], columns: list[str] | None, arriva
 
 def epoch_seconds(values: pa.ChunkedArray) -> pa.ChunkedArray:
     """A stream's arrival column as epoch seconds, as Spark casts it to a timestamp: numbers are
-    seconds, timestamps and dates their instant (null stays null)."""
+    seconds, timestamps and dates their instant, to the microsecond (nanoseconds floored,
+    :func:`..core.micros.epoch_micros`); null stays null."""
     if pa.types.is_timestamp(values.type) or pa.types.is_date(values.type):
-        micros = values.cast(pa.timestamp("us", tz=getattr(values.type, "tz", None))).cast(pa.int64())
-        return pc.divide(micros.cast(pa.float64()), 1e6)
+        return pc.divide(epoch_micros(values).cast(pa.float64()), 1e6)
     if pa.types.is_integer(values.type) or pa.types.is_floating(values.type):
         return values.cast(pa.float64())
     raise ConfigError(f"arrival_column: its type {values.type} is not a number of seconds or a timestamp")

@@ -30,8 +30,8 @@ from airflow_provider_semijoin.core.oracle import hash_join
 from airflow_provider_semijoin.core.stores import store_for
 from airflow_provider_semijoin.job.spec import JobSpec, StepSpec
 from airflow_provider_semijoin.spark import executor_rows
-from airflow_provider_semijoin.spark.executor_rows import (BatchCall, PartsRun, Routes, batch_files, chosen_path, refusal,
-                                                           serve_parts)
+from airflow_provider_semijoin.spark.executor_rows import (BatchCall, PartsRun, Routes, batch_files, chosen_path, read_batch,
+                                                           refusal, serve_parts)
 from airflow_provider_semijoin.spark.partitioned import RangePartitioner
 from airflow_provider_semijoin.spark.runner import run_job
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
@@ -233,6 +233,17 @@ def test_auto_takes_the_executors_where_the_job_allows_it_at_two_parts_or_more(t
     assert path == chosen and re.search(why, said), said
     with pytest.raises(ConfigError, match=r"steps\[0\]\.as_of: not supported with data_path: 'executors' yet"):
         chosen_path(spec_with(tmp_path, data_path="executors", steps__0__as_of={"event_time": "t", "valid_from": "f", "valid_to": "u"}), {})
+
+
+def test_an_arrival_column_in_nanoseconds_is_floored_to_its_microsecond(tmp_path):
+    """Issue 66: a pandas-written file's arrival column (timestamp[ns]) as epoch seconds, floored to
+    the microsecond as every instant here (:mod:`...core.micros`), where the batch died with
+    ArrowInvalid ("would lose data")."""
+    path = tmp_path / "f.parquet"
+    arrived = pa.array([1_767_225_600_000_000_999, -1, None], pa.timestamp("ns", "UTC"))
+    pq.write_table(pa.table({"tid": [1, 2, 3], "arrived": arrived}), path)
+    rows = read_batch([(str(path), 5.0)], ["tid", "arrived"], arrival_column="arrived")
+    assert rows["sj_arrival"].to_pylist() == [1_767_225_600.0, -1e-6, None]
 
 
 def test_a_refused_job_fails_before_its_query_starts(tmp_path, sqlite_backend, spark):
