@@ -24,7 +24,7 @@ from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import ALGORITHMS, create
 from airflow_provider_semijoin.core.runner import run_join
 from airflow_provider_semijoin.core.stores import open_store
-from type2_tables import UNKNOWN, databases_join, near_bounds, stream_file, versions, write_dimension
+from type2_tables import BEFORE_1970, UNKNOWN, databases_join, near_bounds, stream_file, versions, write_dimension
 
 SMALL = {"page_rows": 4, "partition_pages": 2}  # small pages: R's 40 keys are many pages
 AS_OF = "sold_at,valid_from,valid_to"
@@ -75,7 +75,7 @@ def test_join_as_of_takes_nanosecond_event_times(sqlite_backend, tmp_path):
     """Issue 66: a stream file whose event time is timestamp[ns] with nanosecond digits (pandas'
     default) joins - 1-999 ns either side of each version bound, each tuple gets the version the
     database comparing every digit gives - where it died with ArrowInvalid ("would lose data")."""
-    rows = versions(np.random.default_rng(66))
+    rows = versions(np.random.default_rng(66)) + [BEFORE_1970]  # (a floor is not a truncation towards zero)
     table = write_dimension(sqlite_backend, rows)
     stream = near_bounds(rows)
     pq.write_table(stream, tmp_path / "s.parquet")

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 START = dt.datetime(2026, 1, 1)
 UNKNOWN = -1  # the surrogate key of a tuple no version matched, in the oracle
+BEFORE_1970 = (9_999, 80, 9_999, "1969-12-31 23:59:59", "1970-01-01 00:00:01")  # a version of a key versions() lacks
 
 
 def day(n: int) -> str:
