@@ -14,11 +14,13 @@ gives the streaming DataFrame and the arrival time to add (None: the frame has i
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from ..core.errors import ConfigError
 from ..job.sources import FilesSource, SourceSpec, SparkSource
@@ -26,19 +28,25 @@ from ..job.sources import FilesSource, SourceSpec, SparkSource
 CORRUPT_COLUMN = "_corrupt_record"
 FILE_COLUMN = "sj_file"
 TICK_COLUMN = "sj_tick"  # set on the heartbeat's rows (dropped before the join)
+NANOS_AS_LONG = "spark.sql.legacy.parquet.nanosAsLong"  # Spark reads TIMESTAMP(NANOS) as its long, not failing
 
 
-def file_schema(spark, source: FilesSource):
-    """The landing files' schema: as given, or inferred once from the files already there."""
-    from pyspark.sql.types import StringType, StructField, StructType
+def file_schema(spark, source: FilesSource) -> tuple:
+    """The landing files' schema, as given or inferred once from the files already there, and the
+    names of its timestamp columns those files store in nanoseconds (:func:`nanosecond_columns`),
+    which :func:`read_files` reads as Spark's long and floors to the microsecond."""
+    from pyspark.sql.types import StringType, StructField, StructType, TimestampNTZType, TimestampType
 
+    files = [p for p in Path(source.path).iterdir() if p.is_file() and not p.name.startswith((".", "_"))]
+    nanos = nanosecond_columns(files) if source.format == "parquet" else {}
+    if nanos:
+        spark.conf.set(NANOS_AS_LONG, "true")
     if source.schema is not None:
         try:
             schema = StructType.fromDDL(source.schema)
         except Exception as exc:  # pyspark raises its own parse errors
             raise ConfigError(f"source.schema: {source.schema!r} is not a Spark DDL schema ({str(exc).splitlines()[0]})") from None
     else:
-        files = [p for p in Path(source.path).iterdir() if p.is_file() and not p.name.startswith((".", "_"))]
         if not files:
             raise ConfigError(
                 f"source.schema: missing, and the landing folder {source.path!r} holds no file to infer it from "
@@ -52,9 +60,57 @@ def file_schema(spark, source: FilesSource):
                 f"source.schema: missing, and it cannot be inferred from the files in {source.path!r} "
                 f"({str(exc).splitlines()[0][:200]}); give a schema such as 'id BIGINT, nk STRING'"
             ) from None
+        ntz = spark.conf.get("spark.sql.parquet.inferTimestampNTZ.enabled", "true") == "true"
+        schema = StructType([  # as Spark infers the same column in microseconds
+            StructField(f.name, TimestampNTZType() if ntz and not nanos[f.name] else TimestampType(), f.nullable)
+            if f.name in nanos else f for f in schema.fields])
     if source.format != "parquet" and CORRUPT_COLUMN not in schema.fieldNames():
         schema = StructType(list(schema.fields) + [StructField(CORRUPT_COLUMN, StringType(), True)])
-    return schema
+    timed = {f.name for f in schema.fields if isinstance(f.dataType, (TimestampType, TimestampNTZType))}
+    return schema, sorted(timed & nanos.keys())
+
+
+def nanosecond_columns(files: list[Path]) -> dict[str, bool]:
+    """The top-level columns the Parquet ``files`` store as TIMESTAMP(NANOS) (pandas' default),
+    each with whether it is adjusted to UTC (has a zone). Spark refuses to read them as timestamps
+    ("Illegal Parquet type: INT64 (TIMESTAMP(NANOS,false))"), but gives their long with
+    :data:`NANOS_AS_LONG`; a file that stores such a column otherwise (microseconds, INT96) would
+    be read as a long of another unit, so that is one sentence. A file pyarrow cannot read is
+    left to Spark's own error."""
+    nanos, other = {}, {}  # column -> (first file, adjusted) / column -> first file
+    for path in files:
+        try:
+            schema = pq.read_metadata(path).schema
+        except (pa.ArrowException, OSError):
+            continue
+        top = set(schema.to_arrow_schema().names)
+        for column in (schema.column(i) for i in range(len(schema))):
+            stored = json.loads(column.logical_type.to_json())
+            if column.path in top and stored.get("timeUnit") == "nanoseconds":
+                nanos.setdefault(column.path, (path.name, stored["isAdjustedToUTC"]))
+            elif column.path in top:
+                other.setdefault(column.path, path.name)
+    mixed = sorted(nanos.keys() & other.keys())
+    if mixed:
+        name = mixed[0]
+        raise ConfigError(f"source.path: column {name!r} is stored in nanoseconds in {nanos[name][0]!r} but not in "
+                          f"{other[name]!r}; Spark reads a column in one unit, so expected every landing file to "
+                          "store it alike")
+    return {name: adjusted for name, (_, adjusted) in nanos.items()}
+
+
+def floored_micros(name: str, data_type):
+    """Column ``name``, read as the nanoseconds since the epoch Spark gives with
+    :data:`NANOS_AS_LONG`, as a ``data_type`` timestamp (TIMESTAMP or TIMESTAMP_NTZ) floored to its
+    microsecond: exact against bounds in microseconds, as :mod:`..core.micros` says (``pmod`` is
+    never negative, so before 1970 too; integer arithmetic, as a double loses nanoseconds)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampNTZType
+
+    column = "`" + name.replace("`", "``") + "`"
+    epoch = "TIMESTAMP_NTZ'1970-01-01 00:00:00'" if isinstance(data_type, TimestampNTZType) else \
+        "TIMESTAMP'1970-01-01 00:00:00Z'"
+    return F.expr(f"timestampadd(MICROSECOND, ({column} - pmod({column}, 1000)) div 1000, {epoch})")
 
 
 def _reader_options(source: FilesSource) -> dict:
@@ -65,14 +121,19 @@ def _reader_options(source: FilesSource) -> dict:
 
 
 def read_files(spark, source: FilesSource):
-    """A landing folder's new files, with ``sj_file``; they arrive when they were last modified."""
+    """A landing folder's new files, with ``sj_file``; they arrive when they were last modified.
+    A timestamp column the files store in nanoseconds is read as its long and floored to the
+    microsecond (:func:`floored_micros`)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StructField, StructType
 
-    reader = spark.readStream.format(source.format).schema(file_schema(spark, source)).options(**_reader_options(source))
+    schema, nanos = file_schema(spark, source)
+    read = StructType([StructField(f.name, LongType(), f.nullable) if f.name in nanos else f for f in schema.fields])
+    reader = spark.readStream.format(source.format).schema(read).options(**_reader_options(source))
     if source.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", source.max_files_per_trigger)
-    frame = reader.load(source.path).withColumn(FILE_COLUMN, F.col("_metadata.file_name"))
-    return frame, F.col("_metadata.file_modification_time")
+    frame = reader.load(source.path).withColumns({name: floored_micros(name, schema[name].dataType) for name in nanos})
+    return frame.withColumn(FILE_COLUMN, F.col("_metadata.file_name")), F.col("_metadata.file_modification_time")
 
 
 def read_spark(spark, source: SparkSource):

@@ -33,13 +33,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import ALGORITHMS
-from airflow_provider_semijoin.job.spec import JobSpec
+from airflow_provider_semijoin.job.sources import FilesSource
+from airflow_provider_semijoin.job.spec import JobSpec, StopSpec
 
 from spark_jobs import Clock, close_parts_held_here, landing_job
-from type2_tables import START, UNKNOWN, databases_join, day, stream_file, versions, write_dimension
+from type2_tables import BEFORE_1970, START, UNKNOWN, databases_join, day, near_bounds, stream_file, versions, write_dimension
 from airflow_provider_semijoin.spark.runner import BatchProcessor, run_job
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
+from airflow_provider_semijoin.spark.sources import file_schema
 
 SPLIT_AT = START + dt.timedelta(days=200)  # the version committed while running starts here
 SMALL = {"page_rows": 4, "partition_pages": 2}  # small pages: R's 40 keys are many pages
@@ -125,6 +128,35 @@ def test_as_of_steps_equal_the_databases_join(spark, tmp_path, backend, partitio
     assert summary["input_rows"] == total
     assert_each_step_equals_the_databases_join(backend, table, rows, split, spec, pa.concat_tables([first, second]),
                                                ALGORITHMS_AT[partitions])
+
+
+@pytest.mark.parametrize("schema", [None, "tid BIGINT, nk BIGINT, sold_at TIMESTAMP"])
+def test_a_landing_folder_of_nanosecond_parquet_joins_as_of(spark, tmp_path, sqlite_backend, schema):
+    """Issue 66: pandas' Parquet, its event time stored as TIMESTAMP(NANOS) (which Spark refuses:
+    "Illegal Parquet type: INT64 (TIMESTAMP(NANOS,false))"), the schema inferred from it or given:
+    each tuple, 1-999 ns either side of a version bound, gets the version the database comparing
+    every digit gives."""
+    rows = versions(np.random.default_rng(66)) + [BEFORE_1970]  # (a floor is not a truncation towards zero)
+    table = write_dimension(sqlite_backend, rows)
+    spec = job(tmp_path, sqlite_backend.url, table, ["hybridjoin"], 1)
+    spec.source.schema, spec.stop = schema, StopSpec(end_of_input=True)
+    stream = near_bounds(rows)
+    pq.write_table(stream, tmp_path / "landing" / "f0.parquet")
+    assert run_job(spec, spark=spark)["input_rows"] == stream.num_rows
+    matched = read_parquet_sink(spec.sinks.matched.path)
+    got = Counter(zip((int(t) for t in matched["tid"].to_pylist()), matched[out_column("hybridjoin")].to_pylist()))
+    assert got == databases_join(sqlite_backend, table, stream)
+
+
+def test_a_column_in_nanoseconds_in_one_landing_file_only_is_refused_before_the_query(tmp_path):
+    """Spark reads a column in one unit: one sentence, before Spark is asked for anything."""
+    for name, unit in (("a.parquet", "ns"), ("b.parquet", "us")):
+        pq.write_table(pa.table({"tid": [1], "sold_at": pa.array([0], pa.timestamp(unit))}), tmp_path / name)
+    source = FilesSource(path=str(tmp_path), format="parquet", schema="tid BIGINT, sold_at TIMESTAMP")
+    with pytest.raises(ConfigError, match=r"^source\.path: column 'sold_at' is stored in nanoseconds in 'a\.parquet' but "
+                                          r"not in 'b\.parquet'; Spark reads a column in one unit, so expected every "
+                                          r"landing file to store it alike$"):
+        file_schema(None, source)
 
 
 def run_with_a_commit_between(spark, tmp_path, spec, first: pa.Table, second: pa.Table, commit) -> dict:
