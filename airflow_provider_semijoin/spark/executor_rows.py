@@ -11,7 +11,9 @@ back a few figures a part:
   empty, but ``offsets/<b>`` names the source's log batch and ``sources/0/<k>`` (or a
   ``.compact`` file) lists its files with their modification times, which are the tuples'
   arrival (``sj_arrival``), as the driver design's ``_metadata.file_modification_time``. The
-  offset log is written before the batch runs, so a replay reads the same files.
+  offset log is written before the batch runs, so a replay reads the same files. The driver
+  checks their footers' timestamp units against those the job decided at its start before any
+  part reads them (:func:`.sources.check_units`).
 - One Spark job a batch of one task a core (``sc.parallelize(range(cores))``): each task reads
   the whole batch with pyarrow, routes each row to its part by the cut points (:class:`Routes`)
   and serves **the parts its Python worker holds** in the attempt the driver took (a token
@@ -69,7 +71,7 @@ from ..job.sources import FilesSource
 from ..job.spec import JobSpec, StepSpec
 from .joinstate import CarriedRows, StateFiles, due_times, session_from, slice_of
 from .partitioned import worker_name
-from .sources import file_row_ids
+from .sources import file_row_ids, readable
 from .sinks import dictionary_columns
 from .step import renamed, unknown_members, went_on
 
@@ -156,12 +158,6 @@ def batch_files(checkpoint: str, batch_id: int) -> list[tuple[str, float]]:
             seen.add(entry["path"])
             files.append((entry["path"], entry["timestamp"] / 1000.0))
     return files
-
-
-def readable(uri: str) -> str:
-    """A file of Spark's log as pyarrow opens it: a local path, or the URI (another file system)."""
-    parsed = urlparse(uri)
-    return unquote(parsed.path) if parsed.scheme in ("", "file") else uri
 
 
 def read_batch(files: list[tuple[str, float]], columns: list[str] | None, arrival_column: str | None = None,
