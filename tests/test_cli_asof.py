@@ -24,7 +24,7 @@ from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import ALGORITHMS, create
 from airflow_provider_semijoin.core.runner import run_join
 from airflow_provider_semijoin.core.stores import open_store
-from type2_tables import UNKNOWN, databases_join, stream_file, versions, write_dimension
+from type2_tables import BEFORE_1970, UNKNOWN, databases_join, near_bounds, stream_file, versions, write_dimension
 
 SMALL = {"page_rows": 4, "partition_pages": 2}  # small pages: R's 40 keys are many pages
 AS_OF = "sold_at,valid_from,valid_to"
@@ -69,6 +69,23 @@ def test_join_as_of_equals_the_databases_join(backend, type2, tmp_path, algorith
     assert stats["exactly_once"]["ok"] and stats["tuples_in"] == 600 == matched.num_rows + unmatched.num_rows
     assert stats["unmatched_by_reason"] == dict(Counter(expected_reasons.values()))
     assert "exactly once: yes" in capsys.readouterr().out
+
+
+def test_join_as_of_takes_nanosecond_event_times(sqlite_backend, tmp_path):
+    """Issue 66: a stream file whose event time is timestamp[ns] with nanosecond digits (pandas'
+    default) joins - 1-999 ns either side of each version bound, each tuple gets the version the
+    database comparing every digit gives - where it died with ArrowInvalid ("would lose data")."""
+    rows = versions(np.random.default_rng(66)) + [BEFORE_1970]  # (a floor is not a truncation towards zero)
+    table = write_dimension(sqlite_backend, rows)
+    stream = near_bounds(rows)
+    pq.write_table(stream, tmp_path / "s.parquet")
+    assert main(join_args(sqlite_backend, table, tmp_path, "hybridjoin", "--as-of", AS_OF)) == 0
+    matched, unmatched = pq.read_table(tmp_path / "out.parquet"), pq.read_table(tmp_path / "unmatched.parquet")
+    got = Counter(zip(matched["tid"].to_pylist(), matched["sk"].to_pylist()))
+    got.update((tid, UNKNOWN) for tid in unmatched["tid"].to_pylist())
+    expected = databases_join(sqlite_backend, table, stream)
+    assert got == expected
+    assert len({sk for _, sk in expected}) > len(rows) / 2  # (most versions are some tuple's)
 
 
 def test_join_without_as_of_returns_every_version(sqlite_backend, tmp_path):

@@ -9,9 +9,11 @@ from collections import Counter
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 START = dt.datetime(2026, 1, 1)
 UNKNOWN = -1  # the surrogate key of a tuple no version matched, in the oracle
+BEFORE_1970 = (9_999, 80, 9_999, "1969-12-31 23:59:59", "1970-01-01 00:00:01")  # a version of a key versions() lacks
 
 
 def day(n: int) -> str:
@@ -60,15 +62,32 @@ def stream_file(rng, first_tid: int, n: int, days: tuple[int, int], nulls: int =
                      "sold_at": pa.array(times, pa.timestamp("us", "UTC"))})
 
 
+def near_bounds(rows: list[tuple], nanoseconds: tuple[int, ...] = (1, 500, 999)) -> pa.Table:
+    """Tuples of R's keys (``rows``: :func:`versions`) whose event times, in nanoseconds, are
+    ``nanoseconds`` before and after each bound of each version: a time is valid from its
+    microsecond's floor on, so a round to the nearest microsecond moves the half of them nearer
+    the next one."""
+    bounds = pa.array([b for r in rows for b in r[3:] if b is not None]).cast(pa.timestamp("ns")).cast(pa.int64())
+    keys = [r[1] for r in rows for b in r[3:] if b is not None]
+    shifts = [sign * n for n in nanoseconds for sign in (-1, 1)]
+    times = np.add.outer(bounds.to_numpy(), np.array(shifts, np.int64)).ravel()
+    return pa.table({"tid": pa.array(np.arange(len(times)), pa.int64()),
+                     "nk": pa.array(np.repeat(keys, len(shifts)), pa.int64()),
+                     "sold_at": pa.array(times, pa.int64()).cast(pa.timestamp("ns"))})
+
+
 def databases_join(backend, table: str, tuples: pa.Table) -> Counter:
-    """The database's own as-of join of ``tuples`` with R, as a multiset of (tid, sk or UNKNOWN)."""
+    """The database's own as-of join of ``tuples`` with R, as a multiset of (tid, sk or UNKNOWN).
+    Each event time goes in as ISO text with every digit of its unit: SQLite compares the text,
+    so its answer holds to the nanosecond."""
     q = backend.quote
     stream = backend.table_name()
     backend.execute(f"CREATE TABLE {q(stream)} (tid BIGINT, nk BIGINT, sold_at DATETIME NULL)")
     mark = "%s" if backend.name == "mysql" else "?"
     cursor = backend.connection.cursor()
-    cursor.executemany(f"INSERT INTO {q(stream)} VALUES ({mark}, {mark}, {mark})", [
-        (r["tid"], r["nk"], r["sold_at"] and r["sold_at"].strftime("%Y-%m-%d %H:%M:%S")) for r in tuples.to_pylist()])
+    times = pc.strftime(tuples["sold_at"], "%Y-%m-%d %H:%M:%S").to_pylist()
+    cursor.executemany(f"INSERT INTO {q(stream)} VALUES ({mark}, {mark}, {mark})",
+                       list(zip(tuples["tid"].to_pylist(), tuples["nk"].to_pylist(), times)))
     cursor.close()
     rows = backend.execute(
         f"SELECT s.tid, r.sk FROM {q(stream)} s LEFT JOIN {q(table)} r ON s.nk = r.nk AND s.sold_at >= r.valid_from "

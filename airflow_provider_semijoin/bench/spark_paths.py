@@ -235,7 +235,7 @@ def run_stream_static(spark, config: SparkBenchConfig, table: str, shape: str, o
     ``join_master`` False: the same query with no join (:data:`NO_JOIN`)."""
     core = config.core
     fields = source_fields(core, shape, rate, config.batch_rows)
-    frame = stream_frame(spark, source_from_dict(fields["source"]))
+    frame, _ = stream_frame(spark, source_from_dict(fields["source"]))
     window = BatchWindow(core.warmup_s, core.window_s)
     read_master = MasterReader(spark, core.master, table, jdbc) if join_master else None
     join = StreamStaticJoin(read_master, out, window)

@@ -25,8 +25,9 @@ columns (:mod:`.stores.system_time`).
 
 Instants are compared in one type: where any of the three columns is a date, timestamp or
 text (SQLite keeps DATETIME as ISO text), all become int64 microseconds since the epoch - a
-number then counts epoch seconds, a timestamp without a zone is UTC; where all are numbers they
-are compared as numbers (epoch seconds or any unit, the same on both sides).
+number then counts epoch seconds, a timestamp without a zone is UTC, an event time in nanoseconds
+is floored to its microsecond (exact against bounds in microseconds, :mod:`.micros`); where all
+are numbers they are compared as numbers (epoch seconds or any unit, the same on both sides).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import pyarrow.compute as pc
 from .errors import ConfigError
 from .joins.base import JoinOutput, runs_of
 from .keys import sorted_distinct
+from .micros import epoch_micros
 from .reasons import Unmatched
 
 MICROS = 1_000_000
@@ -87,16 +89,20 @@ def instants(values: pa.Array | pa.ChunkedArray, timed: bool, name: str) -> tupl
         seconds = values.cast(pa.float64()).fill_null(0).to_numpy(zero_copy_only=False)
         return np.round(seconds * MICROS).astype(np.int64), nulls
     if pa.types.is_string(data_type) or pa.types.is_large_string(data_type):
+        values = _parsed(values, name)
+    return epoch_micros(values).fill_null(0).to_numpy(zero_copy_only=False), nulls
+
+
+def _parsed(values: pa.Array, name: str) -> pa.Array:
+    """ISO text as timestamps: in microseconds, or where a value has 7-9 fractional digits (a
+    ``datetime2(7)`` export) in nanoseconds, which :func:`.micros.epoch_micros` floors."""
+    for unit in ("us", "ns"):
         try:
-            values = values.cast(pa.timestamp("us"))
+            return values.cast(pa.timestamp(unit))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            raise ConfigError(f"as_of: column {name!r} holds a value that is not a date or time "
-                              "(expected ISO text such as '2026-01-31 12:00:00')") from None
-    elif pa.types.is_date(data_type):
-        values = values.cast(pa.timestamp("us"))
-    else:
-        values = values.cast(pa.timestamp("us", data_type.tz))
-    return values.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False), nulls
+            pass
+    raise ConfigError(f"as_of: column {name!r} holds a value that is not a date or time "
+                      "(expected ISO text such as '2026-01-31 12:00:00')")
 
 
 def pick_versions(out: JoinOutput, event_time: pa.Array | pa.ChunkedArray, as_of: AsOf) -> JoinOutput:

@@ -5,7 +5,10 @@ id column, whether and when it ends) as properties of the class.
 * :class:`FilesSource` (``files``): a landing folder ``path`` of ``format`` files (parquet, csv,
   json lines), read as new files appear; ``schema`` is a Spark DDL string (``"id BIGINT, nk
   STRING"``) or None to infer it once from the files already there. A tuple's id is
-  ``<file name>#<row>``.
+  ``<file name>#<row>``. A Parquet timestamp stored in nanoseconds (pandas' default), which
+  Spark refuses to read, is read floored to the microsecond (:func:`..spark.sources.read_files`),
+  the unit decided from the files present at the start; a later file in another unit stops the
+  job in one sentence (:func:`..spark.sources.check_units`).
 * :class:`GeneratorSource` (``generator``): the built-in Zipf stream (:mod:`..workloads.zipf`) at
   ``rows_per_second``, optionally bursty (self-similar arrivals), ``total_rows`` in all (None:
   endless). Its keys are those of a master of ``master_rows`` rows

@@ -11,7 +11,9 @@ back a few figures a part:
   empty, but ``offsets/<b>`` names the source's log batch and ``sources/0/<k>`` (or a
   ``.compact`` file) lists its files with their modification times, which are the tuples'
   arrival (``sj_arrival``), as the driver design's ``_metadata.file_modification_time``. The
-  offset log is written before the batch runs, so a replay reads the same files.
+  offset log is written before the batch runs, so a replay reads the same files. The driver
+  checks their footers' timestamp units against those the job decided at its start before any
+  part reads them (:func:`.sources.check_units`).
 - One Spark job a batch of one task a core (``sc.parallelize(range(cores))``): each task reads
   the whole batch with pyarrow, routes each row to its part by the cut points (:class:`Routes`)
   and serves **the parts its Python worker holds** in the attempt the driver took (a token
@@ -66,12 +68,13 @@ from ..core.errors import ConfigError
 from ..core.files import write_whole
 from ..core.joins.registry import create
 from ..core.keys import KeyType, normalize
+from ..core.micros import epoch_micros
 from ..core.stores import open_store
 from ..job.sources import FilesSource
 from ..job.spec import JobSpec, StepSpec
 from .joinstate import CarriedRows, StateFiles, due_times, session_from, slice_of
 from .partitioned import worker_name
-from .sources import file_row_ids
+from .sources import file_row_ids, readable
 from .sinks import dictionary_columns
 from .step import renamed, unknown_members, went_on
 
@@ -160,12 +163,6 @@ def batch_files(checkpoint: str, batch_id: int) -> list[tuple[str, float]]:
     return files
 
 
-def readable(uri: str) -> str:
-    """A file of Spark's log as pyarrow opens it: a local path, or the URI (another file system)."""
-    parsed = urlparse(uri)
-    return unquote(parsed.path) if parsed.scheme in ("", "file") else uri
-
-
 def read_batch(files: list[tuple[str, float]], columns: list[str] | None, arrival_column: str | None = None,
                id_column: str | None = None) -> pa.Table | None:
     """The batch's rows as the driver design gives them (``sj_id`` = the ``id_column`` as text, or
@@ -183,10 +180,10 @@ def read_batch(files: list[tuple[str, float]], columns: list[str] | None, arriva
 
 def epoch_seconds(values: pa.ChunkedArray) -> pa.ChunkedArray:
     """A stream's arrival column as epoch seconds, as Spark casts it to a timestamp: numbers are
-    seconds, timestamps and dates their instant (null stays null)."""
+    seconds, timestamps and dates their instant, to the microsecond (nanoseconds floored,
+    :func:`..core.micros.epoch_micros`); null stays null."""
     if pa.types.is_timestamp(values.type) or pa.types.is_date(values.type):
-        micros = values.cast(pa.timestamp("us", tz=getattr(values.type, "tz", None))).cast(pa.int64())
-        return pc.divide(micros.cast(pa.float64()), 1e6)
+        return pc.divide(epoch_micros(values).cast(pa.float64()), 1e6)
     if pa.types.is_integer(values.type) or pa.types.is_floating(values.type):
         return values.cast(pa.float64())
     raise ConfigError(f"arrival_column: its type {values.type} is not a number of seconds or a timestamp")

@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 
 from ..core.files import write_arrow, write_whole
 from ..core.joins.base import JoinAlgorithm, JoinOutput
+from ..core.micros import epoch_micros
 from ..core.runner import feed_keys, one_version_of_r
 from ..core.session import JoinSession, left_ids, materialise
 from ..job.spec import DeadlineSpec
@@ -74,8 +75,8 @@ def _deadlines(deadline: DeadlineSpec, rows: pa.Table) -> np.ndarray:
     if deadline.max_latency_s is not None:
         return rows["sj_arrival"].to_numpy(zero_copy_only=False) + deadline.max_latency_s
     column = rows[deadline.column]
-    if pa.types.is_timestamp(column.type):
-        column = pc.divide(pc.cast(pc.cast(column, pa.timestamp("us")), pa.int64()), 1e6)
+    if pa.types.is_timestamp(column.type):  # to the microsecond, nanoseconds floored
+        column = pc.divide(epoch_micros(column), 1e6)
     return column.cast(pa.float64()).to_numpy(zero_copy_only=False)
 
 

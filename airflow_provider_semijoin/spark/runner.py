@@ -47,7 +47,8 @@ from .joinstate import StateFiles, deadline_misses, with_deadlines, without_dead
 from .executor_rows import batch_files, chosen_path
 from .executor_steps import ExecutorSteps
 from .sinks import dead_letter_rows, open_sink, sink_class
-from .sources import CORRUPT_COLUMN, FILE_COLUMN, TICK_COLUMN, repair_utf8, stream_frame, tuple_ids, with_heartbeat
+from .sources import (CORRUPT_COLUMN, FILE_COLUMN, TICK_COLUMN, check_units, repair_utf8, stream_frame,
+                      tuple_ids, with_heartbeat)
 from ..job.spec import JobSpec
 from .step import JoinStep
 from .stepstats import StepStats
@@ -96,11 +97,17 @@ class BatchProcessor:
     ``at_point(point, batch_id)`` is called at the named points of each batch (``batch``: before
     its sinks; ``sinks``: between the sinks and the state; ``state``: between the state and
     Spark's commit): the tests of exactly-once kill the driver there.
+
+    ``units``: the unit a Parquet landing folder's timestamp columns are read in, decided at the
+    start (:func:`.sources.read_files`); each micro-batch's files are checked against it before
+    Spark or the executors read them (:func:`.sources.check_units`).
     """
 
     def __init__(self, spec: JobSpec, on_progress: Callable[[dict], None] | None, print_progress: bool,
-                 clock=time.time, spark=None, at_point: Callable[[str, int], None] | None = None):
+                 clock=time.time, spark=None, at_point: Callable[[str, int], None] | None = None,
+                 units: dict[str, str] | None = None):
         self.spec = spec
+        self.units = units or {}
         self.at_point = at_point or (lambda point, batch_id: None)
         self.on_progress = on_progress
         self.print_progress = print_progress
@@ -170,6 +177,8 @@ class BatchProcessor:
             if self.on_executors is not None:  # the rows stay on the executors: the frame is not read here
                 self.process_files(batch_id)
             else:
+                if self.units:  # the frame is lazy: Spark reads the batch's files in toArrow, after this
+                    check_units([uri for uri, _ in batch_files(self.spec.checkpoint, batch_id)], self.units)
                 self.process(frame.toArrow(), batch_id)
         except SemiJoinError as exc:  # Spark wraps it in a long trace: run_job raises it as it is
             self.failure = exc
@@ -231,6 +240,7 @@ class BatchProcessor:
         self.at_point("batch", batch_id)
         started = self.clock()
         files = batch_files(self.spec.checkpoint, batch_id)
+        check_units([uri for uri, _ in files], self.units)  # before the executors read them
         drain = self._drain_now(None, len(files))
         replayed = self.files.read_versions(batch_id)  # a replay reads the versions its first attempt read
         versions = replayed if replayed is not None else [
@@ -515,13 +525,13 @@ def run_job(
     if print_progress:
         write_line(why)
     spec = replace(spec, data_path=data_path)
-    frame = stream_frame(spark, spec.source, spec.arrival_column)
+    frame, units = stream_frame(spark, spec.source, spec.arrival_column)
     check_sink_columns(spec, frame.columns)
     columns = set(frame.columns)  # known now for every source (an inferred schema, a Spark source's)
     first = spec.steps[0].column
     if first not in columns:
         raise ConfigError(f"steps[0].column: {first!r} is not a column of the stream (columns: {sorted(columns - {FILE_COLUMN, 'sj_arrival', CORRUPT_COLUMN})})")
-    processor = BatchProcessor(spec, on_progress, print_progress, clock, spark, at_point)
+    processor = BatchProcessor(spec, on_progress, print_progress, clock, spark, at_point, units)
     writer = (with_heartbeat(spark, frame).writeStream.foreachBatch(processor)
               .option("checkpointLocation", spec.checkpoint).queryName(spec.name)
               .trigger(processingTime=f"{spec.trigger_interval_s} seconds"))

@@ -1,12 +1,13 @@
 """As-of lookups (:mod:`airflow_provider_semijoin.core.asof`): the matched pairs of a 1:K join
 filtered to the version valid at each tuple's event time, against a brute-force oracle."""
 
+import dataclasses
 import datetime as dt
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_semijoin.core.asof import (
@@ -83,6 +84,59 @@ def test_pick_versions_matches_the_oracle(versions, times, seed, spread):
     picked = pick_versions(out, event_time, AS_OF)
     assert outcome(picked) == oracle(tuples, versions)
     assert len(picked.matched_ids) == len(set(picked.matched_ids.tolist()))
+
+
+# Microseconds since the epoch where the bounds below start: 1938 (before the epoch: a floor is not a
+# truncation towards zero), 2026-01-01, and 2026-11-01 05:30 UTC (01:30 in New York: an hour that
+# happens twice there, which a floor in local time could not place).
+NANO_BASES = [-10**12, 1_767_225_600 * 10**6, 1_793_511_000 * 10**6]
+
+
+near_version = st.tuples(st.integers(0, 3), st.integers(0, 10**6), st.one_of(st.none(), st.integers(0, 8)),
+                        st.one_of(st.none(), st.integers(0, 8)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(versions=st.lists(near_version, max_size=12),
+       times=st.lists(st.tuples(st.integers(0, 4), st.one_of(st.none(), st.tuples(st.integers(-1, 9),
+                                                                                     st.integers(-999, 999)))),
+                      max_size=20),
+       seed=st.integers(0, 2**31), base=st.sampled_from(NANO_BASES),
+       zone=st.sampled_from([None, "UTC", "America/New_York"]))
+@example(versions=[(0, 1, 5, 10), (0, 2, 10, None)], times=[(0, (10, -1)), (0, (10, -500)), (0, (5, -999)), (0, (10, 1))],
+         seed=0, base=NANO_BASES[0], zone=None)
+def test_nanosecond_event_times_get_the_version_valid_at_their_instant(versions, times, seed, base, zone):
+    """Issue 66: event times in nanoseconds (pandas' Parquet, SQL Server's datetime2(7)) 0-999 ns
+    either side of bounds one microsecond apart get the oracle's version, the oracle comparing whole
+    nanoseconds (a bound of b us is b * 1000 ns); a round to the nearest microsecond, a truncation
+    before 1970 (the example) or a crash fails it."""
+    micros = [(k, sk * 8 + k, None if vf is None else base + vf, None if vt is None else base + vt)
+              for k, sk, vf, vt in versions]
+    nanos = [(k, sk, None if vf is None else vf * 1000, None if vt is None else vt * 1000) for k, sk, vf, vt in micros]
+    tuples = [(i, key, None if t is None else (base + t[0]) * 1000 + t[1]) for i, (key, t) in enumerate(times)]
+    out, event_time = pairs(tuples, micros, np.random.default_rng(seed))
+    master = out.master
+    for name in AS_OF.version_columns:
+        master = master.set_column(master.column_names.index(name), name, master[name].cast(pa.timestamp("us", zone)))
+    picked = pick_versions(dataclasses.replace(out, master=master), event_time.cast(pa.timestamp("ns", zone)), AS_OF)
+    assert outcome(picked) == oracle(tuples, nanos)
+
+
+@pytest.mark.parametrize("zone", [None, "UTC", "America/New_York"])
+def test_nanosecond_instants_are_floored_to_their_microsecond(zone):
+    """Before the epoch too (towards minus infinity, not zero), and in an hour New York has twice."""
+    ambiguous = NANO_BASES[2] * 1000
+    values = pa.array([-1, -999, -1000, -1001, 0, 999, 1001, ambiguous + 999, None], pa.timestamp("ns", zone))
+    micros, nulls = instants(values, True, "sold_at")
+    assert micros.tolist() == [-1, -1, -1, -2, 0, 0, 1, ambiguous // 1000, 0]
+    assert nulls.tolist() == [False] * 8 + [True]
+
+
+def test_text_with_nanosecond_digits_is_floored_too():
+    """ISO text with 7-9 fractional digits (a datetime2(7) export in JSON lines) is an instant."""
+    micros, _ = instants(pa.array(["2026-01-01 00:00:00.0000009", "1969-12-31 23:59:59.999999999",
+                                   "2026-01-01 00:00:00.000001"]), True, "sold_at")
+    assert micros.tolist() == [1_767_225_600 * 10**6, -1, 1_767_225_600 * 10**6 + 1]
 
 
 def sound(cuts: list[tuple[int, list[int], bool]]) -> list[tuple]:

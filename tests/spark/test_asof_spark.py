@@ -30,16 +30,20 @@ from collections import Counter
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins import ALGORITHMS
-from airflow_provider_semijoin.job.spec import JobSpec
+from airflow_provider_semijoin.job.sources import FilesSource
+from airflow_provider_semijoin.job.spec import JobSpec, StopSpec
 
 from spark_jobs import Clock, close_parts_held_here, landing_job
-from type2_tables import START, UNKNOWN, databases_join, day, stream_file, versions, write_dimension
+from type2_tables import BEFORE_1970, START, UNKNOWN, databases_join, day, near_bounds, stream_file, versions, write_dimension
 from airflow_provider_semijoin.spark.runner import BatchProcessor, run_job
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
+from airflow_provider_semijoin.spark.sources import check_units, file_schema
 
 SPLIT_AT = START + dt.timedelta(days=200)  # the version committed while running starts here
 SMALL = {"page_rows": 4, "partition_pages": 2}  # small pages: R's 40 keys are many pages
@@ -125,6 +129,95 @@ def test_as_of_steps_equal_the_databases_join(spark, tmp_path, backend, partitio
     assert summary["input_rows"] == total
     assert_each_step_equals_the_databases_join(backend, table, rows, split, spec, pa.concat_tables([first, second]),
                                                ALGORITHMS_AT[partitions])
+
+
+@pytest.mark.parametrize("schema", [None, "tid BIGINT, nk BIGINT, sold_at TIMESTAMP"])
+def test_a_landing_folder_of_nanosecond_parquet_joins_as_of(spark, tmp_path, sqlite_backend, schema):
+    """Issue 66: pandas' Parquet, its event time stored as TIMESTAMP(NANOS) (which Spark refuses:
+    "Illegal Parquet type: INT64 (TIMESTAMP(NANOS,false))"), the schema inferred from it or given:
+    each tuple, 1-999 ns either side of a version bound, gets the version the database comparing
+    every digit gives."""
+    rows = versions(np.random.default_rng(66)) + [BEFORE_1970]  # (a floor is not a truncation towards zero)
+    table = write_dimension(sqlite_backend, rows)
+    spec = job(tmp_path, sqlite_backend.url, table, ["hybridjoin"], 1)
+    spec.source.schema, spec.stop = schema, StopSpec(end_of_input=True)
+    stream = near_bounds(rows)
+    pq.write_table(stream, tmp_path / "landing" / "f0.parquet")
+    assert run_job(spec, spark=spark)["input_rows"] == stream.num_rows
+    matched = read_parquet_sink(spec.sinks.matched.path)
+    got = Counter(zip((int(t) for t in matched["tid"].to_pylist()), matched[out_column("hybridjoin")].to_pylist()))
+    assert got == databases_join(sqlite_backend, table, stream)
+
+
+def test_a_column_in_nanoseconds_in_one_landing_file_only_is_refused_before_the_query(tmp_path):
+    """Spark reads a column in one unit: one sentence, before Spark is asked for anything."""
+    for name, unit in (("a.parquet", "ns"), ("b.parquet", "us")):
+        pq.write_table(pa.table({"tid": [1], "sold_at": pa.array([0], pa.timestamp(unit))}), tmp_path / name)
+    source = FilesSource(path=str(tmp_path), format="parquet", schema="tid BIGINT, sold_at TIMESTAMP")
+    with pytest.raises(ConfigError, match=r"^source\.path: column 'sold_at' is stored in nanoseconds in 'a\.parquet' but "
+                                          r"not in 'b\.parquet'; Spark reads a column in one unit, so expected every "
+                                          r"landing file to store it alike$"):
+        file_schema(None, source)
+
+
+@pytest.mark.parametrize("units", [("ns", "us"), ("us", "ns")])
+def test_a_landing_file_in_another_unit_than_at_the_start_stops_the_job_in_one_sentence(spark, tmp_path,
+                                                                                          sqlite_backend, units):
+    """The unit of a timestamp column is decided from the landing files present at the job's start
+    (:func:`..spark.sources.file_schema`). A file in microseconds arriving at a job that reads
+    nanoseconds was read as a long of microseconds floored as nanoseconds, 1000x off, silently; a
+    file in nanoseconds arriving at a job that reads microseconds (as one started on an empty
+    folder does) killed it with Spark's trace ("PARQUET_COLUMN_DATA_TYPE_MISMATCH ... Expected
+    Spark type timestamp, actual Parquet type INT64"). Either stops the job in one sentence
+    before Spark reads the file, and none of its rows reaches the sinks."""
+    rows = versions(np.random.default_rng(67))
+    table = write_dimension(sqlite_backend, rows)
+    spec = job(tmp_path, sqlite_backend.url, table, ["hybridjoin"], 1)
+
+    def in_unit(stream: pa.Table, unit: str) -> pa.Table:
+        times = stream["sold_at"] if unit == "ns" else pc.floor_temporal(stream["sold_at"], unit="microsecond")
+        return stream.set_column(2, "sold_at", times.cast(pa.timestamp(unit)))
+
+    stream = near_bounds(rows)
+    first = in_unit(stream, units[0])
+    second = in_unit(stream.set_column(0, "tid", pc.add(stream["tid"], 100_000)), units[1])
+    reads, stores = ({"ns": "nanoseconds", "us": "microseconds"}[unit] for unit in units)
+    with pytest.raises(ConfigError, match=rf"^source\.path: file 'f1\.parquet' stores column 'sold_at' in {stores}, but "
+                                          rf"this job reads it in {reads}, the unit it decided from the landing files "
+                                          r"present at its start; restart the job \(it decides anew from the files then "
+                                          r"present\) or write every landing file's 'sold_at' in one unit$"):
+        run_with_a_commit_between(spark, tmp_path, spec, first, second, lambda: None)
+    matched = read_parquet_sink(spec.sinks.matched.path)
+    got = Counter(zip((int(t) for t in matched["tid"].to_pylist()), matched[out_column("hybridjoin")].to_pylist()))
+    assert got and got <= databases_join(sqlite_backend, table, first)  # the first file's rows only, right
+
+
+def test_each_batch_file_is_checked_against_the_unit_decided_at_the_start(tmp_path):
+    """:func:`..spark.sources.check_units` on Spark's URIs, from the footers alone (both data paths
+    call it before the batch's files are read): a job reading nanoseconds takes only nanoseconds
+    (microseconds, milliseconds, INT96 would be read as a long of another unit); one reading
+    microseconds takes any unit Spark reads as a timestamp but nanoseconds; a file without the
+    column, or that is no Parquet, is left to Spark."""
+    def written(name: str, unit: str | None, **options) -> str:
+        column = {} if unit is None else {"sold_at": pa.array([0], pa.timestamp(unit))}
+        pq.write_table(pa.table({"tid": [1], **column}), tmp_path / name, **options)
+        return (tmp_path / name).as_uri()
+
+    ns, us, ms, int96, without = (written("ns.parquet", "ns"), written("us.parquet", "us"), written("ms.parquet", "ms"),
+                                  written("int96.parquet", "ns", use_deprecated_int96_timestamps=True),
+                                  written("without.parquet", None))
+    (tmp_path / "bad.parquet").write_text("not parquet")
+    bad = (tmp_path / "bad.parquet").as_uri()
+    check_units([ns, without, bad], {"sold_at": "nanoseconds"})
+    check_units([us, ms, int96, without, bad], {"sold_at": "microseconds"})
+    check_units([ns, us], {})  # (no Parquet timestamp column: nothing read)
+    for uri, held in ((us, "in microseconds"), (ms, "in milliseconds"), (int96, "as INT96 \\(no time unit\\)")):
+        with pytest.raises(ConfigError, match=rf"^source\.path: file '{uri.rsplit('/', 1)[1]}' stores column 'sold_at' "
+                                              rf"{held}, but this job reads it in nanoseconds, "):
+            check_units([ns, uri], {"tid": "microseconds", "sold_at": "nanoseconds"})
+    with pytest.raises(ConfigError, match=r"^source\.path: file 'ns\.parquet' stores column 'sold_at' in nanoseconds, "
+                                          r"but this job reads it in microseconds, "):
+        check_units([us, ns], {"sold_at": "microseconds"})
 
 
 def run_with_a_commit_between(spark, tmp_path, spec, first: pa.Table, second: pa.Table, commit) -> dict:

@@ -30,8 +30,8 @@ from airflow_provider_semijoin.core.oracle import hash_join
 from airflow_provider_semijoin.core.stores import store_for
 from airflow_provider_semijoin.job.spec import JobSpec, StepSpec
 from airflow_provider_semijoin.spark import executor_rows
-from airflow_provider_semijoin.spark.executor_rows import (BatchCall, PartsRun, Routes, batch_files, chosen_path, refusal,
-                                                           serve_parts)
+from airflow_provider_semijoin.spark.executor_rows import (BatchCall, PartsRun, Routes, batch_files, chosen_path, read_batch,
+                                                           refusal, serve_parts)
 from airflow_provider_semijoin.spark.joinstate import StateFiles
 from airflow_provider_semijoin.spark.partitioned import RangePartitioner
 from airflow_provider_semijoin.spark.runner import run_job
@@ -251,6 +251,63 @@ def test_auto_takes_the_executors_where_the_job_allows_it_at_two_parts_or_more(t
     assert path == chosen and re.search(why, said), said
     with pytest.raises(ConfigError, match=r"steps\[0\]\.as_of: not supported with data_path: 'executors' yet"):
         chosen_path(spec_with(tmp_path, data_path="executors", steps__0__as_of={"event_time": "t", "valid_from": "f", "valid_to": "u"}), {})
+
+
+def test_an_arrival_column_in_nanoseconds_is_floored_to_its_microsecond(tmp_path):
+    """Issue 66: a pandas-written file's arrival column (timestamp[ns]) as epoch seconds, floored to
+    the microsecond as every instant here (:mod:`...core.micros`), where the batch died with
+    ArrowInvalid ("would lose data")."""
+    path = tmp_path / "f.parquet"
+    arrived = pa.array([1_767_225_600_000_000_999, -1, None], pa.timestamp("ns", "UTC"))
+    pq.write_table(pa.table({"tid": [1, 2, 3], "arrived": arrived}), path)
+    rows = read_batch([(str(path), 5.0)], ["tid", "arrived"], arrival_column="arrived")
+    assert rows["sj_arrival"].to_pylist() == [1_767_225_600.0, -1e-6, None]
+
+
+def test_a_landing_file_in_another_unit_than_at_the_start_stops_the_executors_in_one_sentence(tmp_path, sqlite_backend,
+                                                                                               spark):
+    """Issue 66 on this path: a timestamp column the files at the job's start store in nanoseconds
+    is read so; a file storing it in microseconds arriving later stops the job in one sentence
+    before a part reads it (:func:`..spark.sources.check_units`), and none of its rows reaches
+    the sinks."""
+    table, stream = landing(tmp_path, sqlite_backend, "int")
+    for path in (tmp_path / "landing").iterdir():
+        path.unlink()
+    at = pa.array(np.arange(stream.num_rows) * 1001, pa.int64())
+    first = stream.slice(0, FILE_ROWS).append_column("at", at[:FILE_ROWS].cast(pa.timestamp("ns")))
+    second = stream.slice(FILE_ROWS, FILE_ROWS).append_column("at", at[FILE_ROWS:2 * FILE_ROWS].cast(pa.timestamp("us")))
+    pq.write_table(first, tmp_path / "landing" / "f00.parquet")
+    spec = job(tmp_path, sqlite_backend.url, table, "hybridjoin", 2, stop={"stop_file": str(tmp_path / "stop")})
+    records, failure = [], []
+    runner = threading.Thread(target=lambda: failure.extend(_raised(run_job, spec, spark=spark, on_progress=records.append)))
+    runner.start()
+    try:
+        for rows in (FILE_ROWS, 2 * FILE_ROWS):  # the first file's batch; then the second's, or the failure
+            deadline = time.monotonic() + 300
+            while sum(r["input_rows"] for r in records) < rows and runner.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if rows == FILE_ROWS:
+                pq.write_table(second, tmp_path / "landing" / ".f01.parquet")
+                (tmp_path / "landing" / ".f01.parquet").rename(tmp_path / "landing" / "f01.parquet")
+    finally:
+        (tmp_path / "stop").touch()
+        runner.join(300)
+    assert len(failure) == 1 and isinstance(failure[0], ConfigError), failure
+    assert re.fullmatch(r"source\.path: file 'f01\.parquet' stores column 'at' in microseconds, but this job reads it in "
+                        r"nanoseconds, the unit it decided from the landing files present at its start; restart the job "
+                        r"\(it decides anew from the files then present\) or write every landing file's 'at' in one unit",
+                        str(failure[0]))
+    left = read_parquet_sink(spec.sinks.matched.path)["tid"].to_pylist() + [
+        json.loads(row)["tid"] for row in read_parquet_sink(spec.sinks.dead_letter.path)["row"].to_pylist()]
+    assert set(left) <= set(first["tid"].to_pylist())
+
+
+def _raised(call, *args, **kwargs) -> list[BaseException]:
+    try:
+        call(*args, **kwargs)
+    except BaseException as exc:  # noqa: BLE001 - the test's thread asserts on it
+        return [exc]
+    return []
 
 
 def test_a_refused_job_fails_before_its_query_starts(tmp_path, sqlite_backend, spark):

@@ -19,7 +19,8 @@ from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.joins.registry import planner
 from airflow_provider_semijoin.core.session import sized_for_rows
 from airflow_provider_semijoin.spark.ahead import KEEP_INSIDE
-from airflow_provider_semijoin.spark.joinstate import StateFiles
+from airflow_provider_semijoin.job.spec import DeadlineSpec
+from airflow_provider_semijoin.spark.joinstate import DEADLINE, StateFiles, with_deadlines
 from airflow_provider_semijoin.spark.runner import BatchProcessor
 from airflow_provider_semijoin.spark.sinks import read_parquet_sink
 from airflow_provider_semijoin.workloads.stream import generator_rows
@@ -495,3 +496,10 @@ def test_a_deadline_rides_with_its_row_and_its_miss_is_counted_when_the_row_leav
     assert 0 < sum(expected[1:]) and sum(expected) < 1200  # carried rows missed theirs in later batches, not every row
     assert records[-1]["drained"] == "end_of_input"
     assert_sinks_equal_oracle(store, spec)
+
+
+def test_a_deadline_column_in_nanoseconds_is_floored_to_its_microsecond():
+    """Issue 66: a deadline column in timestamp[ns] (pandas' default) as epoch seconds, floored to
+    the microsecond (:mod:`...core.micros`), where it died with ArrowInvalid ("would lose data")."""
+    rows = pa.table({"sj_arrival": [0.0, 0.0], "due": pa.array([1_767_225_600_000_000_999, -1], pa.timestamp("ns"))})
+    assert with_deadlines(rows, DeadlineSpec(column="due"))[DEADLINE].to_pylist() == [1_767_225_600.0, -1e-6]
