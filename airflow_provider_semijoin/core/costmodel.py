@@ -539,6 +539,8 @@ def _front_stage(algorithm: str, split: dict, settings: dict, c: ComponentCosts,
         p_s = segment_match_probability(held, n_keys, k, exponent)
         w_s = disk_phase_tuples(float(split_field(inner, "stream_table_capacity_tuples", algorithm)), p_s, p_n)
         inner_loop, io = meshjoin_iteration(w_s, int(inner["partition_pages"]), k, int(inner["page_rows"]), n_keys, c)
+    if not w_s > 0:  # H_R holds every key the stream brings: no tuple reaches the disk phase
+        return _front_stage_alone(algorithm, c, cached, detail)
     w_n, front = front_stage_costs(w_s, p_n, c, cached)
     if algorithm == "cmeshjoin":
         mu = cmeshjoin_service_rate(w_s / inner_loop, p_n, front / (w_n + w_s))
@@ -548,6 +550,18 @@ def _front_stage(algorithm: str, split: dict, settings: dict, c: ComponentCosts,
         model = "SSJ eq. 2-3 (w_N eq. 4-7, w_S eq. 8-10)" if algorithm == "ssj" else "front-stage eq. 2-3 over " + inner_model
     detail = {**detail, "w_S": w_s, "w_N": w_n, "p_N": p_n, "probe_rounds": probe_rounds(w_s, p_n), "front_s": front}
     return Prediction(algorithm, mu, w_s + w_n, inner_loop + front, io, p_n, model, detail)
+
+
+def _front_stage_alone(algorithm: str, c: ComponentCosts, cached: int, detail: dict) -> Prediction:
+    """A front stage whose H_R holds every key of R (p_N = 1, w_S = 0): eq. 2-3 (and CMESHJOIN's
+    eq. 4 with the front stage's own cost) in the limit w_S -> 0, where each tuple costs what H_R
+    spends on a hit, c_S + c_cache + c_hit, and the disk phase idles; the equations themselves
+    give 0/0 there."""
+    c_cache, c_hit = c.cache_costs(cached)
+    per_tuple = c.c_S + c_cache + c_hit
+    return Prediction(algorithm, 1.0 / per_tuple, 1.0, per_tuple, 0.0, 1.0,
+                      "front stage alone (p_N = 1): mu = 1 / (c_S + c_cache + c_hit)",
+                      {**detail, "w_S": 0.0, "w_N": 1.0, "p_N": 1.0, "probe_rounds": 0.0, "front_s": per_tuple})
 
 
 MODELS = ("inlj", "inlist", "meshjoin", "hybridjoin", "front-stage")  # the families an algorithm's ``cost_model`` names

@@ -153,6 +153,17 @@ def test_cache_algorithms_gain_from_memory_and_skew(name, inner):
     assert rates == sorted(rates) and rates[0] < rates[-1]
 
 
+@pytest.mark.parametrize("name, inner", [("ssj", "meshjoin"), ("cmeshjoin", "meshjoin"), ("cachejoin", "hybridjoin"),
+                                         ("cachejoin-pq", "hybridjoin")])
+def test_a_front_stage_holding_every_key_of_r_is_priced_by_its_hits_alone(name, inner):
+    """H_R of all of R's keys leaves the disk phase nothing (w_S = 0), where eq. 2-3 and 4 are 0/0:
+    the rate is then H_R's per hit, and one key fewer cached costs a little of it, not all."""
+    c_cache, c_hit = COSTS.cache_costs(1000)
+    every = [predict(name, cache_split(inner, 1000, 20_000), COSTS, 1000, s) for s in (0.0, 1.0)]
+    assert every == [pytest.approx(1 / (COSTS.c_S + c_cache + c_hit))] * 2
+    assert 0.9 * every[0] < predict(name, cache_split(inner, 999, 20_000), COSTS, 1000, 1.0) < every[0]
+
+
 def test_meshjoin_does_not_depend_on_skew():
     split = {"page_rows": 500, "partition_pages": 4, "partitions": 50, "chunk_tuples": 400}
     rates = {predict("meshjoin", split, COSTS, 100_000, s, shape) for s in (0.0, 0.5, 1.0, 1.5) for shape in cm.SHAPES}
