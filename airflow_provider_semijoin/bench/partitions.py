@@ -214,8 +214,10 @@ def summarize(rows: list[dict], warmup: int, parts: int, medians: tuple[str, ...
     the batches have, and the batches kept."""
     kept = rows[warmup:-1]
     tuples = sum(r["tuples"] for r in kept)
-    summary = {"partitions": parts, "batches": len(kept), "tuples_per_s": round(tuples / sum(r["batch_s"] for r in kept), 1),
-               "cpu_us_per_tuple": round(sum(r["cpu_s"] for r in kept) / tuples * 1e6, 3)}
+    seconds = sum(r["batch_s"] for r in kept)
+    summary = {"partitions": parts, "batches": len(kept), "tuples_per_s": round(tuples / seconds, 1) if seconds else 0.0,
+               # None: the kept batches completed no tuple (a slow machine: the join carried them to the drain)
+               "cpu_us_per_tuple": round(sum(r["cpu_s"] for r in kept) / tuples * 1e6, 3) if tuples else None}
     for name in medians:
         if name in kept[0]:
             summary[f"median_{name}"] = round(statistics.median(r[name] for r in kept), 4)
