@@ -29,17 +29,30 @@ from airflow_provider_semijoin.core.stores.capture import CLOCK_SUFFIX
 from airflow_provider_semijoin.core.stores.pagemaps import pages_table
 from airflow_provider_semijoin.core.stores.sql import side_tables
 from airflow_provider_semijoin.core.stores.versions import before_table
-from worker_groups import worker_group  # tests/ is on sys.path: pytest put it there for this file
+from worker_groups import start_rank, worker_group  # tests/ is on sys.path: pytest put it there for this file
 
 DEFAULT_MYSQL_URL = "mysql://semijoin:semijoin@127.0.0.1:3306/semijoin_test"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # in place of the scheduler of --dist
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scheduler by scope, each scope a group of :mod:`worker_groups`: a worker runs a
+    group's files whole, one after another. (xdist's own ``loadgroup`` renames a test's node id,
+    which pytest 9 no longer lets a plugin do.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkerGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid.split("::", 1)[0])
+
+    config.option.loadscopereorder = False  # the groups in the order collected: the longest first
+    return ByWorkerGroup(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Each test in its file's xdist group (:mod:`worker_groups`)."""
+    """The longest groups first (:data:`worker_groups.LONGEST_FIRST`), each file's tests in their order."""
     root = Path(str(config.rootpath))
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(worker_group(Path(str(item.path)).relative_to(root).as_posix())))
+    items.sort(key=lambda item: start_rank(worker_group(Path(str(item.path)).relative_to(root).as_posix())))
 
 
 @pytest.fixture(scope="session")
