@@ -1,5 +1,7 @@
 """Master-data changes as asset events (triggers/versions.py): the event trigger over R's captured
-versions, on SQLite and MariaDB, capture by triggers and by the binary log.
+versions, on SQLite and MariaDB, capture by triggers and by the binary log; and end to end, an
+asset-scheduled DAG run by a real Airflow (scheduler, dag-processor, triggerer, API server: the
+acceptance tier, ``pytest -m acceptance``).
 
 The trigger's stream is fed its ticks one at a time (:class:`Polls`), as the triggerer's shared
 stream does: each poll either fires an event or asks for the next tick without one, so "no event
@@ -9,12 +11,14 @@ without a commit" is an observation, not a wait. Commits come from connections o
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from airflow.sdk import Asset
 from airflow.sdk.execution_time.context import AssetStateStoreAccessors
 from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
+from airflow_stack import LocalAirflow, artifacts_dir
 
 from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.stores import DatabaseURL, store_for, write_table
@@ -297,3 +301,75 @@ def test_serialized_it_is_the_same_trigger_with_a_stream_of_its_own():
 def test_arguments_are_checked_when_the_dag_is_parsed(arguments, message):
     with pytest.raises(ConfigError, match=message):
         MasterDataVersionsTrigger(**{"master_conn_id": "dims", "table": "dim", "key": "nk", **arguments})
+
+
+# ------------------------------------------------------------------ end to end, with a real Airflow
+
+
+def asset_state(airflow, asset_id: int):
+    """The trigger's cursor in the asset's state store (None before its first run)."""
+    response = airflow.api("GET", f"/api/v2/assets/{asset_id}/state-store/{CURSOR_KEY}")
+    return response.json()["value"] if response.status_code == 200 else None
+
+
+def finished_runs(airflow, at_least: int) -> list[dict] | None:
+    """The successful runs of ``dim_changes`` once there are ``at_least`` of them (None before)."""
+    response = airflow.api("GET", "/api/v2/dags/dim_changes/dagRuns", params={"order_by": "run_after"})
+    assert response.status_code == 200, response.text
+    runs = response.json()["dag_runs"]
+    assert all(run["state"] != "failed" for run in runs), runs
+    done = [run for run in runs if run["state"] == "success"]
+    return done if len(done) >= at_least else None
+
+
+def run_ranges(airflow, run: dict) -> list:
+    path = f"/api/v2/dags/dim_changes/dagRuns/{run['dag_run_id']}/taskInstances/ranges/xcomEntries/return_value"
+    response = airflow.api("GET", path)
+    assert response.status_code == 200, response.text
+    return response.json()["value"]
+
+
+@pytest.mark.acceptance  # 85-120 s on the shared 2-core machine: four Airflow components, three DAG runs
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_an_asset_scheduled_dag_runs_once_per_commit_batch_and_not_again_without_one(tmp_path):
+    """The real scheduler, dag-processor, triggerer and API server: ``dim_changes`` (dag_files/)
+    runs once for a batch of plain-SQL commits to ``dim_product``, never for its history, once for
+    a commit made while the triggerer was stopped (its cursor in the asset's state store), and once
+    for a commit after that: three runs, each for the versions of its batch, and nothing between."""
+    url = f"sqlite:///{tmp_path / 'master.db'}"
+    connection = DatabaseURL.parse(url).connect()
+    write_table(connection, "dim_product", pa.table({"nk": list(range(1, 21)), "sk": list(range(101, 121))}),
+                primary_key="nk")
+    enable_capture(store_for(connection, "dim_product", "nk"))
+    connection.close()
+    commit(url, 'UPDATE "dim_product" SET sk = 0 WHERE nk = 1')  # history: version 1
+    (tmp_path / "airflow").mkdir()
+    logs = artifacts_dir("asset-events") / "logs"
+    airflow = LocalAirflow(tmp_path / "airflow", logs, [Path(__file__).parent / "dag_files" / "semijoin_dim_changes.py"],
+                           env={"AIRFLOW_CONN_DIMS": url})
+    try:
+        airflow.start()
+        assets = lambda: airflow.api("GET", "/api/v2/assets", params={"name_pattern": "dim_product"}).json()["assets"]  # noqa: E731
+        (asset,) = airflow.wait("the DAG's asset", assets, timeout=120)
+        airflow.wait("the watcher's first run to record R's version", lambda: asset_state(airflow, asset["id"]) == 1,
+                     timeout=120)
+        commit(url, 'UPDATE "dim_product" SET sk = sk + 1000 WHERE nk IN (3, 4)')
+        commit(url, 'INSERT INTO "dim_product" (nk, sk) VALUES (30, 130)')  # versions 2-4
+        airflow.wait("a run for the first batch", lambda: finished_runs(airflow, 1), timeout=120)
+        airflow.wait("the cursor past the first batch", lambda: asset_state(airflow, asset["id"]) == 4, timeout=60)
+
+        airflow.stop_component("triggerer")
+        commit(url, 'DELETE FROM "dim_product" WHERE nk = 5')  # version 5, while no triggerer runs
+        airflow.start_component("triggerer")
+        airflow.wait("a run for the commit made meanwhile", lambda: finished_runs(airflow, 2), timeout=120)
+        commit(url, 'UPDATE "dim_product" SET sk = 7 WHERE nk = 7')  # version 6
+        runs = airflow.wait("a run for the last commit", lambda: finished_runs(airflow, 3), timeout=120)
+        ranges = [run_ranges(airflow, run) for run in runs]
+        events = airflow.api("GET", "/api/v2/assets/events", params={"asset_id": asset["id"]}).json()["asset_events"]
+    finally:
+        airflow.stop()
+    assert ranges == [[[2, 4]], [[5, 5]], [[6, 6]]]
+    assert sorted((e["extra"]["payload"]["first_version"], e["extra"]["payload"]["last_version"]) for e in events) == [
+        (2, 4), (5, 5), (6, 6)]
+    assert all(e["extra"]["payload"]["table"] == "dim_product" and "sqlite" not in str(e["extra"]) for e in events)
