@@ -48,9 +48,8 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome, SharedStreamProducer
 from asgiref.sync import sync_to_async
 
-from ..core.checks import check_number, check_positive
+from ..core.checks import check_identifier, check_number, check_positive  # light: the triggerer imports this on its loop
 from ..core.errors import ConfigError
-from ..core.stores.sql import check_identifier
 
 CURSOR_KEY = "semijoin_version"  # the asset state store's key of the trigger's cursor
 STREAM = "semijoin-master-versions"
