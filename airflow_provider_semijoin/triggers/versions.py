@@ -21,8 +21,9 @@ DAG is parsed, and a trigger re-created after a triggerer restart starts from th
 there or in memory would fire for all of R's history (from version 0) or miss the commits made while
 the triggerer was down (from the high-water mark at its start). Airflow 3.3 keeps an event trigger's
 position in the watched asset's **state store** (``asset_state_store``, injected by the triggerer;
-key :data:`CURSOR_KEY`): the first run records R's high-water mark there (or ``after_version``), so
-history does not fire, and every later run - after a restart, on another triggerer - resumes from it.
+key :data:`CURSOR_KEY`, with the table and connection it is for): the first run records R's
+high-water mark there (or ``after_version``), so history does not fire, and every later run - after
+a restart, on another triggerer, with other arguments such as ``poll_interval`` - resumes from it.
 
 **The cursor moves after Airflow stored the event.** The trigger runs in the triggerer's shared-stream
 ack mode: a stream of its own (keyed by its trigger id) of one tick a poll (:class:`PollTicks`), whose
@@ -40,6 +41,7 @@ trigger, which then has no single state store: it refuses that in one sentence. 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -54,6 +56,7 @@ from ..core.errors import ConfigError
 CURSOR_KEY = "semijoin_version"  # the asset state store's key of the trigger's cursor
 STREAM = "semijoin-master-versions"
 _SEVERAL_ASSETS = "concrete inlets and outlets"  # how AssetStateStoreAccessors refuses to pick one of several assets
+log = logging.getLogger(__name__)
 
 
 def _iso(seconds: float | None) -> str | None:
@@ -71,10 +74,11 @@ class HighWater:
 
 class Cursor:
     """Where the trigger's position lives: the watched asset's state store, which outlives the
-    triggerer; nowhere but the run without one (a trigger run by hand)."""
+    triggerer, as ``{"master_conn_id", "table", "version"}`` (a cursor kept for another table
+    is not this one's); nowhere but the run without a store (a trigger run by hand)."""
 
-    def __init__(self, state, table: str):
-        self.state, self.table = state, table
+    def __init__(self, state, master_conn_id: str | None, table: str):
+        self.state, self.owner = state, {"master_conn_id": master_conn_id, "table": table}
 
     async def load(self) -> int | None:
         if self.state is None:
@@ -85,15 +89,20 @@ class Cursor:
             if _SEVERAL_ASSETS not in str(exc):
                 raise
             raise ConfigError(
-                f"table: several assets watch {self.table!r} through one MasterDataVersionsTrigger (the same "
-                "arguments make one trigger), which has no single asset state store for its cursor; watch it "
-                "from one asset and schedule the DAGs on that asset"
+                f"table: several assets watch {self.owner['table']!r} through one MasterDataVersionsTrigger (the "
+                "same arguments make one trigger), which has no single asset state store for its cursor; watch "
+                "it from one asset and schedule the DAGs on that asset"
             ) from None
-        return None if value is None else int(value)
+        if value is None:
+            return None
+        if not isinstance(value, dict) or {k: value.get(k) for k in self.owner} != self.owner:
+            log.warning("the asset's cursor was kept for %s, not %s: starting anew", value, self.owner)
+            return None
+        return int(value["version"])
 
     async def save(self, version: int) -> None:
         if self.state is not None:
-            await self.state.aset(CURSOR_KEY, int(version))
+            await self.state.aset(CURSOR_KEY, {**self.owner, "version": int(version)})
 
 
 @dataclass
@@ -190,7 +199,7 @@ class MasterDataVersionsTrigger(BaseEventTrigger):
         return PollTicks(kwargs["poll_interval"])
 
     async def filter_shared_stream(self, shared_stream):
-        cursor = Cursor(self.asset_state_store, self.table)
+        cursor = Cursor(self.asset_state_store, self.master_conn_id, self.table)
         position = await self._start(cursor)
         read = sync_to_async(self.high_water)
         async for tick in shared_stream:

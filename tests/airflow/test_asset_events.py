@@ -65,6 +65,9 @@ class AssetState:
     async def aset(self, key, value):
         self.values[key] = value
 
+    def cursor(self) -> int | None:
+        return self.values[CURSOR_KEY]["version"] if CURSOR_KEY in self.values else None
+
 
 class Polls:
     """A trigger's stream fed one tick at a time: ``await polls.next()`` is the payload of the
@@ -168,14 +171,15 @@ def test_the_cursor_lives_in_the_asset_state_and_moves_once_the_event_was_stored
 
     async def first(polls):
         assert await polls.next() is None
-        assert state.values == {CURSOR_KEY: 1}  # the first run recorded R's high-water mark at once
+        # the first run recorded R's high-water mark at once, for this table
+        assert state.values == {CURSOR_KEY: {"master_conn_id": "dims", "table": table, "version": 1}}
         commit(backend.url, f"UPDATE {q} SET sk = 1 WHERE nk IN (2, 3)")
         event = await polls.next()
         lost = AdvanceItem(polls.ticks[-1], AdvanceOutcome(acked=0, failed=1))  # never confirmed stored
         await PollTicks(0.01).advance([lost])
         return versions(event)
 
-    assert run(first) == (2, 3) and state.values == {CURSOR_KEY: 1}
+    assert run(first) == (2, 3) and state.cursor() == 1
 
     async def again(polls):
         event = await polls.next()  # fired again: its storing was not confirmed
@@ -183,13 +187,34 @@ def test_the_cursor_lives_in_the_asset_state_and_moves_once_the_event_was_stored
         await PollTicks(0.01).advance(stored)
         return versions(event), await polls.next()
 
-    assert run(again) == ((2, 3), None) and state.values == {CURSOR_KEY: 3}
+    assert run(again) == ((2, 3), None) and state.cursor() == 3
     commit(backend.url, f"DELETE FROM {q} WHERE nk = 7")  # while no trigger runs
 
     async def after_restart(polls):
         return versions(await polls.next()), await polls.next()
 
     assert run(after_restart) == ((4, 4), None)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_cursor_the_asset_kept_for_another_table_is_not_this_ones(dim):
+    """The asset's watcher now watches another table (or connection): its cursor there is not
+    this table's, so the trigger starts anew from this table's version, history not firing."""
+    backend, table = dim
+    q = backend.quote(table)
+    commit(backend.url, f"UPDATE {q} SET sk = 0 WHERE nk = 1")  # history: version 1
+    state = AssetState()
+    state.values[CURSOR_KEY] = {"master_conn_id": "dims", "table": "dim_before", "version": 99}
+    trigger = MasterDataVersionsTrigger("dims", table, "nk")
+    trigger.asset_state_store = state
+
+    async def script(polls):
+        seen = [await polls.next()]
+        commit(backend.url, f"UPDATE {q} SET sk = 1 WHERE nk = 2")
+        return seen + [versions(await polls.next())]
+
+    assert polled(trigger, script) == [None, (2, 2)]
+    assert state.values[CURSOR_KEY] == {"master_conn_id": "dims", "table": table, "version": 1}  # not yet stored
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
@@ -205,7 +230,7 @@ def test_run_outside_a_triggerer_fires_each_batch_and_moves_its_cursor_once_take
         events = trigger.run()
         try:
             first = (await anext(events)).payload
-            cursor_while_held = dict(state.values)
+            cursor_while_held = state.cursor()
             commit(backend.url, f"UPDATE {q} SET sk = 1 WHERE nk = 9")
             second = (await anext(events)).payload
             return versions(first), cursor_while_held, versions(second)
@@ -213,8 +238,8 @@ def test_run_outside_a_triggerer_fires_each_batch_and_moves_its_cursor_once_take
             await events.aclose()
             await trigger.cleanup()
 
-    assert asyncio.run(main()) == ((1, 2), {CURSOR_KEY: 0}, (3, 3))
-    assert state.values == {CURSOR_KEY: 2}  # the first event was taken; the second not yet
+    assert asyncio.run(main()) == ((1, 2), 0, (3, 3))
+    assert state.cursor() == 2  # the first event was taken; the second not yet
 
 
 @pytest.mark.mysql
@@ -309,7 +334,7 @@ def test_arguments_are_checked_when_the_dag_is_parsed(arguments, message):
 def asset_state(airflow, asset_id: int):
     """The trigger's cursor in the asset's state store (None before its first run)."""
     response = airflow.api("GET", f"/api/v2/assets/{asset_id}/state-store/{CURSOR_KEY}")
-    return response.json()["value"] if response.status_code == 200 else None
+    return response.json()["value"]["version"] if response.status_code == 200 else None
 
 
 def finished_runs(airflow, at_least: int) -> list[dict] | None:
