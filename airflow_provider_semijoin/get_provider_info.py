@@ -106,7 +106,10 @@ def get_provider_info() -> dict:
             }
         ],
         "triggers": [
-            {"integration-name": INTEGRATION, "python-modules": [f"{module}.triggers.updates"]}
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": [f"{module}.triggers.updates", f"{module}.triggers.versions"],
+            }
         ],
         "connection-types": [
             {

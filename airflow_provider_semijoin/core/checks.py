@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 
 from .errors import ConfigError, shown
+
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")  # \Z: $ would let a final newline through
 
 
 def is_number(value, *, integer: bool = False) -> bool:
@@ -63,3 +66,13 @@ def check_int(value, what: str, *, minimum: int = 0, maximum: int | None = None)
     if maximum is not None and value > maximum:
         raise ConfigError(f"{what}: {value} must be <= {maximum}")
     return value
+
+
+def check_identifier(name: str, what: str) -> str:
+    """Return ``name`` if it is a plain SQL identifier, else raise a ConfigError naming ``what``."""
+    if not isinstance(name, str) or not IDENTIFIER.match(name):
+        raise ConfigError(
+            f"{what}: {shown(name)} is not a valid identifier (expected letters, digits and _, "
+            "starting with a letter or _, at most 64 characters)"
+        )
+    return name

@@ -41,14 +41,10 @@ def count_pending(master_conn_id: str | None, table: str, key: str) -> int:
 def master_version(master_conn_id: str | None, table: str, key: str) -> int:
     """R's version: its change log's last one (0 without a log), moved on by installs and, when
     R's writes are captured (:mod:`..core.stores.capture`), by every writer's commit."""
-    from ..core.stores import store_for
     from ..hooks.master import MasterDataHook
 
-    connection = MasterDataHook(master_conn_id).get_conn()
-    try:
-        return store_for(connection, table, key).version()
-    finally:
-        connection.close()
+    with MasterDataHook(master_conn_id).open_store(table, key) as store:  # closes its binlog side session too
+        return store.version()
 
 
 class MasterDataChangesTrigger(BaseTrigger):

@@ -33,12 +33,16 @@ def test_one_dag_per_operator_and_sensor():
     assert bag.import_errors == {}
     assert sorted(bag.dag_ids) == sorted(
         [f"example_semijoin_{a}" for a in ALGORITHM_DAGS]
-        + ["example_semijoin_updates", "example_semijoin_deadlines", "example_surrogate_keys"])
+        + ["example_semijoin_updates", "example_semijoin_deadlines", "example_surrogate_keys",
+           "example_semijoin_asset_events"])
     assert bag.dags["example_surrogate_keys"].fileloc == str(EXAMPLES / "example_surrogate_keys.py")
     kinds = {type(task).__name__ for dag in bag.dags.values() for task in dag.tasks}
     assert {"INLJOperator", "MeshJoinOperator", "HybridJoinOperator", "HybridJoinLOperator", "HybridJoinPQOperator",
             "SSJOperator", "CacheJoinOperator", "CacheJoinLOperator", "CacheJoinPQOperator", "CMeshJoinOperator",
             "SSIJOperator", "SemiStreamJoinOperator", "SemiJoinPipelineOperator", "InstallMasterChangesOperator",
             "MasterDataChangesSensor", "DeadlineMissSensor"} <= kinds
+    (asset,) = bag.dags["example_semijoin_asset_events"].timetable.asset_condition.objects
+    watchers = [watcher.trigger for watcher in asset.watchers]  # the event trigger, the asset's watcher
+    assert [type(trigger).__name__ for trigger in watchers] == ["MasterDataVersionsTrigger"]
     joins = [task for dag in bag.dags.values() for task in dag.tasks if isinstance(task, SemiJoinJobOperator)]
     assert joins and all(any(isinstance(link, SemiJoinMetricsLink) for link in task.operator_extra_links) for task in joins)

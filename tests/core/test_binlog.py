@@ -215,6 +215,11 @@ def test_each_transaction_of_r_is_one_version_with_keys_and_first_before_images(
     assert [v for v, *_ in recorded] == [0, 1, 2, 3]
     assert [Position(f, p) for _, f, p, *_ in recorded] == sorted(Position(f, p) for _, f, p, *_ in recorded)
     assert all(abs(captured - committed) < 5 for *_, committed, captured in recorded[1:])
+    store = store_for(DatabaseURL.parse(db.url).connect(), r, "nk")
+    try:  # what the asset events carry as a version's commit time (none for the version capture began at)
+        assert [store.committed_at(v) for v in range(4)] == [None, *(committed for *_, committed, _ in recorded[1:])]
+    finally:
+        store.close()
     assert c.poll(0.05) == 0
     assert r_at(db.url, r, 3) == sorted(db.sql(f"SELECT * FROM {r}")) == [(3, "c3", 3), (20, "b", 4000000000)]
     assert r_at(db.url, r, 0) == states[0]  # R before everything, through the before-images

@@ -14,131 +14,33 @@ drives that browser (no browser download). Without them the test fails, it does 
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
-import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from urllib.parse import urlencode
 
-import httpx
 import pytest
-from airflow_stack import (
-    CHARTS, CHROMIUM, REPO, airflow_config, artifacts_dir, chart_state, checkout_entry_points, free_port, log_in,
-)
+from airflow_stack import CHARTS, CHROMIUM, LocalAirflow, artifacts_dir, chart_state, log_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.timeout(300)]
 
 DAG_ID = "semijoin_live_demo"
 JOIN_TASK = "live_join"
 DURATION_S = 35.0
-COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 
 
-class LocalAirflow:
-    """Airflow's components as child processes, each in a process group of its own."""
-
-    def __init__(self, root: Path, artifacts: Path):
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.password = secrets.token_urlsafe(12)
-        self.logs = artifacts / "logs"
-        (root / "passwords.json").write_text(json.dumps({"admin": self.password}))
-        dags = root / "dags"
-        dags.mkdir()
-        shutil.copy(Path(__file__).parent / "dag_files" / f"{DAG_ID}.py", dags)
-        shim = checkout_entry_points(root / "entry-points")
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and k != "PYTHONPATH"}
-        self.env.update(
-            airflow_config(root, users="admin:admin"),
-            PYTHONPATH=os.pathsep.join(str(p) for p in (shim, REPO) if p is not None),
-            AIRFLOW__CORE__DAGS_FOLDER=str(dags),
-            AIRFLOW__CORE__EXECUTOR="LocalExecutor",
-            AIRFLOW__CORE__PARALLELISM="4",
-            AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
-            AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{self.base}/execution/",
-            AIRFLOW__API__HOST="127.0.0.1",
-            AIRFLOW__API__PORT=str(self.port),
-            AIRFLOW__API__BASE_URL=self.base,
-            AIRFLOW__API__WORKERS="1",
-            AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="2",
-            AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="1",
-            AIRFLOW__LOGGING__LOGGING_LEVEL="INFO",
-        )
-        self.processes: dict[str, subprocess.Popen] = {}
-        self.token = None
-
-    def start(self) -> None:
-        self._airflow("db", "migrate")
-        for component in COMPONENTS:
-            log = open(self.logs / f"{component}.log", "w")
-            self.processes[component] = subprocess.Popen(
-                [sys.executable, "-m", "airflow", component],
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.wait("the API server to answer", lambda: self._health_ok(), timeout=90)
-        response = httpx.post(f"{self.base}/auth/token", json={"username": "admin", "password": self.password})
-        assert response.status_code == 201, response.text
-        self.token = response.json()["access_token"]
-
-    def stop(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for name, process in self.processes.items():
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
-
-    def _airflow(self, *args) -> None:
-        proc = subprocess.run(
-            [sys.executable, "-m", "airflow", *args], env=self.env, capture_output=True, text=True, timeout=180
-        )
-        assert proc.returncode == 0, f"airflow {' '.join(args)} failed:\n{proc.stderr[-3000:]}"
-
-    def _health_ok(self) -> bool:
-        try:
-            return httpx.get(f"{self.base}/api/v2/monitor/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def api(self, method: str, path: str, **kwargs) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self.token}"}
-        return httpx.request(method, self.base + path, headers=headers, timeout=10, **kwargs)
-
-    def wait(self, what: str, predicate, timeout: float, every: float = 1.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for name, process in self.processes.items():
-                exited = process.poll()
-                assert exited is None, f"airflow {name} exited with {exited}; see {self.logs}/{name}.log"
-            result = predicate()
-            if result:
-                return result
-            time.sleep(every)
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}; component logs in {self.logs}")
-
-    def task(self, run_id: str, task_id: str) -> dict:
-        query = {"dag_id": DAG_ID, "run_id": run_id, "task_id": task_id}
-        response = self.api("GET", "/semijoin/api/task", params=query)
-        assert response.status_code == 200, response.text
-        return response.json()
+def task(airflow, run_id: str, task_id: str) -> dict:
+    """The monitor API's view of one task of the demo run."""
+    query = {"dag_id": DAG_ID, "run_id": run_id, "task_id": task_id}
+    response = airflow.api("GET", "/semijoin/api/task", params=query)
+    assert response.status_code == 200, response.text
+    return response.json()
 
 
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory):
     assert CHROMIUM.exists(), f"{CHROMIUM} is missing: install Debian's chromium (.ci/setup installs it)"
     artifacts = artifacts_dir("monitor")
-    local = LocalAirflow(tmp_path_factory.mktemp("airflow-e2e"), artifacts)
+    local = LocalAirflow(tmp_path_factory.mktemp("airflow-e2e"), artifacts / "logs",
+                         [Path(__file__).parent / "dag_files" / f"{DAG_ID}.py"])
     local.artifacts = artifacts
     try:
         local.start()
@@ -158,7 +60,7 @@ def test_monitor_in_a_browser_while_a_join_runs(airflow, browser):
     run_id = triggered.json()["dag_run_id"]
     airflow.wait(
         "the join's first micro-batches",
-        lambda: airflow.task(run_id, JOIN_TASK)["history"]["points"] >= 3,
+        lambda: task(airflow, run_id, JOIN_TASK)["history"]["points"] >= 3,
         timeout=90,
     )
 
@@ -220,14 +122,14 @@ def test_monitor_in_a_browser_while_a_join_runs(airflow, browser):
     page.screenshot(path=str(shots / "4-task-tab-not-started.png"), full_page=True)
 
     # after the end: the full history, no more refreshing
-    ended_phase = lambda: airflow.task(run_id, JOIN_TASK)["phase"] == "ended"  # noqa: E731
+    ended_phase = lambda: task(airflow, run_id, JOIN_TASK)["phase"] == "ended"  # noqa: E731
     airflow.wait("the join to end", ended_phase, timeout=DURATION_S + 60)
     page.goto(tab)
     ended = page.frame_locator("iframe[title='Semi-join']")
     ended.locator("#banner:not([hidden])").wait_for(timeout=20_000)
     assert ended.locator("#banner").inner_text().startswith("The task ended (success)")
     assert "not refreshing" in ended.locator("#status").inner_text()
-    final = airflow.task(run_id, JOIN_TASK)
+    final = task(airflow, run_id, JOIN_TASK)
     # every micro-batch of the run is in the history and on the chart
     assert int(ended.locator("#chart-rate").get_attribute("data-points")) == final["history"]["points"]
     assert final["history"]["points"] == final["latest"]["batch_id"] + 1 >= 10

@@ -153,6 +153,11 @@ def disable_capture(store) -> bool:
     return bool(existing) or binlog
 
 
+def enable_command(store) -> str:
+    """The command that captures R's changes, for the sentences that ask for it."""
+    return f"`semijoin changes enable --master URL --table {store.table} --key {store.key}`"
+
+
 def changes_seen(store, change_capture: str | None, master_static: bool, url: str,
                  field: str = "master", refresh: bool = False):
     """Before a long-running join starts on ``store`` (opened from ``url``): every writer's
@@ -175,7 +180,7 @@ def changes_seen(store, change_capture: str | None, master_static: bool, url: st
         return None
     raise ConfigError(
         f"{field}: changes other writers make to {store.table!r} would not be seen by this running join; "
-        f"capture them (`semijoin changes enable --master URL --table {store.table} --key {store.key}`, or "
+        f"capture them ({enable_command(store)}, or "
         "change_capture: triggers or binlog on the step), set refresh: {every_s: N} to read it anew every N s, "
         "or set master_static: true if nothing but this provider's installs changes it"
     )

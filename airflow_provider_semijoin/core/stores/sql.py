@@ -2,7 +2,7 @@
 
 Two dialects: SQLite (the embedded default, standard library ``sqlite3``) and MySQL/MariaDB
 (``MySQLdb`` from mysqlclient, the driver Airflow's MySQL provider uses). Identifiers that come
-from configuration are validated against :data:`IDENTIFIER` and quoted; values are always bound
+from configuration are validated against :data:`..checks.IDENTIFIER` and quoted; values are always bound
 as parameters.
 """
 
@@ -18,19 +18,8 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..checks import IDENTIFIER, check_identifier  # noqa: F401 (the stores' API too)
 from ..errors import ConfigError, StoreError, shown
-
-IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")  # \Z: $ would let a final newline through
-
-
-def check_identifier(name: str, what: str) -> str:
-    """Return ``name`` if it is a plain SQL identifier, else raise a ConfigError naming ``what``."""
-    if not isinstance(name, str) or not IDENTIFIER.match(name):
-        raise ConfigError(
-            f"{what}: {shown(name)} is not a valid identifier (expected letters, digits and _, "
-            "starting with a letter or _, at most 64 characters)"
-        )
-    return name
 
 
 CHANGES_SUFFIX = "__sj_changes"  # the change log of R: (version, key, op)

@@ -80,6 +80,16 @@ class VersionedReads:
             return 0
         return int(self._log_query(f"SELECT COALESCE(MAX(version), 0) FROM {self._qlog}")[0][0])
 
+    def committed_at(self, version: int) -> float | None:
+        """When the transaction of ``version`` committed (seconds since the epoch; the binary
+        log's clock, whole seconds) for an R captured from the binary log; None otherwise: the
+        capture triggers and the installs record no time."""
+        if version <= 0 or not self.captured_from_binlog():
+            return None
+        rows = self._log_query(f"SELECT committed_at FROM {self.dialect.quote(binlog_table(self.table))} "
+                               f"WHERE version = {self.dialect.param}", (int(version),))
+        return float(rows[0][0]) if rows and rows[0][0] is not None else None
+
     def changes_since(self, version: int, upto: int | None = None) -> tuple[int, np.ndarray]:
         """``(new version, distinct keys changed after version)``, the keys in R's key dtype;
         ``upto``: the keys changed in ``(version, upto]`` (and ``upto`` as the new version).

@@ -1,7 +1,9 @@
-"""A throwaway Airflow for the monitor's tests: its configuration and this checkout's entry points.
+"""A throwaway Airflow for the tests: its configuration, this checkout's entry points, and a
+real local Airflow (:class:`LocalAirflow`: api-server, scheduler, dag-processor, triggerer).
 
-Both the in-process API tests and the browser test run Airflow against a temporary
-``AIRFLOW_HOME`` with a SQLite metadata database, the simple auth manager and a fixed JWT secret.
+The monitor's in-process API tests, its browser test and the asset-event test run Airflow against
+a temporary ``AIRFLOW_HOME`` with a SQLite metadata database, the simple auth manager and a fixed
+JWT secret.
 
 Airflow finds the plugin through the ``airflow.plugins`` entry point of the installed
 distribution. A virtualenv installed before setup.cfg gained an entry point (``.ci/setup``
@@ -17,17 +19,25 @@ import configparser
 import importlib.metadata as md
 import json
 import os
+import secrets
 import shutil
+import signal
 import socket
+import subprocess
+import sys
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import httpx
+
 DIST = "airflow-provider-semijoin"
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 JWT_SECRET = "semijoin-monitor-tests-" + "0123456789abcdef" * 4  # >= 64 bytes for HS512
 PLUGIN_ENTRY_POINT = "airflow_provider_semijoin.plugins.semijoin_plugin:SemiJoinPlugin"
 # the API tests' users: name -> (role, team); alice may read team_a's DAGs only
 USERS = {"admin": ("admin", None), "alice": ("viewer", "team_a")}
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 
 
 def declared_entry_points() -> dict[str, dict[str, str]]:
@@ -213,3 +223,108 @@ class MonitorAirflow:
 
         with create_session() as session:
             XComModel.set(key, value, dag_id=dag_id, run_id=run_id, task_id=task_id, serialize=False, session=session)
+
+
+class LocalAirflow:
+    """Airflow's components as child processes, each in a process group of its own, on a free
+    port in a temporary AIRFLOW_HOME (SQLite, LocalExecutor) with this checkout's provider; the
+    DAG files ``dag_files`` are copied into its DAGS_FOLDER, ``env`` is added to its environment.
+    Each component logs into ``logs/<component>.log``."""
+
+    def __init__(self, root: Path, logs: Path, dag_files: list[Path], env: dict[str, str] | None = None):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.password = secrets.token_urlsafe(12)
+        self.logs = logs
+        (root / "passwords.json").write_text(json.dumps({"admin": self.password}))
+        dags = root / "dags"
+        dags.mkdir()
+        for dag_file in dag_files:
+            shutil.copy(dag_file, dags)
+        shim = checkout_entry_points(root / "entry-points")
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and k != "PYTHONPATH"}
+        self.env.update(
+            airflow_config(root, users="admin:admin"),
+            PYTHONPATH=os.pathsep.join(str(p) for p in (shim, REPO) if p is not None),
+            AIRFLOW__CORE__DAGS_FOLDER=str(dags),
+            AIRFLOW__CORE__EXECUTOR="LocalExecutor",
+            AIRFLOW__CORE__PARALLELISM="4",
+            AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
+            AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{self.base}/execution/",
+            AIRFLOW__API__HOST="127.0.0.1",
+            AIRFLOW__API__PORT=str(self.port),
+            AIRFLOW__API__BASE_URL=self.base,
+            AIRFLOW__API__WORKERS="1",
+            AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="2",
+            AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="1",
+            AIRFLOW__LOGGING__LOGGING_LEVEL="INFO",
+            **(env or {}),
+        )
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.token = None
+
+    def start(self) -> None:
+        self._airflow("db", "migrate")
+        for component in COMPONENTS:
+            self.start_component(component)
+        self.wait("the API server to answer", lambda: self._health_ok(), timeout=90)
+        response = httpx.post(f"{self.base}/auth/token", json={"username": "admin", "password": self.password})
+        assert response.status_code == 201, response.text
+        self.token = response.json()["access_token"]
+
+    def start_component(self, component: str) -> None:
+        log = open(self.logs / f"{component}.log", "a")
+        self.processes[component] = subprocess.Popen(
+            [sys.executable, "-m", "airflow", component],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def stop_component(self, component: str) -> None:
+        self._stop([component])
+
+    def stop(self) -> None:
+        self._stop(list(self.processes))
+
+    def _stop(self, components: list[str]) -> None:
+        """SIGTERM to the components' process groups (their graceful stop), SIGKILL after 20 s."""
+        processes = [self.processes.pop(component) for component in components]
+        for process in processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+
+    def _airflow(self, *args) -> None:
+        proc = subprocess.run(
+            [sys.executable, "-m", "airflow", *args], env=self.env, capture_output=True, text=True, timeout=180
+        )
+        assert proc.returncode == 0, f"airflow {' '.join(args)} failed:\n{proc.stderr[-3000:]}"
+
+    def _health_ok(self) -> bool:
+        try:
+            return httpx.get(f"{self.base}/api/v2/monitor/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def api(self, method: str, path: str, **kwargs) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        return httpx.request(method, self.base + path, headers=headers, timeout=10, **kwargs)
+
+    def wait(self, what: str, predicate, timeout: float, every: float = 1.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, process in self.processes.items():
+                exited = process.poll()
+                assert exited is None, f"airflow {name} exited with {exited}; see {self.logs}/{name}.log"
+            result = predicate()
+            if result:
+                return result
+            time.sleep(every)
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}; component logs in {self.logs}")
