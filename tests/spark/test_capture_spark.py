@@ -379,12 +379,16 @@ def master() -> pa.Table:
     return pa.table({"nk": pa.array(KEYS, pa.int64()), "v": pa.array([10 * k for k in KEYS], pa.int64())})
 
 
-BACKENDS = ["sqlite", pytest.param("mysql", marks=pytest.mark.mysql), pytest.param("binlog", marks=pytest.mark.mysql)]
+# each capture (triggers on SQLite and MariaDB, MariaDB's binary log) at one part or two in the first
+# tier, each at the other in the acceptance tier
+FIRST_TIER = (("sqlite", 2), ("mysql", 1), ("binlog", 2))
+CASES = [pytest.param(name, partitions, marks=[pytest.mark.mysql] * (name != "sqlite")
+                      + [pytest.mark.acceptance] * ((name, partitions) not in FIRST_TIER), id=f"{name}-{partitions}")
+         for name in ("sqlite", "mysql", "binlog") for partitions in (1, 2)]
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("partitions", [1, 2])
-@pytest.mark.parametrize("backend_name", BACKENDS)
+@pytest.mark.parametrize("backend_name, partitions", CASES)
 def test_every_algorithm_joins_each_commit_of_another_connection_from_the_bound_on(tmp_path, request, backend_name,
                                                                                    partitions):
     backend = request.getfixturevalue(f"{backend_name}_backend")  # binlog: MariaDB with its binary log on

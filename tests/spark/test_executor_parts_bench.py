@@ -22,6 +22,8 @@ from airflow_provider_semijoin.bench.partitions import batches, measure, stream_
 from airflow_provider_semijoin.job.spec import StepSpec
 from airflow_provider_semijoin.workloads import generate_master
 
+pytestmark = pytest.mark.acceptance  # a prototype's bench (the product's executors' path: tests/spark/test_executor_rows.py)
+
 
 @pytest.fixture
 def step(tmp_path):
