@@ -16,6 +16,8 @@ import time
 from asgiref.sync import sync_to_async
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from . import serialized
+
 
 def changes_ready(pending: int, pending_since: float | None, now: float, min_pending: int, max_delay_s: float | None) -> bool:
     """True when a batch should be installed: ``min_pending`` changes wait, or some changes have
@@ -75,19 +77,8 @@ class MasterDataChangesTrigger(BaseTrigger):
         self.pending_since = pending_since
 
     def serialize(self) -> tuple[str, dict]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "master_conn_id": self.master_conn_id,
-                "table": self.table,
-                "key": self.key,
-                "min_pending": self.min_pending,
-                "max_delay_s": self.max_delay_s,
-                "poll_interval": self.poll_interval,
-                "pending_since": self.pending_since,
-                "after_version": self.after_version,
-            },
-        )
+        return serialized(self, ("master_conn_id", "table", "key", "min_pending", "max_delay_s", "poll_interval",
+                                 "pending_since", "after_version"))
 
     async def run(self):
         if self.after_version is not None:

@@ -52,6 +52,7 @@ from asgiref.sync import sync_to_async
 
 from ..core.checks import check_identifier, check_number, check_positive  # light: the triggerer imports this on its loop
 from ..core.errors import ConfigError
+from . import serialized
 
 CURSOR_KEY = "semijoin_version"  # the asset state store's key of the trigger's cursor
 STREAM = "semijoin-master-versions"
@@ -179,16 +180,7 @@ class MasterDataVersionsTrigger(BaseEventTrigger):
         self._follower = None  # the binary log's capturer this trigger keeps going (binlog capture)
 
     def serialize(self) -> tuple[str, dict]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "master_conn_id": self.master_conn_id,
-                "table": self.table,
-                "key": self.key,
-                "poll_interval": self.poll_interval,
-                "after_version": self.after_version,
-            },
-        )
+        return serialized(self, ("master_conn_id", "table", "key", "poll_interval", "after_version"))
 
     # -- the triggerer's shared stream, ack mode: a stream of this trigger's own -------------------
     def shared_stream_key(self):
