@@ -7,8 +7,10 @@ user's: ``sj_id``, a tuple id stable across replays (what makes the idempotent s
 
 A source's reader is the function its class names (:attr:`...job.sources.SourceSpec.reader`):
 :func:`read_files` and :func:`read_spark` here, the generator's with the generators
-(:func:`...workloads.stream.read_generator`). Each takes the Spark session and the source and
-gives the streaming DataFrame and the arrival time to add (None: the frame has its own).
+(:func:`...workloads.stream.read_generator`), a Redis stream's in :mod:`.redis_source`. Each takes
+the Spark session, the source and how long a lost server is retried (the job's
+``db_retry_max_s``: only a Redis stream has a server to lose) and gives the streaming DataFrame
+and the arrival time to add (None: the frame has its own).
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core.errors import ConfigError
+from ..core.reasons import CORRUPT_COLUMN
+from ..core.stores.reconnect import DEFAULT_RETRY_MAX_S
 from ..job.sources import FilesSource, SourceSpec, SparkSource
 
-CORRUPT_COLUMN = "_corrupt_record"
 FILE_COLUMN = "sj_file"
 TICK_COLUMN = "sj_tick"  # set on the heartbeat's rows (dropped before the join)
 
@@ -64,7 +67,7 @@ def _reader_options(source: FilesSource) -> dict:
     return {**options, **{k: str(v) for k, v in source.options.items()}}
 
 
-def read_files(spark, source: FilesSource):
+def read_files(spark, source: FilesSource, retry_max_s: float):
     """A landing folder's new files, with ``sj_file``; they arrive when they were last modified."""
     from pyspark.sql import functions as F
 
@@ -75,7 +78,7 @@ def read_files(spark, source: FilesSource):
     return frame, F.col("_metadata.file_modification_time")
 
 
-def read_spark(spark, source: SparkSource):
+def read_spark(spark, source: SparkSource, retry_max_s: float):
     """Any Spark source by format and options; a tuple arrives when its micro-batch reads it."""
     from pyspark.sql import functions as F
 
@@ -83,13 +86,13 @@ def read_spark(spark, source: SparkSource):
     return frame, F.current_timestamp()
 
 
-def stream_frame(spark, source: SourceSpec, arrival_column: str | None = None):
+def stream_frame(spark, source: SourceSpec, arrival_column: str | None = None, retry_max_s: float = DEFAULT_RETRY_MAX_S):
     """The streaming DataFrame of ``source`` (by the reader its class names) with ``sj_arrival``:
     the reader's, or where it gives one to add, ``arrival_column`` or the reader's arrival time."""
     from pyspark.sql import functions as F
 
     module, _, name = source.reader.partition(":")
-    frame, arrival = getattr(importlib.import_module(module), name)(spark, source)
+    frame, arrival = getattr(importlib.import_module(module), name)(spark, source, retry_max_s)
     if arrival is None:
         return frame
     if arrival_column is not None:
