@@ -14,8 +14,9 @@ backlog is cut at its ``limit``-th entry, found by reading the ids ahead with XR
 which also gives the cut ids that split a micro-batch into parallel reads.
 
 An entry the job has not read yet that is deleted (XTRIM, MAXLEN, XDEL) is a loss no replay can
-undo: planning and reading check the stream's ``max-deleted-entry-id`` and each read's count, and
-raise :class:`EntriesLost`, one sentence, which stops the job (see the README).
+undo: planning checks the stream's ``entries-added``, ``length`` and ``max-deleted-entry-id``
+against the offset (:func:`check_kept`), reading each range's count, and either raises
+:class:`EntriesLost`, one sentence, which stops the job (see the README).
 
 :func:`decode` turns XRANGE's entries into an Arrow batch of the schema's columns: ``sj_id`` (the
 entry id), the typed fields, and for an entry whose field is missing or not of its type, the
@@ -170,8 +171,14 @@ def lost_sentence(stream: str, after: tuple[int, int], why: str) -> str:
             "(keep the stream longer, or start a new checkpoint at start: latest)")
 
 
-def check_kept(stream: str, info: StreamInfo, after: tuple[int, int]) -> None:
-    """Raise :class:`EntriesLost` when an entry after ``after`` was deleted."""
+def check_kept(stream: str, info: StreamInfo, start: dict) -> None:
+    """Raise :class:`EntriesLost` when an entry after the offset ``start`` is gone: trimmed (XTRIM
+    and MAXLEN remove the oldest entries: more are gone, ``entries-added`` - ``length``, than the
+    job has read, ``base`` + ``row``) or deleted (XDEL: ``max-deleted-entry-id`` after it)."""
+    after, read = parse_id(start["id"]), start["base"] + start["row"]
+    if info.added - info.length > read:
+        why = f"{info.added - info.length - read} of them, the stream's first entry now {id_text(info.first or info.last)}"
+        raise EntriesLost(lost_sentence(stream, after, why))
     if info.max_deleted > after:
         raise EntriesLost(lost_sentence(stream, after, f"the stream's max-deleted-entry-id is {id_text(info.max_deleted)}"))
 
@@ -194,7 +201,10 @@ class Planner:
         """The end of the first, empty micro-batch: where the job starts."""
         if self.start == "latest" or info.first is None:
             return {"id": id_text(info.last), "row": 0, "base": info.added}
-        check_kept(self.stream, info, id_before(info.first))  # entries deleted inside the stream: not countable
+        if info.max_deleted >= info.first:  # the positions of its entries are not known: nor what a trim took
+            raise ConfigError(f"source.start: earliest cannot count the entries of Redis stream {shown(self.stream)}, "
+                              f"some of which were deleted (XDEL, up to id {id_text(info.max_deleted)}); expected start: "
+                              "latest, or a stream without deleted entries")
         return {"id": id_text(id_before(info.first)), "row": 0, "base": info.added - info.length}
 
     def latest(self, start: dict, max_rows: int | None) -> dict:
@@ -206,7 +216,7 @@ class Planner:
         if start["base"] is None:
             return self.first_end(info)
         after = parse_id(start["id"])
-        check_kept(self.stream, info, after)
+        check_kept(self.stream, info, start)
         available = info.added - start["base"] - start["row"]
         bounds = (available, max_rows, None if self.total_rows is None else self.total_rows - start["row"])
         rows = min(n for n in bounds if n is not None)
@@ -242,7 +252,7 @@ class Planner:
         info = self.connection.info(self.stream)  # a replay: what it reads may have been trimmed since
         if info is None:
             raise EntriesLost(lost_sentence(self.stream, after, "the stream no longer exists"))
-        check_kept(self.stream, info, after)
+        check_kept(self.stream, info, start)
         cuts = self.walk(after, rows) if rows > self.partition_rows else [(parse_id(end["id"]), rows)]
         if cuts[-1][0] != parse_id(end["id"]):
             raise EntriesLost(lost_sentence(self.stream, after, f"entry {end['id']} is no longer the {rows}th after it"))

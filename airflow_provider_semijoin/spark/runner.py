@@ -48,7 +48,7 @@ from .executor_rows import batch_files, chosen_path
 from .executor_steps import ExecutorSteps
 from .sinks import dead_letter_rows, open_sink, sink_class
 from ..core.reasons import CORRUPT_COLUMN, CORRUPT_REASON, MALFORMED_ROW
-from .sources import FILE_COLUMN, TICK_COLUMN, repair_utf8, stream_frame, tuple_ids, with_heartbeat
+from .sources import FILE_COLUMN, TICK_COLUMN, raised_in_python, repair_utf8, stream_frame, tuple_ids, with_heartbeat
 from ..job.spec import JobSpec
 from .step import JoinStep
 from .stepstats import StepStats
@@ -547,7 +547,7 @@ def run_job(
         if exception is not None:
             if processor.failure is not None:  # our own one-sentence error (a database past its retry bound)
                 raise processor.failure
-            raise RuntimeError(f"the streaming query failed: {str(exception).splitlines()[0]}")
+            raise raised_in_python(str(exception)) or RuntimeError(f"the streaming query failed: {str(exception).splitlines()[0]}")
     finally:
         if query.isActive:
             query.stop()

@@ -16,13 +16,15 @@ and the arrival time to add (None: the frame has its own).
 from __future__ import annotations
 
 import importlib
+import re
+import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, SemiJoinError
 from ..core.reasons import CORRUPT_COLUMN
 from ..core.stores.reconnect import DEFAULT_RETRY_MAX_S
 from ..job.sources import FilesSource, SourceSpec, SparkSource
@@ -154,3 +156,17 @@ def file_row_ids(files: pa.Array | pa.Scalar, rows: np.ndarray) -> pa.Array:
     """``<file name>#<row>`` of each row: its file's name (one for all: a scalar) and its row in
     that file, joined columnar (a Python string a row cost 0.3-0.4 s a 100k-row batch, this 13 ms)."""
     return pc.binary_join_element_wise(files, pc.cast(pa.array(rows, pa.int64()), pa.string()), "#")
+
+
+_RAISED = re.compile(r"^(airflow_provider_semijoin(?:\.\w+)+)\.(\w+): (.+)$", re.MULTILINE)
+
+
+def raised_in_python(text: str) -> SemiJoinError | None:
+    """Our one-sentence error that a Python process of Spark raised (a source's planning in the
+    driver's Python data source runner, its reads in a Python worker), out of the traceback that
+    Spark's error carries in its text; None when it carries none."""
+    for module, name, message in reversed(_RAISED.findall(text)):
+        cls = getattr(sys.modules.get(module) or importlib.import_module(module), name, None)
+        if isinstance(cls, type) and issubclass(cls, SemiJoinError):
+            return cls(message)
+    return None
