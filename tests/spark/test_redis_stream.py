@@ -6,23 +6,23 @@ batch. Each test writes a stream of its own name on the shared server (127.0.0.1
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
+import threading
 import uuid
 from collections import Counter
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 import redis
 from redis_server import SHARED_URL, RedisServer
-from spark_jobs import SELECT, driver_summary, killed_then_finished, run_driver, write_master
+from spark_jobs import SELECT, killed_then_finished, write_master
 
 from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
 from airflow_provider_semijoin.core.redis_stream import Connection, EntriesLost, Planner, read_task
 from airflow_provider_semijoin.job.spec import JobSpec
 from airflow_provider_semijoin.spark.runner import run_job
-from airflow_provider_semijoin.spark.sinks import read_parquet_sink
+from airflow_provider_semijoin.spark.sinks import read_parquet_batch, read_parquet_sink
 from airflow_provider_semijoin.workloads.redis_feed import fill
 from airflow_provider_semijoin.workloads.stream import generator_rows
 
@@ -189,3 +189,58 @@ def test_a_job_whose_stream_was_trimmed_under_it_stops_with_the_sentence(spark, 
     with pytest.raises(EntriesLost, match="^" + re.escape(lost) + "$"):
         run_job(spec, spark=spark, at_point=trim)
     client.close()
+
+
+def batch_ids(spec: JobSpec, batch_id: int) -> set[str]:
+    """The tuple ids micro-batch ``batch_id`` wrote to the sinks (its files, replaced by a replay)."""
+    return {i for sink in (spec.sinks.matched.path, spec.sinks.dead_letter.path)
+            for i in read_parquet_batch(Path(sink) / f"batch={batch_id}")["sj_id"].to_pylist()}
+
+
+@pytest.mark.acceptance
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("partitions", [1, 2])
+def test_a_killed_driver_and_a_replayed_batch_leave_each_entry_once(tmp_path, sqlite_backend, stream, partitions):
+    """The packaged driver SIGKILLed with its JVM during batch 2, between batch 3's sinks and its
+    state, and between batch 4's state and Spark's commit (that batch is replayed: it reads the
+    same entries, though 1,000 more came meanwhile), then run to its end: each entry once."""
+    store = write_master(sqlite_backend, 400)
+    ids = write_rows(SHARED_URL, stream, 0, 2000)
+    spec = redis_job(tmp_path, SHARED_URL, stream, sqlite_backend.url, store.table, total_rows=3000, partitions=partitions)
+    seen = {}
+
+    def on_killed(point: str) -> None:
+        if point == "state:4":
+            seen["batch 4"] = batch_ids(spec, 4)
+            ids.extend(write_rows(SHARED_URL, stream, 2000, 3000))
+
+    killed_then_finished(spec, tmp_path, ("batch:2", "sinks:3", "state:4"), on_killed)
+    assert batch_ids(spec, 4) == seen["batch 4"] and len(seen["batch 4"]) == 500  # the replay read the same entries
+    assert_exactly_once(store, ids, 3000, spec)
+
+
+@pytest.mark.acceptance
+@pytest.mark.timeout(900)
+def test_a_restarted_redis_server_is_waited_for_and_no_entry_is_lost_or_doubled(spark, tmp_path, sqlite_backend):
+    """A private Redis server (its streams kept in an append-only file) stopped during batch 2 and
+    started again 3 s later: the source's planning and reads retry it (db_retry_max_s) and the
+    job goes on, each entry once."""
+    server = RedisServer(tmp_path)
+    try:
+        store = write_master(sqlite_backend, 400)
+        ids = write_rows(server.url, "sales", 0, 3000)
+        spec = redis_job(tmp_path, server.url, "sales", sqlite_backend.url, store.table, total_rows=3000, db_retry_max_s=60)
+        restarts = []
+
+        def restart(point: str, batch_id: int) -> None:
+            if (point, batch_id) == ("batch", 2):
+                server.stop()
+                restarts.append(threading.Timer(3.0, server.start))
+                restarts[-1].start()
+
+        summary = run_job(spec, spark=spark, at_point=restart)
+        restarts[0].join()
+        assert (summary["stopped_by"], summary["input_rows"]) == ("end_of_input", 3000)
+        assert_exactly_once(store, ids, 3000, spec)
+    finally:
+        server.close()
