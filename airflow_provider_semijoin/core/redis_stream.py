@@ -11,7 +11,8 @@ before the stream's first entry, ``latest``: after its last) and warms Spark's P
 Planning costs one XINFO STREAM (its ``entries-added``, ``last-generated-id`` and
 ``max-deleted-entry-id`` are read at once) while the backlog fits in one micro-batch; a larger
 backlog is cut at its ``limit``-th entry, found by reading the ids ahead with XRANGE (:meth:`Planner.walk`),
-which also gives the cut ids that split a micro-batch into parallel reads.
+which also gives the cut ids that split a micro-batch into parallel reads; in a backlog the next
+micro-batch's walk runs on a thread while the current one is read and joined.
 
 An entry the job has not read yet that is deleted (XTRIM, MAXLEN, XDEL) is a loss no replay can
 undo: planning checks the stream's ``entries-added``, ``length`` and ``max-deleted-entry-id``
@@ -29,6 +30,7 @@ from __future__ import annotations
 import gc
 import json
 import re
+import threading
 from dataclasses import dataclass
 from itertools import chain
 from typing import Callable
@@ -49,6 +51,7 @@ REDIS_TYPES = {  # the types a field of an entry can be read as (Spark DDL name 
 }
 READ_CHUNK = 10_000  # entries an XRANGE asks for (COUNT): a reply of a few MB
 READ_PARTITION_ROWS = 50_000  # entries a read task takes at most (a task costs Spark's Python worker some 35 ms)
+PIPELINE_CHUNKS = 4  # XRANGEs a read sends as one pipeline: replies of tens of MB at most
 _NUMBERS = {
     "BIGINT": r"^[+-]?[0-9]{1,19}$",
     "INT": r"^[+-]?[0-9]{1,10}$",
@@ -111,12 +114,12 @@ class Connection:
     restart, a failover, a network blip), then raise :class:`SourceUnavailable`. The replies of
     XRANGE are left raw (lists of bytes): :func:`decode` reads them columnar."""
 
-    def __init__(self, url: str, retry_max_s: float, clock: Callable[[], float] | None = None):
+    def __init__(self, url: str, retry_max_s: float):
         import redis
 
         check_url(url)
         self.url = url
-        self.policy = RetryPolicy(retry_max_s) if clock is None else RetryPolicy(retry_max_s, clock=clock)
+        self.policy = RetryPolicy(retry_max_s)
         self.client = redis.Redis.from_url(url, socket_timeout=60, socket_connect_timeout=10)
         self.client.response_callbacks.pop("XRANGE", None)
         self._lost = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
@@ -195,7 +198,9 @@ class Planner:
     partition_rows: int = READ_PARTITION_ROWS
 
     def __post_init__(self):
-        self._walked: dict = {}  # (after, rows) -> cut ids (each chunk's last id and count), from planning
+        self._walked: dict = {}  # (after, rows) -> cut ids (each chunk's last id and count): this batch's, the next's
+        self._lock = threading.Lock()
+        self._ahead: tuple[tuple, threading.Thread] | None = None  # the next batch's walk, under way
 
     def first_end(self, info: StreamInfo) -> dict:
         """The end of the first, empty micro-batch: where the job starts."""
@@ -222,23 +227,51 @@ class Planner:
         rows = min(n for n in bounds if n is not None)
         if rows <= 0:
             return start
-        end = info.last if rows == available else self.walk(after, rows)[-1][0]
+        if rows == available:
+            return {**start, "id": id_text(info.last), "row": start["row"] + rows}
+        end = self.walk(after, rows)[-1][0]
+        self._walk_ahead(end, rows)
         return {**start, "id": id_text(end), "row": start["row"] + rows}
 
     def walk(self, after: tuple[int, int], rows: int) -> list[tuple[tuple[int, int], int]]:
         """The ``rows`` entries after ``after`` as chunks: each chunk's last id and its count
-        (their ids read ahead with XRANGE)."""
+        (their ids read ahead with XRANGE; planned ahead by :meth:`_walk_ahead`, or now)."""
         key = (after, rows)
-        if key not in self._walked:
-            cuts, last, left = [], after, rows
-            while left > 0:
-                entries = with_gc_off(lambda: self.connection.xrange(self.stream, last, "+", min(self.chunk, left)))
-                if not entries:
-                    raise EntriesLost(lost_sentence(self.stream, after, f"{rows - left} of {rows} entries are left"))
-                last, left = parse_id(entries[-1][0]), left - len(entries)
-                cuts.append((last, len(entries)))
-            self._walked = {key: cuts}
-        return self._walked[key]
+        if self._ahead is not None and self._ahead[0] == key:
+            self._ahead[1].join()
+        with self._lock:
+            cuts = self._walked.get(key)
+        if cuts is None:
+            cuts = self._cuts(after, rows)
+            self._keep(key, cuts)
+        return cuts
+
+    def _walk_ahead(self, after: tuple[int, int], rows: int) -> None:
+        """In a backlog, walk the next micro-batch's entries on a thread while this one is read and
+        joined: Spark plans a micro-batch only once the one before has committed. A walk that fails
+        is left for the next plan to do again, and say why."""
+        def walk() -> None:
+            try:
+                self._keep((after, rows), self._cuts(after, rows))
+            except SemiJoinError:
+                pass
+        thread = threading.Thread(target=walk, name="semijoin-redis-walk", daemon=True)
+        self._ahead = ((after, rows), thread)
+        thread.start()
+
+    def _keep(self, key: tuple, cuts: list) -> None:
+        with self._lock:  # the walks from this key on (older ones are planned and done)
+            self._walked = {k: v for k, v in self._walked.items() if k[0] >= key[0]} | {key: cuts}
+
+    def _cuts(self, after: tuple[int, int], rows: int) -> list[tuple[tuple[int, int], int]]:
+        cuts, last, left = [], after, rows
+        while left > 0:
+            entries = with_gc_off(lambda: self.connection.xrange(self.stream, last, "+", min(self.chunk, left)))
+            if not entries:
+                raise EntriesLost(lost_sentence(self.stream, after, f"{rows - left} of {rows} entries are left"))
+            last, left = parse_id(entries[-1][0]), left - len(entries)
+            cuts.append((last, len(entries)))
+        return cuts
 
     def partitions(self, start: dict, end: dict) -> list[list[tuple[tuple[int, int], tuple[int, int], int]]]:
         """The read tasks of the micro-batch ``(start, end]``: each a list of ``(after, until, count)``
@@ -283,8 +316,8 @@ def read_task(connection: Connection, stream: str, chunks: list, fields: list[tu
     if not chunks:
         return decode([], fields)
     rows = []
-    for i in range(0, len(chunks), 4):  # a pipeline of 4 XRANGEs at a time: replies of tens of MB at most
-        rows += with_gc_off(lambda: connection.ranges(stream, chunks[i:i + 4]))
+    for i in range(0, len(chunks), PIPELINE_CHUNKS):
+        rows += with_gc_off(lambda: connection.ranges(stream, chunks[i:i + PIPELINE_CHUNKS]))
     planned = sum(count for _, _, count in chunks)
     if len(rows) != planned:
         raise EntriesLost(lost_sentence(stream, chunks[0][0], f"{planned - len(rows)} of the {planned} entries up to "

@@ -1,0 +1,31 @@
+"""``semijoin demo --source redis``: the main job with its sales written to a Redis stream (the
+local server) by a producer at the demo's rate, read by the pipeline's ``redis_stream`` source."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+
+import pytest
+import redis
+
+
+@pytest.mark.acceptance
+@pytest.mark.timeout(1500)
+def test_the_demo_reads_its_sales_from_a_redis_stream_exactly_once(tmp_path, demo_run):
+    """At a small size: the run succeeds, every sale leaves once with the customer version valid at
+    its time (the demo's own oracle check), and the run's stream is deleted afterwards."""
+    demo = demo_run.start(tmp_path / "home", "--source", "redis", "--stream-rows", "4000", "--product-rows", "1000",
+                          "--customer-rows", "500", "--rate", "2000")
+    try:
+        out, _ = demo.communicate(timeout=1200)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(demo.pid, signal.SIGKILL)
+    assert demo.returncode == 0, out[-3000:]
+    stream = re.search(r"through Redis stream (semijoin-demo-\w+) at redis://127\.0\.0\.1:6379/0", out).group(1)
+    assert re.search(r"^input    4,000 sales$", out, re.M)
+    assert re.search(r"^check    exactly once against the as-of oracle .*: yes \(lost 0, duplicated 0, wrong keys 0", out, re.M)
+    assert redis.Redis().exists(stream) == 0
