@@ -12,8 +12,8 @@ its wall clock, steady tuples/s (after ``--warmup`` batches), CPU a tuple of eve
 bench and of the database server, the Redis server's CPU a tuple apart (whole runs: it serves no
 one else here), the exactly-once check; and Redis against the landing folder, round by round.
 
-The reader alone: the Redis stream read by Spark with nothing after it (a micro-batch's rows
-counted in ``foreachBatch``, read by the executors' Python workers), its steady entries/s.
+The readers alone: each source read by Spark with nothing after it (a micro-batch collected to the
+driver as Arrow, as the runner collects it, and dropped), their steady tuples/s.
 """
 
 from __future__ import annotations
@@ -55,26 +55,25 @@ def fill_stream(url: str, stream: list[pa.Table]) -> dict:
             "max_rows_per_batch": stream[0].num_rows, "total_rows": sum(b.num_rows for b in stream)}
 
 
-def reader_alone(spark, source: dict, warmup: int, folder: Path) -> dict:
-    """The stream read into Spark with nothing after it: steady entries/s after ``warmup`` batches."""
-    spec = source_from_dict(source)
+def reader_alone(spark, source: dict, total: int, warmup: int, folder: Path) -> dict:
+    """``source`` read into Spark with nothing after it (each micro-batch collected to the driver
+    as Arrow): steady tuples/s after ``warmup`` batches with tuples."""
     ends: list[tuple[float, int]] = []
 
-    def counted(frame, batch_id: int) -> None:
-        ends.append((time.time(), frame.count()))
+    def collected(frame, batch_id: int) -> None:
+        ends.append((time.time(), frame.toArrow().num_rows))
 
-    query = (stream_frame(spark, spec).writeStream.foreachBatch(counted).trigger(processingTime="0 seconds")
-             .option("checkpointLocation", str(folder / "reader-checkpoint")).start())
+    query = (stream_frame(spark, source_from_dict(source)).writeStream.foreachBatch(collected)
+             .trigger(processingTime="0 seconds").option("checkpointLocation", str(folder)).start())
     try:
-        while sum(n for _, n in ends) < spec.total_rows:
+        while sum(n for _, n in ends) < total:
             time.sleep(0.2)
     finally:
         query.stop()
     with_rows = [i for i, (_, n) in enumerate(ends) if n]
     first = with_rows[warmup - 1]
-    entries = sum(n for _, n in ends[first + 1:])
-    return {"entries": entries, "seconds": round(ends[-1][0] - ends[first][0], 3),
-            "entries_per_s": round(entries / (ends[-1][0] - ends[first][0]), 1)}
+    tuples, seconds = sum(n for _, n in ends[first + 1:]), ends[-1][0] - ends[first][0]
+    return {"tuples": tuples, "seconds": round(seconds, 3), "tuples_per_s": round(tuples / seconds, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,13 +100,15 @@ def main(argv: list[str] | None = None) -> int:
                     print(json.dumps({"round": round_, "source": name, **run}), flush=True)
                     if round_ >= 0:
                         runs.append({"source": name, **run})
-            alone = reader_alone(spark, sources["redis"], args.warmup, Path(folder))
+            total = sum(batch.num_rows for batch in stream)
+            alone = {name: reader_alone(spark, sources[name], total, args.warmup, Path(folder) / f"alone-{name}")
+                     for name in SOURCES}
         finally:
             spark.stop()
             drop_stream(args.redis, sources["redis"]["stream"])
     report = {"master": redact(args.master), "rows": args.rows, "batch_rows": args.batch_rows, "batches": args.batches,
               "rounds": args.rounds, "algorithm": args.algorithm, "memory": args.memory, "warmup": args.warmup,
-              "spark_master": args.spark_master, "runs": runs, "reader_alone": alone}
+              "spark_master": args.spark_master, "runs": runs, "readers_alone": alone}
     print_report(report)
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))
@@ -153,8 +154,8 @@ def print_report(report: dict) -> None:
     for figure in ("wall_tuples_per_s", "steady_tuples_per_s"):
         ratios = [round(r[figure] / f[figure], 3) for r, f in pairs]
         print(f"redis x files, {figure}: {ratios} (median {statistics.median(ratios)})")
-    alone = report["reader_alone"]
-    print(f"the Redis reader alone: {alone['entries_per_s']:,.0f} entries/s ({alone['entries']:,} entries in {alone['seconds']} s)")
+    for name, alone in report["readers_alone"].items():
+        print(f"the {name} reader alone: {alone['tuples_per_s']:,.0f} tuples/s ({alone['tuples']:,} tuples in {alone['seconds']} s)")
 
 
 if __name__ == "__main__":
