@@ -11,6 +11,20 @@ import signal
 import pytest
 import redis
 
+from airflow_provider_semijoin.core.errors import ConfigError
+from airflow_provider_semijoin.demo import pipeline_spec, redis_source, run_demo
+from airflow_provider_semijoin.job.sources import source_from_dict
+
+
+def test_the_demo_s_redis_source_carries_the_generator_s_columns_and_sales(tmp_path):
+    spec = pipeline_spec(4000, 1000, 500, 2000.0)
+    source = source_from_dict(redis_source(spec, "semijoin-demo-x"))
+    generator = source_from_dict(spec["source"])
+    assert source.stream_ddl == generator.stream_ddl  # tid, nk, qty, amount, customer_nk, sold_at, sj_arrival
+    assert (source.total_rows, source.max_rows_per_batch, source.tuple_id_column) == (4000, 1000, "tid")
+    with pytest.raises(ConfigError, match=r"^demo: --source 'kafka' is not one of \['generator', 'redis'\]$"):
+        run_demo(tmp_path, stream_rows=4000, product_rows=1000, customer_rows=500, rows_per_second=2000.0, source="kafka")
+
 
 @pytest.mark.acceptance
 @pytest.mark.timeout(1500)
