@@ -396,7 +396,7 @@ def cmd_demo(args) -> int:
 
     return run_demo(Path(args.dir), stream_rows=args.stream_rows, product_rows=args.product_rows,
                     customer_rows=args.customer_rows, rows_per_second=args.rate, ui_port=args.ui_port,
-                    out=functools.partial(print, flush=True))
+                    source=args.source, out=functools.partial(print, flush=True))
 
 
 # -- parser -------------------------------------------------------------------------------------
@@ -627,6 +627,8 @@ def _add_demo(sub) -> None:
     d.add_argument("--product-rows", type=int, default=200_000, help="rows of dim_product")
     d.add_argument("--customer-rows", type=int, default=50_000, help="customers of dim_customer (type 2: a tenth of them with 2 or 3 versions)")
     d.add_argument("--rate", type=float, default=4000, help="sales per second the stream delivers")
+    d.add_argument("--source", choices=["generator", "redis"], default="generator",
+                   help="where the sales come from: the built-in generator, or a Redis stream on 127.0.0.1:6379 fed at --rate")
     d.add_argument("--ui-port", type=int, default=8080,
                    help="port of the UI command printed at the end (another free one if it is taken)")
     d.set_defaults(func=cmd_demo)

@@ -18,6 +18,12 @@ Afterwards the output is checked against an oracle: a plain hash join of the reg
 with the dimension tables, as of each sale's ``sold_at`` for the customers - every sale leaves
 exactly once (a fact row or a dead letter with its reason), with the product's surrogate key and
 a category of the version before or after the update, and the customer version valid at its time.
+
+``--source redis``: the same sales reach the join through a Redis stream (the local server,
+:data:`DEMO_REDIS_URL`; a stream of this run's own, deleted afterwards) and the pipeline's source
+is that stream (``kind: redis_stream``): the side process is also the producer, adding the
+generator's sales to the stream at the run's rate (:func:`..workloads.redis_feed.feed`) from the
+join's first, empty micro-batch on.
 """
 
 from __future__ import annotations
@@ -61,6 +67,8 @@ DAG_ID = "semijoin_sales_facts"
 JOIN_TASK = "surrogate_keys"
 BAR_WIDTH = 30
 SIDE_GRACE_S = 30  # for the side process to end once its stdin closes (the upstream's last write included)
+DEMO_REDIS_URL = "redis://127.0.0.1:6379/0"  # `semijoin demo --source redis`: the local Redis server
+SOURCES = ("generator", "redis")
 UI_USER = "admin"  # [core] simple_auth_manager_users' default user (admin:admin)
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"  # where the simple auth manager looks
 
@@ -73,6 +81,16 @@ def pipeline_spec(stream_rows: int, product_rows: int, customer_rows: int, rows_
                   max_rows_per_batch=max(1000, min(source["max_rows_per_batch"], stream_rows // 8)))
     source["extra_keys"]["customer_nk"]["master_rows"] = customer_rows
     return spec
+
+
+def redis_source(spec: dict, stream: str) -> dict:
+    """The pipeline's source as a Redis stream of the generator's columns (the producer writes them)."""
+    from .job.sources import source_from_dict
+
+    generator = source_from_dict(spec["source"])
+    schema = generator.stream_ddl.removesuffix(", sj_arrival DOUBLE")
+    return {"kind": "redis_stream", "url": DEMO_REDIS_URL, "stream": stream, "schema": schema, "id_column": "tid",
+            "total_rows": generator.total_rows, "max_rows_per_batch": generator.max_rows_per_batch}
 
 
 def airflow_settings(home: Path, port: int) -> dict:
@@ -130,7 +148,7 @@ def ensure_ui_password(home: Path) -> Path:
 
 
 def prepare_home(home: Path, spec: dict) -> None:
-    """The DAGs folder of this run (the factory file and the sized spec) and a fresh work folder."""
+    """The DAGs folder of this run (the factory file and the sized spec, its source the run's) and a fresh work folder."""
     dags = home / "dags"
     shutil.rmtree(dags, ignore_errors=True)
     (dags / "pipelines").mkdir(parents=True)
@@ -211,9 +229,11 @@ def watch_progress(airflow_db: Path, total: int, done: threading.Event, first_ba
         console.write("\n")
 
 
-def side_process(airflow_db: str, url: str, products: list, moves: dict, total: int, since: float) -> None:
-    """The demo's second process: the progress bar (on its stdout) and the upstream system, until
-    its stdin closes. They read and write SQLite from threads, so they run apart from the process
+def side_process(airflow_db: str, url: str, products: list, moves: dict, total: int, since: float,
+                 producer: dict | None = None) -> None:
+    """The demo's second process: the progress bar (on its stdout), the upstream system and, with a
+    ``producer`` (``--source redis``: the stream, the generator's settings, the rate), the sales
+    written to the stream from the join's first micro-batch on, until its stdin closes. They read and write SQLite from threads, so they run apart from the process
     that forks Airflow's LocalExecutor workers: a fork while another thread holds SQLite's
     allocator lock leaves the forked task deadlocked at its first SQLite call; and opening
     ``airflow.db`` there would drop that process's POSIX locks on it when closed."""
@@ -224,6 +244,8 @@ def side_process(airflow_db: str, url: str, products: list, moves: dict, total: 
     upstream = threading.Thread(target=write_upstream_changes, args=(url, seen_rows, products, moves, first_batch, done),
                                 daemon=True)
     upstream.start()
+    if producer is not None:
+        threading.Thread(target=produce, args=(producer, first_batch, done), daemon=True).start()
 
     def until_stdin_closes() -> None:
         sys.stdin.read()
@@ -235,7 +257,23 @@ def side_process(airflow_db: str, url: str, products: list, moves: dict, total: 
     upstream.join()
 
 
-def start_side_process(home: Path, url: str, spec: dict, before: dict, console) -> subprocess.Popen:
+def produce(producer: dict, first_batch: threading.Event, done: threading.Event) -> None:
+    """The producer of ``--source redis``: the sales into the stream at the run's rate, from the
+    join's first (empty) micro-batch on, as the generator's clock starts after it."""
+    import redis
+
+    from .workloads.redis_feed import feed
+
+    first_batch.wait()
+    client = redis.Redis.from_url(producer["url"])
+    try:
+        feed(client, producer["stream"], producer["settings"], producer["rows_per_second"], stop=done.is_set)
+    finally:
+        client.close()
+
+
+def start_side_process(home: Path, url: str, spec: dict, before: dict, console,
+                       producer: dict | None = None) -> subprocess.Popen:
     """:func:`side_process` in a new interpreter, writing to ``console``. Its arguments go through a
     file: the product keys are megabytes at the demo's sizes, and Linux caps one argument of a
     command at 128 KiB."""
@@ -243,7 +281,7 @@ def start_side_process(home: Path, url: str, spec: dict, before: dict, console) 
     moves = {"customers": move_candidates(spec, before), "first_s": event_span(spec)[0],
              "rows_per_second": source["rows_per_second"], "ahead_rows": 3 * source["max_rows_per_batch"]}
     arguments = {"airflow_db": str(home / "airflow.db"), "url": url, "total": source["total_rows"],
-                 "products": sorted(before["dim_product"]), "moves": moves, "since": time.time()}
+                 "products": sorted(before["dim_product"]), "moves": moves, "since": time.time(), "producer": producer}
     path = home / "semijoin" / "side-process.json"
     write_private_json(path, arguments)
     code = ("import json, pathlib, sys; from airflow_provider_semijoin.demo import side_process; "
@@ -329,11 +367,13 @@ def load_dag(path: Path):
 
 
 def run_demo(home: Path, *, stream_rows: int, product_rows: int, customer_rows: int, rows_per_second: float,
-             ui_port: int = 8080, out=print) -> int:
+             ui_port: int = 8080, source: str = "generator", out=print) -> int:
     if stream_rows < 1000 or product_rows < 100 or customer_rows < 100:
         raise ConfigError("demo: --stream-rows must be at least 1000, --product-rows and --customer-rows at least 100")
     if not 0 < ui_port < 65536:
         raise ConfigError(f"demo: --ui-port {ui_port} is not a TCP port (expected 1 to 65535)")
+    if source not in SOURCES:
+        raise ConfigError(f"demo: --source {source!r} is not one of {list(SOURCES)}")
     if threading.current_thread() is threading.main_thread():
         # SIGTERM (a CI timeout, `kill`) ends the demo as Ctrl-C does: through the `finally` blocks
         # that stop its API server, which runs in a process group of its own
@@ -344,7 +384,8 @@ def run_demo(home: Path, *, stream_rows: int, product_rows: int, customer_rows: 
     port = _free_port()
     env = airflow_settings(home, port)
     spec = pipeline_spec(stream_rows, product_rows, customer_rows, rows_per_second)
-    prepare_home(home, spec)
+    producer = redis_producer(spec) if source == "redis" else None
+    prepare_home(home, spec if producer is None else {**spec, "source": redis_source(spec, producer["stream"])})
     write_airflow_cfg(home, env)
     ensure_ui_password(home)
     os.environ.update(env)  # before airflow is imported: it reads its configuration once
@@ -354,7 +395,8 @@ def run_demo(home: Path, *, stream_rows: int, product_rows: int, customer_rows: 
     out(f"master   dim_product {product_rows:,} rows, dim_customer {customer_rows:,} customers in "
         f"{sum(map(len, before['dim_customer'].values())):,} versions (type 2) (SQLite)")
     out(f"stream   {stream_rows:,} sales at {rows_per_second:,.0f}/s, Zipf product and customer keys "
-        f"(2% unknown products -> unknown member -1, 1% unknown customers -> dead letter)")
+        f"(2% unknown products -> unknown member -1, 1% unknown customers -> dead letter)"
+        + ("" if producer is None else f", through Redis stream {producer['stream']} at {DEMO_REDIS_URL}"))
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env={**os.environ, **env}, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     server = start_api_server({**os.environ, **env}, home, port)
@@ -363,7 +405,7 @@ def run_demo(home: Path, *, stream_rows: int, product_rows: int, customer_rows: 
     out(f"         (Airflow's and Spark's logs: {home / 'dag-run.log'}, task logs under {home / 'logs'})")
     try:
         with output_to(home / "dag-run.log") as console:
-            side = start_side_process(home, url, spec, before, console)
+            side = start_side_process(home, url, spec, before, console, producer)
             try:
                 run = load_dag(home / "dags" / "semijoin_pipelines.py").test(use_executor=True)
             except BaseException:
@@ -374,9 +416,38 @@ def run_demo(home: Path, *, stream_rows: int, product_rows: int, customer_rows: 
                 stop_process(side, grace_s=SIDE_GRACE_S, signal_first=False)
     finally:
         stop_process(server)
+        if producer is not None:
+            delete_stream(producer)
     code = report(run, home, url, spec, before, started_at, out)
     show_ui_route(home, _free_port(ui_port), out)
     return code
+
+
+def redis_producer(spec: dict) -> dict:
+    """What the producer of ``--source redis`` writes: the generator's sales, to a stream of this run's own."""
+    import redis
+
+    from .job.sources import source_from_dict
+
+    client = redis.Redis.from_url(DEMO_REDIS_URL, socket_connect_timeout=5)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise ConfigError(f"demo: --source redis needs a Redis server at {DEMO_REDIS_URL} ({exc})") from None
+    finally:
+        client.close()
+    return {"url": DEMO_REDIS_URL, "stream": f"semijoin-demo-{secrets.token_hex(4)}",
+            "settings": source_from_dict(spec["source"]).settings(), "rows_per_second": spec["source"]["rows_per_second"]}
+
+
+def delete_stream(producer: dict) -> None:
+    import redis
+
+    client = redis.Redis.from_url(producer["url"])
+    try:
+        client.delete(producer["stream"])
+    finally:
+        client.close()
 
 
 def report(run, home: Path, url: str, spec: dict, before: dict, started_at: float, out) -> int:

@@ -56,11 +56,16 @@ def job_steps(step: StepSpec, table: str, count: int) -> list[dict]:
             {**common, "master": {**master, "select": ["category"]}}]
 
 
-def run_once(spark, steps: list[dict], landing: Path, out: Path, parts: int, data_path: str, warmup: int,
+def landing_source(landing: Path) -> dict:
+    """The landing folder as the job's source: a file a micro-batch."""
+    return {"kind": "files", "path": str(landing), "format": "parquet", "max_files_per_trigger": 1}
+
+
+def run_once(spark, source: dict, steps: list[dict], out: Path, parts: int, data_path: str, warmup: int,
              trigger_s: float) -> dict:
-    """One run of the query over the whole landing folder; its figures."""
+    """One run of the query over the whole ``source`` (a bounded one); its figures."""
     spec = JobSpec.from_dict({
-        "source": {"kind": "files", "path": str(landing), "format": "parquet", "max_files_per_trigger": 1},
+        "source": source,
         "steps": steps, "checkpoint": str(out / "checkpoint"), "stop": {"end_of_input": True},
         "sinks": {"matched": {"path": str(out / "matched")}, "dead_letter": {"path": str(out / "dead")}},
         "trigger_interval_s": trigger_s, "partitions": parts, "data_path": data_path, "name": "data_paths_bench",
@@ -128,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         warmed_s = warm_jvms(spark, args.jvm_warmup_jobs)
         for round_ in range(-args.warmup_rounds, args.rounds):
             for parts, data_path in CONFIGS:
-                run = run_once(spark, steps, landing, Path(folder) / f"r{round_}-p{parts}-{data_path}", parts,
-                               data_path, args.warmup, args.trigger_s)
+                run = run_once(spark, landing_source(landing), steps, Path(folder) / f"r{round_}-p{parts}-{data_path}",
+                               parts, data_path, args.warmup, args.trigger_s)
                 print(json.dumps({"round": round_, **run}), flush=True)
                 if round_ >= 0:
                     runs.append(run)

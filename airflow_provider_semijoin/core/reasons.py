@@ -23,6 +23,14 @@ class Unmatched(enum.IntEnum):
         return self.name.lower()
 
 
+# Why the source gave no tuple: such a row goes to the dead letter before any join step (step -1),
+# with the row as it came in CORRUPT_COLUMN and, where the source says why, the reason in CORRUPT_REASON.
+CORRUPT_COLUMN = "_corrupt_record"
+CORRUPT_REASON = "_corrupt_reason"
+MALFORMED_ROW = "malformed_row"  # a landing file's row its format could not parse (no CORRUPT_REASON)
+MISSING_FIELD = "missing_field"  # a Redis stream entry lacks a field of the source's schema
+BAD_FIELD = "bad_field"  # a Redis stream entry's field is not of its type in the schema (or not UTF-8 text)
+
 REASON_LABELS = np.array([""] + [r.label for r in Unmatched], dtype=object)
 
 

@@ -1,1 +1,1 @@
-"""Airflow hooks: master-data stores and Spark from Airflow connections."""
+"""Airflow hooks: master-data stores, Spark and a Redis stream source from Airflow connections."""

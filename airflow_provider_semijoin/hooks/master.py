@@ -180,8 +180,11 @@ class MasterDataHook(BaseHook):
 
 def run_time_connections():
     """The :class:`~..job.assemble.Connections` of a running task: URLs and ``page_rows`` from the
-    Airflow connections, through :class:`MasterDataHook`."""
+    Airflow connections, through :class:`MasterDataHook` (a Redis source's through
+    :class:`..redis.RedisStreamHook`)."""
     from ..job.assemble import Connections
+    from .redis import RedisStreamHook
 
     return Connections(url=lambda conn_id: MasterDataHook(conn_id).get_url(),
+                       redis_url=lambda conn_id: RedisStreamHook(conn_id).get_url(),
                        page_rows=lambda conn_id: MasterDataHook(conn_id).page_rows)

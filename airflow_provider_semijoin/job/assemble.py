@@ -5,7 +5,8 @@ same things in different shapes: master tables behind Airflow connection ids, si
 Parquet folders or tables behind connection ids, a checkpoint, a stop condition. Both hand them
 to :func:`step_dict` and :func:`job_dict`, which build the data :meth:`.spec.JobSpec.from_dict`
 reads, so the two cannot drift: the same placeholders at parse time, the same name cleaning, the
-same sink resolution, the same connection defaults (a connection's ``page_rows``).
+same sink resolution, the same source resolution (a Redis stream's ``conn_id``), the same
+connection defaults (a connection's ``page_rows``).
 
 Every other field of :class:`.spec.StepSpec` and :class:`.spec.JobSpec` is an *option*
 (:data:`STEP_OPTIONS`, :data:`JOB_OPTIONS`): the operators take it as an argument and a YAML
@@ -26,6 +27,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 from ..core.errors import ConfigError, SpecError
 from ..core.joins.registry import ALGORITHMS
@@ -35,6 +37,7 @@ from .spec import JobSpec, StepSpec
 
 PARSE_TIME_URL = "sqlite:///resolved-at-run-time.db"  # stands in for a connection's database at parse time
 PARSE_TIME_FOLDER = "resolved-at-run-time"  # stands in for a folder under the work folder at parse time
+PARSE_TIME_REDIS_URL = "redis://resolved-at-run-time:6379/0"  # stands in for a Redis connection at parse time
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_]")
 
 
@@ -93,11 +96,13 @@ class Connections:
     """How Airflow connection ids become what a job spec holds.
 
     ``url(conn_id)``: the database URL (None: parse time, every URL is :data:`PARSE_TIME_URL`);
+    ``redis_url(conn_id)``: a Redis connection's URL (None: parse time, :data:`PARSE_TIME_REDIS_URL`);
     ``page_rows(conn_id)``: the connection's ``page_rows`` (None: the algorithm's default);
     ``option(name)``: the ``[semijoin]`` option an option left None defaults to (Airflow's).
     """
 
     url: Callable[[str | None], str] | None = None
+    redis_url: Callable[[str], str] | None = None
     page_rows: Callable[[str | None], int | None] = _no_page_rows
     option: Callable[[str], Any] = _configured
 
@@ -107,6 +112,9 @@ class Connections:
 
     def database_url(self, conn_id: str | None) -> str:
         return self.url(conn_id) if self.url is not None else PARSE_TIME_URL
+
+    def stream_url(self, conn_id: str) -> str:
+        return self.redis_url(conn_id) if self.redis_url is not None else PARSE_TIME_REDIS_URL
 
     def configured(self, name: str, value):
         """``value``, or where it is None and ``name`` is a ``[semijoin]`` option, the configured option."""
@@ -165,6 +173,34 @@ def sink_dict(name: str, target, default_path: Path | None, connections: Connect
     return data
 
 
+def source_dict(source, connections: Connections):
+    """A source: a Redis stream's ``conn_id`` (an Airflow connection of type ``redis``) becomes its
+    ``url``; a ``url`` given with a password is refused, as a sink's is (the task's arguments are
+    kept and shown by Airflow); anything else is left for the spec to check."""
+    if not isinstance(source, dict) or source.get("kind") != "redis_stream":
+        return source
+    if "conn_id" not in source:
+        url = source.get("url")
+        if isinstance(url, str) and _has_redis_password(url):
+            raise SpecError("source.url: holds a password, which Airflow would keep and show with the task's arguments; "
+                            "expected conn_id naming an Airflow connection of type redis")
+        return source
+    if source.get("url") is not None:
+        raise SpecError("source.conn_id: given with url; expected one of them (conn_id: an Airflow connection of type redis)")
+    if not isinstance(source["conn_id"], str) or not source["conn_id"]:
+        raise SpecError(f"source.conn_id: {source['conn_id']!r} is not an Airflow connection id")
+    data = {k: v for k, v in source.items() if k != "conn_id"}
+    data["url"] = connections.stream_url(source["conn_id"])
+    return data
+
+
+def _has_redis_password(url: str) -> bool:
+    try:
+        return bool(urlsplit(url).password)
+    except ValueError:  # not a URL: the spec says what is wrong with it
+        return False
+
+
 def job_dict(*, name: str, source, steps: list[dict], sinks, output_folder: Path | None, checkpoint: str | None,
              stop, deadline, options: dict, connections: Connections) -> dict:
     """The job spec as data (``sinks`` as given, ``matched`` / ``dead_letter`` defaulting to Parquet
@@ -177,7 +213,7 @@ def job_dict(*, name: str, source, steps: list[dict], sinks, output_folder: Path
                                    connections)
     return {
         "name": name,
-        "source": source,
+        "source": source_dict(source, connections),
         "steps": steps,
         "sinks": resolved,
         "checkpoint": checkpoint or PARSE_TIME_FOLDER,

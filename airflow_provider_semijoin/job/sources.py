@@ -19,6 +19,13 @@ id column, whether and when it ends) as properties of the class.
   product and a customer key).
 * :class:`SparkSource` (``spark``): any Spark source by ``format`` and ``options`` (Kafka where
   the connector is on the classpath); ``id_column`` names a column that is stable across replays.
+* :class:`RedisStreamSource` (``redis_stream``): the entries of Redis stream ``stream`` on the
+  server of ``url`` (the Airflow paths take ``conn_id`` instead: :func:`.assemble.source_dict`),
+  their fields read as the columns of ``schema`` (:data:`..core.redis_stream.REDIS_TYPES`), from
+  ``start`` (``earliest``: the stream's first entry when the job first runs; ``latest``: entries
+  added after that), ``max_rows_per_batch`` a micro-batch (default :data:`REDIS_MAX_ROWS_PER_BATCH`),
+  ``total_rows`` in all (None: endless). A tuple's id is its entry id (or ``id_column``), its
+  arrival time the entry id's time (or the job's ``arrival_column``).
 
 In JSON and YAML a source is one mapping whose ``kind`` selects the class (default
 ``generator``), in the flat form of every spec written so far: :meth:`SourceSpec.to_dict` writes
@@ -42,8 +49,10 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..core.checks import check_flag, check_number
-from ..core.errors import ConfigError, SpecError, shown, shown_key
-from ..core.stores.sql import MYSQL, DatabaseURL
+from ..core.errors import ConfigError, SemiJoinError, SpecError, shown, shown_key
+from ..core.reasons import CORRUPT_COLUMN, CORRUPT_REASON
+from ..core.redis_stream import REDIS_TYPES, check_url
+from ..core.stores.sql import MYSQL, DatabaseURL, redact
 from ..workloads.stream import generator_schema
 from ..workloads.zipf import SHAPES
 from .checks import identifier, one_of, positive, shown_options
@@ -54,6 +63,10 @@ EVENT_TIME_SETTINGS = ("column", "start", "late", "max_lateness_s")
 EVENT_TIME_START = "2026-01-01T00:00:00+00:00"  # the generator's row 0 happened then, unless event_time.start says
 EXTRA_KEY_SETTINGS = ("master_rows", "exponent", "shape", "missing", "seed")
 ARRIVAL_DDL = "sj_arrival DOUBLE"  # the arrival time every source's stream carries (epoch seconds)
+REDIS_MAX_ROWS_PER_BATCH = 100_000  # a backlog's micro-batch: about a second of the join's work on 2 cores
+REDIS_STARTS = ("earliest", "latest")
+REDIS_READY_S = 10.0  # how long a job's start waits for the Redis server
+REDIS_TYPE_NAMES = {"LONG": "BIGINT", "INTEGER": "INT", **{name: name for name in REDIS_TYPES}}
 
 
 def file_dataset(path: str) -> tuple[str, str]:
@@ -103,6 +116,11 @@ class SourceSpec:
         """The column whose value, as text, is a tuple's id (None: ``<file name>#<row>``)."""
         return self.id_column
 
+    @property
+    def row_column(self) -> str | None:
+        """The column holding a tuple's place in a bounded stream (0, 1, ...; None: none)."""
+        return None
+
     def endless(self) -> str | None:
         """Why ``stop.end_of_input`` would never come (None: it comes)."""
         return None
@@ -119,9 +137,11 @@ class SourceSpec:
         return {"kind": self.kind, **{name: getattr(self, name, default) for name, default in _DEFAULTS.items()}}
 
     def describe(self) -> dict:
-        """:meth:`to_dict` with secret-looking options hidden: for logs, XCom, the UI."""
+        """:meth:`to_dict` with secret-looking options hidden and a URL's password: for logs, XCom, the UI."""
         data = self.to_dict()
         data["options"] = shown_options(data["options"])
+        if data["url"] is not None:
+            data["url"] = redact(data["url"])
         return data
 
     def __repr__(self) -> str:
@@ -275,6 +295,10 @@ class GeneratorSource(SourceSpec):
     def tuple_id_column(self) -> str:
         return self.id_column or "tid"
 
+    @property
+    def row_column(self) -> str:
+        return "tid"
+
     def endless(self) -> str | None:
         return None if self.bounded else "the generator source is endless; give source.total_rows or another stop"
 
@@ -304,7 +328,84 @@ class SparkSource(SourceSpec):
         return [file_dataset(self.options["path"])] if self.options.get("path") else []
 
 
-SOURCE_CLASSES: dict[str, type[SourceSpec]] = {cls.kind: cls for cls in (FilesSource, GeneratorSource, SparkSource)}
+@dataclass(repr=False)
+class RedisStreamSource(SourceSpec):
+    kind = "redis_stream"
+    reader = "airflow_provider_semijoin.spark.redis_source:read_redis_stream"
+
+    url: str | None = None
+    stream: str | None = None
+    schema: str | None = None
+    id_column: str | None = None
+    start: str = "earliest"
+    max_rows_per_batch: int | None = REDIS_MAX_ROWS_PER_BATCH
+    total_rows: int | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        try:
+            check_url(self.url)
+        except ConfigError as exc:
+            raise SpecError(str(exc)) from None
+        if not self.stream or not isinstance(self.stream, str):
+            raise SpecError(f"stream: {shown(self.stream)} is not the name of a Redis stream (its key)")
+        one_of("start", self.start, REDIS_STARTS)
+        positive("max_rows_per_batch", self.max_rows_per_batch, optional=True, integer=True)
+        positive("total_rows", self.total_rows, optional=True, integer=True)
+        names = [name for name, _ in self.fields]
+        if self.id_column is not None and self.id_column not in names:
+            raise SpecError(f"id_column: {self.id_column!r} is not a field of the schema (fields: {names})")
+
+    @property
+    def fields(self) -> list[tuple[str, str]]:
+        """The schema as (field name, type) pairs, the type one of :data:`..core.redis_stream.REDIS_TYPES`."""
+        if not isinstance(self.schema, str) or not self.schema.strip():
+            raise SpecError(f"schema: {shown(self.schema)} is not the entries' fields as Spark DDL such as 'tid BIGINT, nk STRING'")
+        fields = []
+        for part in self.schema.split(","):
+            words = part.split()
+            if len(words) != 2 or words[1].upper() not in REDIS_TYPE_NAMES:
+                raise SpecError(f"schema: {shown(part.strip())} is not a field and its type; expected a name and one of "
+                                f"{list(REDIS_TYPES)}")
+            name = words[0].strip("`")
+            identifier(f"schema.{shown_key(name)}", name)
+            if name in ("sj_id", "sj_arrival", CORRUPT_COLUMN, CORRUPT_REASON) or name in dict(fields):
+                raise SpecError(f"schema.{name}: a column of that name is already in the stream; expected another name")
+            fields.append((name, REDIS_TYPE_NAMES[words[1].upper()]))
+        return fields
+
+    @property
+    def bounded(self) -> bool:
+        return self.total_rows is not None
+
+    @property
+    def stream_ddl(self) -> str:
+        return ", ".join([*(f"{name} {kind}" for name, kind in self.fields), ARRIVAL_DDL])
+
+    @property
+    def tuple_id_column(self) -> str:
+        return self.id_column or "sj_id"
+
+    def endless(self) -> str | None:
+        return None if self.bounded else "a Redis stream never ends; give source.total_rows or another stop"
+
+    def check_ready(self) -> None:
+        """The server answers (within REDIS_READY_S) and the key, if there is one, is a stream."""
+        from ..core.redis_stream import Connection
+
+        try:
+            Connection(self.url, REDIS_READY_S).info(self.stream)
+        except SemiJoinError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def datasets(self) -> list[tuple[str, str]]:
+        host, port, db = check_url(self.url)
+        return [(f"redis://{host}:{port}", f"{db}/{self.stream}")]
+
+
+
+SOURCE_CLASSES: dict[str, type[SourceSpec]] = {
+    cls.kind: cls for cls in (FilesSource, GeneratorSource, SparkSource, RedisStreamSource)}
 
 
 def _check_options(options) -> None:

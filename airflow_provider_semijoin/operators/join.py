@@ -55,7 +55,9 @@ class SemiStreamJoinOperator(SemiJoinJobOperator):
     :param select: R's columns to add to each matched tuple (default: all but the key).
     :param master_conn_id: the master database (see :class:`~..hooks.master.MasterDataHook`).
     :param source: the stream: ``{"kind": "files", "path": ..., "format": "parquet"}``, the
-        generator ``{"kind": "generator", ...}`` or any Spark source (see :mod:`~..job.sources`).
+        generator ``{"kind": "generator", ...}``, a Redis stream ``{"kind": "redis_stream", "conn_id":
+        ..., "stream": ..., "schema": ...}`` (an Airflow connection of type ``redis``) or any Spark
+        source (see :mod:`~..job.sources`).
     :param sinks: ``{"matched": ..., "dead_letter": ...}``, each Parquet ``{"path": ...}`` or a
         table ``{"conn_id": ..., "table": ...}`` (default: Parquet under the work folder).
     :param algorithm: a registry name (``semijoin algorithms`` lists them with their papers).

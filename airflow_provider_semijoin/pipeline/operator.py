@@ -37,6 +37,7 @@ class SemiJoinPipelineOperator(SemiJoinJobOperator):
 
     def _choose(self, step, url: str, memory) -> str:
         from ..core.stores import open_store
+        from ..job.assemble import Connections, source_dict
         from ..job.rowbytes import estimated_row_bytes, planned_row_bytes
         from ..job.sources import source_from_dict
         from ..job.spec import holds_for_retry
@@ -44,7 +45,8 @@ class SemiJoinPipelineOperator(SemiJoinJobOperator):
 
         spec = PipelineSpec(**self.pipeline)
         earlier = spec.steps[:[s.column for s in spec.steps].index(step.column)]
-        estimated = estimated_row_bytes(source_from_dict(spec.source), sum(len(s.dimension.select) for s in earlier),
+        source = source_from_dict(source_dict(spec.source, Connections()))  # its columns: no connection needed
+        estimated = estimated_row_bytes(source, sum(len(s.dimension.select) for s in earlier),
                                         spec.deadline is not None)
         row_bytes = planned_row_bytes(holds_for_retry(step.on_missing, step.retry_grace_s), estimated)  # as the step's runner will plan it
         dimension = step.dimension

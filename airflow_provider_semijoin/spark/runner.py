@@ -47,15 +47,15 @@ from .joinstate import StateFiles, deadline_misses, with_deadlines, without_dead
 from .executor_rows import batch_files, chosen_path
 from .executor_steps import ExecutorSteps
 from .sinks import dead_letter_rows, open_sink, sink_class
-from .sources import (CORRUPT_COLUMN, FILE_COLUMN, TICK_COLUMN, check_units, repair_utf8, stream_frame,
-                      tuple_ids, with_heartbeat)
+from ..core.reasons import CORRUPT_COLUMN, CORRUPT_REASON, MALFORMED_ROW
+from .sources import (FILE_COLUMN, TICK_COLUMN, check_units, raised_in_python, repair_utf8, stream_frame, tuple_ids,
+                      with_heartbeat)
 from ..job.spec import JobSpec
 from .step import JoinStep
 from .stepstats import StepStats
 
 log = logging.getLogger(__name__)
 
-MALFORMED = "malformed_row"
 RETAIN_CONF = "spark.sql.streaming.minBatchesToRetain"
 MAX_STATE_FILES = 10  # state files kept per step at most (each holds the whole queue)
 STEP_SHARE = 0.5  # a slice steps for at least this share of the trigger interval while tuples wait
@@ -194,8 +194,8 @@ class BatchProcessor:
         dead = []
         if CORRUPT_COLUMN in batch.column_names:
             bad = pc.is_valid(batch[CORRUPT_COLUMN])
-            dead.append(dead_letter_rows(batch.filter(bad), -1, MALFORMED))
-            batch = batch.filter(pc.invert(bad)).drop_columns([CORRUPT_COLUMN])
+            dead.append(_source_dead_letters(batch.filter(bad)))
+            batch = batch.filter(pc.invert(bad)).drop_columns([c for c in (CORRUPT_COLUMN, CORRUPT_REASON) if c in batch.column_names])
         share = STEP_SHARE * self.spec.trigger_interval_s / len(self.steps)
         horizon, until = started + DUE_SAFETY * self._gap, started + share
         rows, step_stats = batch, []
@@ -319,7 +319,8 @@ class BatchProcessor:
         if spec.stop.end_of_input:
             if spec.source.ends_when_idle and source_rows == 0 and self.counts.batches > 0:
                 return END_OF_INPUT  # the trigger found no new file
-            if spec.source.bounded and batch.num_rows and pc.max(batch["tid"]).as_py() + 1 >= spec.source.total_rows:
+            rows = spec.source.row_column
+            if spec.source.bounded and rows is not None and batch.num_rows and pc.max(batch[rows]).as_py() + 1 >= spec.source.total_rows:
                 return END_OF_INPUT
         return None
 
@@ -443,6 +444,14 @@ def check_as_of(step, index: int, store, types: dict, available: set | None) -> 
         raise ConfigError(f"steps[{index}].{exc}") from None
 
 
+def _source_dead_letters(rows: pa.Table) -> pa.Table:
+    """The rows the source could not give as tuples, in the dead letter's form: the reason the
+    source gave (``CORRUPT_REASON``: a Redis entry's), else ``malformed_row`` (a landing file's)."""
+    if CORRUPT_REASON not in rows.column_names:
+        return dead_letter_rows(rows, -1, MALFORMED_ROW)
+    return dead_letter_rows(rows.drop_columns([CORRUPT_REASON]), -1, rows[CORRUPT_REASON].combine_chunks())
+
+
 def _arrivals(*left: pa.Table) -> np.ndarray:
     """The arrival time of each row of ``left`` (the tuples that left)."""
     return np.concatenate([t["sj_arrival"].to_numpy() for t in left if t.num_rows] or [np.zeros(0)])
@@ -491,7 +500,7 @@ def check_job(spec: JobSpec) -> None:
 def check_sink_columns(spec: JobSpec, columns: list[str]) -> None:
     """The matched sink can hold the stream's columns (:meth:`.sinks.Sink.check_columns`), checked
     before the query starts; the dead letter has a fixed schema of its own."""
-    kept = [c for c in columns if c not in (FILE_COLUMN, CORRUPT_COLUMN)]  # (dropped before the sinks)
+    kept = [c for c in columns if c not in (FILE_COLUMN, CORRUPT_COLUMN, CORRUPT_REASON)]  # (dropped before the sinks)
     sink_class(spec.sinks.matched).check_columns(kept, "sinks.matched")
 
 
@@ -525,12 +534,12 @@ def run_job(
     if print_progress:
         write_line(why)
     spec = replace(spec, data_path=data_path)
-    frame, units = stream_frame(spark, spec.source, spec.arrival_column)
+    frame, units = stream_frame(spark, spec.source, spec.arrival_column, spec.db_retry_max_s)
     check_sink_columns(spec, frame.columns)
     columns = set(frame.columns)  # known now for every source (an inferred schema, a Spark source's)
     first = spec.steps[0].column
     if first not in columns:
-        raise ConfigError(f"steps[0].column: {first!r} is not a column of the stream (columns: {sorted(columns - {FILE_COLUMN, 'sj_arrival', CORRUPT_COLUMN})})")
+        raise ConfigError(f"steps[0].column: {first!r} is not a column of the stream (columns: {sorted(columns - {FILE_COLUMN, 'sj_arrival', CORRUPT_COLUMN, CORRUPT_REASON})})")
     processor = BatchProcessor(spec, on_progress, print_progress, clock, spark, at_point, units)
     writer = (with_heartbeat(spark, frame).writeStream.foreachBatch(processor)
               .option("checkpointLocation", spec.checkpoint).queryName(spec.name)
@@ -548,7 +557,7 @@ def run_job(
         if exception is not None:
             if processor.failure is not None:  # our own one-sentence error (a database past its retry bound)
                 raise processor.failure
-            raise RuntimeError(f"the streaming query failed: {str(exception).splitlines()[0]}")
+            raise raised_in_python(str(exception)) or RuntimeError(f"the streaming query failed: {str(exception).splitlines()[0]}")
     finally:
         if query.isActive:
             query.stop()

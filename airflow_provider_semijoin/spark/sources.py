@@ -7,16 +7,20 @@ user's: ``sj_id``, a tuple id stable across replays (what makes the idempotent s
 
 A source's reader is the function its class names (:attr:`...job.sources.SourceSpec.reader`):
 :func:`read_files` and :func:`read_spark` here, the generator's with the generators
-(:func:`...workloads.stream.read_generator`). Each takes the Spark session and the source and
-gives the streaming DataFrame and the arrival time to add (None: the frame has its own); the
-files' reader also gives the unit it reads each Parquet timestamp column in, decided at the
-start, which every micro-batch's files are checked against (:func:`check_units`).
+(:func:`...workloads.stream.read_generator`), a Redis stream's in :mod:`.redis_source`. Each takes
+the Spark session, the source and how long a lost server is retried (the job's
+``db_retry_max_s``: only a Redis stream has a server to lose) and gives the streaming DataFrame
+and the arrival time to add (None: the frame has its own); the files' reader also gives the unit
+it reads each Parquet timestamp column in, decided at the start, which every micro-batch's files
+are checked against (:func:`check_units`).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import re
+import sys
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -25,10 +29,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, SemiJoinError
+from ..core.reasons import CORRUPT_COLUMN
+from ..core.stores.reconnect import DEFAULT_RETRY_MAX_S
 from ..job.sources import FilesSource, SourceSpec, SparkSource
 
-CORRUPT_COLUMN = "_corrupt_record"
 FILE_COLUMN = "sj_file"
 TICK_COLUMN = "sj_tick"  # set on the heartbeat's rows (dropped before the join)
 NANOS_AS_LONG = "spark.sql.legacy.parquet.nanosAsLong"  # Spark reads TIMESTAMP(NANOS) as its long, not failing
@@ -165,7 +170,7 @@ def _reader_options(source: FilesSource) -> dict:
     return {**options, **{k: str(v) for k, v in source.options.items()}}
 
 
-def read_files(spark, source: FilesSource):
+def read_files(spark, source: FilesSource, retry_max_s: float):
     """A landing folder's new files, with ``sj_file``; they arrive when they were last modified.
     A timestamp column the files store in nanoseconds is read as its long and floored to the
     microsecond (:func:`floored_micros`). Which ones is decided here, from the files present at
@@ -187,7 +192,7 @@ def read_files(spark, source: FilesSource):
     return frame, F.col("_metadata.file_modification_time"), units
 
 
-def read_spark(spark, source: SparkSource):
+def read_spark(spark, source: SparkSource, retry_max_s: float):
     """Any Spark source by format and options; a tuple arrives when its micro-batch reads it."""
     from pyspark.sql import functions as F
 
@@ -195,7 +200,8 @@ def read_spark(spark, source: SparkSource):
     return frame, F.current_timestamp()
 
 
-def stream_frame(spark, source: SourceSpec, arrival_column: str | None = None) -> tuple:
+def stream_frame(spark, source: SourceSpec, arrival_column: str | None = None,
+                 retry_max_s: float = DEFAULT_RETRY_MAX_S) -> tuple:
     """The streaming DataFrame of ``source`` (by the reader its class names) with ``sj_arrival``:
     the reader's, or where it gives one to add, ``arrival_column`` or the reader's arrival time;
     and the unit each timestamp column of a Parquet landing folder is read in ({}: another
@@ -203,7 +209,7 @@ def stream_frame(spark, source: SourceSpec, arrival_column: str | None = None) -
     from pyspark.sql import functions as F
 
     module, _, name = source.reader.partition(":")
-    frame, arrival, *units = getattr(importlib.import_module(module), name)(spark, source)
+    frame, arrival, *units = getattr(importlib.import_module(module), name)(spark, source, retry_max_s)
     units = units[0] if units else {}
     if arrival is None:
         return frame, units
@@ -266,3 +272,17 @@ def file_row_ids(files: pa.Array | pa.Scalar, rows: np.ndarray) -> pa.Array:
     """``<file name>#<row>`` of each row: its file's name (one for all: a scalar) and its row in
     that file, joined columnar (a Python string a row cost 0.3-0.4 s a 100k-row batch, this 13 ms)."""
     return pc.binary_join_element_wise(files, pc.cast(pa.array(rows, pa.int64()), pa.string()), "#")
+
+
+_RAISED = re.compile(r"^(airflow_provider_semijoin(?:\.\w+)+)\.(\w+): (.+)$", re.MULTILINE)
+
+
+def raised_in_python(text: str) -> SemiJoinError | None:
+    """Our one-sentence error that a Python process of Spark raised (a source's planning in the
+    driver's Python data source runner, its reads in a Python worker), out of the traceback that
+    Spark's error carries in its text; None when it carries none."""
+    for module, name, message in reversed(_RAISED.findall(text)):
+        cls = getattr(sys.modules.get(module) or importlib.import_module(module), name, None)
+        if isinstance(cls, type) and issubclass(cls, SemiJoinError):
+            return cls(message)
+    return None

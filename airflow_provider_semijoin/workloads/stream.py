@@ -170,7 +170,7 @@ def generator_data_source():
     return GeneratorSource
 
 
-def read_generator(spark, source):
+def read_generator(spark, source, retry_max_s: float):
     """The generator's streaming DataFrame (its ``sj_arrival`` its own) and, as every reader gives,
     the arrival time to add: None, it has one."""
     spark.dataSource.register(generator_data_source())

@@ -1,12 +1,15 @@
 """The source classes: what each kind answers for the runner, and the reader each names."""
 
 import importlib
+import json
 import re
+import uuid
 
 import pytest
+import redis
 
 from airflow_provider_semijoin.core.errors import ConfigError, SpecError
-from airflow_provider_semijoin.job.sources import SOURCE_CLASSES, FilesSource, GeneratorSource, SparkSource
+from airflow_provider_semijoin.job.sources import SOURCE_CLASSES, FilesSource, GeneratorSource, SparkSource, source_from_dict
 
 
 @pytest.mark.parametrize("kind", list(SOURCE_CLASSES))
@@ -62,3 +65,52 @@ def test_the_generator_s_event_time_starts_in_utc_unless_its_start_names_a_zone(
     assert plain == {"column": "sold_at", "start": "2026-03-01T08:00:00+00:00", "late": 0, "max_lateness_s": 10}
     assert zoned["start"] == "2026-03-01T08:00:00+02:00"
     assert "event_time" not in GeneratorSource().settings()
+
+
+REDIS = {"kind": "redis_stream", "url": "redis://127.0.0.1:6379/0", "stream": "sales", "schema": "tid BIGINT, nk STRING"}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"url": None}, "url: None is not a Redis URL such as redis://127.0.0.1:6379/0"),
+    ({"url": "mysql://u:S3cret@h/db"}, "url: 'mysql://u:***@h/db' is not a Redis URL such as redis://127.0.0.1:6379/0"),
+    ({"url": "redis://h:port/0"}, "url: 'redis://h:port/0' is not a Redis URL"),
+    ({"url": "redis://h:6379/zero"}, "url: 'redis://h:6379/zero' is not a Redis URL"),
+    ({"stream": ""}, "stream: '' is not the name of a Redis stream (its key)"),
+    ({"stream": 7}, "stream: 7 is not the name of a Redis stream (its key)"),
+    ({"schema": None}, "schema: None is not the entries' fields as Spark DDL such as 'tid BIGINT, nk STRING'"),
+    ({"schema": "tid BIGINT, nk ARRAY<INT>"}, "schema: 'nk ARRAY<INT>' is not a field and its type; expected a name and one of ['STRING', 'BIGINT', 'INT', 'DOUBLE', 'BOOLEAN', 'TIMESTAMP']"),
+    ({"schema": "tid"}, "schema: 'tid' is not a field and its type"),
+    ({"schema": "tid BIGINT, tid STRING"}, "schema.tid: a column of that name is already in the stream; expected another name"),
+    ({"schema": "sj_id STRING"}, "schema.sj_id: a column of that name is already in the stream"),
+    ({"schema": "1st STRING"}, "schema.'1st': '1st' is not a valid identifier"),
+    ({"id_column": "order_id"}, "id_column: 'order_id' is not a field of the schema (fields: ['tid', 'nk'])"),
+    ({"start": "$"}, "start: '$' is not one of ['earliest', 'latest']"),
+    ({"max_rows_per_batch": 0}, "max_rows_per_batch: 0 "),
+    ({"total_rows": -5}, "total_rows: -5 "),
+    ({"bursty": True}, "bursty: given for a redis_stream source; expected it only with kind 'generator'"),
+])
+def test_a_bad_redis_source_is_refused_in_one_sentence_naming_its_field(change, message):
+    with pytest.raises(SpecError, match="^" + re.escape(message)) as caught:
+        source_from_dict({**REDIS, **change})
+    assert "\n" not in str(caught.value) and "S3cret" not in str(caught.value)
+
+
+def test_a_redis_source_answers_for_itself(monkeypatch):
+    monkeypatch.setattr("airflow_provider_semijoin.job.sources.REDIS_READY_S", 0.5)
+    source = source_from_dict({**REDIS, "url": "redis://:S3cret@h:6380/2", "schema": "tid long, at TIMESTAMP, ok boolean"})
+    assert source.fields == [("tid", "BIGINT"), ("at", "TIMESTAMP"), ("ok", "BOOLEAN")]
+    assert source.stream_ddl == "tid BIGINT, at TIMESTAMP, ok BOOLEAN, sj_arrival DOUBLE"
+    assert (source.tuple_id_column, source.max_rows_per_batch, source.start, source.bounded) == ("sj_id", 100_000, "earliest", False)
+    assert source.endless() == "a Redis stream never ends; give source.total_rows or another stop"
+    assert source.datasets() == [("redis://h:6380", "2/sales")]
+    assert "S3cret" not in repr(source) and "S3cret" not in json.dumps(source.describe())
+    assert source.to_dict()["url"] == "redis://:S3cret@h:6380/2"  # the runner's spec keeps it
+    with pytest.raises(ConfigError, match=r"^source\.url: the Redis server at redis://:\*\*\*@127\.0\.0\.1:1/0 did not answer for 0.5 s"):
+        source_from_dict({**REDIS, "url": "redis://:S3cret@127.0.0.1:1/0"}).check_ready()
+    key, client = f"sj-test-{uuid.uuid4().hex[:12]}", redis.Redis()
+    client.set(key, "x")
+    try:
+        with pytest.raises(ConfigError, match=rf"^source\.stream: key '{key}' is not a stream"):
+            source_from_dict({**REDIS, "stream": key}).check_ready()
+    finally:
+        client.delete(key)

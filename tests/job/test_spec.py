@@ -8,7 +8,7 @@ import re
 import pytest
 
 from airflow_provider_semijoin.core.errors import SpecError
-from airflow_provider_semijoin.job.sources import FilesSource, GeneratorSource, SparkSource
+from airflow_provider_semijoin.job.sources import FilesSource, GeneratorSource, RedisStreamSource, SparkSource
 from airflow_provider_semijoin.job.spec import JobSpec, MasterSpec, StepSpec, TargetSpec
 
 BASE = {
@@ -43,10 +43,10 @@ MALFORMED = [
     (lambda d: d["sinks"].update(matched={"kind": "table", "url": "pg://x", "table": "t"}), r"^sinks\.matched\.url: scheme 'pg' is not one of \['sqlite', 'mysql'\]"),
     (lambda d: d.update(source={"kind": "files"}), r"^source\.path: None is not a folder"),
     (lambda d: d.update(source={"kind": "files", "path": "/in"}), r"^source\.format: missing; expected one of \['parquet', 'csv', 'json'\]"),
-    (lambda d: d["source"].update(kind="files", path="/in", format="csv"), r"^source\.total_rows: given for a files source; expected it only with kind 'generator'$"),
+    (lambda d: d["source"].update(kind="files", path="/in", format="csv"), r"^source\.total_rows: given for a files source; expected it only with kind 'generator' or 'redis_stream'$"),
     (lambda d: d.update(source={"kind": "generator", "path": "/in"}), r"^source\.path: given for a generator source; expected it only with kind 'files'$"),
     (lambda d: d.update(source={"kind": "generator", "options": {"a": 1}}), r"^source\.options: given for a generator source; expected it only with kind 'files' or 'spark'$"),
-    (lambda d: d.update(source={"kind": "river"}), r"^source\.kind: 'river' is not one of \['files', 'generator', 'spark'\]$"),
+    (lambda d: d.update(source={"kind": "river"}), r"^source\.kind: 'river' is not one of \['files', 'generator', 'spark', 'redis_stream'\]$"),
     (lambda d: d["source"].update(bursty="yes"), r"^source\.bursty: 'yes' is not true or false$"),
     (lambda d: d.update(bogus=1), r"^bogus: not a field of JobSpec"),
     (lambda d: d["steps"][0]["master"].update(url="mysql://u:secret@h/"), r"^steps\[0\]\.master\.url: 'mysql://u:\*\*\*@h/' names no database"),
@@ -80,11 +80,13 @@ def test_python_construction_validates_too():
 FLAT = {"kind": "generator", "path": None, "format": None, "schema": None, "options": {}, "id_column": None,
         "max_files_per_trigger": None, "rows_per_second": 1000.0, "total_rows": None, "master_rows": 100000,
         "key_type": "int", "exponent": 1.0, "shape": "noperm", "missing": 0.0, "bursty": False, "seed": 0,
-        "max_rows_per_batch": None, "extra_keys": {}, "event_time": None}
+        "max_rows_per_batch": None, "extra_keys": {}, "event_time": None, "url": None, "stream": None, "start": "earliest"}
 FLAT_SOURCES = [
     ({"kind": "files", "path": "/in", "format": "csv", "schema": "id BIGINT, nk STRING", "max_files_per_trigger": 2}, FilesSource),
     ({"kind": "generator", "total_rows": 100, "master_rows": 50, "bursty": True, "extra_keys": {"c": {"master_rows": 9}}}, GeneratorSource),
     ({"kind": "spark", "format": "kafka", "options": {"subscribe": "t"}, "id_column": "k"}, SparkSource),
+    ({"kind": "redis_stream", "schema": "id BIGINT", "max_rows_per_batch": 100000, "url": "redis://h:6379/0",
+      "stream": "sales"}, RedisStreamSource),
 ]
 
 
