@@ -34,7 +34,7 @@ import threading
 from dataclasses import dataclass
 from itertools import chain
 from typing import Callable
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 import numpy as np
 import pyarrow as pa

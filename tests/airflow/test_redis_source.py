@@ -6,8 +6,6 @@ server) shows the password in no task log and no XCom."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 import uuid
 
 import pytest
@@ -23,9 +21,7 @@ from airflow_provider_semijoin.workloads.master import generate_master
 from airflow_provider_semijoin.workloads.redis_feed import fill
 from airflow_provider_semijoin.workloads.stream import generator_rows
 from metadata import xcoms
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from redis_server import RedisServer  # noqa: E402
+from redis_server import RedisServer  # tests/, on sys.path as tests/conftest.py's folder
 
 HYBRIDJOIN = "airflow_provider_semijoin.operators.join:HybridJoinOperator"
 SOURCE = {"kind": "redis_stream", "conn_id": "sales_redis", "stream": "sales", "schema": "tid BIGINT, nk BIGINT"}

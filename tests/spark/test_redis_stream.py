@@ -18,6 +18,7 @@ import redis
 from redis_server import SHARED_URL, RedisServer
 from spark_jobs import SELECT, killed_then_finished, write_master
 
+from airflow_provider_semijoin.core.errors import ConfigError
 from airflow_provider_semijoin.core.oracle import engine_pairs, hash_join
 from airflow_provider_semijoin.core.redis_stream import Connection, EntriesLost, Planner, read_task
 from airflow_provider_semijoin.job.spec import JobSpec
@@ -244,3 +245,21 @@ def test_a_restarted_redis_server_is_waited_for_and_no_entry_is_lost_or_doubled(
         assert_exactly_once(store, ids, 3000, spec)
     finally:
         server.close()
+
+
+def test_where_a_job_starts_and_a_stream_with_deleted_entries_inside(stream):
+    """``earliest``: before the first entry (the trimmed ones before it are not the job's);
+    ``latest``: after the last; ``earliest`` on a stream with XDEL holes: one sentence."""
+    ids = write_rows(SHARED_URL, stream, 0, 100)
+    connection = Connection(SHARED_URL, 5.0)
+    connection.client.xtrim(stream, minid=ids[10], approximate=False)
+    initial = {"id": "0-0", "row": 0, "base": None}
+    earliest = Planner(connection, stream).latest(initial, 1000)
+    assert earliest["base"] == 10 and Planner(connection, stream).latest(earliest, 1000)["id"] == ids[99]
+    latest = Planner(connection, stream, start="latest").latest(initial, 1000)
+    assert (latest["id"], latest["base"]) == (ids[99], 100)
+    connection.client.xdel(stream, ids[50])
+    with pytest.raises(ConfigError, match=re.escape(
+            f"source.start: earliest cannot count the entries of Redis stream '{stream}', some of which were deleted "
+            f"(XDEL, up to id {ids[50]}); expected start: latest, or a stream without deleted entries")):
+        Planner(connection, stream).latest(initial, 1000)
