@@ -31,7 +31,8 @@ def test_the_readmes_test_command_leaves_out_the_acceptance_tier_that_its_own_co
             "tests/spark/test_recovery.py", "tests/spark/test_soak.py"} <= files
     # every file of the acceptance tier but these keeps tests in the first tier
     assert {f for f in files if not any(node.startswith(f + "::") for node in first)} == {
-        "tests/test_wheel_install.py", "tests/plugins/test_demo_ui.py", "tests/spark/test_executor_parts_bench.py"}
+        "tests/test_wheel_install.py", "tests/plugins/test_demo_ui.py", "tests/spark/test_executor_parts_bench.py",
+        "tests/airflow/test_submit.py"}
 
 
 def test_every_worker_group_names_files_that_exist_and_holds_its_files_together():

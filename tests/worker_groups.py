@@ -19,7 +19,7 @@ WORKER_GROUPS = {
 # two workers): a worker starts on them first, so the run does not end with one worker still busy
 # on one of them while the other idles.
 LONGEST_FIRST = (
-    "tests/spark/test_capture_spark.py", "bench-tables", "tests/airflow/test_submit.py", "faults",
+    "tests/spark/test_capture_spark.py", "bench-tables", "faults",
     "tests/spark/test_cluster.py", "tests/joins/test_hybridjoin.py", "tests/joins/test_frontstage.py",
     "tests/airflow/test_credentials.py", "tests/joins/test_ssij.py", "tests/plugins/test_monitor_browser.py",
 )

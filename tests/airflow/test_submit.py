@@ -22,7 +22,9 @@ from test_operators import master_db  # noqa: F401 (a fixture)
 from airflow_provider_semijoin.core.progress import XCOM_LATEST
 from airflow_provider_semijoin.spark.standalone import standalone_cluster
 
-pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+# the acceptance tier: spark-submit's on_kill and errors on a cluster, a minute each; the first tier runs the
+# operator through spark-submit (test_operators, test_credentials, tests/spark/test_cluster.py) and on_kill in process
+pytestmark = [pytest.mark.parametrize("backend", ["sqlite"], indirect=True), pytest.mark.acceptance]
 
 
 @pytest.fixture(scope="module")
