@@ -24,6 +24,7 @@ from airflow_provider_semijoin.spark.sinks import ParquetSink, read_parquet_batc
 
 
 @pytest.mark.slow
+@pytest.mark.acceptance  # a bench run of every path, whose batches and CPU figures follow the machine's load
 def test_tiny_spark_bench_reports_every_path_exactly_once(spark, tmp_path, capsys):
     out = tmp_path / "bench.json"
     args = ["bench", "--spark", "--master", f"sqlite:///{tmp_path / 'b.db'}", "--rows", "3000", "--memory", "256KB",
