@@ -134,7 +134,15 @@ def killed_then_finished(spec: JobSpec, folder, points: tuple[str, ...], on_kill
 
 
 def pyspark_workers() -> list[int]:
-    """The Python workers of this machine's Spark (forked by ``pyspark.daemon``, as their daemon)."""
+    """The Python workers of this test process's Spark (forked by its ``pyspark.daemon``): processes
+    below this one only, never those of the Spark of another test process (an xdist worker's)."""
     listed = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True, check=True).stdout.splitlines()[1:]
-    daemons = {int(line.split()[0]) for line in listed if "pyspark.daemon" in line}
-    return [int(line.split()[0]) for line in listed if "pyspark.daemon" in line and int(line.split()[1]) in daemons]
+    rows = [(int(pid), int(ppid), args) for pid, ppid, args in (line.split(None, 2) for line in listed if len(line.split()) > 2)]
+    below, parents = set(), [os.getpid()]
+    while parents:
+        parent = parents.pop()
+        children = [pid for pid, ppid, _ in rows if ppid == parent and pid not in below]
+        below.update(children)
+        parents.extend(children)
+    daemons = {pid for pid, _, args in rows if "pyspark.daemon" in args and pid in below}
+    return [pid for pid, ppid, args in rows if "pyspark.daemon" in args and ppid in daemons]
