@@ -600,7 +600,7 @@ def _add_soak(sub) -> None:
     """``semijoin soak``: the Spark pipeline for N minutes with updates and faults."""
     s = sub.add_parser("soak", help="run the Spark pipeline for N minutes with updates and faults; sample RSS, "
                                     "structure bytes, checkpoint, history and connections; CSV + PNG + slopes")
-    s.add_argument("--minutes", type=float, required=True)
+    s.add_argument("--minutes", type=float, required=True, help="minutes of streaming, from the end of the first micro-batch")
     s.add_argument("--out", default="soak", help="folder for soak.csv, soak.png, soak.json, the sinks and the checkpoint")
     s.add_argument("--master", default="mysql://semijoin:semijoin@127.0.0.1:3306/semijoin_bench")
     s.add_argument("--table", default="soak_master", help="master table the soak (re)generates")

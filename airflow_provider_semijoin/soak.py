@@ -3,7 +3,9 @@
 A streaming join is meant to run for months; a leak of a few bytes per micro-batch in H_S, the
 caches, the retry state, the progress history or the checkpoint folder shows only over time.
 The soak runs the Spark pipeline (the built-in generator at a steady rate -> one join step on a
-master table -> Parquet sinks) while a scheduler installs master-data updates and, optionally,
+master table -> Parquet sinks) for N minutes of streaming - counted from the end of its first
+micro-batch, so a slow start (a cold Python worker, the first plan, a loaded machine) never eats
+the soak - while a scheduler installs master-data updates and, optionally,
 kills the join's database session (``KILL CONNECTION``, MySQL only) at times drawn from a seed.
 Every ``sample_s`` seconds it samples:
 
@@ -177,8 +179,10 @@ def folder_bytes(path: Path) -> int:
 class Recorder:
     """The soak's state, shared by the progress callback, the scheduler and the sampler."""
 
-    def __init__(self, started: float, csv_path: Path):
-        self.started = started
+    def __init__(self, clock, csv_path: Path):
+        self.clock = clock
+        self.started = clock()
+        self.streaming_since: float | None = None  # the end of the first micro-batch: the soak's minutes count from here
         self.csv_path = csv_path  # written as the samples come: a soak that dies keeps what it saw
         with open(csv_path, "w", newline="") as f:
             csv.DictWriter(f, fieldnames=COLUMNS).writeheader()
@@ -200,6 +204,8 @@ class Recorder:
 
     def on_progress(self, record: dict) -> None:
         with self.lock:
+            if self.streaming_since is None:
+                self.streaming_since = self.clock()
             self.history.append(record)
             self.latest = {**record, "total_input_rows": self.rows_before + int(record.get("total_input_rows") or 0)}
             self.memory_peak = max(self.memory_peak, int(record.get("memory_peak_bytes") or 0))
@@ -344,8 +350,7 @@ def job_spec(config: SoakConfig) -> dict:
         "sinks": {"matched": {"kind": "parquet", "path": str(out / "matched")},
                   "dead_letter": {"kind": "parquet", "path": str(out / "dead_letter")}},
         "checkpoint": str(out / "checkpoint"),
-        "trigger_interval_s": 1.0,
-        "stop": {"duration_s": config.minutes * 60},
+        "trigger_interval_s": 1.0,  # no stop of its own: :func:`run_restarting` stops it after the minutes of streaming
     }
 
 
@@ -425,7 +430,7 @@ def run_soak(config: SoakConfig, *, spark=None, out=print, clock=time.time) -> d
     prepare_master(config)
     spec = JobSpec.from_dict(job_spec(config))
     spark = spark or get_spark()  # before the clock starts: a cold session takes a while
-    recorder = Recorder(clock(), config.out / "soak.csv")
+    recorder = Recorder(clock, config.out / "soak.csv")
     stop = threading.Event()
     threads = [
         threading.Thread(target=run_sampler, args=(config, recorder, stop, clock, Path(spec.checkpoint)), daemon=True),
@@ -445,22 +450,48 @@ def run_soak(config: SoakConfig, *, spark=None, out=print, clock=time.time) -> d
     return report(config, spec, recorder, summary, out)
 
 
+def streamed_s(recorder: Recorder, clock) -> float:
+    """Seconds of streaming so far: since the end of the first micro-batch (0 before it)."""
+    return 0.0 if recorder.streaming_since is None else clock() - recorder.streaming_since
+
+
+def stop_after_streaming(recorder: Recorder, clock, duration_s: float, stop: threading.Event,
+                         ended: threading.Event) -> None:
+    """Sets ``stop`` once the job has streamed ``duration_s`` (the soak's minutes)."""
+    while not ended.wait(0.2):
+        if streamed_s(recorder, clock) >= duration_s:
+            stop.set()
+            return
+
+
 def run_restarting(spec, spark, recorder: Recorder, clock, duration_s: float, out) -> dict:
-    """``run_job`` until ``duration_s`` after the start; a query that fails (a Python worker that
-    did not connect back in time on a busy machine, a fault past the reconnect bound) is
-    restarted from its checkpoint, as the Airflow task's retry would: at most MAX_RESTARTS times."""
+    """``run_job`` until it has streamed ``duration_s`` (:func:`streamed_s`); a query that fails (a
+    Python worker that did not connect back in time on a busy machine, a fault past the reconnect
+    bound) is restarted from its checkpoint, as the Airflow task's retry would: at most
+    MAX_RESTARTS times."""
+    totals = {"batches": 0, "input_rows": 0, "matched": 0, "unmatched": 0, "restarts": 0}
+    stop, ended = threading.Event(), threading.Event()
+    timer = threading.Thread(target=stop_after_streaming, args=(recorder, clock, duration_s, stop, ended), daemon=True)
+    timer.start()
+    try:
+        return _run_until_stopped(spec, spark, recorder, clock, duration_s, out, stop, totals)
+    finally:
+        ended.set()
+        timer.join(timeout=10)
+
+
+def _run_until_stopped(spec, spark, recorder: Recorder, clock, duration_s: float, out, stop: threading.Event,
+                       totals: dict) -> dict:
     from .spark.runner import run_job
 
-    totals = {"batches": 0, "input_rows": 0, "matched": 0, "unmatched": 0, "restarts": 0}
     while True:
-        spec.stop.duration_s = max(1.0, duration_s - (clock() - recorder.started))
         try:
-            summary = run_job(spec, spark=spark, on_progress=recorder.on_progress)
+            summary = run_job(spec, spark=spark, on_progress=recorder.on_progress, stop_event=stop)
         except Exception as exc:  # noqa: BLE001 - pyspark's StreamingQueryException or run_job's RuntimeError
             reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
             recorder.restarted(clock, reason)
             out(f"soak: the query failed ({reason}); restarting from the checkpoint")
-            if totals["restarts"] >= MAX_RESTARTS or clock() - recorder.started > duration_s - 5:
+            if totals["restarts"] >= MAX_RESTARTS or streamed_s(recorder, clock) > duration_s - 5:
                 raise SemiJoinError(f"soak: the query failed {totals['restarts'] + 1} times; the last time: {reason}") from None
             totals["restarts"] += 1
             continue

@@ -69,6 +69,33 @@ def test_event_schedule_is_drawn_from_the_seed():
     assert event_times(None, 120.0, np.random.default_rng(5)) == []
 
 
+def test_the_soaks_minutes_count_from_the_end_of_its_first_micro_batch(tmp_path):
+    """A first micro-batch that takes longer than the soak (a cold worker on a loaded machine: 31.6 s
+    of a half-minute soak once, which then streamed 0 tuples) does not eat the minutes: the stop
+    comes ``duration_s`` after the first progress record, not after the start."""
+    import threading
+
+    from airflow_provider_semijoin.soak import Recorder, stop_after_streaming, streamed_s
+
+    now = [100.0]
+    recorder = Recorder(lambda: now[0], tmp_path / "soak.csv")
+    stop, ended = threading.Event(), threading.Event()
+    timer = threading.Thread(target=stop_after_streaming, args=(recorder, lambda: now[0], 30.0, stop, ended))
+    timer.start()
+    try:
+        now[0] = 140.0  # 40 s of start-up, no micro-batch yet
+        assert not stop.wait(0.5) and streamed_s(recorder, lambda: now[0]) == 0.0
+        recorder.on_progress({"time": 1e9, "batch_id": 0, "total_input_rows": 0})
+        now[0] = 169.0
+        assert not stop.wait(0.5) and streamed_s(recorder, lambda: now[0]) == 29.0
+        now[0] = 170.0
+        assert stop.wait(5)
+    finally:
+        ended.set()
+        timer.join(timeout=5)
+    assert not timer.is_alive()
+
+
 def test_kill_connection_needs_a_mysql_master(tmp_path):
     with pytest.raises(ConfigError, match=r"kill_every_s: KILL CONNECTION needs a MySQL master"):
         SoakConfig(minutes=1, out=tmp_path, master=f"sqlite:///{tmp_path}/m.db", kill_every_s=5)
