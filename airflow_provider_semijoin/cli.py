@@ -1,4 +1,4 @@
-"""The ``semijoin`` command line: generate, join, algorithms, bench, soak, demo.
+"""The ``semijoin`` command line: generate, join, changes (:mod:`.cli_changes`), algorithms, bench, soak, demo.
 
 Names and options of ``join`` are a stable interface other tools drive. Bad input ends with
 one line ``semijoin: error: ...`` naming the problem and exit status 2, never a traceback.
@@ -17,6 +17,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from .core.errors import ConfigError, SemiJoinError, shown
 from .core.stores.sql import PASSWORD_ENV
 from .core.units import parse_bytes
+from .cli_changes import add_changes
 
 DEFAULT_MEMORY = "50MB"
 
@@ -171,35 +172,6 @@ def _check_as_of_columns(as_of, store, stream) -> None:
         check_lookup(as_of.lookup, {c.name: c.arrow_type for c in store.columns}, store.table, stream.schema)
     except ConfigError as exc:
         raise ConfigError(f"--as-of: {exc}") from None
-
-
-# -- changes ------------------------------------------------------------------------------------
-def cmd_changes(args) -> int:
-    from .core.stores import open_store
-    from .core.stores.capture import disable_capture, enable_capture
-
-    if args.action == "enable" and args.via == "binlog":
-        from .core.stores.binlog import BinlogCapture
-
-        with BinlogCapture(args.master, args.table, args.key) as capture:
-            position = capture.enable()
-        print(f"changes to {args.table} by any writer are captured from the binary log from {position} on "
-              "(a running join reads it: change_capture: binlog)")
-        return 0
-    with open_store(args.master, args.table, args.key) as store:
-        if args.action == "enable":
-            created = enable_capture(store)
-            print(f"changes to {args.table} by any writer are captured (triggers {'created' if created else 'were there'}); "
-                  f"R is at version {store.version()}")
-        elif args.action == "disable":
-            dropped = disable_capture(store)
-            print(f"changes to {args.table} are no longer captured ({'triggers dropped' if dropped else 'there were no triggers'}); "
-                  "its change log stays")
-        else:
-            how = "from the binary log" if store.captured_from_binlog() else "by triggers"
-            print(f"{args.table}: changes {'captured ' + how if store.captures_writes() else 'NOT captured'}, "
-                  f"version {store.version()}")
-    return 0
 
 
 # -- algorithms ---------------------------------------------------------------------------------
@@ -414,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_generate(sub)
     _add_join(sub)
-    _add_changes(sub)
+    add_changes(sub)
     _add_algorithms(sub)
     _add_bench(sub)
     _add_reproduce(sub)
@@ -469,21 +441,6 @@ def _add_join(sub) -> None:
     j.add_argument("--db-retry-max-s", default=120.0, metavar="SECONDS",
                    help="how long to reconnect to a lost MySQL server before failing (default 120)")
     j.set_defaults(func=cmd_join)
-
-
-def _add_changes(sub) -> None:
-    """``semijoin changes enable|disable|status``: capture every writer's changes to R."""
-    c = sub.add_parser("changes", help="capture every writer's changes to a master table (triggers), so running "
-                       "joins see them")
-    c.add_argument("action", choices=["enable", "disable", "status"])
-    c.add_argument("--master", required=True, help="sqlite:///path.db or mysql://user@host:port/db "
-                   "(password from SEMIJOIN_DB_PASSWORD)")
-    c.add_argument("--table", required=True)
-    c.add_argument("--key", required=True, help="join key column of the master table")
-    c.add_argument("--via", choices=["triggers", "binlog"], default="triggers",
-                   help="enable: triggers on R (SQLite, MySQL/MariaDB; default), or MySQL/MariaDB's binary log "
-                        "(log_bin, binlog_format=ROW, binlog_row_image=FULL, REPLICATION SLAVE/CLIENT; a unique key)")
-    c.set_defaults(func=cmd_changes)
 
 
 def _add_algorithms(sub) -> None:

@@ -27,7 +27,8 @@ from airflow_provider_semijoin.core.stores import DatabaseURL, MasterStore, stor
 from airflow_provider_semijoin.core.stores.binlog import binlog_table
 from airflow_provider_semijoin.core.stores.capture import CLOCK_SUFFIX
 from airflow_provider_semijoin.core.stores.pagemaps import pages_table
-from airflow_provider_semijoin.core.stores.sql import side_tables
+from airflow_provider_semijoin.core.stores.horizon import READERS_TABLE
+from airflow_provider_semijoin.core.stores.sql import side_tables, table_exists
 from airflow_provider_semijoin.core.stores.versions import before_table
 from worker_groups import start_rank, worker_group  # tests/ is on sys.path: pytest put it there for this file
 
@@ -112,6 +113,9 @@ class Backend:
             for table in self.tables:
                 for name in with_side_tables(table):
                     self.execute(f"DROP TABLE IF EXISTS {self.quote(name)}")
+            if self.tables and table_exists(self.connection, READERS_TABLE):  # the notes of its readers (.horizon)
+                self.execute(f"DELETE FROM {self.quote(READERS_TABLE)} WHERE table_name IN "
+                             f"({', '.join(['%s' if self.name == 'mysql' else '?'] * len(self.tables))})", self.tables)
         finally:
             self.connection.close()
 

@@ -19,6 +19,7 @@ from ..core.asof import AsOf
 from ..core.checks import check_flag
 from ..core.errors import ConfigError, SpecError, shown, shown_key
 from ..core.joins.registry import ALGORITHMS, algorithm_class
+from ..core.stores.horizon import KEEP_VERSIONS, READER_TTL_S
 from ..core.stores.sql import redact
 from ..core.stores.system_time import PERIOD_NAMES
 from ..core.units import parse_bytes
@@ -138,6 +139,9 @@ def _zero(value) -> bool:
         return False
 
 
+PRUNE_DEFAULTS = {"every_s": 300.0, "reader_ttl_s": READER_TTL_S, "keep_versions": KEEP_VERSIONS}  # prune_history
+
+
 @dataclass
 class StepSpec:
     """One semi-join: the stream's ``column`` joined with R's key by ``algorithm`` in ``memory``.
@@ -164,6 +168,10 @@ class StepSpec:
     cache TTL); a change is then seen within N s and a micro-batch.
     Without any of them, a job on an R whose writes are not captured refuses to start
     (:func:`..core.stores.capture.changes_seen`): its answers would go stale without a word.
+    ``prune_history``: R's captured history (change log, before-images, binlog positions) below
+    the horizon of its readers is pruned by the job every ``every_s`` seconds (default
+    :data:`PRUNE_DEFAULTS`; :mod:`..core.stores.horizon`); ``false`` leaves it to
+    ``semijoin changes prune``; a mapping sets some of ``every_s``, ``reader_ttl_s``, ``keep_versions``.
     ``as_of: {event_time, valid_from, valid_to}``: R is a type-2 dimension, each tuple gets the
     version valid at its event time (:class:`AsOfSpec`); ``{event_time, system_time: true}``:
     R is a MariaDB system-versioned table, the versions its system periods (never with
@@ -190,6 +198,7 @@ class StepSpec:
     refresh: dict | None = None
     inferred_member: dict | None = None
     as_of: AsOfSpec | None = None
+    prune_history: dict | bool | None = None
 
     def __post_init__(self):
         identifier("column", self.column)
@@ -244,7 +253,27 @@ class StepSpec:
             if not isinstance(self.refresh, dict) or set(self.refresh) != {"every_s"}:
                 raise SpecError(f"refresh: {shown(self.refresh)} is not a mapping {{every_s: seconds}}")
             positive("refresh.every_s", self.refresh["every_s"])
+        self.prune_options  # noqa: B018 - checked here, before any work
         self._check_as_of()
+
+    @property
+    def prune_options(self) -> dict | None:
+        """How the job prunes R's history (None: it does not; ``prune_history``)."""
+        value = self.prune_history
+        if value is False:
+            return None
+        if value is None or value is True:
+            return dict(PRUNE_DEFAULTS)
+        if not isinstance(value, dict) or not value or not set(value) <= set(PRUNE_DEFAULTS):
+            raise SpecError(f"prune_history: {shown(value)} is not false or a mapping of some of "
+                            f"{list(PRUNE_DEFAULTS)}")
+        options = {**PRUNE_DEFAULTS, **value}
+        positive("prune_history.every_s", options["every_s"])
+        positive("prune_history.reader_ttl_s", options["reader_ttl_s"])
+        keep = options["keep_versions"]
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise SpecError(f"prune_history.keep_versions: {shown(keep)} is not a whole number of at least 1")
+        return options
 
     def _check_as_of(self) -> None:
         if isinstance(self.as_of, dict):

@@ -27,6 +27,7 @@ from ..core.reasons import Unmatched, labels
 from ..core.session import LOG_BYTES_PER_TUPLE, JoinSession, planned_for_rows
 from ..core.stores import SnapshotLost, open_store
 from ..core.stores.capture import changes_seen
+from ..core.stores.pruner import start_pruner
 from ..core.stores.inferred import InferredMembers
 from .ahead import WorkAhead
 from .joinstate import (JOIN_COLUMNS, RETRY_SINCE, SEQ, CarriedRows, StateFiles, due_times, session_from, slice_of,
@@ -87,6 +88,7 @@ class JoinStep:
                 self.follower.stop()
             self.store.close()
             raise
+        self.pruner = start_pruner(self.store, spec.master.url, spec.prune_options)  # prune_history
         self.refreshed_at, self.refreshes = clock(), 0  # refresh: {every_s}: the last time R was read anew
         self.planner = planner(spec.algorithm, self.store, spec.params)  # R's statistics, read once for the step's life
         self.partitioned = None
@@ -486,6 +488,8 @@ class JoinStep:
 
     def close(self) -> None:
         self.ahead.stop()
+        if self.pruner is not None:
+            self.pruner.stop()
         if self.follower is not None:
             self.follower.stop()
         if self.inferred is not None:
@@ -532,3 +536,4 @@ def went_on(spec: StepSpec, index: int, passed_parts: list[pa.Table], unmatched:
     if spec.drop_column:
         passed = passed.drop_columns([spec.column])
     return passed, dead
+

@@ -54,6 +54,7 @@ STEP = {
     "master_static": True,
     "refresh": {"every_s": 30.0},
     "as_of": {"event_time": "sold_at", "valid_from": "valid_from", "valid_to": "valid_to"},
+    "prune_history": {"every_s": 60.0, "keep_versions": 10},
 }
 # every field of JobSpec but the source, the steps and the sinks, given alike on both paths
 JOB = {"trigger_interval_s": 0.25, "partitions": 2, "arrival_column": "arrived_at", "db_retry_max_s": 33.0,

@@ -95,6 +95,9 @@ def out_column(name: str) -> str:
     return "v_" + name.replace("-", "_")
 
 
+# each step prunes R's history every second down to its readers' horizon (issue 68): the readers -
+# every step's store, the parts', the killed driver's - keep what they and a replay read
+PRUNE = {"every_s": 1.0, "keep_versions": 1}
 SMALL = {"page_rows": 4, "partition_pages": 2}  # small pages: R of 100 rows is many, a tuple may wait inside
 
 
@@ -102,7 +105,8 @@ def job(tmp_path: Path, url: str, table: str, partitions: int, capture: str = "t
     steps = [{"column": "nk", "master": {"url": url, "table": table, "key": "nk", "select": ["v"]}, "algorithm": name,
               "memory": "1M", "params": {p: v for p, v in SMALL.items() if p in ALGORITHMS[name].params},
               "on_missing": "unknown_member", "unknown_member": {out_column(name): UNKNOWN}, "rename": {"v": out_column(name)},
-              "max_queue_time_s": MAX_QUEUE_S[partitions], "change_capture": capture} for name in ALGORITHMS]
+              "max_queue_time_s": MAX_QUEUE_S[partitions], "change_capture": capture,
+              "prune_history": PRUNE} for name in ALGORITHMS]
     return landing_job(tmp_path, "tid BIGINT, nk BIGINT, arrived DOUBLE", steps, partitions, arrival_column="arrived")
 
 

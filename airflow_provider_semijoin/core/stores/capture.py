@@ -25,7 +25,8 @@ deadlock, and InnoDB rolls one back - the binary log has no such cost). ``REPLAC
 ``INSERT ... ON DUPLICATE KEY UPDATE`` fire an insert and a delete or update trigger: two
 versions, the first with the key's rows before either.
 
-Rows that the triggers write are never pruned by them; installs through the provider cooperate
+Rows that the triggers write are never pruned by them (a running job prunes them below its readers' horizon:
+:mod:`.horizon`); installs through the provider cooperate
 (:func:`.changes.install_changes` leaves the log to the triggers when they are there).
 """
 

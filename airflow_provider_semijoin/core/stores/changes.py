@@ -39,6 +39,7 @@ from .base import MasterStore
 from .triggers import capture_enabled
 from .opening import store_for
 from .sql import MYSQL, SQLITE, DatabaseURL, dialect_of, refused_value_errors, side_tables, table_exists, write_transaction
+from .horizon import create_readers_table
 from .versions import create_before_table, key_version_index, save_before_images
 
 OPS = ("U", "D")
@@ -110,6 +111,7 @@ def _create(store: MasterStore) -> tuple[str, str]:
             f"CREATE TABLE IF NOT EXISTS {d.quote(pending)} ({seq}, op CHAR(1) NOT NULL, {qk} NOT NULL{columns}){engine}"
         )
         create_before_table(cursor, store)
+        create_readers_table(store.connection)  # the readers of its history (:mod:`.horizon`)
     finally:
         cursor.close()
     return d.quote(log), d.quote(pending)

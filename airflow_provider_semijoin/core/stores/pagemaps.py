@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .horizon import HistoryPruned
 from .sql import MYSQL, check_identifier, table_exists, write_transaction
 
 PAGES_SUFFIX = "__sj_pages"
@@ -154,7 +155,10 @@ def load(store, page_rows: int, stamp: str) -> PageMap | None:
         bound_values=np.array([r[6] for r in pages], dtype=object) if texts else None, sizes=sizes,
     )
     if rows[0][4] < version:
-        _refresh(store, page_map, page_keys, int(rows[0][4]), version)
+        try:
+            _refresh(store, page_map, page_keys, int(rows[0][4]), version)
+        except HistoryPruned:  # kept at a version R's history no longer reaches: built from R anew
+            return None
         with _where_allowed():
             _write(store, name, page_map, page_keys, version, stamp)
     lo, hi = store.key_ends()

@@ -10,6 +10,8 @@ through the before-images of :mod:`.versions`). :class:`VersionedReads` is the h
 from __future__ import annotations
 
 import contextlib
+import logging
+import uuid
 
 import numpy as np
 
@@ -17,18 +19,33 @@ from ..errors import ConfigError, StoreError
 from ..keys import sorted_distinct
 from .binlog_positions import binlog_table
 from .binlog_reads import binlog_overlay, snapshot_version
+from .horizon import NOTE_EVERY_S, HistoryPruned, create_readers_table, note_reader, pruned_past
 from .sql import MYSQL, side_tables, table_exists
 from .triggers import capture_enabled
 from .versions import KEEP_CAPTURED_VERSIONS, before_table, key_version_index_lookup, overlay
+
+
+log = logging.getLogger(__name__)
 
 
 class SnapshotLost(StoreError):
     """A lost session ended a snapshot of R and the version of R moved meanwhile."""
 
 
+class BelowHorizon(SnapshotLost):
+    """R's history was pruned past the version a store's caches reflect (:mod:`.horizon`): which
+    of its keys went stale since cannot be known. The store has dropped its page maps and moved
+    to R's newest version; the caller drops what it cached and reads R anew (as after a
+    :class:`SnapshotLost`)."""
+
+
 class VersionedReads:
     """The change log and snapshots of a SQL store. Mixed into :class:`.base.MasterStore`, whose
     connection, dialect, key type, key range and page maps (``_page_maps``) it uses."""
+
+    reader_id: str = ""  # this store as a reader of R's history (:mod:`.horizon`), set on the first note
+    _noted_at = float("-inf")  # when it last noted the version it needs
+    _note_failed = False  # a note was refused (said once in the log)
 
     def _log_query(self, sql: str, params=()) -> list[tuple]:
         """A query of R's change log: on the side session when the binary log's capture writes
@@ -90,13 +107,18 @@ class VersionedReads:
                                f"WHERE version = {self.dialect.param}", (int(version),))
         return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
-    def changes_since(self, version: int, upto: int | None = None) -> tuple[int, np.ndarray]:
+    def changes_since(self, version: int, upto: int | None = None, *, horizon_checked: bool = False) -> tuple[int, np.ndarray]:
         """``(new version, distinct keys changed after version)``, the keys in R's key dtype;
         ``upto``: the keys changed in ``(version, upto]`` (and ``upto`` as the new version).
-        A restricted store (:meth:`restrict`) hands out the keys of its range only."""
+        A restricted store (:meth:`restrict`) hands out the keys of its range only. Changes
+        pruned from R's history (:mod:`.horizon`) raise :class:`.horizon.HistoryPruned` (unless
+        the caller looked already: ``horizon_checked``)."""
         new = self.version() if upto is None else upto
         if new <= version:
             return new, np.zeros(0, self.key_type.dtype)
+        if not horizon_checked and pruned_past(version, oldest := self._log_oldest()):
+            raise HistoryPruned(f"changes: the history of {self.table!r} is kept from version {oldest - 1} on; "
+                                f"the changes after version {version} were pruned")
         p = self.dialect.param
         in_range, range_params = self._key_range_sql()
         texts = "" if self.page_key_sql() == self.quoted_key else f", {self.quoted_key}"  # sort keys: their text too
@@ -150,19 +172,21 @@ class VersionedReads:
             yield np.zeros(0, self.key_type.dtype)
             return
         began_at = self.wall_clock()
+        self._note_horizon(began_at)  # before the look (:mod:`.horizon`): a prune saw the note, or ended before
         began = self._begin_snapshot()
         self._in_snapshot = True
         try:
-            newest = snapshot_version(self) if self._binlog else self.version()
+            oldest, newest = self._log_ends()
             version = newest if self.read_version is None else self.read_version
+            self._check_horizon(oldest, newest)
             if self._binlog:
                 self._overlay = binlog_overlay(self, version, newest, KEEP_CAPTURED_VERSIONS)
             else:
                 self._overlay = overlay(self, version, newest, *self._key_range_sql(), pruned=not self.captures_writes())
             low, high = sorted((self.seen_version, version))
-            changed = self.changes_since(low, high)[1]
+            changed = self.changes_since(low, high, horizon_checked=True)[1]
             if self._overlay is not None:  # keys R has at version but not at newest stay covered
-                self.note_changes(self.changes_since(version, newest)[1])
+                self.note_changes(self.changes_since(version, newest, horizon_checked=True)[1])
             self.note_changes(changed)
             self.seen_version = version
             self.read_at = began_at if self.read_version is None else self.pinned_at
@@ -172,6 +196,59 @@ class VersionedReads:
             self._overlay = None
             if began:
                 self.bookkeeping_query("COMMIT")
+
+    def _log_ends(self) -> tuple[int | None, int]:
+        """Inside a snapshot just begun: the change log's lowest version (None: an empty log) and
+        R's version in the snapshot - one query, two for an R captured from the binary log."""
+        if self._binlog:
+            newest = snapshot_version(self)
+            return self._log_oldest(), newest
+        if not self.has_change_log():
+            return None, 0
+        oldest, newest = self._log_query(f"SELECT MIN(version), COALESCE(MAX(version), 0) FROM {self._qlog}")[0]
+        return (None if oldest is None else int(oldest)), int(newest)
+
+    def _log_oldest(self) -> int | None:
+        """The change log's lowest version (None: an empty log)."""
+        oldest = self._log_query(f"SELECT MIN(version) FROM {self._qlog}")[0][0]
+        return None if oldest is None else int(oldest)
+
+    def _check_horizon(self, oldest: int | None, newest: int) -> None:
+        """A read pinned at a pruned version fails in one sentence; a store whose caches reflect
+        a pruned version moves to ``newest`` and raises :class:`BelowHorizon` (:mod:`.horizon`)."""
+        if self.read_version is not None and pruned_past(self.read_version, oldest):
+            raise StoreError(
+                f"version: the history of {self.table!r} is kept from version {oldest - 1} on; version "
+                f"{self.read_version}, which this read is pinned at (a replayed micro-batch), was pruned "
+                "(`semijoin changes status` shows the horizon)")
+        if pruned_past(self.seen_version, oldest):
+            seen, self.seen_version = self.seen_version, newest
+            self.forget_page_maps()
+            log.warning("%s: R's history was pruned past version %d, which this reader's caches reflect "
+                        "(kept from version %d on); reading R anew at version %d", self.table, seen, oldest - 1, newest)
+            raise BelowHorizon(f"the history of {self.table!r} was pruned past version {seen}, which this "
+                               f"reader's caches reflect; R is read anew at version {newest}")
+
+    def _note_horizon(self, now: float) -> None:
+        """Note, at most every NOTE_EVERY_S seconds and outside any transaction, the lowest version
+        this store may still read (:mod:`.horizon`); a refused note is said once in the log and
+        tried again later (the store still knows when it is below the horizon)."""
+        if now - self._noted_at < NOTE_EVERY_S or getattr(self.connection, "in_transaction", False) \
+                or not self.has_change_log():
+            return
+        needs = self.seen_version if self.read_version is None else min(self.seen_version, self.read_version)
+        try:
+            if not self.reader_id:
+                create_readers_table(self.connection)
+                self.reader_id = uuid.uuid4().hex[:16]
+            note_reader(self.connection, self.table, self.reader_id, needs, now)
+        except Exception as exc:  # noqa: BLE001 - a read-only user, a locked SQLite file: the join goes on
+            if not self._note_failed:
+                log.warning("%s: could not note the version this reader needs (%s); a pruner will not wait for it",
+                            self.table, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+            self._note_failed = True
+            return
+        self._noted_at = now
 
     @contextlib.contextmanager
     def reading_at(self, version: int, at: float | None = None):
