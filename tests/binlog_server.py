@@ -77,7 +77,8 @@ class BinlogServer:
              f"--log-bin={self.dir / 'binlog'}", "--binlog-format=ROW", "--binlog-row-image=FULL", "--server-id=1",
              "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci",  # Debian's defaults
              "--skip-name-resolve", "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=48M",
-             "--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0", f"--log-error={self.dir / 'error.log'}"],
+             "--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0", f"--log-error={self.dir / 'error.log'}",
+             f"--tmpdir={self.dir}"],  # its own: a starting mariadbd deletes the #sql* files of its tmpdir (/tmp: the shared server's)
             stdout=log, stderr=subprocess.STDOUT,
         )
         log.close()

@@ -78,6 +78,7 @@ class PrivateMariaDB:
             ["mariadbd", "--no-defaults", f"--datadir={self.datadir}", f"--port={self.port}",
              f"--socket={self.socket}", "--bind-address=127.0.0.1", "--user=root", "--skip-name-resolve",
              f"--pid-file={self.runtime / 'mysqld.pid'}", f"--log-error={self.runtime / 'error.log'}",
+             f"--tmpdir={self.runtime}",  # its own: a starting mariadbd deletes the #sql* files of its tmpdir (/tmp: the shared server's)
              "--innodb-buffer-pool-size=64M", "--max-connections=200"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
