@@ -248,3 +248,29 @@ def test_a_pruner_whose_server_is_unreachable_says_so_and_tries_again(caplog):
     said = next(r.getMessage() for r in caplog.records if "pruning its history failed" in r.getMessage())
     assert said.startswith("dim: pruning its history failed (") and said.endswith("); trying again in 0.2 s")
     assert "semijoin:" not in said and pruner.rounds == 0  # (the URL's password is never said)
+
+
+def test_a_note_waits_briefly_for_a_locked_sqlite_file_and_the_join_goes_on(sqlite_backend, caplog):
+    """A reader notes before its snapshot, on the micro-batch's path: while another connection
+    holds SQLite's write lock the note gives up after NOTE_WAIT_MS (not the connection's 5 s),
+    says so once, and the snapshot reads on; the connection's own busy timeout is left as it was."""
+    from airflow_provider_semijoin.core.stores.horizon import NOTE_WAIT_MS
+
+    store = sqlite_backend.make_master(master(), select=["v"])
+    enable_capture(store)
+    with writer(sqlite_backend) as other:
+        cursor = other.cursor()
+        cursor.execute("BEGIN IMMEDIATE")  # the write lock, held
+        try:
+            began = time.monotonic()
+            with caplog.at_level(logging.WARNING), store.snapshot() as changed:
+                assert len(changed) == 0
+            waited = time.monotonic() - began
+        finally:
+            cursor.execute("ROLLBACK")
+    assert NOTE_WAIT_MS / 1000 <= waited < 3.0  # (not the 5 s the connection waits for other writes)
+    said = [r.getMessage() for r in caplog.records if "could not note" in r.getMessage()]
+    assert said == [f"{store.table}: could not note the version this reader needs (database is locked); "
+                    "a pruner will not wait for it"]
+    assert store.bookkeeping_query("PRAGMA busy_timeout")[0][0] == 5000
+    assert readers_of(sqlite_backend.connection, store.table) == []

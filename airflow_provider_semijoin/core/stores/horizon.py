@@ -45,6 +45,7 @@ NOTE_EVERY_S = 30.0  # how often a reader notes the version it needs (before a s
 READER_TTL_S = 3600.0  # a reader not noted for this long no longer holds history back
 KEEP_VERSIONS = 100  # the newest versions kept whatever the readers (a replayed micro-batch reads near them)
 BATCH_ROWS = 5_000  # rows of one table a prune transaction deletes
+NOTE_WAIT_MS = 100  # SQLite: the longest a reader's note waits for another writer's lock
 
 
 def create_readers_table(connection) -> None:
@@ -61,13 +62,23 @@ def create_readers_table(connection) -> None:
 
 
 def note_reader(connection, table: str, reader: str, version: int, now: float) -> None:
-    """Reader ``reader`` of R ``table`` may still read from ``version`` on (noted ``now``)."""
+    """Reader ``reader`` of R ``table`` may still read from ``version`` on (noted ``now``). On
+    SQLite it waits at most :data:`NOTE_WAIT_MS` for another writer's lock (a reader notes before
+    its snapshot, on a micro-batch's path: a locked file fails the note, tried again later)."""
     d = dialect_of(connection)
     upsert = "INSERT OR REPLACE" if d is SQLITE else "REPLACE"
     cursor = connection.cursor()
     try:
-        cursor.execute(f"{upsert} INTO {d.quote(READERS_TABLE)} (table_name, reader, version, noted_at) "
-                       f"VALUES ({d.placeholders(4)})", (table, reader, int(version), float(now)))  # (autocommit)
+        if d is SQLITE:
+            cursor.execute("PRAGMA busy_timeout")
+            waited = cursor.fetchall()[0][0]
+            cursor.execute(f"PRAGMA busy_timeout = {NOTE_WAIT_MS}")
+        try:
+            cursor.execute(f"{upsert} INTO {d.quote(READERS_TABLE)} (table_name, reader, version, noted_at) "
+                           f"VALUES ({d.placeholders(4)})", (table, reader, int(version), float(now)))  # (autocommit)
+        finally:
+            if d is SQLITE:
+                cursor.execute(f"PRAGMA busy_timeout = {int(waited)}")
     finally:
         cursor.close()
 

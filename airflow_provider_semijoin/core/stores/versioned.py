@@ -19,7 +19,7 @@ from ..errors import ConfigError, StoreError
 from ..keys import sorted_distinct
 from .binlog_positions import binlog_table
 from .binlog_reads import binlog_overlay, snapshot_version
-from .horizon import NOTE_EVERY_S, HistoryPruned, create_readers_table, note_reader, pruned_past
+from .horizon import NOTE_EVERY_S, READERS_TABLE, HistoryPruned, create_readers_table, note_reader, pruned_past
 from .sql import MYSQL, side_tables, table_exists
 from .triggers import capture_enabled
 from .versions import KEEP_CAPTURED_VERSIONS, before_table, key_version_index_lookup, overlay
@@ -239,7 +239,8 @@ class VersionedReads:
         needs = self.seen_version if self.read_version is None else min(self.seen_version, self.read_version)
         try:
             if not self.reader_id:
-                create_readers_table(self.connection)
+                if not table_exists(self.connection, READERS_TABLE):  # (a database captured before it existed)
+                    create_readers_table(self.connection)
                 self.reader_id = uuid.uuid4().hex[:16]
             note_reader(self.connection, self.table, self.reader_id, needs, now)
         except Exception as exc:  # noqa: BLE001 - a read-only user, a locked SQLite file: the join goes on
