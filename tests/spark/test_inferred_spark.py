@@ -137,8 +137,9 @@ def test_a_sigkill_after_the_placeholders_commit_replays_to_the_same_keys_on_sql
     replayed_keys = dict(zip(replayed["tid"].to_pylist(), replayed["sk"].to_pylist()))
     both = first_keys.keys() & replayed_keys.keys()
     assert both and all(first_keys[tid] == replayed_keys[tid] for tid in both)  # written by both: the same keys
-    if partitions == 1:  # and the same rows (at 2 the parts, rebuilt cold, let other tuples complete in the replay)
-        assert replayed_keys == first_keys
+    # (which tuples complete in a batch is not the same in a replay, at 1 part as at 2: a slice steps
+    # for a time while tuples wait, and the first attempt's rows include what its work-ahead completed;
+    # a clean-clone run once had 36 more in the replay at 1 part. Each tuple lands once, below.)
     facts = read_parquet_sink(spec.sinks.matched.path)
     assert read_parquet_sink(spec.sinks.dead_letter.path).num_rows == 0
     assert_facts_carry_their_keys(spec, facts, dimension)  # each tuple once
