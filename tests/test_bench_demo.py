@@ -392,6 +392,7 @@ def test_the_demos_api_server_ends_when_the_demo_is_killed(tmp_path):
     assert not alive, f"the child {child} outlived its SIGKILLed parent by 30 s"
 
 
+@pytest.mark.acceptance  # a whole small demo, SIGTERMed (the first tier runs the README's demo itself)
 def test_a_demo_stopped_mid_run_ends_and_leaves_nothing_running(tmp_path, demo_run):
     """SIGTERM (a CI timeout, ``kill``) once the join streams: the demo ends, and nothing it
     started is left - no process of its session (the LocalExecutor's workers, the tasks, Spark)

@@ -105,7 +105,7 @@ def finished(driver: subprocess.Popen, timeout: float) -> str:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("partitions", [1, 2])
+@pytest.mark.parametrize("partitions", [pytest.param(1, marks=pytest.mark.acceptance), 2])  # (first tier: 2 parts)
 def test_a_sigkill_after_the_placeholders_commit_replays_to_the_same_keys_on_sqlite(tmp_path, sqlite_backend, partitions):
     table = make_dimension(sqlite_backend)
     spec = inferring_job(tmp_path, sqlite_backend, table, "run")

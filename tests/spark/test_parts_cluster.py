@@ -40,7 +40,8 @@ def submit(url: str, spec, folder) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.mysql
-@pytest.mark.parametrize("algorithm, backend_name", [("hybridjoin", "mysql_backend"), ("ssij", "sqlite_backend")])
+@pytest.mark.parametrize("algorithm, backend_name", [  # the first tier runs one; the other in the acceptance tier
+    pytest.param("hybridjoin", "mysql_backend", marks=pytest.mark.acceptance), ("ssij", "sqlite_backend")])
 def test_two_parts_on_two_workers_are_exact(two_workers, tmp_path, request, algorithm, backend_name):
     url, cluster_folder = two_workers
     backend = request.getfixturevalue(backend_name)

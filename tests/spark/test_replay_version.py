@@ -23,7 +23,7 @@ def batch_values(spec: JobSpec, batch_id: int) -> dict:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("algorithm", ["cachejoin", "hybridjoin"])
+@pytest.mark.parametrize("algorithm", ["cachejoin", pytest.param("hybridjoin", marks=pytest.mark.acceptance)])  # (first tier: one)
 def test_a_replayed_batch_reads_the_version_its_first_attempt_read(tmp_path, sqlite_backend, algorithm):
     store = write_master(sqlite_backend, 400)
     data = generator_job(tmp_path, sqlite_backend.url, store.table, algorithm=algorithm, total_rows=3000).to_dict()
