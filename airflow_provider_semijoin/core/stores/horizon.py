@@ -186,11 +186,13 @@ def prune_history(connection, table: str, now: float, *, reader_ttl_s: float = R
             with write_transaction(connection, cursor):
                 horizon = horizon_of(connection, table, now, reader_ttl_s=reader_ttl_s,
                                      keep_versions=keep_versions, lock=True)
-                name = next((n for n in tables if _has_rows_below(cursor, d, n, horizon.version)), None)
-                if name is not None:
-                    deleted[name] += _delete_below(cursor, d, name, horizon.version, batch_rows)
+                for name in tables:  # the first table with rows below: its oldest batch_rows go
+                    rows = _delete_below(cursor, d, name, horizon.version, batch_rows)
+                    deleted[name] += rows
+                    if rows:
+                        break
             transactions += 1
-            if name is None:
+            if not rows:  # nothing below the horizon was left
                 break
         else:
             return Pruned(horizon, deleted, transactions, done=False)
@@ -201,11 +203,6 @@ def prune_history(connection, table: str, now: float, *, reader_ttl_s: float = R
     finally:
         cursor.close()
     return Pruned(horizon, deleted, transactions, done=True)
-
-
-def _has_rows_below(cursor, d, name: str, version: int) -> bool:
-    cursor.execute(f"SELECT 1 FROM {d.quote(name)} WHERE version < {d.param} LIMIT 1", (version,))
-    return bool(cursor.fetchall())
 
 
 def _delete_below(cursor, d, name: str, version: int, batch_rows: int) -> int:
