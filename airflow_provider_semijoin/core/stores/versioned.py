@@ -19,7 +19,8 @@ from ..errors import ConfigError, StoreError
 from ..keys import sorted_distinct
 from .binlog_positions import binlog_table
 from .binlog_reads import binlog_overlay, snapshot_version
-from .horizon import NOTE_EVERY_S, READERS_TABLE, HistoryPruned, create_readers_table, note_reader, pruned_past
+from .horizon import (NOTE_EVERY_S, READERS_TABLE, HistoryPruned, create_readers_table, log_span, note_reader,
+                      pruned_past)
 from .sql import MYSQL, side_tables, table_exists
 from .triggers import capture_enabled
 from .versions import KEEP_CAPTURED_VERSIONS, before_table, key_version_index_lookup, overlay
@@ -205,8 +206,7 @@ class VersionedReads:
             return self._log_oldest(), newest
         if not self.has_change_log():
             return None, 0
-        oldest, newest = self._log_query(f"SELECT MIN(version), COALESCE(MAX(version), 0) FROM {self._qlog}")[0]
-        return (None if oldest is None else int(oldest)), int(newest)
+        return log_span(self.connection, self.table)
 
     def _log_oldest(self) -> int | None:
         """The change log's lowest version (None: an empty log)."""
